@@ -1,0 +1,1 @@
+//! aggregate stage.

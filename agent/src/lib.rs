@@ -1,0 +1,20 @@
+//! pyagent: a sampling profiler for CPython.
+//!
+//! The data flows through one module per stage:
+//! [`discovery`] (which processes run CPython, where their runtime is) →
+//! [`offsets`] (CPython version → struct layout) →
+//! [`memory`] (remote reads through a page cache) →
+//! [`sampler`] (when to take a sample: BPF ring buffer or userspace timer) →
+//! [`unwind`] (thread → frame chain, with the frame cache) →
+//! [`symbolize`] (code object + instruction → function, file, line) →
+//! [`aggregate`] (stacks → counts per profile window) →
+//! [`export`] (pprof, collapsed stacks, flame graphs).
+
+pub mod aggregate;
+pub mod discovery;
+pub mod export;
+pub mod memory;
+pub mod offsets;
+pub mod sampler;
+pub mod symbolize;
+pub mod unwind;

@@ -1,0 +1,2 @@
+//! symbolize stage.
+pub mod frame; pub use frame::{Frame, FrameKind};

@@ -1,0 +1,2 @@
+//! unwind stage.
+pub mod sample; pub use sample::ThreadSample;
