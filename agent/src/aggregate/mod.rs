@@ -1,1 +1,321 @@
-//! aggregate stage.
+//! Aggregation stage: stacks -> counts per profile window.
+//!
+//! In come [`ThreadSample`]s from [`crate::unwind`], one per thread per tick, already symbolized. Out goes a
+//! [`ProfileWindow`] each time the caller [`cut`](Aggregator::cut)s: how often each distinct stack (process,
+//! thread, frames) was seen since the previous cut, with the sampling period, the wall-clock span, the
+//! process-level labels and the number of samples that could not be counted. Memory stays bounded: identical
+//! stacks share one map entry, thread names are interned, and past [`DEFAULT_MAX_STACKS`] distinct stacks a
+//! sample with a new stack is counted as dropped instead of growing the map. Nothing outlives a window except
+//! the labels and the interned thread names.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::symbolize::Frame;
+use crate::unwind::ThreadSample;
+
+/// Distinct stacks one window holds before samples with new stacks are dropped (about 100 Hz x 60 s x a
+/// dozen threads, each with a different stack; a real profile repeats stacks and stays far below).
+pub const DEFAULT_MAX_STACKS: usize = 65_536;
+
+/// What makes two samples the same: the thread they came from and their frames.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackKey {
+    /// Host PID of the process.
+    pub pid: u32,
+    /// Linux thread id, as the sample reported it.
+    pub tid: u32,
+    /// Python-level thread name, when it could be read.
+    pub thread_name: Option<Arc<str>>,
+    /// Frames, innermost first.
+    pub frames: Vec<Frame>,
+}
+
+/// The samples counted between two cuts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileWindow {
+    /// Wall-clock time the window began.
+    pub start: SystemTime,
+    /// How long the window lasted (measured on the monotonic clock).
+    pub duration: Duration,
+    /// Sampling period: one sample stands for this many nanoseconds of thread time.
+    pub period_ns: u64,
+    /// Samples per distinct stack.
+    pub counts: HashMap<StackKey, u64>,
+    /// Process-level labels (`pid`, `python_version`, `service`, ...).
+    pub labels: BTreeMap<String, String>,
+    /// Samples lost in this window: reported by the caller, or refused because the stack map was full.
+    pub dropped: u64,
+}
+
+impl ProfileWindow {
+    /// Sum of all counts (not including `dropped`).
+    pub fn total_samples(&self) -> u64 {
+        self.counts.values().sum()
+    }
+
+    /// Whether no sample was counted.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// The stacks and their counts, sorted by key (pid, tid, thread name, frames), so that exporters write
+    /// the same bytes for the same window.
+    pub fn stacks(&self) -> Vec<(&StackKey, u64)> {
+        let mut stacks: Vec<(&StackKey, u64)> =
+            self.counts.iter().map(|(key, &n)| (key, n)).collect();
+        stacks.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        stacks
+    }
+
+    /// The distinct PIDs in the window, ascending.
+    pub fn pids(&self) -> Vec<u32> {
+        let pids: std::collections::BTreeSet<u32> = self.counts.keys().map(|key| key.pid).collect();
+        pids.into_iter().collect()
+    }
+}
+
+/// Counts stacks and hands them out one window at a time.
+#[derive(Debug)]
+pub struct Aggregator {
+    period_ns: u64,
+    max_stacks: usize,
+    counts: HashMap<StackKey, u64>,
+    labels: BTreeMap<String, String>,
+    dropped: u64,
+    /// Interned thread names, so each stack of a thread shares one allocation; emptied on cut when large.
+    thread_names: HashSet<Arc<str>>,
+    started_wall: SystemTime,
+    started_mono: Instant,
+}
+
+impl Aggregator {
+    /// An empty aggregator for samples taken every `period_ns` nanoseconds; its first window starts now.
+    pub fn new(period_ns: u64) -> Aggregator {
+        Aggregator {
+            period_ns,
+            max_stacks: DEFAULT_MAX_STACKS,
+            counts: HashMap::new(),
+            labels: BTreeMap::new(),
+            dropped: 0,
+            thread_names: HashSet::new(),
+            started_wall: SystemTime::now(),
+            started_mono: Instant::now(),
+        }
+    }
+
+    /// Sets the number of distinct stacks a window may hold (at least 1).
+    pub fn with_max_stacks(mut self, max_stacks: usize) -> Aggregator {
+        self.max_stacks = max_stacks.max(1);
+        self
+    }
+
+    /// The sampling period this aggregator was created with.
+    pub fn period_ns(&self) -> u64 {
+        self.period_ns
+    }
+
+    /// Counts one sample.
+    pub fn add(&mut self, sample: &ThreadSample) {
+        self.add_count(sample, 1);
+    }
+
+    /// Counts `n` samples of the same stack (a BPF-side pre-aggregated count, for instance).
+    pub fn add_count(&mut self, sample: &ThreadSample, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let key = StackKey {
+            pid: sample.pid,
+            tid: sample.tid,
+            thread_name: sample.thread_name.as_deref().map(|name| self.intern(name)),
+            frames: sample.frames.clone(),
+        };
+        if let Some(count) = self.counts.get_mut(&key) {
+            *count = count.saturating_add(n);
+        } else if self.counts.len() < self.max_stacks {
+            self.counts.insert(key, n);
+        } else {
+            self.dropped = self.dropped.saturating_add(n);
+        }
+    }
+
+    /// Records `n` samples lost before they reached the aggregator (ring buffer overrun, unreadable stack).
+    pub fn add_dropped(&mut self, n: u64) {
+        self.dropped = self.dropped.saturating_add(n);
+    }
+
+    /// Sets a process-level label; it stays on every later window until set again.
+    pub fn set_label(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.labels.insert(key.into(), value.into());
+    }
+
+    /// Whether no sample was counted since the last cut.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// Returns the window since the last cut (or since [`new`](Aggregator::new)) and starts the next one.
+    pub fn cut(&mut self) -> ProfileWindow {
+        let now_mono = Instant::now();
+        let duration = now_mono.saturating_duration_since(self.started_mono);
+        let start = self.started_wall;
+        self.started_mono = now_mono;
+        // The next window starts where this one ended, on the wall clock too, so windows tile.
+        self.started_wall = start + duration;
+        // Names of threads that exited would otherwise pile up over the agent's lifetime.
+        if self.thread_names.len() > self.max_stacks {
+            self.thread_names.clear();
+        }
+        ProfileWindow {
+            start,
+            duration,
+            period_ns: self.period_ns,
+            counts: std::mem::take(&mut self.counts),
+            labels: self.labels.clone(),
+            dropped: std::mem::take(&mut self.dropped),
+        }
+    }
+
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(interned) = self.thread_names.get(name) {
+            return Arc::clone(interned);
+        }
+        let interned: Arc<str> = Arc::from(name);
+        self.thread_names.insert(Arc::clone(&interned));
+        interned
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::symbolize::FrameKind;
+
+    /// A Python frame for tests.
+    pub(crate) fn frame(function: &str, file: &str, line: u32, first_line: u32) -> Frame {
+        Frame {
+            function: Arc::from(function),
+            file: Arc::from(file),
+            line: Some(line),
+            first_line,
+            kind: FrameKind::Python,
+        }
+    }
+
+    /// A sample for tests; `frames` innermost first.
+    pub(crate) fn sample(
+        pid: u32,
+        tid: u32,
+        name: Option<&str>,
+        frames: Vec<Frame>,
+    ) -> ThreadSample {
+        ThreadSample {
+            pid,
+            tid,
+            thread_name: name.map(String::from),
+            holds_gil: None,
+            frames,
+            truncated: false,
+        }
+    }
+
+    fn two_stacks() -> (ThreadSample, ThreadSample) {
+        let main = frame("main", "app.py", 10, 1);
+        let work = frame("work", "app.py", 5, 4);
+        let a = sample(
+            100,
+            100,
+            Some("MainThread"),
+            vec![work.clone(), main.clone()],
+        );
+        let b = sample(100, 100, Some("MainThread"), vec![main]);
+        (a, b)
+    }
+
+    #[test]
+    fn identical_stacks_share_one_entry() {
+        let (a, b) = two_stacks();
+        let mut agg = Aggregator::new(10_000_000);
+        agg.add(&a);
+        agg.add(&a);
+        agg.add_count(&a, 3);
+        agg.add(&b);
+        agg.add_count(&b, 0);
+        let window = agg.cut();
+        assert_eq!(window.counts.len(), 2);
+        assert_eq!(window.total_samples(), 6);
+        assert_eq!(window.period_ns, 10_000_000);
+        let stacks = window.stacks();
+        // Sorted by frames, innermost first: "main" < "work".
+        assert_eq!(stacks[0].0.frames.len(), 1);
+        assert_eq!(stacks[0].1, 1);
+        assert_eq!(stacks[1].1, 5);
+        assert_eq!(stacks[1].0.thread_name.as_deref(), Some("MainThread"));
+        assert_eq!(window.pids(), vec![100]);
+    }
+
+    #[test]
+    fn thread_names_are_interned() {
+        let (a, b) = two_stacks();
+        let mut agg = Aggregator::new(1);
+        agg.add(&a);
+        agg.add(&b);
+        let window = agg.cut();
+        let names: Vec<&Arc<str>> = window
+            .counts
+            .keys()
+            .filter_map(|key| key.thread_name.as_ref())
+            .collect();
+        assert!(Arc::ptr_eq(names[0], names[1]));
+    }
+
+    #[test]
+    fn cut_starts_a_new_window_and_keeps_labels() {
+        let (a, b) = two_stacks();
+        let mut agg = Aggregator::new(1_000);
+        agg.set_label("service", "web");
+        agg.set_label("pid", "100");
+        assert!(agg.is_empty());
+        agg.add(&a);
+        agg.add_dropped(2);
+        assert!(!agg.is_empty());
+
+        let first = agg.cut();
+        assert!(agg.is_empty());
+        assert_eq!(first.total_samples(), 1);
+        assert_eq!(first.dropped, 2);
+        assert_eq!(first.labels.get("service").map(String::as_str), Some("web"));
+
+        agg.add(&b);
+        agg.set_label("service", "api");
+        let second = agg.cut();
+        assert_eq!(second.total_samples(), 1);
+        assert_eq!(second.dropped, 0);
+        assert_eq!(
+            second.labels.get("service").map(String::as_str),
+            Some("api")
+        );
+        assert_eq!(second.labels.len(), 2);
+        // Windows tile: the second starts where the first ended.
+        assert_eq!(second.start, first.start + first.duration);
+
+        let third = agg.cut();
+        assert!(third.is_empty());
+        assert_eq!(third.total_samples(), 0);
+    }
+
+    #[test]
+    fn full_map_counts_new_stacks_as_dropped() {
+        let (a, b) = two_stacks();
+        let mut agg = Aggregator::new(1).with_max_stacks(1);
+        agg.add(&a);
+        agg.add_count(&b, 4);
+        agg.add(&a);
+        let window = agg.cut();
+        assert_eq!(window.counts.len(), 1);
+        assert_eq!(window.total_samples(), 2);
+        assert_eq!(window.dropped, 4);
+    }
+}

@@ -1,1 +1,195 @@
-//! discovery stage.
+//! Discovery stage: which processes run CPython, and where each one's runtime is.
+//!
+//! In: a PID. Out: a [`PythonTarget`]: the ELF object holding `_PyRuntime` (the executable for
+//! static builds, `libpython3.X.so` for shared ones), the runtime's address after the load bias,
+//! `PyCode_Type`'s address, and the target's [`Offsets`]. Files are opened through
+//! `/proc/PID/root` so processes in other mount namespaces (containers, chroots) resolve; every
+//! candidate runtime is validated in memory (cookie, live interpreter list) because a process can
+//! map a second, never-initialised libpython (`import ctypes` and friends `dlopen` one).
+
+mod elf;
+mod procfs_util;
+
+use std::path::PathBuf;
+
+pub use elf::{ElfFacts, ElfError};
+pub use procfs_util::{
+    children, ns_pid, process_exists, task_ids, thread_name, MapsEntry, TaskIds,
+};
+
+use crate::memory::{MemoryError, ProcessMemory, RemoteMemory};
+use crate::offsets::{
+    builtin_offsets, debug_offsets_len, parse_debug_offsets, Offsets, OffsetsError,
+    PythonVersion, DEBUG_OFFSETS_COOKIE, DEBUG_OFFSETS_PREFIX_LEN,
+};
+
+/// Why a process is not a profilable CPython.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    /// No such process.
+    #[error("process {pid} does not exist")]
+    NoSuchProcess {
+        /// pid
+        pid: u32,
+    },
+    /// /proc or memory access was refused.
+    #[error("permission denied inspecting process {pid}: run as root or grant CAP_SYS_PTRACE")]
+    Denied {
+        /// pid
+        pid: u32,
+    },
+    /// No mapped object has a CPython runtime.
+    #[error("process {pid} ({comm}) is not a CPython process: no _PyRuntime in its mappings")]
+    NotPython {
+        /// pid
+        pid: u32,
+        /// its command name
+        comm: String,
+    },
+    /// A runtime was found but no candidate is initialised (yet).
+    #[error("process {pid}: CPython runtime at {addr:#x} is not initialised ({why})")]
+    NotInitialized {
+        /// pid
+        pid: u32,
+        /// runtime address of the last candidate tried
+        addr: u64,
+        /// what failed
+        why: String,
+    },
+    /// The version has no layout.
+    #[error("process {pid}: {source}")]
+    Offsets {
+        /// pid
+        pid: u32,
+        /// the layout problem
+        #[source]
+        source: OffsetsError,
+    },
+    /// Reading /proc failed otherwise.
+    #[error("process {pid}: reading {what} failed: {source}")]
+    Proc {
+        /// pid
+        pid: u32,
+        /// which file
+        what: String,
+        /// the I/O error
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A located, validated CPython runtime in a live process.
+#[derive(Debug, Clone)]
+pub struct PythonTarget {
+    /// host pid
+    pub pid: u32,
+    /// pid inside the process's own PID namespace (same as `pid` outside containers)
+    pub ns_pid: u32,
+    /// the ELF object holding `_PyRuntime`, as the target names it
+    pub object_path: PathBuf,
+    /// whether that object is a shared library (libpython) rather than the executable
+    pub shared_libpython: bool,
+    /// address of `_PyRuntime` in the target
+    pub runtime_addr: u64,
+    /// address of `PyCode_Type` in the target
+    pub code_type_addr: u64,
+    /// the target's layout (and exact version)
+    pub offsets: Offsets,
+}
+
+impl PythonTarget {
+    /// The exact CPython version.
+    pub fn version(&self) -> PythonVersion {
+        self.offsets.version
+    }
+}
+
+fn mem_error(pid: u32, e: MemoryError) -> DiscoveryError {
+    match e {
+        MemoryError::Gone { .. } => DiscoveryError::NoSuchProcess { pid },
+        MemoryError::Denied { .. } => DiscoveryError::Denied { pid },
+        other => DiscoveryError::NotInitialized { pid, addr: 0, why: other.to_string() },
+    }
+}
+
+/// Finds and validates the CPython runtime of process `pid`.
+pub fn locate_runtime(pid: u32) -> Result<PythonTarget, DiscoveryError> {
+    let maps = procfs_util::read_maps(pid)?;
+    let exe = procfs_util::exe_path(pid);
+    let mut mem = RemoteMemory::new(pid);
+    let mut last_failure: Option<DiscoveryError> = None;
+    let mut seen_any = false;
+    for (path, entries) in procfs_util::candidate_objects(&maps, exe.as_deref()) {
+        let facts = match elf::load_facts(pid, &path, &entries) {
+            Ok(Some(f)) => f,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(pid, path = %path.display(), error = %e, "skipping object");
+                continue;
+            }
+        };
+        seen_any = true;
+        let Some(bias) = facts.load_bias(&entries) else { continue };
+        let runtime_addr = bias.wrapping_add(facts.runtime_vaddr);
+        match validate_candidate(&mut mem, pid, &facts, bias, runtime_addr) {
+            Ok(offsets) => {
+                return Ok(PythonTarget {
+                    pid,
+                    ns_pid: ns_pid(pid).unwrap_or(pid),
+                    shared_libpython: facts.is_shared_object && Some(&path) != exe.as_ref(),
+                    object_path: path,
+                    runtime_addr,
+                    code_type_addr: bias.wrapping_add(facts.code_type_vaddr),
+                    offsets,
+                })
+            }
+            Err(e @ (DiscoveryError::NoSuchProcess { .. } | DiscoveryError::Denied { .. })) => {
+                return Err(e)
+            }
+            Err(e) => last_failure = Some(e),
+        }
+    }
+    if let Some(e) = last_failure {
+        return Err(e);
+    }
+    let _ = seen_any;
+    Err(DiscoveryError::NotPython { pid, comm: procfs_util::comm(pid).unwrap_or_default() })
+}
+
+/// Reads the version and layout of one candidate and checks that it is the live runtime.
+fn validate_candidate(
+    mem: &mut RemoteMemory,
+    pid: u32,
+    facts: &ElfFacts,
+    bias: u64,
+    runtime_addr: u64,
+) -> Result<Offsets, DiscoveryError> {
+    let not_init = |why: String| DiscoveryError::NotInitialized { pid, addr: runtime_addr, why };
+    let mut prefix = [0u8; DEBUG_OFFSETS_PREFIX_LEN];
+    mem.read(runtime_addr, &mut prefix).map_err(|e| mem_error(pid, e))?;
+    let offsets = if &prefix[..8] == DEBUG_OFFSETS_COOKIE {
+        let len = debug_offsets_len(&prefix).map_err(|source| DiscoveryError::Offsets { pid, source })?;
+        let table = mem.read_vec(runtime_addr, len).map_err(|e| mem_error(pid, e))?;
+        parse_debug_offsets(&table).map_err(|source| DiscoveryError::Offsets { pid, source })?
+    } else {
+        // 3.11/3.12 have no table: the exported `Py_Version` constant says which layout.
+        let Some(v) = facts.py_version_vaddr else {
+            return Err(not_init("no xdebugpy cookie and no Py_Version symbol".into()));
+        };
+        let hex = mem.read_u64(bias.wrapping_add(v)).map_err(|e| mem_error(pid, e))?;
+        let version = PythonVersion::from_hex(hex);
+        if version.minor_version() >= (3, 13) {
+            return Err(not_init(format!("{version} without its xdebugpy cookie")));
+        }
+        builtin_offsets(version).map_err(|source| DiscoveryError::Offsets { pid, source })?
+    };
+    // The cookie is in the file image too, so an uninitialised copy (a dlopen'd second
+    // libpython) passes the cookie check: require a live interpreter list.
+    let interp = mem
+        .read_u64(runtime_addr + offsets.runtime_state.interpreters_head)
+        .map_err(|e| mem_error(pid, e))?;
+    if interp == 0 {
+        return Err(not_init("no interpreter yet".into()));
+    }
+    Ok(offsets)
+}

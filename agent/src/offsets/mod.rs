@@ -1,1 +1,404 @@
-//! offsets stage.
+//! Offsets stage: CPython version → the byte layout of every struct the unwinder reads.
+//!
+//! In: the first bytes of `_PyRuntime` (3.13+: `_Py_DebugOffsets`) or the exported `Py_Version`
+//! (3.11/3.12). Out: one [`Offsets`] value, plain data grouped and named as `_Py_DebugOffsets`
+//! groups them, so a grep in CPython's source finds each field. This is the only module that
+//! compares version numbers: behaviour differences (how the IP is stored, which frame owner marks
+//! a C boundary, tag bits) are fields too, so `unwind` and `symbolize` never ask "which version?".
+//! Offsets read from a target are untrusted and checked once by [`Offsets::validate`].
+
+mod debug_offsets;
+mod tables;
+mod version;
+
+pub use debug_offsets::{
+    debug_offsets_len, parse_debug_offsets, DEBUG_OFFSETS_COOKIE, DEBUG_OFFSETS_PREFIX_LEN,
+};
+pub use tables::builtin_offsets;
+pub use version::PythonVersion;
+
+/// Why a layout could not be produced or trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum OffsetsError {
+    /// The target runs a CPython minor version we have no layout for.
+    #[error("unsupported CPython version {0}")]
+    Unsupported(PythonVersion),
+    /// Pre-release layouts change between alphas/betas; only exact known ones are accepted.
+    #[error("unsupported CPython pre-release {0}: layouts are not frozen before the final release")]
+    PreRelease(PythonVersion),
+    /// The `_Py_DebugOffsets` cookie is not there.
+    #[error("no `xdebugpy` cookie at the start of _PyRuntime")]
+    NoCookie,
+    /// The debug-offsets table is shorter than its version requires.
+    #[error("debug offsets table truncated: {got} bytes, need {need}")]
+    Truncated {
+        /// bytes available
+        got: usize,
+        /// bytes the layout needs
+        need: usize,
+    },
+    /// A value of the table fails a sanity check (out of bounds, misaligned).
+    #[error("implausible debug offset {field} = {value} (limit {limit})")]
+    Implausible {
+        /// `group.field` as CPython names it
+        field: &'static str,
+        /// the value read
+        value: u64,
+        /// what it was checked against
+        limit: u64,
+    },
+}
+
+/// `_PyRuntimeState` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeStateOffsets {
+    /// sizeof(_PyRuntimeState) (informational: differs between patch releases)
+    pub size: u64,
+    /// `interpreters.head`: first (newest) `PyInterpreterState*`
+    pub interpreters_head: u64,
+}
+
+/// Where the interpreter lock's state lives, if anywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GilLocation {
+    /// 3.11: one GIL in the runtime: `ceval.gil.locked` / `last_holder` (runtime offsets).
+    Runtime {
+        /// int `locked`
+        locked: u64,
+        /// `last_holder` tstate pointer
+        holder: u64,
+    },
+    /// 3.12–3.14: the interpreter's own `_gil` (absolute interpreter offsets).
+    Interpreter {
+        /// int `locked`
+        locked: u64,
+        /// `last_holder` tstate pointer
+        holder: u64,
+    },
+    /// 3.15: `holds_gil` flag in each thread state.
+    ThreadFlag {
+        /// int `holds_gil` in PyThreadState
+        holds_gil: u64,
+    },
+    /// Free-threaded build: there is no GIL to hold.
+    None,
+}
+
+/// `PyInterpreterState` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpreterStateOffsets {
+    /// sizeof(PyInterpreterState)
+    pub size: u64,
+    /// int64 interpreter id
+    pub id: u64,
+    /// next (older) interpreter
+    pub next: u64,
+    /// `threads.head`: newest thread state
+    pub threads_head: u64,
+    /// embedded `_gc_runtime_state`
+    pub gc: u64,
+    /// u64 bumped on every code-object deallocation (3.14+)
+    pub code_object_generation: Option<u64>,
+}
+
+/// `PyThreadState` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadStateOffsets {
+    /// sizeof(PyThreadState)
+    pub size: u64,
+    /// next (older) thread state
+    pub next: u64,
+    /// owning interpreter
+    pub interp: u64,
+    /// 3.13+: `current_frame`. 3.11/3.12: the `cframe` pointer, see [`Self::cframe_current_frame`].
+    pub current_frame: u64,
+    /// 3.11/3.12 only: offset of `current_frame` inside the `_PyCFrame` that `current_frame`
+    /// points to (one more indirection).
+    pub cframe_current_frame: Option<u64>,
+    /// pthread_t of the thread
+    pub thread_id: u64,
+    /// gettid() of the thread, in the target's PID namespace
+    pub native_thread_id: u64,
+    /// 3.15: the bottom sentinel frame; a complete walk ends there
+    pub base_frame: Option<u64>,
+    /// 3.15: frame-cache anchor
+    pub last_profiled_frame: Option<u64>,
+    /// 3.15: anchor sequence, +1 each time the interpreter moves the anchor
+    pub last_profiled_frame_seq: Option<u64>,
+}
+
+/// `_PyInterpreterFrame` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpreterFrameOffsets {
+    /// sizeof(_PyInterpreterFrame)
+    pub size: u64,
+    /// calling frame
+    pub previous: u64,
+    /// `f_code` (≤3.12) / `f_executable` (3.13+, tagged from 3.14)
+    pub executable: u64,
+    /// `prev_instr` (≤3.12) / `instr_ptr` (3.13+)
+    pub instr_ptr: u64,
+    /// `owner` (1 byte)
+    pub owner: u64,
+    /// free-threaded 3.14+: index into `co_tlbc` (int32)
+    pub tlbc_index: Option<u64>,
+}
+
+/// `PyCodeObject` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeObjectOffsets {
+    /// header size (informational)
+    pub size: u64,
+    /// `ob_size`: bytecode length in code units
+    pub ob_size: u64,
+    /// `co_filename` (str)
+    pub filename: u64,
+    /// `co_name` (str)
+    pub name: u64,
+    /// `co_qualname` (str)
+    pub qualname: u64,
+    /// `co_linetable` (bytes)
+    pub linetable: u64,
+    /// `co_firstlineno` (int)
+    pub firstlineno: u64,
+    /// inline bytecode start
+    pub co_code_adaptive: u64,
+    /// free-threaded 3.14+: `_PyCodeArray*` of thread-local bytecode copies
+    pub co_tlbc: Option<u64>,
+}
+
+/// `PyObject` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PyObjectOffsets {
+    /// sizeof(PyObject): 16, or 32 in free-threaded builds
+    pub size: u64,
+    /// `ob_type`
+    pub ob_type: u64,
+}
+
+/// `PyBytesObject` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BytesObjectOffsets {
+    /// length in bytes
+    pub ob_size: u64,
+    /// data start
+    pub ob_sval: u64,
+}
+
+/// Bit positions inside `PyASCIIObject.state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnicodeStateBits {
+    /// shift of the 3-bit `kind` (1, 2 or 4 bytes per code point)
+    pub kind_shift: u32,
+    /// bit of `compact`
+    pub compact_bit: u32,
+    /// bit of `ascii`
+    pub ascii_bit: u32,
+}
+
+/// `PyUnicodeObject` fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnicodeObjectOffsets {
+    /// 4-byte `state` bitfield
+    pub state: u64,
+    /// length in code points
+    pub length: u64,
+    /// data start of a compact ASCII string
+    pub asciiobject_size: u64,
+    /// data start of a compact non-ASCII string
+    pub compactunicodeobject_size: u64,
+    /// layout of `state`
+    pub state_bits: UnicodeStateBits,
+}
+
+/// `_gc_runtime_state` fields (relative to `interpreter_state.gc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcOffsets {
+    /// int, non-zero while a collection runs
+    pub collecting: u64,
+    /// 3.15: the frame that was current when the collection started
+    pub frame: Option<u64>,
+}
+
+/// How frames behave, as data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameModel {
+    /// The IP field points at the last *started* instruction (`prev_instr`, ≤3.12) rather than
+    /// the current one; a frame that has not started holds `base - 1`.
+    pub ip_is_prev_instr: bool,
+    /// Bits to clear from `f_executable` (3.14+: `_PyStackRef` tags).
+    pub executable_tag_mask: u64,
+    /// Owner value of frames that mark a C boundary and are not reported (3 in 3.12+).
+    pub entry_owner: Option<u8>,
+    /// Owner value of generator frames.
+    pub generator_owner: u8,
+    /// 3.11: `is_entry` bool on the first Python frame of each C-level evaluation.
+    pub is_entry: Option<u64>,
+}
+
+/// Everything the unwinder needs to know about one target's CPython build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offsets {
+    /// exact version of the target
+    pub version: PythonVersion,
+    /// `--disable-gil` build
+    pub free_threaded: bool,
+    /// `_PyRuntimeState`
+    pub runtime_state: RuntimeStateOffsets,
+    /// `PyInterpreterState`
+    pub interpreter_state: InterpreterStateOffsets,
+    /// `PyThreadState`
+    pub thread_state: ThreadStateOffsets,
+    /// `_PyInterpreterFrame`
+    pub interpreter_frame: InterpreterFrameOffsets,
+    /// `PyCodeObject`
+    pub code_object: CodeObjectOffsets,
+    /// `PyObject`
+    pub pyobject: PyObjectOffsets,
+    /// `PyBytesObject`
+    pub bytes_object: BytesObjectOffsets,
+    /// `PyUnicodeObject`
+    pub unicode_object: UnicodeObjectOffsets,
+    /// `_gc_runtime_state`
+    pub gc: GcOffsets,
+    /// where the GIL state is
+    pub gil: GilLocation,
+    /// frame semantics
+    pub frame: FrameModel,
+}
+
+/// Largest struct we accept from a table: guards against garbage sizes.
+const MAX_STRUCT_SIZE: u64 = 1 << 20;
+/// Largest header prefix we read of a frame, thread state or code object.
+pub const MAX_HEADER_READ: u64 = 4096;
+
+impl Offsets {
+    /// Checks every offset the unwinder dereferences against the struct sizes the table
+    /// reports, and their alignment, so garbage tables fail here and not mid-walk.
+    pub fn validate(&self) -> Result<(), OffsetsError> {
+        fn check(
+            field: &'static str,
+            off: u64,
+            width: u64,
+            limit: u64,
+        ) -> Result<(), OffsetsError> {
+            let end = off.checked_add(width).unwrap_or(u64::MAX);
+            if end > limit || off % width.min(8) != 0 {
+                return Err(OffsetsError::Implausible { field, value: off, limit });
+            }
+            Ok(())
+        }
+        let r = &self.runtime_state;
+        let i = &self.interpreter_state;
+        let t = &self.thread_state;
+        let f = &self.interpreter_frame;
+        let c = &self.code_object;
+        for (field, size) in [
+            ("runtime_state.size", r.size),
+            ("interpreter_state.size", i.size),
+            ("thread_state.size", t.size),
+            ("interpreter_frame.size", f.size),
+            ("code_object.size", c.size),
+        ] {
+            if size == 0 || size > MAX_STRUCT_SIZE {
+                return Err(OffsetsError::Implausible { field, value: size, limit: MAX_STRUCT_SIZE });
+            }
+        }
+        check("runtime_state.interpreters_head", r.interpreters_head, 8, r.size)?;
+        check("interpreter_state.next", i.next, 8, i.size)?;
+        check("interpreter_state.threads_head", i.threads_head, 8, i.size)?;
+        check("interpreter_state.gc", i.gc, 8, i.size)?;
+        if let Some(g) = i.code_object_generation {
+            check("interpreter_state.code_object_generation", g, 8, i.size)?;
+        }
+        let tmax = t.size.min(MAX_HEADER_READ);
+        check("thread_state.next", t.next, 8, tmax)?;
+        check("thread_state.current_frame", t.current_frame, 8, tmax)?;
+        check("thread_state.thread_id", t.thread_id, 8, tmax)?;
+        check("thread_state.native_thread_id", t.native_thread_id, 8, tmax)?;
+        for (field, off) in [
+            ("thread_state.base_frame", t.base_frame),
+            ("thread_state.last_profiled_frame", t.last_profiled_frame),
+            ("thread_state.last_profiled_frame_seq", t.last_profiled_frame_seq),
+        ] {
+            if let Some(off) = off {
+                check(field, off, 8, tmax)?;
+            }
+        }
+        let fmax = f.size.min(MAX_HEADER_READ);
+        check("interpreter_frame.previous", f.previous, 8, fmax)?;
+        check("interpreter_frame.executable", f.executable, 8, fmax)?;
+        check("interpreter_frame.instr_ptr", f.instr_ptr, 8, fmax)?;
+        check("interpreter_frame.owner", f.owner, 1, fmax)?;
+        if let Some(off) = f.tlbc_index {
+            check("interpreter_frame.tlbc_index", off, 4, fmax)?;
+        }
+        let cmax = c.size.min(MAX_HEADER_READ);
+        check("code_object.filename", c.filename, 8, cmax)?;
+        check("code_object.qualname", c.qualname, 8, cmax)?;
+        check("code_object.linetable", c.linetable, 8, cmax)?;
+        check("code_object.firstlineno", c.firstlineno, 4, cmax)?;
+        check("code_object.co_code_adaptive", c.co_code_adaptive, 2, cmax + 8)?;
+        check("pyobject.ob_type", self.pyobject.ob_type, 8, self.pyobject.size)?;
+        check("bytes_object.ob_sval", self.bytes_object.ob_sval, 1, 256)?;
+        check("unicode_object.asciiobject_size", self.unicode_object.asciiobject_size, 1, 256)?;
+        Ok(())
+    }
+
+    /// Bytes of a frame the unwinder reads in one go: every field it needs lies below this.
+    pub fn frame_read_len(&self) -> usize {
+        let f = &self.interpreter_frame;
+        let mut end = [f.previous + 8, f.executable + 8, f.instr_ptr + 8, f.owner + 1]
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        if let Some(t) = f.tlbc_index {
+            end = end.max(t + 4);
+        }
+        if let Some(e) = self.frame.is_entry {
+            end = end.max(e + 1);
+        }
+        end as usize
+    }
+
+    /// Bytes of a thread state the unwinder reads in one go.
+    pub fn thread_read_len(&self) -> usize {
+        let t = &self.thread_state;
+        let mut end = [t.next, t.current_frame, t.thread_id, t.native_thread_id, t.interp]
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+            + 8;
+        for off in [t.base_frame, t.last_profiled_frame, t.last_profiled_frame_seq]
+            .into_iter()
+            .flatten()
+        {
+            end = end.max(off + 8);
+        }
+        if let GilLocation::ThreadFlag { holds_gil } = self.gil {
+            end = end.max(holds_gil + 4);
+        }
+        end as usize
+    }
+
+    /// Bytes of a code object the symbolizer reads in one go.
+    pub fn code_read_len(&self) -> usize {
+        let c = &self.code_object;
+        let mut end = [c.filename, c.name, c.qualname, c.linetable, c.ob_size]
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+            + 8;
+        end = end.max(c.firstlineno + 4).max(self.pyobject.ob_type + 8);
+        if let Some(t) = c.co_tlbc {
+            end = end.max(t + 8);
+        }
+        end as usize
+    }
+
+    /// True when the 3.15 frame-cache protocol (`last_profiled_frame` + sequence) is available.
+    pub fn has_frame_cache_anchor(&self) -> bool {
+        self.thread_state.last_profiled_frame.is_some()
+            && self.thread_state.last_profiled_frame_seq.is_some()
+    }
+}

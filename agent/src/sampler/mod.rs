@@ -1,1 +1,11 @@
-//! sampler stage.
+//! Sampler stage: when samples are taken and where their raw data comes from.
+//!
+//! [`bpf`]: a perf-event BPF program on every CPU walks the frame chain of whatever Python
+//! thread the CPU is running and hands raw frame addresses over a ring buffer.
+//! [`userspace`]: a timer that unwinds each target through `process_vm_readv` (no privileges
+//! beyond ptrace rights, no BPF); [`blocking`] optionally stops a process around its sample.
+//! Both feed the same unwinder, symbolizer and aggregator.
+
+pub mod blocking;
+pub mod bpf;
+pub mod userspace;

@@ -1,2 +1,203 @@
-//! symbolize stage.
-pub mod frame; pub use frame::{Frame, FrameKind};
+//! Symbolize stage: code object + instruction pointer → (qualified name, file, line).
+//!
+//! In: remote code-object addresses and instruction pointers from the unwinder. Out: [`Frame`]s.
+//! Caches: one [`CodeInfo`] per code-object address (names, first line, decoded line table).
+//! Code objects are freed and their addresses reused, so the cache is invalidated by the
+//! interpreter's `code_object_generation` where it exists (3.14+); before 3.14 each entry is
+//! re-validated once per sample against a fingerprint of the code object's header.
+
+mod frame;
+mod linetable;
+mod strings;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use frame::{Frame, FrameKind};
+pub use linetable::{LineRange, LineTable};
+pub use strings::{read_bytes, read_str, ObjectError};
+
+use crate::memory::{ProcessMemory, StructBytes};
+use crate::offsets::Offsets;
+
+/// What we keep of one code object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeInfo {
+    /// `co_qualname`
+    pub qualname: Arc<str>,
+    /// `co_filename`
+    pub filename: Arc<str>,
+    /// `co_firstlineno`
+    pub first_line: u32,
+    /// bytecode length in code units (`ob_size`)
+    pub len_units: u64,
+    /// decoded `co_linetable`
+    pub lines: LineTable,
+}
+
+/// Header words that change when a code address is reused by another code object.
+type Fingerprint = [u64; 5];
+
+#[derive(Debug)]
+struct CodeEntry {
+    info: Arc<CodeInfo>,
+    fingerprint: Fingerprint,
+    /// sample epoch in which the fingerprint was last checked
+    checked_epoch: u64,
+}
+
+/// Counters of the code-object cache.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SymbolizerStats {
+    /// lookups answered from the cache
+    pub hits: u64,
+    /// code objects read from the target
+    pub misses: u64,
+    /// entries dropped because their address now holds another code object
+    pub stale: u64,
+    /// whole-cache flushes on a `code_object_generation` change
+    pub flushes: u64,
+}
+
+/// The code-object cache and line lookup for one process.
+#[derive(Debug)]
+pub struct Symbolizer {
+    offsets: Offsets,
+    /// runtime address of `PyCode_Type`, to tell code objects from anything else
+    code_type: u64,
+    cache: HashMap<u64, CodeEntry>,
+    generation: Option<u64>,
+    epoch: u64,
+    max_entries: usize,
+    stats: SymbolizerStats,
+}
+
+impl Symbolizer {
+    /// A symbolizer for a process with layout `offsets` whose `PyCode_Type` is at `code_type`.
+    pub fn new(offsets: Offsets, code_type: u64) -> Symbolizer {
+        Symbolizer {
+            offsets,
+            code_type,
+            cache: HashMap::new(),
+            generation: None,
+            epoch: 0,
+            max_entries: 65536,
+            stats: SymbolizerStats::default(),
+        }
+    }
+
+    /// Starts a sample. `generation` is the interpreter's `code_object_generation` (3.14+):
+    /// a change means some code object was freed, so any cached address may now be another one.
+    pub fn begin_sample(&mut self, generation: Option<u64>) {
+        self.epoch += 1;
+        if let Some(g) = generation {
+            if self.generation.is_some_and(|old| old != g) {
+                self.cache.clear();
+                self.stats.flushes += 1;
+            }
+            self.generation = Some(g);
+        }
+    }
+
+    /// Cache counters.
+    pub fn stats(&self) -> SymbolizerStats {
+        self.stats
+    }
+
+    /// Number of cached code objects.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+
+    fn fingerprint(&self, header: &[u8]) -> Fingerprint {
+        let c = &self.offsets.code_object;
+        [
+            header.u64_at(self.offsets.pyobject.ob_type),
+            header.u64_at(c.filename),
+            header.u64_at(c.qualname),
+            header.u64_at(c.linetable),
+            header.u32_at(c.firstlineno) as u64 | header.u64_at(c.ob_size) << 32,
+        ]
+    }
+
+    /// The code object at `addr`, or `Ok(None)` if `addr` is not a code object (an entry
+    /// frame's `None`, a torn read).
+    pub fn code_info(
+        &mut self,
+        mem: &mut impl ProcessMemory,
+        addr: u64,
+    ) -> Result<Option<Arc<CodeInfo>>, ObjectError> {
+        if addr == 0 || addr % 8 != 0 {
+            return Ok(None);
+        }
+        let need_check = self.generation.is_none();
+        if let Some(entry) = self.cache.get(&addr) {
+            if !need_check || entry.checked_epoch == self.epoch {
+                self.stats.hits += 1;
+                return Ok(Some(entry.info.clone()));
+            }
+        }
+        let mut header = [0u8; 512];
+        let header = &mut header[..self.offsets.code_read_len().min(512)];
+        mem.read(addr, header)?;
+        if header.u64_at(self.offsets.pyobject.ob_type) != self.code_type {
+            return Ok(None);
+        }
+        let fingerprint = self.fingerprint(header);
+        if let Some(entry) = self.cache.get_mut(&addr) {
+            if entry.fingerprint == fingerprint {
+                entry.checked_epoch = self.epoch;
+                self.stats.hits += 1;
+                return Ok(Some(entry.info.clone()));
+            }
+            self.stats.stale += 1;
+        }
+        self.stats.misses += 1;
+        let c = &self.offsets.code_object;
+        let o = &self.offsets;
+        let first_line = header.u32_at(c.firstlineno);
+        let table = read_bytes(mem, o, header.u64_at(c.linetable))?;
+        let info = Arc::new(CodeInfo {
+            qualname: read_str(mem, o, header.u64_at(c.qualname))?.into(),
+            filename: read_str(mem, o, header.u64_at(c.filename))?.into(),
+            first_line,
+            len_units: header.u64_at(c.ob_size),
+            lines: LineTable::decode(&table, first_line),
+        });
+        if self.cache.len() >= self.max_entries {
+            self.cache.clear();
+        }
+        self.cache.insert(
+            addr,
+            CodeEntry { info: info.clone(), fingerprint, checked_epoch: self.epoch },
+        );
+        Ok(Some(info))
+    }
+
+    /// The frame for `info` executing at `ip`, with the bytecode starting at `bytecode_base`.
+    pub fn frame(&self, info: &CodeInfo, ip: u64, bytecode_base: u64) -> Frame {
+        let line = if ip < bytecode_base {
+            // ≤3.12 `prev_instr` of a frame that has not started is `base - 1`.
+            self.offsets.frame.ip_is_prev_instr.then_some(info.first_line)
+        } else {
+            let addrq = (ip - bytecode_base) / 2;
+            if addrq < info.len_units {
+                info.lines.line_at(addrq as u32)
+            } else {
+                None // torn read: an IP outside this code object
+            }
+        };
+        Frame {
+            function: info.qualname.clone(),
+            file: info.filename.clone(),
+            line,
+            first_line: info.first_line,
+            kind: FrameKind::Python,
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! What discovery needs from an ELF object: where `_PyRuntime`, `PyCode_Type` and `Py_Version`
+//! are, and the PT_LOAD segments to compute the load bias from the maps.
+
+use std::path::Path;
+
+use goblin::elf::program_header::PT_LOAD;
+use goblin::elf::Elf;
+
+use super::MapsEntry;
+
+/// Reading or parsing an object failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// path tried
+        path: String,
+        /// cause
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not a parseable ELF file.
+    #[error("cannot parse {path} as ELF: {source}")]
+    Parse {
+        /// path tried
+        path: String,
+        /// cause
+        #[source]
+        source: goblin::error::Error,
+    },
+}
+
+/// Addresses (link-time virtual addresses) of the symbols discovery needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElfFacts {
+    /// `_PyRuntime` / `.PyRuntime`
+    pub runtime_vaddr: u64,
+    /// `PyCode_Type`
+    pub code_type_vaddr: u64,
+    /// `Py_Version` (absent in some stripped builds)
+    pub py_version_vaddr: Option<u64>,
+    /// `ET_DYN` (a shared library or PIE)
+    pub is_shared_object: bool,
+    /// PT_LOAD segments: (p_offset, p_vaddr)
+    pub loads: Vec<(u64, u64)>,
+}
+
+const PAGE_MASK: u64 = !0xfff;
+
+impl ElfFacts {
+    /// Load bias: how far the object was moved from its link-time addresses, found from a
+    /// maps line whose file offset is the (page-aligned) offset of one of its PT_LOAD segments.
+    pub fn load_bias(&self, entries: &[MapsEntry]) -> Option<u64> {
+        entries.iter().find_map(|e| {
+            self.loads
+                .iter()
+                .find(|(off, _)| off & PAGE_MASK == e.offset)
+                .map(|(_, vaddr)| e.start.wrapping_sub(vaddr & PAGE_MASK))
+        })
+    }
+}
+
+/// Parses the object mapped at `path` in process `pid` (through `/proc/PID/root`, or
+/// `/proc/PID/map_files` when the file was deleted or replaced). `Ok(None)` when it holds no
+/// CPython runtime.
+pub fn load_facts(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<Option<ElfFacts>, ElfError> {
+    let rooted = format!("/proc/{pid}/root{}", path.display());
+    let deleted = entries.iter().any(|e| e.deleted);
+    let bytes = match (deleted, entries.first()) {
+        (true, Some(e)) => std::fs::read(format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end)),
+        _ => std::fs::read(&rooted),
+    }
+    .map_err(|source| ElfError::Io { path: rooted.clone(), source })?;
+    parse_facts(&bytes).map_err(|source| ElfError::Parse { path: rooted, source })
+}
+
+/// The facts of an ELF image in memory.
+pub fn parse_facts(bytes: &[u8]) -> Result<Option<ElfFacts>, goblin::error::Error> {
+    let elf = Elf::parse(bytes)?;
+    let find = |name: &str| -> Option<u64> {
+        let dyn_hit = elf.dynsyms.iter().find(|s| elf.dynstrtab.get_at(s.st_name) == Some(name));
+        let hit = dyn_hit.or_else(|| elf.syms.iter().find(|s| elf.strtab.get_at(s.st_name) == Some(name)));
+        hit.map(|s| s.st_value).filter(|&v| v != 0)
+    };
+    let section = elf
+        .section_headers
+        .iter()
+        .find(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(".PyRuntime"))
+        .map(|s| s.sh_addr);
+    let Some(runtime_vaddr) = find("_PyRuntime").or(section) else { return Ok(None) };
+    let Some(code_type_vaddr) = find("PyCode_Type") else { return Ok(None) };
+    Ok(Some(ElfFacts {
+        runtime_vaddr,
+        code_type_vaddr,
+        py_version_vaddr: find("Py_Version"),
+        is_shared_object: elf.header.e_type == goblin::elf::header::ET_DYN,
+        loads: elf
+            .program_headers
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD)
+            .map(|p| (p.p_offset, p.p_vaddr))
+            .collect(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bias_from_maps() {
+        let facts = ElfFacts {
+            runtime_vaddr: 0x5000,
+            code_type_vaddr: 0x6000,
+            py_version_vaddr: None,
+            is_shared_object: true,
+            loads: vec![(0, 0), (0x1234, 0x2234)],
+        };
+        let entries = [MapsEntry { start: 0x7f0000001000, end: 0x7f0000002000, offset: 0x1000, deleted: false }];
+        assert_eq!(facts.load_bias(&entries), Some(0x7f0000001000 - 0x2000));
+    }
+
+    #[test]
+    fn host_python_has_runtime() {
+        let bytes = std::fs::read("/usr/bin/python3.11").expect("Debian's python3.11 is installed");
+        let f = parse_facts(&bytes).expect("ELF").expect("has _PyRuntime");
+        assert!(!f.is_shared_object, "Debian's python3.11 is ET_EXEC");
+        assert!(f.py_version_vaddr.is_some());
+    }
+}

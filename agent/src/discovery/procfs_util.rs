@@ -1,0 +1,148 @@
+//! Small readers of /proc files.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::DiscoveryError;
+
+/// One line of /proc/PID/maps that maps a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapsEntry {
+    /// start address
+    pub start: u64,
+    /// end address
+    pub end: u64,
+    /// file offset of `start`
+    pub offset: u64,
+    /// the path was marked `(deleted)`
+    pub deleted: bool,
+}
+
+fn io_error(pid: u32, what: &str, e: std::io::Error) -> DiscoveryError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => DiscoveryError::NoSuchProcess { pid },
+        std::io::ErrorKind::PermissionDenied => DiscoveryError::Denied { pid },
+        _ if e.raw_os_error() == Some(libc::ESRCH) => DiscoveryError::NoSuchProcess { pid },
+        _ => DiscoveryError::Proc { pid, what: what.to_string(), source: e },
+    }
+}
+
+/// File-backed mappings of `pid`, grouped by path, in address order.
+pub(super) fn read_maps(pid: u32) -> Result<Vec<(PathBuf, MapsEntry)>, DiscoveryError> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|e| io_error(pid, "maps", e))?;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(6, ' ');
+        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(inode)) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let path = parts.next().unwrap_or("").trim_start();
+        if inode == "0" || !path.starts_with('/') {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end), Ok(offset)) = (
+            u64::from_str_radix(start, 16),
+            u64::from_str_radix(end, 16),
+            u64::from_str_radix(offset, 16),
+        ) else {
+            continue;
+        };
+        let (path, deleted) = match path.strip_suffix(" (deleted)") {
+            Some(p) => (p, true),
+            None => (path, false),
+        };
+        out.push((PathBuf::from(path), MapsEntry { start, end, offset, deleted }));
+    }
+    Ok(out)
+}
+
+/// The objects worth parsing for a runtime: the executable and anything named like libpython.
+/// (Every other library would cost an ELF parse for nothing.)
+pub(super) fn candidate_objects(
+    maps: &[(PathBuf, MapsEntry)],
+    exe: Option<&Path>,
+) -> Vec<(PathBuf, Vec<MapsEntry>)> {
+    let mut by_path: BTreeMap<PathBuf, (u64, Vec<MapsEntry>)> = BTreeMap::new();
+    for (path, entry) in maps {
+        let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+        if Some(path.as_path()) == exe || name.contains("python") {
+            let slot = by_path.entry(path.clone()).or_insert((entry.start, Vec::new()));
+            slot.1.push(entry.clone());
+        }
+    }
+    let mut v: Vec<_> = by_path.into_iter().map(|(p, (start, e))| (start, p, e)).collect();
+    // Lowest address first, like the maps file; validation picks the live one.
+    v.sort_by_key(|(start, _, _)| *start);
+    v.into_iter().map(|(_, p, e)| (p, e)).collect()
+}
+
+/// The executable's path as the target sees it.
+pub(super) fn exe_path(pid: u32) -> Option<PathBuf> {
+    let p = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let s = p.to_string_lossy();
+    Some(PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s)))
+}
+
+/// `comm` of a process.
+pub(super) fn comm(pid: u32) -> Option<String> {
+    Some(std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim_end().to_string())
+}
+
+/// Whether `/proc/PID` exists.
+pub fn process_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// A thread's ids in the host and in its own PID namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskIds {
+    /// TID as this agent sees it
+    pub host_tid: u32,
+    /// TID inside the target's PID namespace (what CPython stores as `native_thread_id`)
+    pub ns_tid: u32,
+}
+
+fn nspid_last(status: &str) -> Option<u32> {
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
+/// The pid of `pid` inside its own PID namespace.
+pub fn ns_pid(pid: u32) -> Option<u32> {
+    nspid_last(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
+/// Every thread of `pid` with its namespace TID.
+pub fn task_ids(pid: u32) -> Vec<TaskIds> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    dir.filter_map(|e| {
+        let host_tid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{host_tid}/status")).ok();
+        let ns_tid = status.as_deref().and_then(nspid_last).unwrap_or(host_tid);
+        Some(TaskIds { host_tid, ns_tid })
+    })
+    .collect()
+}
+
+/// The kernel's name of a thread (`comm`; CPython 3.14+ sets it from `Thread.name`).
+pub fn thread_name(pid: u32, host_tid: u32) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{host_tid}/comm")).ok()?;
+    Some(s.trim_end().to_string())
+}
+
+/// Direct children of `pid` (all threads' children).
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for t in task_ids(pid) {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{}/children", t.host_tid)) {
+            out.extend(s.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}

@@ -1,0 +1,365 @@
+//! A gzipped pprof `Profile` (`perftools.profiles`, `profile.proto`), as `go tool pprof`, Pyroscope and
+//! Grafana read it.
+//!
+//! Layout of what is written:
+//! - sample types `samples/count` and `cpu/nanoseconds` (count x period, the default type); period type
+//!   `cpu/nanoseconds` with `period` = the sampling period; `time_nanos` and `duration_nanos` from the window.
+//! - one `Function` per distinct (qualified name, file, first line): `name` is the qualified name,
+//!   `start_line` is `co_firstlineno`; pseudo-frames (`<native>`, `<GC>`) have file `~`. `system_name` stays
+//!   empty on purpose: when it equals `name`, pprof "demangles" it and, taking `<...>` for C++ template
+//!   arguments, turns `<module>` into an empty name and `f.<locals>.g` into `f..g` (google/pprof
+//!   `internal/symbolizer/symbolizer.go`, `demangleSingleFunction`: a name differing from `system_name`
+//!   counts as already demangled).
+//! - one `Location` per distinct (function, line), holding one `Line`; a frame without a line gets line 0.
+//!   There is no `Mapping`: Python frames have no addresses, and pprof only symbolizes mapped locations.
+//! - `location_id` innermost first (pprof's leaf-first order).
+//! - sample labels, Pyroscope-style: `thread_id` (num), `thread_name` (str, when known), then every
+//!   process-level label of the window (str). When those lack `pid`, each sample carries `pid` (num) instead.
+//! - a comment `pyagent: N samples dropped` when the window dropped any.
+//!
+//! Strings, functions and locations are numbered in the order the sorted stacks first use them, so the same
+//! window gives the same bytes.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ::pprof::protos::{Function, Label, Line, Location, Profile, Sample, ValueType};
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use prost::Message;
+
+use crate::aggregate::ProfileWindow;
+use crate::symbolize::Frame;
+
+/// Writes `window` as a gzipped pprof profile.
+pub fn write(window: &ProfileWindow, out: &mut impl Write) -> io::Result<()> {
+    let bytes = build(window).encode_to_vec();
+    let mut gzip = GzEncoder::new(out, Compression::default());
+    gzip.write_all(&bytes)?;
+    gzip.finish()?;
+    Ok(())
+}
+
+/// The pprof `Profile` for `window`, before encoding.
+pub fn build(window: &ProfileWindow) -> Profile {
+    let mut builder = Builder::default();
+    // Index 0 must be the empty string (profile.proto).
+    builder.string("");
+    let period_ns = to_i64(window.period_ns);
+    let samples_count = builder.value_type("samples", "count");
+    let cpu_ns = builder.value_type("cpu", "nanoseconds");
+    let mut profile = Profile {
+        default_sample_type: cpu_ns.ty,
+        period_type: Some(cpu_ns.clone()),
+        sample_type: vec![samples_count, cpu_ns],
+        period: period_ns,
+        time_nanos: unix_nanos(window.start),
+        duration_nanos: to_i64(window.duration.as_nanos()),
+        ..Profile::default()
+    };
+
+    let thread_id_key = builder.string("thread_id");
+    let thread_name_key = builder.string("thread_name");
+    let pid_key = (!window.labels.contains_key("pid")).then(|| builder.string("pid"));
+    let process_labels: Vec<Label> = window
+        .labels
+        .iter()
+        .map(|(key, value)| Label {
+            key: builder.string(key),
+            str: builder.string(value),
+            ..Label::default()
+        })
+        .collect();
+
+    for (key, count) in window.stacks() {
+        let location_id = key
+            .frames
+            .iter()
+            .map(|frame| builder.location(frame))
+            .collect();
+        let mut label = vec![Label {
+            key: thread_id_key,
+            num: i64::from(key.tid),
+            ..Label::default()
+        }];
+        if let Some(name) = &key.thread_name {
+            label.push(Label {
+                key: thread_name_key,
+                str: builder.string(name),
+                ..Label::default()
+            });
+        }
+        if let Some(pid_key) = pid_key {
+            label.push(Label {
+                key: pid_key,
+                num: i64::from(key.pid),
+                ..Label::default()
+            });
+        }
+        label.extend_from_slice(&process_labels);
+        let count = to_i64(count);
+        profile.sample.push(Sample {
+            location_id,
+            value: vec![count, count.saturating_mul(period_ns)],
+            label,
+        });
+    }
+
+    if window.dropped > 0 {
+        let comment = builder.string(&format!("pyagent: {} samples dropped", window.dropped));
+        profile.comment.push(comment);
+    }
+    profile.function = builder.functions;
+    profile.location = builder.locations;
+    profile.string_table = builder.strings;
+    profile
+}
+
+/// The deduplicated tables of one profile.
+#[derive(Default)]
+struct Builder {
+    strings: Vec<String>,
+    string_ids: HashMap<String, i64>,
+    functions: Vec<Function>,
+    function_ids: HashMap<(Arc<str>, Arc<str>, u32), u64>,
+    locations: Vec<Location>,
+    location_ids: HashMap<(u64, i64), u64>,
+}
+
+impl Builder {
+    fn string(&mut self, text: &str) -> i64 {
+        if let Some(&id) = self.string_ids.get(text) {
+            return id;
+        }
+        let id = to_i64(self.strings.len());
+        self.strings.push(text.to_owned());
+        self.string_ids.insert(text.to_owned(), id);
+        id
+    }
+
+    fn value_type(&mut self, ty: &str, unit: &str) -> ValueType {
+        ValueType {
+            ty: self.string(ty),
+            unit: self.string(unit),
+        }
+    }
+
+    fn function(&mut self, frame: &Frame) -> u64 {
+        let key = (
+            Arc::clone(&frame.function),
+            Arc::clone(&frame.file),
+            frame.first_line,
+        );
+        if let Some(&id) = self.function_ids.get(&key) {
+            return id;
+        }
+        // Ids start at 1: 0 means "none" in profile.proto.
+        let id = self.functions.len() as u64 + 1;
+        let name = self.string(&frame.function);
+        let filename = self.string(&frame.file);
+        self.functions.push(Function {
+            id,
+            name,
+            // Not `name`: see the module docs (pprof would strip `<module>` to nothing).
+            system_name: 0,
+            filename,
+            start_line: i64::from(frame.first_line),
+        });
+        self.function_ids.insert(key, id);
+        id
+    }
+
+    fn location(&mut self, frame: &Frame) -> u64 {
+        let function_id = self.function(frame);
+        let line = frame.line.map_or(0, i64::from);
+        *self
+            .location_ids
+            .entry((function_id, line))
+            .or_insert_with(|| {
+                let id = self.locations.len() as u64 + 1;
+                self.locations.push(Location {
+                    id,
+                    line: vec![Line { function_id, line }],
+                    ..Location::default()
+                });
+                id
+            })
+    }
+}
+
+fn unix_nanos(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| to_i64(since.as_nanos()))
+}
+
+/// pprof stores counts and times as int64; anything larger saturates.
+fn to_i64<T: TryInto<i64>>(value: T) -> i64 {
+    value.try_into().unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::aggregate::tests::{frame, sample};
+    use crate::aggregate::Aggregator;
+    use crate::symbolize::FrameKind;
+
+    const PERIOD_NS: u64 = 10_000_000;
+
+    fn window() -> ProfileWindow {
+        let module = frame("<module>", "/srv/app.py", 30, 1);
+        let handle = frame("Server.handle", "/srv/server.py", 12, 10);
+        let parse = frame(
+            "JSONDecoder.raw_decode",
+            "/usr/lib/python3.12/json/decoder.py",
+            353,
+            343,
+        );
+        let mut on_request = frame("serve.<locals>.on_request", "/srv/server.py", 0, 38);
+        on_request.line = None;
+        let main_thread = Some("MainThread");
+        let mut agg = Aggregator::new(PERIOD_NS);
+        agg.set_label("service", "web");
+        agg.set_label("python_version", "3.12.3");
+        let deep = vec![parse, handle.clone(), module.clone()];
+        agg.add_count(&sample(4321, 4321, main_thread, deep), 3);
+        agg.add(&sample(
+            4321,
+            4321,
+            main_thread,
+            vec![handle.clone(), module.clone()],
+        ));
+        let gc = vec![Frame::pseudo(FrameKind::Gc), on_request, handle, module];
+        agg.add_count(&sample(4321, 4330, None, gc), 2);
+        agg.add_dropped(1);
+        let mut window = agg.cut();
+        window.start = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        window.duration = Duration::from_secs(10);
+        window
+    }
+
+    #[test]
+    fn tables_are_deduplicated() {
+        let profile = build(&window());
+        assert_eq!(profile.string_table[0], "");
+        let mut strings = profile.string_table.clone();
+        strings.sort();
+        strings.dedup();
+        assert_eq!(
+            strings.len(),
+            profile.string_table.len(),
+            "duplicate strings"
+        );
+        // <module>, Server.handle, JSONDecoder.raw_decode, serve.<locals>.on_request, <GC>; one location each.
+        assert_eq!(profile.function.len(), 5);
+        assert_eq!(profile.location.len(), 5);
+        assert_eq!(profile.sample.len(), 3);
+        let total: i64 = profile.sample.iter().map(|s| s.value[0]).sum();
+        assert_eq!(total, 6);
+        for sample in &profile.sample {
+            assert_eq!(sample.value[1], sample.value[0] * PERIOD_NS as i64);
+        }
+        assert_eq!(profile.time_nanos, 1_700_000_000_000_000_000);
+        assert_eq!(profile.duration_nanos, 10_000_000_000);
+    }
+
+    /// A directory removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> TempDir {
+            let path = std::env::temp_dir().join(format!("pyagent-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).expect("create temp dir");
+            TempDir(path)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Runs `go tool pprof ARGS FILE` and returns its stdout; panics with its stderr on failure.
+    fn go_pprof(dir: &Path, args: &[&str], file: &Path) -> String {
+        let output = Command::new("go")
+            .arg("tool")
+            .arg("pprof")
+            .args(args)
+            .arg(file)
+            // pprof and go want writable homes and caches; keep them out of the user's.
+            .env("HOME", dir)
+            .env("GOCACHE", dir.join("gocache"))
+            .env("PPROF_TMPDIR", dir.join("pprof"))
+            .output()
+            .unwrap_or_else(|err| {
+                panic!("cannot run `go tool pprof` ({err}); install Go: apt-get install golang-go")
+            });
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "go tool pprof {args:?} failed: {}\n{stderr}\n{stdout}",
+            output.status
+        );
+        stdout
+    }
+
+    #[test]
+    fn go_tool_pprof_reads_the_profile() {
+        let dir = TempDir::new("pprof-export");
+        let file = dir.0.join("profile.pb.gz");
+        let mut bytes = Vec::new();
+        write(&window(), &mut bytes).unwrap();
+        assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzip magic");
+        std::fs::write(&file, &bytes).unwrap();
+
+        let raw = go_pprof(&dir.0, &["-raw"], &file);
+        println!("{raw}");
+        for expected in [
+            "PeriodType: cpu nanoseconds",
+            "Period: 10000000",
+            "Duration: 10s",
+            "samples/count cpu/nanoseconds",
+            "3   30000000:",
+            "JSONDecoder.raw_decode /usr/lib/python3.12/json/decoder.py:353 s=343",
+            "Server.handle /srv/server.py:12 s=10",
+            "<module> /srv/app.py:30 s=1",
+            "serve.<locals>.on_request /srv/server.py:0 s=38",
+            "<GC> ~:0 s=0",
+            "thread_id:[4321]",
+            "thread_id:[4330]",
+            "thread_name:[MainThread]",
+            "service:[web]",
+            "python_version:[3.12.3]",
+            "pid:[4321]",
+            "pyagent: 1 samples dropped",
+        ] {
+            assert!(
+                raw.contains(expected),
+                "missing {expected:?} in go tool pprof -raw output:\n{raw}"
+            );
+        }
+
+        let top = go_pprof(&dir.0, &["-top"], &file);
+        println!("{top}");
+        for expected in [
+            "Type: cpu",
+            "JSONDecoder.raw_decode",
+            "Server.handle",
+            "<GC>",
+        ] {
+            assert!(
+                top.contains(expected),
+                "missing {expected:?} in go tool pprof -top output:\n{top}"
+            );
+        }
+    }
+}

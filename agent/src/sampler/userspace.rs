@@ -1,0 +1,252 @@
+//! The userspace sampler: a timer that unwinds every target process through `process_vm_readv`,
+//! no BPF needed (unprivileged use, or kernels without BPF).
+//!
+//! In: root PIDs, a rate. Out: [`ThreadSample`]s into an [`Aggregator`]. With `subprocesses` it
+//! follows the children of the roots as they appear; with `blocking` it stops each process
+//! around its sample. A process that exits is dropped from the set; the run ends when none
+//! remain, the duration is over, or `stop` is set.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::aggregate::Aggregator;
+use crate::discovery::{children, locate_runtime, DiscoveryError};
+use crate::sampler::blocking::{PausedThreads, SeizeStats};
+use crate::unwind::{UnwindError, UnwindOptions, UnwindStats, Unwinder};
+
+/// What to sample and how.
+#[derive(Debug, Clone)]
+pub struct UserspaceConfig {
+    /// samples per second
+    pub rate_hz: u32,
+    /// stop after this long (None: until the targets exit or `stop` is set)
+    pub duration: Option<Duration>,
+    /// follow child processes
+    pub subprocesses: bool,
+    /// stop the threads of a process while it is sampled
+    pub blocking: bool,
+    /// also record threads that are not on a CPU
+    pub idle: bool,
+    /// unwinder knobs
+    pub unwind: UnwindOptions,
+}
+
+/// Counters of a run.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SamplerStats {
+    /// timer ticks taken
+    pub ticks: u64,
+    /// ticks skipped because sampling fell behind the rate
+    pub lagged: u64,
+    /// thread stacks recorded
+    pub samples: u64,
+    /// process samples that failed (process gone mid-sample, torn interpreter list)
+    pub failed: u64,
+    /// blocking-mode seize counters
+    pub seize: SeizeStats,
+}
+
+/// Samples a set of processes on a timer.
+pub struct UserspaceSampler {
+    config: UserspaceConfig,
+    roots: Vec<u32>,
+    targets: HashMap<u32, Unwinder>,
+    /// pids found not to be Python (not retried)
+    rejected: HashSet<u32>,
+    stats: SamplerStats,
+    /// unwinder counters of processes that already exited
+    retired: Vec<UnwindStats>,
+    last_scan: Option<Instant>,
+}
+
+/// Errors that end a run before it starts.
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    /// The root process is not something we can profile.
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+}
+
+impl UserspaceSampler {
+    /// Locates the runtime of each root pid; fails if any root is not a profilable CPython.
+    pub fn new(roots: &[u32], config: UserspaceConfig) -> Result<UserspaceSampler, SamplerError> {
+        let mut targets = HashMap::new();
+        for &pid in roots {
+            let target = locate_runtime(pid)?;
+            targets.insert(pid, Unwinder::new(target, config.unwind));
+        }
+        Ok(UserspaceSampler {
+            config,
+            roots: roots.to_vec(),
+            targets,
+            rejected: HashSet::new(),
+            stats: SamplerStats::default(),
+            retired: Vec::new(),
+            last_scan: None,
+        })
+    }
+
+    /// Processes currently sampled.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.targets.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The unwinder of a sampled process.
+    pub fn unwinder(&self, pid: u32) -> Option<&Unwinder> {
+        self.targets.get(&pid)
+    }
+
+    /// Run counters.
+    pub fn stats(&self) -> SamplerStats {
+        self.stats
+    }
+
+    /// Unwinder counters summed over every process sampled so far.
+    pub fn unwind_stats(&self) -> UnwindStats {
+        let mut total = UnwindStats::default();
+        for s in self.retired.iter().copied().chain(self.targets.values().map(|u| u.stats())) {
+            total.samples += s.samples;
+            total.thread_samples += s.thread_samples;
+            total.frames_read += s.frames_read;
+            total.frames_cached += s.frames_cached;
+            total.cache_full_hits += s.cache_full_hits;
+            total.cache_partial_hits += s.cache_partial_hits;
+            total.cache_misses += s.cache_misses;
+            total.truncated += s.truncated;
+            total.torn += s.torn;
+            total.non_code_frames += s.non_code_frames;
+            total.anchor_writes += s.anchor_writes;
+        }
+        total
+    }
+
+    /// Looks for new Python children of the roots (at most once a second).
+    fn scan_children(&mut self) {
+        if !self.config.subprocesses || self.last_scan.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        self.last_scan = Some(Instant::now());
+        let mut queue: Vec<u32> = self.roots.clone();
+        let mut seen = HashSet::new();
+        while let Some(pid) = queue.pop() {
+            if !seen.insert(pid) {
+                continue;
+            }
+            let kids = children(pid);
+            for &kid in &kids {
+                if self.targets.contains_key(&kid) || self.rejected.contains(&kid) {
+                    continue;
+                }
+                match locate_runtime(kid) {
+                    Ok(t) => {
+                        tracing::info!(pid = kid, version = %t.version(), "following subprocess");
+                        self.targets.insert(kid, Unwinder::new(t, self.config.unwind));
+                    }
+                    // Still starting up: try again at the next scan.
+                    Err(DiscoveryError::NotInitialized { .. }) => {}
+                    Err(e) => {
+                        tracing::debug!(pid = kid, error = %e, "not following subprocess");
+                        self.rejected.insert(kid);
+                    }
+                }
+            }
+            queue.extend(kids);
+        }
+    }
+
+    /// Takes one sample of every process into `agg`. Returns false when no process is left.
+    pub fn sample_once(&mut self, agg: &mut Aggregator) -> bool {
+        self.scan_children();
+        self.stats.ticks += 1;
+        let mut gone = Vec::new();
+        let idle = self.config.idle;
+        for (&pid, unwinder) in self.targets.iter_mut() {
+            let _paused = self
+                .config
+                .blocking
+                .then(|| PausedThreads::pause(pid, &mut self.stats.seize));
+            let result = if idle {
+                unwinder.sample()
+            } else {
+                let on_cpu = on_cpu_threads(pid);
+                unwinder.sample_filtered(|host_tid| host_tid.is_some_and(|t| on_cpu.contains(&t)))
+            };
+            match result {
+                Ok(samples) => {
+                    for s in samples.iter().filter(|s| !s.frames.is_empty()) {
+                        agg.add(s);
+                        self.stats.samples += 1;
+                    }
+                }
+                Err(UnwindError::Gone { .. }) => gone.push(pid),
+                Err(e) => {
+                    self.stats.failed += 1;
+                    agg.add_dropped(1);
+                    tracing::debug!(pid, error = %e, "sample failed");
+                    if !crate::discovery::process_exists(pid) {
+                        gone.push(pid);
+                    }
+                }
+            }
+        }
+        for pid in gone {
+            if let Some(u) = self.targets.remove(&pid) {
+                self.retired.push(u.stats());
+            }
+        }
+        !self.targets.is_empty()
+    }
+
+    /// Samples at the configured rate until the duration is over, every target exited, or
+    /// `stop` is set. `progress` is called about 4 times a second.
+    pub fn run(&mut self, agg: &mut Aggregator, stop: &AtomicBool, mut progress: impl FnMut(&SamplerStats, Duration)) {
+        let period = Duration::from_secs_f64(1.0 / self.config.rate_hz.max(1) as f64);
+        let start = Instant::now();
+        let mut next = start;
+        let mut last_progress = start;
+        while !stop.load(Ordering::Relaxed) {
+            if self.config.duration.is_some_and(|d| start.elapsed() >= d) {
+                break;
+            }
+            if !self.sample_once(agg) {
+                break;
+            }
+            next += period;
+            let now = Instant::now();
+            if next < now {
+                // Fell behind: drop the missed ticks rather than bursting to catch up.
+                let missed = ((now - next).as_nanos() / period.as_nanos().max(1)) as u64;
+                self.stats.lagged += missed;
+                next += period * missed as u32;
+            } else {
+                std::thread::sleep(next - now);
+            }
+            if last_progress.elapsed() >= Duration::from_millis(250) {
+                last_progress = Instant::now();
+                progress(&self.stats, start.elapsed());
+            }
+        }
+    }
+}
+
+/// Host TIDs of the threads of `pid` that are running or runnable (state R).
+fn on_cpu_threads(pid: u32) -> HashSet<u32> {
+    let mut out = HashSet::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else {
+            continue;
+        };
+        // Field 3, after the parenthesised comm (which may itself hold spaces or parens).
+        if stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('R')) {
+            out.insert(tid);
+        }
+    }
+    out
+}

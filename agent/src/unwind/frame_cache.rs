@@ -1,0 +1,186 @@
+//! The 3.15 frame cache: remembers each thread's last complete stack so the next sample only
+//! reads the frames pushed since.
+//!
+//! Protocol (CPython 3.15 `last_profiled_frame`, gh-138122; sequence counter gh-151613): after
+//! a walk we write the top frame's address into the thread's `last_profiled_frame` (the anchor).
+//! When that frame leaves the chain, the interpreter moves the anchor to its caller and adds 1 to
+//! `last_profiled_frame_seq`; it never touches the anchor otherwise. So if the next sample finds
+//! the anchor at position *i* of our cached stack, exactly *i* cached frames were popped iff
+//! `seq == cached_seq + i`; any other value (a reused frame address, a generator resumed under
+//! another caller, a foreign writer) is a miss, never a spliced chain (the ABA problem).
+
+use std::collections::HashMap;
+
+use crate::symbolize::{Frame, FrameKind};
+
+/// Identifies a thread across samples: its `PyThreadState` address and native thread id
+/// (either alone can be reused).
+pub type ThreadKey = (u64, u32);
+
+/// A frame in a cached stack: the frame's address (0 for pseudo-frames) and its symbol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedFrame {
+    /// `_PyInterpreterFrame` address, 0 for `<native>`
+    pub addr: u64,
+    /// the symbolized frame
+    pub frame: Frame,
+}
+
+#[derive(Debug)]
+struct Entry {
+    seq: u64,
+    frames: Vec<CachedFrame>,
+    seen: u64,
+}
+
+/// Per-thread cached stacks of one process.
+#[derive(Debug, Default)]
+pub struct FrameCache {
+    entries: HashMap<ThreadKey, Entry>,
+    round: u64,
+}
+
+/// Most threads we keep stacks for; beyond that new threads are simply not cached.
+const MAX_THREADS: usize = 4096;
+/// Longest stack we cache.
+const MAX_CACHED_FRAMES: usize = 4096;
+
+impl FrameCache {
+    /// An empty cache.
+    pub fn new() -> FrameCache {
+        FrameCache::default()
+    }
+
+    /// Full hit: the thread's top frame is still the anchor and nothing moved it since we cached
+    /// the stack. Returns the cached frames below the top (the caller re-reads the top itself,
+    /// since its line changes while it runs).
+    pub fn full_hit(&mut self, key: ThreadKey, top: u64, seq: u64) -> Option<&[CachedFrame]> {
+        let round = self.round;
+        let e = self.entries.get_mut(&key)?;
+        if e.frames.first().map(|f| f.addr) != Some(top) || e.seq != seq {
+            return None;
+        }
+        e.seen = round;
+        Some(&e.frames[1..])
+    }
+
+    /// Partial hit: a walk from the top reached the anchor `anchor`; returns the cached frames
+    /// below it if the sequence arithmetic proves they are still the anchor's callers.
+    pub fn splice(&mut self, key: ThreadKey, anchor: u64, seq: u64) -> Option<&[CachedFrame]> {
+        let round = self.round;
+        let e = self.entries.get_mut(&key)?;
+        let i = e.frames.iter().position(|f| f.addr == anchor)?;
+        let real_pops = e.frames[..i].iter().filter(|f| f.addr != 0).count() as u64;
+        if e.seq.wrapping_add(real_pops) != seq {
+            return None;
+        }
+        e.seen = round;
+        Some(&e.frames[i + 1..])
+    }
+
+    /// Stores a complete stack, taken while the anchor sequence was `seq`. `<GC>` markers are
+    /// left out: a collection is over by the next sample.
+    pub fn store(&mut self, key: ThreadKey, seq: u64, frames: impl Iterator<Item = CachedFrame>) {
+        if self.entries.len() >= MAX_THREADS && !self.entries.contains_key(&key) {
+            return;
+        }
+        let frames: Vec<CachedFrame> =
+            frames.filter(|f| f.frame.kind != FrameKind::Gc).take(MAX_CACHED_FRAMES + 1).collect();
+        if frames.len() > MAX_CACHED_FRAMES {
+            self.entries.remove(&key);
+            return;
+        }
+        self.entries.insert(key, Entry { seq, frames, seen: self.round });
+    }
+
+    /// Drops the entry of a thread (its sample failed validation).
+    pub fn forget(&mut self, key: ThreadKey) {
+        self.entries.remove(&key);
+    }
+
+    /// Ends a sample round: entries of threads not seen in it are dropped.
+    pub fn end_round(&mut self) {
+        let round = self.round;
+        self.entries.retain(|_, e| e.seen == round);
+        self.round += 1;
+    }
+
+    /// Number of threads with a cached stack.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no stack is cached.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn f(addr: u64, name: &str) -> CachedFrame {
+        CachedFrame {
+            addr,
+            frame: Frame {
+                function: Arc::from(name),
+                file: Arc::from("t.py"),
+                line: Some(1),
+                first_line: 1,
+                kind: FrameKind::Python,
+            },
+        }
+    }
+
+    #[test]
+    fn full_hit_needs_same_top_and_seq() {
+        let mut c = FrameCache::new();
+        let key = (0x1000, 7);
+        c.store(key, 5, vec![f(0x30, "leaf"), f(0x20, "mid"), f(0x10, "main")].into_iter());
+        assert_eq!(c.full_hit(key, 0x30, 5).map(|s| s.len()), Some(2));
+        assert!(c.full_hit(key, 0x30, 6).is_none(), "anchor moved since");
+        assert!(c.full_hit((0x1000, 8), 0x30, 5).is_none(), "another thread");
+    }
+
+    /// The ABA case of gh-151613: `main→a_parent→a_leaf` is cached; later the anchor is found
+    /// at a_parent's address again. Only if exactly one anchor departure happened (seq + 1) is
+    /// the cached `main` below it still right; if the address was reused by another chain
+    /// (`b_parent` pushed at the same address after a_parent returned), the sequence differs.
+    #[test]
+    fn splice_checks_sequence_arithmetic() {
+        let mut c = FrameCache::new();
+        let key = (0x1000, 7);
+        c.store(key, 10, vec![f(0x30, "a_leaf"), f(0x20, "a_parent"), f(0x10, "main")].into_iter());
+        // Anchor reached at 0x20 after one departure (a_leaf returned): seq 11.
+        let tail = c.splice(key, 0x20, 11).expect("one pop, seq +1");
+        assert_eq!(tail.len(), 1);
+        assert_eq!(&*tail[0].frame.function, "main");
+        // Same position but the sequence says something else happened: miss.
+        assert!(c.splice(key, 0x20, 10).is_none());
+        assert!(c.splice(key, 0x20, 13).is_none());
+        // Unknown anchor address.
+        assert!(c.splice(key, 0x99, 11).is_none());
+    }
+
+    #[test]
+    fn pseudo_frames_do_not_count_as_pops() {
+        let mut c = FrameCache::new();
+        let key = (1, 1);
+        let native = CachedFrame { addr: 0, frame: Frame::pseudo(FrameKind::Native) };
+        c.store(key, 0, vec![f(0x30, "cb"), native, f(0x20, "caller"), f(0x10, "main")].into_iter());
+        assert_eq!(c.splice(key, 0x20, 1).map(|t| t.len()), Some(1));
+    }
+
+    #[test]
+    fn unseen_threads_are_dropped() {
+        let mut c = FrameCache::new();
+        c.store((1, 1), 0, vec![f(0x10, "main")].into_iter());
+        c.store((2, 2), 0, vec![f(0x10, "main")].into_iter());
+        c.end_round();
+        assert!(c.full_hit((1, 1), 0x10, 0).is_some());
+        c.end_round();
+        assert_eq!(c.len(), 1);
+    }
+}

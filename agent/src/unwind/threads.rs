@@ -1,0 +1,129 @@
+//! Enumerates interpreters and their thread states.
+
+use crate::memory::{MemoryError, ProcessMemory, StructBytes};
+use crate::offsets::{GilLocation, Offsets};
+
+/// Most interpreters and threads we follow: bounds the list walks against cycles and garbage.
+pub const MAX_INTERPRETERS: usize = 256;
+/// Most thread states per interpreter.
+pub const MAX_THREADS: usize = 8192;
+
+/// What one sample needs of an interpreter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpreterInfo {
+    /// `PyInterpreterState*`
+    pub addr: u64,
+    /// newest thread state
+    pub threads_head: u64,
+    /// `code_object_generation` (3.14+)
+    pub code_generation: Option<u64>,
+    /// a collection is running
+    pub gc_collecting: bool,
+    /// 3.15: frame that started the collection
+    pub gc_frame: Option<u64>,
+    /// tstate holding this interpreter's GIL, if locked (3.11–3.14)
+    pub gil_holder: Option<u64>,
+}
+
+/// What one sample needs of a thread state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadInfo {
+    /// `PyThreadState*`
+    pub addr: u64,
+    /// gettid() in the target's namespace
+    pub native_thread_id: u32,
+    /// pthread_t
+    pub pthread_id: u64,
+    /// top `_PyInterpreterFrame*` (0: not running Python)
+    pub top_frame: u64,
+    /// 3.15 anchor and its sequence
+    pub anchor: Option<(u64, u64)>,
+    /// 3.15 bottom sentinel frame
+    pub base_frame: Option<u64>,
+    /// holds the GIL (None: the build cannot tell)
+    pub holds_gil: Option<bool>,
+    /// next (older) thread state
+    pub next: u64,
+}
+
+/// Reads the interpreter at `addr`.
+pub fn read_interpreter(
+    mem: &mut impl ProcessMemory,
+    o: &Offsets,
+    runtime: u64,
+    addr: u64,
+) -> Result<(InterpreterInfo, u64), MemoryError> {
+    let i = &o.interpreter_state;
+    let next = mem.read_u64(addr + i.next)?;
+    let threads_head = mem.read_u64(addr + i.threads_head)?;
+    let code_generation = match i.code_object_generation {
+        Some(off) => Some(mem.read_u64(addr + off)?),
+        None => None,
+    };
+    let gc_collecting = mem.read_u32(addr + i.gc + o.gc.collecting)? != 0;
+    let gc_frame = match o.gc.frame {
+        Some(off) => Some(mem.read_u64(addr + i.gc + off)?).filter(|&f| f != 0),
+        None => None,
+    };
+    let gil_holder = match o.gil {
+        GilLocation::Runtime { locked, holder } => {
+            read_gil_holder(mem, runtime + locked, runtime + holder)?
+        }
+        GilLocation::Interpreter { locked, holder } => {
+            read_gil_holder(mem, addr + locked, addr + holder)?
+        }
+        GilLocation::ThreadFlag { .. } | GilLocation::None => None,
+    };
+    Ok((
+        InterpreterInfo { addr, threads_head, code_generation, gc_collecting, gc_frame, gil_holder },
+        next,
+    ))
+}
+
+/// `last_holder` is only the current holder while `locked` is set.
+fn read_gil_holder(
+    mem: &mut impl ProcessMemory,
+    locked_addr: u64,
+    holder_addr: u64,
+) -> Result<Option<u64>, MemoryError> {
+    let locked = mem.read_u32(locked_addr)? != 0;
+    let holder = mem.read_u64(holder_addr)?;
+    Ok(locked.then_some(holder).filter(|&h| h != 0))
+}
+
+/// Reads the thread state at `addr`.
+pub fn read_thread(
+    mem: &mut impl ProcessMemory,
+    o: &Offsets,
+    interp: &InterpreterInfo,
+    addr: u64,
+) -> Result<ThreadInfo, MemoryError> {
+    let t = &o.thread_state;
+    let mut buf = [0u8; 512];
+    let buf = &mut buf[..o.thread_read_len().min(512)];
+    mem.read(addr, buf)?;
+    let mut top_frame = buf.u64_at(t.current_frame);
+    if let Some(off) = t.cframe_current_frame {
+        // 3.11/3.12: `current_frame` is a `_PyCFrame*`; the frame is one more hop away.
+        top_frame = if top_frame == 0 { 0 } else { mem.read_u64(top_frame + off)? };
+    }
+    let anchor = match (t.last_profiled_frame, t.last_profiled_frame_seq) {
+        (Some(f), Some(s)) => Some((buf.u64_at(f), buf.u64_at(s))),
+        _ => None,
+    };
+    let holds_gil = match o.gil {
+        GilLocation::ThreadFlag { holds_gil } => Some(buf.u32_at(holds_gil) != 0),
+        GilLocation::None => None,
+        _ => Some(interp.gil_holder == Some(addr)),
+    };
+    Ok(ThreadInfo {
+        addr,
+        native_thread_id: buf.u64_at(t.native_thread_id) as u32,
+        pthread_id: buf.u64_at(t.thread_id),
+        top_frame,
+        anchor,
+        base_frame: t.base_frame.map(|off| buf.u64_at(off)),
+        holds_gil,
+        next: buf.u64_at(t.next),
+    })
+}
