@@ -61,18 +61,37 @@ impl ElfFacts {
     }
 }
 
-/// Parses the object mapped at `path` in process `pid` (through `/proc/PID/root`, or
-/// `/proc/PID/map_files` when the file was deleted or replaced). `Ok(None)` when it holds no
-/// CPython runtime.
-pub fn load_facts(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<Option<ElfFacts>, ElfError> {
-    let rooted = format!("/proc/{pid}/root{}", path.display());
-    let deleted = entries.iter().any(|e| e.deleted);
-    let bytes = match (deleted, entries.first()) {
-        (true, Some(e)) => std::fs::read(format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end)),
-        _ => std::fs::read(&rooted),
+/// Reads the object mapped at `path` in process `pid`. The maps file names it as seen from
+/// *our* root when it is reachable from there (a chroot) and as seen from the target's mount
+/// namespace otherwise (a container), so try `/proc/PID/root/PATH`, then `PATH`, and take the
+/// first whose inode is the mapped one; `/proc/PID/map_files` (deleted or replaced files, and
+/// anything else) is the last resort.
+fn read_mapped_file(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<(String, Vec<u8>), ElfError> {
+    use std::os::unix::fs::MetadataExt;
+    let first = entries.first();
+    let inode = first.map(|e| e.inode).unwrap_or(0);
+    if !entries.iter().any(|e| e.deleted) {
+        for candidate in [format!("/proc/{pid}/root{}", path.display()), path.display().to_string()] {
+            if std::fs::metadata(&candidate).is_ok_and(|m| m.ino() == inode) {
+                let bytes = std::fs::read(&candidate)
+                    .map_err(|source| ElfError::Io { path: candidate.clone(), source })?;
+                return Ok((candidate, bytes));
+            }
+        }
     }
-    .map_err(|source| ElfError::Io { path: rooted.clone(), source })?;
-    parse_facts(&bytes).map_err(|source| ElfError::Parse { path: rooted, source })
+    let Some(e) = first else {
+        return Err(ElfError::Io { path: path.display().to_string(), source: std::io::ErrorKind::NotFound.into() });
+    };
+    let via = format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end);
+    let bytes = std::fs::read(&via).map_err(|source| ElfError::Io { path: via.clone(), source })?;
+    Ok((via, bytes))
+}
+
+/// Parses the object mapped at `path` in process `pid`. `Ok(None)` when it holds no CPython
+/// runtime.
+pub fn load_facts(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<Option<ElfFacts>, ElfError> {
+    let (opened, bytes) = read_mapped_file(pid, path, entries)?;
+    parse_facts(&bytes).map_err(|source| ElfError::Parse { path: opened, source })
 }
 
 /// The facts of an ELF image in memory.
@@ -117,7 +136,7 @@ mod tests {
             is_shared_object: true,
             loads: vec![(0, 0), (0x1234, 0x2234)],
         };
-        let entries = [MapsEntry { start: 0x7f0000001000, end: 0x7f0000002000, offset: 0x1000, deleted: false }];
+        let entries = [MapsEntry { start: 0x7f0000001000, end: 0x7f0000002000, offset: 0x1000, inode: 1, deleted: false }];
         assert_eq!(facts.load_bias(&entries), Some(0x7f0000001000 - 0x2000));
     }
 

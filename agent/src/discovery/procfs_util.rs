@@ -14,6 +14,8 @@ pub struct MapsEntry {
     pub end: u64,
     /// file offset of `start`
     pub offset: u64,
+    /// inode of the mapped file
+    pub inode: u64,
     /// the path was marked `(deleted)`
     pub deleted: bool,
 }
@@ -40,7 +42,8 @@ pub(super) fn read_maps(pid: u32) -> Result<Vec<(PathBuf, MapsEntry)>, Discovery
             continue;
         };
         let path = parts.next().unwrap_or("").trim_start();
-        if inode == "0" || !path.starts_with('/') {
+        let Ok(inode) = inode.parse::<u64>() else { continue };
+        if inode == 0 || !path.starts_with('/') {
             continue;
         }
         let Some((start, end)) = range.split_once('-') else { continue };
@@ -55,7 +58,7 @@ pub(super) fn read_maps(pid: u32) -> Result<Vec<(PathBuf, MapsEntry)>, Discovery
             Some(p) => (p, true),
             None => (path, false),
         };
-        out.push((PathBuf::from(path), MapsEntry { start, end, offset, deleted }));
+        out.push((PathBuf::from(path), MapsEntry { start, end, offset, inode, deleted }));
     }
     Ok(out)
 }

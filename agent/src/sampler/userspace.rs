@@ -164,15 +164,17 @@ impl UserspaceSampler {
         let mut gone = Vec::new();
         let idle = self.config.idle;
         for (&pid, unwinder) in self.targets.iter_mut() {
+            // Which threads are on a CPU must be read before stopping them (stopped is not R).
+            let on_cpu = (!idle).then(|| on_cpu_threads(pid));
             let _paused = self
                 .config
                 .blocking
                 .then(|| PausedThreads::pause(pid, &mut self.stats.seize));
-            let result = if idle {
-                unwinder.sample()
-            } else {
-                let on_cpu = on_cpu_threads(pid);
-                unwinder.sample_filtered(|host_tid| host_tid.is_some_and(|t| on_cpu.contains(&t)))
+            let result = match &on_cpu {
+                None => unwinder.sample(),
+                Some(on_cpu) => {
+                    unwinder.sample_filtered(|host_tid| host_tid.is_some_and(|t| on_cpu.contains(&t)))
+                }
             };
             match result {
                 Ok(samples) => {

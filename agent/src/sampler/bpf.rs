@@ -1,0 +1,525 @@
+//! The BPF sampler: loads `ebpf/sampler.bpf.c` (built by `build.rs`), attaches it to a software
+//! cpu-clock perf event on every online CPU, and hands out the records it writes.
+//!
+//! In: which processes to walk and how ([`BpfSampler::track_process`] with a [`PaProc`] built
+//! from the process's offsets), and each thread's `PyThreadState` address
+//! ([`BpfSampler::set_thread`], kept fresh by the caller from the interpreter's thread list).
+//! Out: [`SampleRecord`]s (raw frame addresses, code pointers, instruction pointers; symbolized
+//! later by `unwind`/`symbolize`) through [`BpfSampler::drain`], the program's counters, and
+//! its cost from the kernel's BPF statistics. Caches nothing: the maps are the state.
+//!
+//! The program writes records without waking the reader (a wakeup costs 2–3 µs on our VMs), so
+//! the caller drains on a timer (every ~100 ms). A reader blocked on [`BpfSampler::ring_fd`]
+//! (poll, epoll, tokio's `AsyncFd`) is woken only when the buffer fills past
+//! [`BpfConfig::wakeup_bytes`]: use both, the timer for latency, the descriptor against drops.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use aya::maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf};
+use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::{PerfEvent, ProgramError};
+use aya::sys::{enable_stats, Stats};
+use aya::{Ebpf, EbpfError, EbpfLoader};
+use common::{Counter, CounterInfo, PaProc, ProcError, SampleRecord, COUNTERS, MAX_FRAMES};
+
+/// The compiled sampler (`ebpf/sampler.bpf.c`), built by `build.rs`.
+static SAMPLER_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
+
+const PROGRAM: &str = "pa_sample";
+const MAP_PROCS: &str = "pa_procs";
+const MAP_THREADS: &str = "pa_threads";
+const MAP_SAMPLES: &str = "pa_samples";
+const MAP_SCRATCH: &str = "pa_scratch";
+const MAP_COUNTERS: &str = "pa_counters";
+const KNOB_MAX_FRAMES: &str = "pa_max_frames";
+const KNOB_WAKEUP_BYTES: &str = "pa_wakeup_bytes";
+
+/// How to load the sampler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BpfConfig {
+    /// Samples per second per CPU (`SamplePolicy::Frequency`).
+    pub rate_hz: u64,
+    /// Ring-buffer size in bytes: a power of two, at least one page.
+    pub ring_bytes: u32,
+    /// Force a reader wakeup once this many bytes are unconsumed (0: never; drain on a timer).
+    pub wakeup_bytes: u64,
+    /// Frames recorded per sample, `1..=MAX_FRAMES` (deeper stacks are flagged truncated).
+    pub max_frames: u32,
+    /// Capacity of the process map.
+    pub max_processes: u32,
+    /// Capacity of the thread map.
+    pub max_threads: u32,
+    /// Turn on the kernel's BPF run-time statistics for [`BpfSampler::run_stats`] (needs
+    /// CAP_SYS_ADMIN; without it, statistics are silently unavailable).
+    pub enable_stats: bool,
+}
+
+impl Default for BpfConfig {
+    fn default() -> Self {
+        let ring_bytes = 4 << 20;
+        BpfConfig {
+            rate_hz: 99,
+            ring_bytes,
+            wakeup_bytes: u64::from(ring_bytes / 2),
+            max_frames: MAX_FRAMES,
+            max_processes: 1024,
+            max_threads: 16384,
+            enable_stats: true,
+        }
+    }
+}
+
+/// Errors of the BPF sampler.
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    /// The configuration is out of range.
+    #[error("invalid BPF sampler configuration: {0}")]
+    InvalidConfig(&'static str),
+    /// The kernel refused for lack of privileges (EPERM/EACCES).
+    #[error(
+        "permission denied while {during}: the BPF sampler needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN (run as root or grant them)"
+    )]
+    PermissionDenied {
+        /// What was being done (`loading maps`, `loading the program`, `attaching to cpu 3`).
+        during: String,
+        /// The kernel's error.
+        #[source]
+        source: io::Error,
+    },
+    /// Loading the object failed (map creation, relocation, verifier).
+    #[error("loading the BPF sampler failed")]
+    Load(#[source] Box<EbpfError>),
+    /// Loading or attaching the program failed; the verifier log, if any, is in the source.
+    #[error("{during} failed")]
+    Program {
+        /// What was being done.
+        during: String,
+        /// aya's error.
+        #[source]
+        source: Box<ProgramError>,
+    },
+    /// A map operation failed.
+    #[error("BPF map {map} operation failed")]
+    Map {
+        /// The map's name.
+        map: &'static str,
+        /// aya's error.
+        #[source]
+        source: Box<MapError>,
+    },
+    /// The object lacks a map or program this module expects (build mismatch).
+    #[error("BPF object has no {0}")]
+    Missing(&'static str),
+    /// Listing CPUs from sysfs failed.
+    #[error("cannot read {path}")]
+    Cpus {
+        /// The sysfs file.
+        path: &'static str,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// The process configuration would be refused by the program.
+    #[error("invalid walk configuration for pid {pid}")]
+    InvalidProc {
+        /// The host tgid.
+        pid: u32,
+        /// What is wrong.
+        #[source]
+        source: ProcError,
+    },
+}
+
+/// The kernel's size figures for the loaded program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgramSize {
+    /// Instructions the verifier processed (`verified_insns`).
+    pub verified_insns: Option<u32>,
+    /// Size of the translated (post-verifier) program in bytes; 8 bytes per instruction.
+    pub xlated_bytes: Option<u32>,
+    /// Size of the JIT-compiled code in bytes.
+    pub jited_bytes: u32,
+}
+
+/// The loaded and attached sampler. Dropping it detaches and unloads everything.
+pub struct BpfSampler {
+    procs: HashMap<MapData, u32, PaProc>,
+    threads: HashMap<MapData, u32, u64>,
+    ring: RingBuf<MapData>,
+    counters: PerCpuArray<MapData, u64>,
+    /// Holds the program and its perf-event links: dropping it detaches.
+    ebpf: Ebpf,
+    /// Keeps the kernel's run-time statistics on while it lives.
+    stats: Option<OwnedFd>,
+    cpus: Vec<u32>,
+    malformed: u64,
+}
+
+impl std::fmt::Debug for BpfSampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BpfSampler")
+            .field("cpus", &self.cpus)
+            .field("stats", &self.stats.is_some())
+            .field("malformed", &self.malformed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BpfSampler {
+    /// Loads the program with `config`'s knobs, and attaches it to a cpu-clock perf event at
+    /// `config.rate_hz` on every online CPU.
+    pub fn load(config: &BpfConfig) -> Result<Self, BpfError> {
+        Self::load_inner(config, true)
+    }
+
+    /// Loads the program (maps, verifier) without attaching it: nothing runs. For checking that
+    /// the verifier accepts a configuration.
+    pub fn load_detached(config: &BpfConfig) -> Result<Self, BpfError> {
+        Self::load_inner(config, false)
+    }
+
+    fn load_inner(config: &BpfConfig, attach: bool) -> Result<Self, BpfError> {
+        validate(config)?;
+        let nr_cpus =
+            aya::util::nr_cpus().map_err(|(path, source)| BpfError::Cpus { path, source })?;
+        let nr_cpus =
+            u32::try_from(nr_cpus).map_err(|_| BpfError::InvalidConfig("too many CPUs"))?;
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global(KNOB_MAX_FRAMES, &config.max_frames, true)
+            .override_global(KNOB_WAKEUP_BYTES, &config.wakeup_bytes, true)
+            .map_max_entries(MAP_SAMPLES, config.ring_bytes)
+            .map_max_entries(MAP_SCRATCH, nr_cpus)
+            .map_max_entries(MAP_PROCS, config.max_processes)
+            .map_max_entries(MAP_THREADS, config.max_threads)
+            .load(SAMPLER_OBJ)
+            .map_err(load_error)?;
+
+        let program: &mut PerfEvent = ebpf
+            .program_mut(PROGRAM)
+            .ok_or(BpfError::Missing("program pa_sample"))?
+            .try_into()
+            .map_err(|e| program_error("loading the program", e))?;
+        program
+            .load()
+            .map_err(|e| program_error("loading the program", e))?;
+
+        // Statistics must be on before the first run to count it; optional (CAP_SYS_ADMIN).
+        let stats = if config.enable_stats {
+            enable_stats(Stats::RunTime).ok()
+        } else {
+            None
+        };
+
+        let mut cpus = Vec::new();
+        if attach {
+            cpus = aya::util::online_cpus()
+                .map_err(|(path, source)| BpfError::Cpus { path, source })?;
+            for &cpu in &cpus {
+                program
+                    .attach(
+                        PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                        PerfEventScope::AllProcessesOneCpu { cpu },
+                        SamplePolicy::Frequency(config.rate_hz),
+                        false,
+                    )
+                    .map_err(|e| program_error(&format!("attaching to cpu {cpu}"), e))?;
+            }
+        }
+
+        let procs =
+            HashMap::try_from(take_map(&mut ebpf, MAP_PROCS)?).map_err(map_error(MAP_PROCS))?;
+        let threads =
+            HashMap::try_from(take_map(&mut ebpf, MAP_THREADS)?).map_err(map_error(MAP_THREADS))?;
+        let ring =
+            RingBuf::try_from(take_map(&mut ebpf, MAP_SAMPLES)?).map_err(map_error(MAP_SAMPLES))?;
+        let counters = PerCpuArray::try_from(take_map(&mut ebpf, MAP_COUNTERS)?)
+            .map_err(map_error(MAP_COUNTERS))?;
+        Ok(BpfSampler {
+            procs,
+            threads,
+            ring,
+            counters,
+            ebpf,
+            stats,
+            cpus,
+            malformed: 0,
+        })
+    }
+
+    /// Starts walking the Python threads of host process `tgid` with `proc`'s offsets (replaces
+    /// an earlier configuration).
+    pub fn track_process(&mut self, tgid: u32, proc: &PaProc) -> Result<(), BpfError> {
+        proc.validate()
+            .map_err(|source| BpfError::InvalidProc { pid: tgid, source })?;
+        self.procs
+            .insert(tgid, *proc, 0)
+            .map_err(map_error(MAP_PROCS))
+    }
+
+    /// Stops walking process `tgid`; absent is fine. Its threads stay in the thread map until
+    /// [`Self::remove_thread`].
+    pub fn untrack_process(&mut self, tgid: u32) -> Result<(), BpfError> {
+        ignore_absent(self.procs.remove(&tgid)).map_err(map_error(MAP_PROCS))
+    }
+
+    /// Records that host thread `tid` runs on the `PyThreadState` at `tstate_addr`.
+    pub fn set_thread(&mut self, tid: u32, tstate_addr: u64) -> Result<(), BpfError> {
+        self.threads
+            .insert(tid, tstate_addr, 0)
+            .map_err(map_error(MAP_THREADS))
+    }
+
+    /// Forgets host thread `tid`; absent is fine.
+    pub fn remove_thread(&mut self, tid: u32) -> Result<(), BpfError> {
+        ignore_absent(self.threads.remove(&tid)).map_err(map_error(MAP_THREADS))
+    }
+
+    /// Every (host tid, `PyThreadState` address) in the thread map, to reconcile with the
+    /// interpreters' thread lists.
+    pub fn threads(&self) -> Result<Vec<(u32, u64)>, BpfError> {
+        self.threads
+            .iter()
+            .collect::<Result<_, _>>()
+            .map_err(map_error(MAP_THREADS))
+    }
+
+    /// Hands every record now in the ring buffer to `f`, oldest first; returns how many. A
+    /// record that does not parse (a build mismatch) is skipped and counted in
+    /// [`Self::malformed_records`].
+    pub fn drain(&mut self, mut f: impl FnMut(SampleRecord<'_>)) -> usize {
+        let mut n = 0;
+        while let Some(item) = self.ring.next() {
+            match SampleRecord::parse(&item) {
+                Ok(rec) => {
+                    f(rec);
+                    n += 1;
+                }
+                Err(_) => {
+                    self.malformed += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Records that failed to parse since load.
+    pub fn malformed_records(&self) -> u64 {
+        self.malformed
+    }
+
+    /// The ring buffer's descriptor. `poll` reports it readable whenever records are waiting,
+    /// but a blocked waiter (epoll, tokio's `AsyncFd`) is only woken when the program forces a
+    /// wakeup past [`BpfConfig::wakeup_bytes`]; then call [`Self::drain`]. `BpfSampler` itself
+    /// implements `AsFd`/`AsRawFd` with this descriptor, so `AsyncFd<BpfSampler>` works.
+    pub fn ring_fd(&self) -> BorrowedFd<'_> {
+        self.ring.as_fd()
+    }
+
+    /// The program's counters, summed over CPUs, in id order.
+    pub fn counters(&self) -> Result<Vec<(&'static CounterInfo, u64)>, BpfError> {
+        COUNTERS
+            .iter()
+            .map(|info| Ok((info, self.counter(info.counter)?)))
+            .collect()
+    }
+
+    /// One counter, summed over CPUs.
+    pub fn counter(&self, counter: Counter) -> Result<u64, BpfError> {
+        let per_cpu = self
+            .counters
+            .get(&counter.index(), 0)
+            .map_err(map_error(MAP_COUNTERS))?;
+        Ok(per_cpu.iter().fold(0u64, |sum, v| sum.wrapping_add(*v)))
+    }
+
+    /// Total run time in ns and run count of the program since load, from the kernel's BPF
+    /// statistics; `None` when they could not be enabled (needs CAP_SYS_ADMIN).
+    pub fn run_stats(&self) -> Option<(u64, u64)> {
+        self.stats.as_ref()?;
+        let info = self.program()?.info().ok()?;
+        let ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
+        Some((ns, info.run_count()))
+    }
+
+    /// Size figures of the loaded program (verified instructions, translated and JIT size).
+    pub fn program_size(&self) -> Option<ProgramSize> {
+        let info = self.program()?.info().ok()?;
+        Some(ProgramSize {
+            verified_insns: info.verified_instruction_count(),
+            xlated_bytes: info.size_translated(),
+            jited_bytes: info.size_jitted(),
+        })
+    }
+
+    /// The kernel's id of the loaded program (for `bpftool prog show id N`).
+    pub fn program_id(&self) -> Option<u32> {
+        Some(self.program()?.info().ok()?.id())
+    }
+
+    /// CPUs the program is attached to (empty after [`Self::load_detached`]).
+    pub fn cpus(&self) -> &[u32] {
+        &self.cpus
+    }
+
+    fn program(&self) -> Option<&PerfEvent> {
+        self.ebpf.program(PROGRAM)?.try_into().ok()
+    }
+}
+
+impl AsFd for BpfSampler {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ring_fd()
+    }
+}
+
+impl AsRawFd for BpfSampler {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ring_fd().as_raw_fd()
+    }
+}
+
+fn validate(config: &BpfConfig) -> Result<(), BpfError> {
+    if config.rate_hz == 0 {
+        return Err(BpfError::InvalidConfig("rate_hz must be positive"));
+    }
+    if !config.ring_bytes.is_power_of_two() || config.ring_bytes < 4096 {
+        return Err(BpfError::InvalidConfig(
+            "ring_bytes must be a power of two of at least 4096",
+        ));
+    }
+    if config.max_frames == 0 || config.max_frames > MAX_FRAMES {
+        return Err(BpfError::InvalidConfig("max_frames must be in 1..=1024"));
+    }
+    if config.max_processes == 0 || config.max_threads == 0 {
+        return Err(BpfError::InvalidConfig(
+            "max_processes and max_threads must be positive",
+        ));
+    }
+    Ok(())
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, BpfError> {
+    ebpf.take_map(name).ok_or(BpfError::Missing(name))
+}
+
+fn map_error(map: &'static str) -> impl Fn(MapError) -> BpfError {
+    move |e| BpfError::Map {
+        map,
+        source: Box::new(e),
+    }
+}
+
+fn ignore_absent(r: Result<(), MapError>) -> Result<(), MapError> {
+    match r {
+        Err(MapError::KeyNotFound) => Ok(()),
+        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        other => other,
+    }
+}
+
+fn is_permission(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+}
+
+fn load_error(e: EbpfError) -> BpfError {
+    match e {
+        EbpfError::MapError(MapError::CreateError { io_error, .. }) if is_permission(&io_error) => {
+            BpfError::PermissionDenied {
+                during: "creating the BPF maps".to_owned(),
+                source: io_error,
+            }
+        }
+        EbpfError::ProgramError(p) => program_error("loading the program", p),
+        other => BpfError::Load(Box::new(other)),
+    }
+}
+
+fn program_error(during: &str, e: ProgramError) -> BpfError {
+    match e {
+        ProgramError::LoadError { io_error, .. }
+        | ProgramError::SyscallError(aya::sys::SyscallError { io_error, .. })
+            if is_permission(&io_error) =>
+        {
+            BpfError::PermissionDenied {
+                during: during.to_owned(),
+                source: io_error,
+            }
+        }
+        other => BpfError::Program {
+            during: during.to_owned(),
+            source: Box::new(other),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sampler moves into a tokio task (`AsyncFd<BpfSampler>`).
+    #[test]
+    fn sampler_is_send() {
+        fn send<T: Send>() {}
+        send::<BpfSampler>();
+    }
+
+    #[test]
+    fn config_validation() {
+        validate(&BpfConfig::default()).expect("default is valid");
+        for bad in [
+            BpfConfig {
+                rate_hz: 0,
+                ..BpfConfig::default()
+            },
+            BpfConfig {
+                ring_bytes: 3 << 20,
+                ..BpfConfig::default()
+            },
+            BpfConfig {
+                ring_bytes: 1024,
+                ..BpfConfig::default()
+            },
+            BpfConfig {
+                max_frames: 0,
+                ..BpfConfig::default()
+            },
+            BpfConfig {
+                max_frames: MAX_FRAMES + 1,
+                ..BpfConfig::default()
+            },
+            BpfConfig {
+                max_threads: 0,
+                ..BpfConfig::default()
+            },
+        ] {
+            assert!(
+                matches!(validate(&bad), Err(BpfError::InvalidConfig(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn permission_errors_name_the_capabilities() {
+        let e = program_error(
+            "attaching to cpu 1",
+            ProgramError::SyscallError(aya::sys::SyscallError {
+                call: "perf_event_open",
+                io_error: io::Error::from_raw_os_error(libc::EACCES),
+            }),
+        );
+        let msg = e.to_string();
+        assert!(matches!(e, BpfError::PermissionDenied { .. }));
+        assert!(
+            msg.contains("CAP_BPF") && msg.contains("CAP_PERFMON") && msg.contains("CAP_SYS_ADMIN"),
+            "{msg}"
+        );
+        let e = load_error(EbpfError::MapError(MapError::CreateError {
+            name: "pa_procs".to_owned(),
+            io_error: io::Error::from_raw_os_error(libc::EPERM),
+        }));
+        assert!(matches!(e, BpfError::PermissionDenied { .. }), "{e:?}");
+    }
+}

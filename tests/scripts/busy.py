@@ -1,0 +1,21 @@
+# CPU-bound: spends its time in `hot` (called through `warm`), until killed or for argv[1] s.
+import sys
+import time
+
+deadline = time.monotonic() + float(sys.argv[1]) if len(sys.argv) > 1 else None
+
+
+def hot(n):
+    total = 0
+    for i in range(n):  # @hot_loop
+        total += i * i  # @hot_body
+    return total
+
+
+def warm():
+    return hot(20000)  # @warm
+
+
+print("ready", flush=True)
+while deadline is None or time.monotonic() < deadline:
+    warm()  # @module

@@ -1,0 +1,150 @@
+//! The `pyagent` binary: errors as one line, `record` in every format, read back by the real
+//! consumers.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use pyagent_tests::stacks::{marker_line, run_pyagent, script};
+use pyagent_tests::{Interpreter, PythonProcess};
+use rstest::rstest;
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn assert_one_line_error(out: &std::process::Output, needle: &str) {
+    let err = stderr_of(out);
+    assert!(!out.status.success(), "must fail: {err}");
+    assert_eq!(out.status.code(), Some(1), "an error, not a crash: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.starts_with("pyagent: ") && err.contains(needle), "{err}");
+}
+
+#[test]
+fn pid_that_is_not_python() {
+    let mut sleeper = Command::new("sleep").arg("1000").stdout(Stdio::null()).spawn().expect("sleep");
+    let pid = sleeper.id().to_string();
+    for cmd in ["dump", "record"] {
+        let mut args = vec![cmd, "--pid", &pid];
+        if cmd == "record" {
+            args.extend(["-d", "1", "-o", "/dev/null"]);
+        }
+        assert_one_line_error(&run_pyagent(&args), "is not a CPython process");
+    }
+    sleeper.kill().expect("kill");
+    let _ = sleeper.wait();
+}
+
+#[test]
+fn pid_that_does_not_exist() {
+    // PIDs above pid_max never exist.
+    let out = run_pyagent(&["dump", "--pid", "4194305"]);
+    assert_one_line_error(&out, "does not exist");
+}
+
+#[test]
+fn unwritable_output_fails_before_sampling() {
+    let out = run_pyagent(&["record", "--pid", "1", "-o", "/nonexistent-dir/x.pb.gz"]);
+    assert_one_line_error(&out, "cannot create /nonexistent-dir/x.pb.gz");
+}
+
+/// Runs `go tool pprof ARGS` on a file, with a private Go cache.
+fn go_pprof(args: &[&str], file: &std::path::Path) -> String {
+    let home = tempfile_dir("gohome");
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("HOME", &home)
+        .env("GOCACHE", home.join("cache"))
+        .env("PPROF_TMPDIR", &home)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `go tool pprof` ({e}): apt-get install golang-go"));
+    assert!(out.status.success(), "go tool pprof failed: {}", stderr_of(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("pyagent-test-{tag}-{}-{:?}", std::process::id(), std::thread::current().id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[rstest]
+fn record_pprof_read_by_go_tool_pprof(
+    #[values("py311-debian", "py311", "py312", "py313", "py313-static", "py313t", "py314", "py315")] py: &str,
+) {
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = tempfile_dir(py);
+    let file = dir.join("profile.pb.gz");
+    let pid = p.pid().to_string();
+    let out = run_pyagent(&["record", "--pid", &pid, "-d", "1.5", "-r", "200", "-o", file.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let raw = go_pprof(&["-raw"], &file);
+    assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
+    assert!(raw.contains("samples/count cpu/nanoseconds"), "{raw}");
+    // Every location is one of the script's own frames, at a line the script has there.
+    let body = [marker_line("busy.py", "hot_loop"), marker_line("busy.py", "hot_body")];
+    let hot: Vec<&str> = raw.lines().filter(|l| l.contains(" hot ") && l.contains("busy.py:")).collect();
+    assert!(!hot.is_empty(), "{raw}");
+    for l in &hot {
+        let line: u32 = l.split("busy.py:").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).expect("line");
+        assert!(body.contains(&line), "hot() at line {line}, expected one of {body:?}: {l}");
+    }
+    let warm = format!("busy.py:{}", marker_line("busy.py", "warm"));
+    assert!(raw.lines().any(|l| l.contains(" warm ") && l.contains(&warm)), "{raw}");
+    assert!(raw.contains(&format!("busy.py:{}", marker_line("busy.py", "module"))), "{raw}");
+    // The profile is dominated by hot().
+    let top = go_pprof(&["-top"], &file);
+    assert!(top.lines().any(|l| l.trim_end().ends_with(" hot")), "{top}");
+}
+
+#[rstest]
+fn record_collapsed_and_flamegraph(#[values("py312", "py315")] py: &str) {
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = tempfile_dir(py);
+    let pid = p.pid().to_string();
+    let collapsed = dir.join("out.txt");
+    let out = run_pyagent(&["record", "--pid", &pid, "-d", "1", "-f", "collapsed", "-o", collapsed.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let text = std::fs::read_to_string(&collapsed).expect("collapsed output");
+    let warm = marker_line("busy.py", "warm");
+    assert!(text.lines().all(|l| l.contains("warm (") && l.contains(&format!("busy.py:{warm})"))), "{text}");
+    let svg = dir.join("out.svg");
+    let out = run_pyagent(&["record", "--pid", &pid, "-d", "1", "-f", "flamegraph", "-o", svg.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let svg = std::fs::read_to_string(&svg).expect("svg");
+    assert!(svg.contains("<svg") && svg.contains("hot"), "flame graph names hot()");
+}
+
+#[rstest]
+fn target_exits_while_recorded(
+    #[values("py311-debian", "py311", "py312", "py313", "py313-static", "py313t", "py314", "py315")] py: &str,
+) {
+    // busy.py with a deadline: it exits on its own after 1 s while pyagent records (no -d).
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &["1"]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = tempfile_dir(&format!("exit-{py}"));
+    let file = dir.join("out.txt");
+    let pid = p.pid().to_string();
+    let out = run_pyagent(&["record", "--pid", &pid, "-f", "collapsed", "-r", "500", "-o", file.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "clean stop when the target exits: {}", stderr_of(&out));
+    let text = std::fs::read_to_string(&file).expect("profile written");
+    assert!(text.contains("hot ("), "samples taken before the exit are kept: {text}");
+    p.wait_exit(Duration::from_secs(10));
+}
+
+#[rstest]
+fn blocking_mode(#[values("py311", "py313t", "py315")] py: &str) {
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = tempfile_dir(&format!("blocking-{py}"));
+    let file = dir.join("out.txt");
+    let pid = p.pid().to_string();
+    let out = run_pyagent(&["record", "--pid", &pid, "--blocking", "-d", "1", "-f", "collapsed", "-o", file.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let text = std::fs::read_to_string(&file).expect("profile written");
+    assert!(text.contains("hot ("), "{text}");
+}

@@ -1,0 +1,87 @@
+//! CPython 3.15's frame cache (`last_profiled_frame`): never splices call chains that did not
+//! happen (gh-151613), and gives the same stacks as walking without it.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use pyagent::aggregate::Aggregator;
+use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
+use pyagent::unwind::UnwindOptions;
+use pyagent_tests::stacks::{at, sample_until, script, simple, unwinder};
+use pyagent_tests::{Interpreter, PythonProcess};
+
+fn record_stacks(pid: u32, frame_cache: bool, seconds: f64, idle: bool) -> (BTreeSet<Vec<String>>, u64, pyagent::unwind::UnwindStats) {
+    let config = UserspaceConfig {
+        rate_hz: 1000,
+        duration: Some(Duration::from_secs_f64(seconds)),
+        subprocesses: false,
+        blocking: false,
+        idle,
+        unwind: UnwindOptions { frame_cache, ..Default::default() },
+    };
+    let mut sampler = UserspaceSampler::new(&[pid], config).expect("target is Python");
+    let mut agg = Aggregator::new(1_000_000);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    sampler.run(&mut agg, &stop, |_, _| {});
+    let window = agg.cut();
+    let stacks = window
+        .counts
+        .keys()
+        .map(|k| k.frames.iter().map(|f| f.function.to_string()).collect())
+        .collect();
+    (stacks, window.total_samples(), sampler.unwind_stats())
+}
+
+#[test]
+fn alternating_chains_never_mix() {
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("alternate.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let (stacks, total, stats) = record_stacks(p.pid(), true, 3.0, true);
+    assert!(total > 500, "enough samples: {total}");
+    assert!(stats.cache_full_hits + stats.cache_partial_hits > 0, "the cache was used: {stats:?}");
+    for s in &stacks {
+        let names: Vec<&str> = s.iter().map(|x| x.as_str()).collect();
+        let ok = matches!(
+            names.as_slice(),
+            ["<module>"] | ["a_parent", "<module>"] | ["b_parent", "<module>"]
+                | ["a_leaf", "a_parent", "<module>"] | ["b_leaf", "b_parent", "<module>"]
+        );
+        assert!(ok, "impossible stack {names:?} (all: {stacks:?}, {stats:?})");
+    }
+}
+
+#[test]
+fn same_stacks_with_and_without_cache() {
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("recursion.py"), &["200"]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    // Wait for the parked state, then compare: one exact stack either way.
+    let top = at("recurse", "recursion.py", "sleep");
+    let mut u = unwinder(p.pid(), UnwindOptions::default());
+    sample_until(&mut u, Duration::from_secs(10), |s| s.iter().any(|t| simple(t).first() == Some(&top)));
+    let (with_cache, n1, stats) = record_stacks(p.pid(), true, 0.5, true);
+    let (without, n2, _) = record_stacks(p.pid(), false, 0.5, true);
+    assert!(n1 > 50 && n2 > 50, "{n1} {n2}");
+    assert_eq!(with_cache, without);
+    assert_eq!(with_cache.len(), 1);
+    assert_eq!(with_cache.iter().next().map(|s| s.len()), Some(202));
+    assert!(stats.cache_full_hits > 0, "{stats:?}");
+}
+
+#[test]
+fn stale_anchor_from_earlier_profiler_costs_nothing() {
+    // A first unwinder leaves anchors behind; a second one, built later, must still report the
+    // full stack (the stale-anchor fix) and so must one with the cache off.
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("nested.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let top = at("Shop.checkout", "nested.py", "checkout");
+    let mut first = unwinder(p.pid(), UnwindOptions::default());
+    let a = sample_until(&mut first, Duration::from_secs(10), |s| s.iter().any(|t| simple(t).first() == Some(&top)));
+    drop(first);
+    let mut second = unwinder(p.pid(), UnwindOptions::default());
+    let b = second.sample().expect("sample");
+    let mut third = unwinder(p.pid(), UnwindOptions { frame_cache: false, ..Default::default() });
+    let c = third.sample().expect("sample");
+    assert_eq!(simple(&a[0]), simple(&b[0]));
+    assert_eq!(simple(&b[0]), simple(&c[0]));
+    assert_eq!(simple(&a[0]).len(), 4);
+}
