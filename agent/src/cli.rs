@@ -7,12 +7,17 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use pyagent::export::Format;
 
 /// pyagent: a sampling profiler for CPython 3.11–3.15.
+///
+/// `pyagent --all-python` profiles every CPython process on the host (eBPF, or the userspace
+/// sampler where eBPF is unavailable); the subcommands work on one process.
 #[derive(Debug, Parser)]
-#[command(name = "pyagent", version, about)]
+#[command(name = "pyagent", version, about, args_conflicts_with_subcommands = true)]
 pub struct Cli {
-    /// What to do.
+    /// What to do (or `--all-python`).
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub host: HostArgs,
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `pyagent=debug`.
     #[arg(long, global = true, env = "PYAGENT_LOG", default_value = "warn")]
     pub log: String,
@@ -72,6 +77,53 @@ impl From<FormatArg> for Format {
     }
 }
 
+/// Sampler backends.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum ModeArg {
+    /// eBPF if it can be loaded, else the userspace sampler (saying why)
+    Auto,
+    /// eBPF only: fail if it cannot be loaded
+    Ebpf,
+    /// the userspace sampler only (process_vm_readv; no BPF privileges needed)
+    Userspace,
+}
+
+impl From<ModeArg> for pyagent::sampler::host::Mode {
+    fn from(m: ModeArg) -> Self {
+        use pyagent::sampler::host::Mode;
+        match m {
+            ModeArg::Auto => Mode::Auto,
+            ModeArg::Ebpf => Mode::Ebpf,
+            ModeArg::Userspace => Mode::Userspace,
+        }
+    }
+}
+
+/// `pyagent --all-python`: host-wide profiling.
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// Profile every CPython process on the host, including ones started later.
+    #[arg(long)]
+    pub all_python: bool,
+    /// Seconds to profile, then write one file per process into --output and exit.
+    #[arg(long, short)]
+    pub duration: Option<f64>,
+    /// Samples per second (per CPU with eBPF) [default: 99 with --duration, else 19].
+    #[arg(long, short)]
+    pub rate: Option<u32>,
+    /// Output format of the per-process files.
+    #[arg(long, short, value_enum, default_value_t = FormatArg::Pprof)]
+    pub format: FormatArg,
+    /// Directory for the per-process files.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Sampler backend.
+    #[arg(long, value_enum, default_value_t = ModeArg::Auto)]
+    pub mode: ModeArg,
+    #[command(flatten)]
+    pub frames: FrameArgs,
+}
+
 /// `pyagent record`
 #[derive(Debug, Args)]
 pub struct RecordArgs {
@@ -99,6 +151,10 @@ pub struct RecordArgs {
     /// Output file.
     #[arg(long, short)]
     pub output: PathBuf,
+    /// Sampler backend (`ebpf` samples the process's threads on every CPU; `--blocking`,
+    /// `--idle` and `--subprocesses` need `userspace`).
+    #[arg(long, value_enum, default_value_t = ModeArg::Userspace)]
+    pub mode: ModeArg,
     #[command(flatten)]
     pub frames: FrameArgs,
 }

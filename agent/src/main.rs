@@ -15,7 +15,8 @@ use pyagent::export;
 use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::{UnwindOptions, Unwinder};
 
-use cli::{Cli, Command, DumpArgs, FrameArgs, RecordArgs};
+use cli::{Cli, Command, DumpArgs, FrameArgs, HostArgs, ModeArg, RecordArgs};
+use pyagent::sampler::host::{HostConfig, HostProfiler, ProcessInfo};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -112,16 +113,140 @@ fn record(args: &RecordArgs) -> Result<()> {
         .with_context(|| format!("writing {}", args.output.display()))?;
     w.flush().with_context(|| format!("writing {}", args.output.display()))?;
     let u = sampler.unwind_stats();
-    eprintln!(
-        "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks, frame cache {}/{}/{} full/partial/miss)",
+    let mut summary = format!(
+        "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks",
         args.output.display(),
         stats.samples,
         window.counts.len(),
         stats.failed,
         stats.lagged,
-        u.cache_full_hits,
-        u.cache_partial_hits,
-        u.cache_misses
+    );
+    if sampler.frame_cache_used() {
+        summary += &format!(
+            ", frame cache {}/{}/{} full/partial/miss",
+            u.cache_full_hits, u.cache_partial_hits, u.cache_misses
+        );
+    }
+    if args.blocking {
+        let s = stats.seize;
+        summary += &format!(
+            ", threads not stopped: {} denied (EPERM), {} gone (ESRCH), {} failed",
+            s.skipped_denied, s.skipped_gone, s.failed
+        );
+    }
+    eprintln!("{summary})");
+    Ok(())
+}
+
+/// Service name of a process for file names: `PYAGENT_SERVICE`, else the script or module.
+fn file_stem_for(info: &ProcessInfo) -> String {
+    let name = info.service_env.clone().unwrap_or_else(|| {
+        let args = &info.cmdline;
+        let module = args.iter().position(|a| a == "-m").and_then(|i| args.get(i + 1));
+        let script = args.iter().skip(1).find(|a| !a.starts_with('-'));
+        module
+            .or(script)
+            .map(|s| {
+                let base = s.rsplit('/').next().unwrap_or(s);
+                base.strip_suffix(".py").unwrap_or(base).to_string()
+            })
+            .unwrap_or_else(|| "python".into())
+    });
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' }).collect()
+}
+
+fn host_profiler(mode: ModeArg, rate: u32, pids: Option<Vec<u32>>, frames: &FrameArgs) -> Result<HostProfiler> {
+    let config = HostConfig {
+        mode: mode.into(),
+        rate_hz: rate,
+        pids,
+        unwind: unwind_options(frames),
+        ..HostConfig::default()
+    };
+    let profiler = HostProfiler::new(config)?;
+    if let Some(why) = profiler.fallback_reason() {
+        eprintln!("pyagent: eBPF sampler unavailable ({why}); using the userspace sampler");
+    }
+    Ok(profiler)
+}
+
+fn all_python(args: &HostArgs) -> Result<()> {
+    let Some(duration) = args.duration else {
+        bail!("--all-python needs --duration SECS (the continuous service mode is not available yet)");
+    };
+    let Some(dir) = &args.output else { bail!("--all-python needs --output DIR") };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let rate = args.rate.unwrap_or(99);
+    if rate == 0 || rate > 10_000 {
+        bail!("--rate must be between 1 and 10000 samples per second");
+    }
+    let mut profiler = host_profiler(args.mode, rate, None, &args.frames)?;
+    install_stop_handlers();
+    let until = std::time::Instant::now() + Duration::from_secs_f64(duration);
+    profiler.scan();
+    eprintln!(
+        "pyagent: profiling every CPython process ({} mode, {rate} Hz, {} found so far)",
+        profiler.mode_name(),
+        profiler.pids().len()
+    );
+    profiler.run(&STOP, Some(until), |_| {});
+    let format: export::Format = args.format.into();
+    let mut written = 0;
+    for (info, window) in profiler.cut() {
+        let path = dir.join(format!("{}-{}.{}", file_stem_for(&info), info.pid, format.extension()));
+        let mut w = BufWriter::new(File::create(&path).with_context(|| format!("cannot create {}", path.display()))?);
+        export::write(format, &window, &mut w).with_context(|| format!("writing {}", path.display()))?;
+        w.flush().with_context(|| format!("writing {}", path.display()))?;
+        written += 1;
+    }
+    let s = profiler.stats();
+    let states: Vec<String> = profiler.process_states().iter().map(|(k, v)| format!("{v} {k}")).collect();
+    eprintln!(
+        "pyagent: {} mode, wrote {written} profiles to {} ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete; processes: {})",
+        profiler.mode_name(),
+        dir.display(),
+        s.samples,
+        s.torn + s.anchor_miss + s.incomplete,
+        s.torn,
+        s.anchor_miss,
+        s.incomplete,
+        states.join(", ")
+    );
+    Ok(())
+}
+
+fn record_ebpf(args: &RecordArgs) -> Result<()> {
+    if args.blocking || args.idle || args.subprocesses {
+        bail!("--blocking, --idle and --subprocesses need --mode userspace");
+    }
+    locate_runtime(args.pid)?;
+    let file = File::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
+    let mut profiler = host_profiler(args.mode, args.rate, Some(vec![args.pid]), &args.frames)?;
+    install_stop_handlers();
+    let until = args.duration.map(|d| std::time::Instant::now() + Duration::from_secs_f64(d));
+    let pid = args.pid;
+    let mut scanned = false;
+    profiler.run(&STOP, until, |p| {
+        // The target exited: stop (its samples are kept).
+        if scanned && p.pids().is_empty() {
+            STOP.store(true, Ordering::Relaxed);
+        }
+        scanned = true;
+    });
+    let windows = profiler.cut();
+    let window = windows.into_iter().find(|(i, _)| i.pid == pid).map(|(_, w)| w);
+    let window = window.unwrap_or_else(|| pyagent::aggregate::Aggregator::new(1_000_000_000 / args.rate as u64).cut());
+    let mut w = BufWriter::new(file);
+    export::write(args.format.into(), &window, &mut w).with_context(|| format!("writing {}", args.output.display()))?;
+    w.flush()?;
+    let s = profiler.stats();
+    eprintln!(
+        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped)",
+        profiler.mode_name(),
+        args.output.display(),
+        window.total_samples(),
+        window.counts.len(),
+        s.torn + s.anchor_miss + s.incomplete
     );
     Ok(())
 }
@@ -133,8 +258,11 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let result = match &cli.command {
-        Command::Dump(a) => dump(a),
-        Command::Record(a) => record(a),
+        Some(Command::Dump(a)) => dump(a),
+        Some(Command::Record(a)) if a.mode != ModeArg::Userspace => record_ebpf(a),
+        Some(Command::Record(a)) => record(a),
+        None if cli.host.all_python => all_python(&cli.host),
+        None => Err(anyhow::anyhow!("nothing to do: give --all-python or a subcommand (see --help)")),
     };
     if let Err(e) = result {
         // One line: the error and its causes.

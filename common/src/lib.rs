@@ -1,2 +1,390 @@
 //! The contract between the BPF program (`ebpf/`, C) and userspace: `#[repr(C)]` mirrors of
 //! `common/include/pyagent.h`, with compile-time layout checks.
+//!
+//! In: nothing (plain data). Out: the map value [`PaProc`], the ring-buffer record
+//! ([`PaSampleHdr`] + [`PaFrame`]s, parsed safely by [`SampleRecord::parse`]), the counter ids
+//! with their Prometheus names ([`Counter`], [`COUNTERS`]) and the limits. The header is the
+//! source of truth; `tests/layout.rs` compiles a probe against it and compares every size,
+//! offset and value with this crate.
+//!
+//! With the `userspace` feature, the map types implement `aya::Pod`.
+
+#![deny(missing_docs)]
+
+mod counters;
+mod record;
+
+pub use counters::{Counter, CounterInfo, COUNTERS, COUNTER_COUNT};
+pub use record::{Frames, RecordError, SampleRecord};
+
+use std::mem::{offset_of, size_of};
+
+/// Frames recorded per sample at most (`PA_MAX_FRAMES`, also the walk's `bpf_loop` bound).
+pub const MAX_FRAMES: u32 = 1024;
+/// Bytes of each `_PyInterpreterFrame` read at once (`PA_FRAME_READ_BYTES`): every frame field
+/// the walk uses must lie inside it.
+pub const FRAME_READ_BYTES: u32 = 80;
+/// Bytes of the `PyThreadState` read at once (`PA_TSTATE_READ_BYTES`), starting at the lowest
+/// thread-state offset in use: every thread-state field the walk uses must lie inside it.
+pub const TSTATE_READ_BYTES: u32 = 64;
+
+/// [`PaProc::flags`]: `current_frame` is reached through `tstate->cframe` (3.11, 3.12).
+pub const PROC_CFRAME: u32 = 1 << 0;
+/// [`PaProc::flags`]: stop at `tstate->last_profiled_frame` and report the anchor (3.15).
+pub const PROC_ANCHOR: u32 = 1 << 1;
+/// [`PaProc::flags`]: read `tstate->base_frame` and report it (3.15).
+pub const PROC_BASE_FRAME: u32 = 1 << 2;
+/// Every defined [`PaProc::flags`] bit (`PA_PROC__ALL`).
+pub const PROC_ALL: u32 = PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME;
+
+/// [`PaSampleHdr::flags`]: the walk reached a frame whose `previous` is 0.
+pub const SAMPLE_COMPLETE: u32 = 1 << 0;
+/// [`PaSampleHdr::flags`]: the walk stopped at the frame-count bound.
+pub const SAMPLE_TRUNCATED: u32 = 1 << 1;
+/// [`PaSampleHdr::flags`]: reading the next frame failed; the chain is cut, not complete.
+pub const SAMPLE_READ_FAILED: u32 = 1 << 2;
+/// [`PaSampleHdr::flags`]: the last recorded frame is the anchor (`last_profiled_frame`).
+pub const SAMPLE_ANCHOR_HIT: u32 = 1 << 3;
+/// [`PaSampleHdr::flags`]: complete, and the last frame is `tstate->base_frame`.
+pub const SAMPLE_REACHED_BASE: u32 = 1 << 4;
+/// [`PaSampleHdr::flags`], reserved and never set: "the program moved the anchor to this
+/// record's top frame". The BPF program cannot write user memory on our kernels
+/// (`bpf_probe_write_user` is refused under lockdown, and fails in interrupt context on any
+/// kernel), so records never carry it; see `PA_PROC_ANCHOR` in `pyagent.h`.
+pub const SAMPLE_ANCHOR_WRITTEN: u32 = 1 << 5;
+
+/// How the BPF program walks one process's frame chain (`struct pa_proc`, the value of the
+/// `pa_procs` map, keyed by host tgid). Offsets are bytes, named after `_Py_DebugOffsets`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaProc {
+    /// Chosen by userspace (e.g. the process start time); copied into every record.
+    pub generation: u64,
+    /// Bits cleared from `f_executable`/`f_code`: 3 on 3.14+, 0 before.
+    pub executable_tag_mask: u64,
+    /// `PROC_*` bits.
+    pub flags: u32,
+    /// `PyThreadState.current_frame` (3.13+), or `PyThreadState.cframe` with [`PROC_CFRAME`].
+    pub thread_state_current_frame: u32,
+    /// `_PyCFrame.current_frame` (only with [`PROC_CFRAME`]).
+    pub cframe_current_frame: u32,
+    /// `PyThreadState.base_frame` (only with [`PROC_BASE_FRAME`]).
+    pub thread_state_base_frame: u32,
+    /// `PyThreadState.last_profiled_frame` (only with [`PROC_ANCHOR`]).
+    pub thread_state_last_profiled_frame: u32,
+    /// `PyThreadState.last_profiled_frame_seq` (only with [`PROC_ANCHOR`]).
+    pub thread_state_last_profiled_frame_seq: u32,
+    /// `_PyInterpreterFrame.previous`.
+    pub interpreter_frame_previous: u32,
+    /// `_PyInterpreterFrame.f_executable` (`f_code` before 3.13).
+    pub interpreter_frame_executable: u32,
+    /// `_PyInterpreterFrame.instr_ptr` (`prev_instr` before 3.13).
+    pub interpreter_frame_instr_ptr: u32,
+    /// `_PyInterpreterFrame.owner` (one byte).
+    pub interpreter_frame_owner: u32,
+}
+
+const _: () = {
+    assert!(size_of::<PaProc>() == 56);
+    assert!(offset_of!(PaProc, generation) == 0);
+    assert!(offset_of!(PaProc, executable_tag_mask) == 8);
+    assert!(offset_of!(PaProc, flags) == 16);
+    assert!(offset_of!(PaProc, thread_state_current_frame) == 20);
+    assert!(offset_of!(PaProc, cframe_current_frame) == 24);
+    assert!(offset_of!(PaProc, thread_state_base_frame) == 28);
+    assert!(offset_of!(PaProc, thread_state_last_profiled_frame) == 32);
+    assert!(offset_of!(PaProc, thread_state_last_profiled_frame_seq) == 36);
+    assert!(offset_of!(PaProc, interpreter_frame_previous) == 40);
+    assert!(offset_of!(PaProc, interpreter_frame_executable) == 44);
+    assert!(offset_of!(PaProc, interpreter_frame_instr_ptr) == 48);
+    assert!(offset_of!(PaProc, interpreter_frame_owner) == 52);
+};
+
+/// Why the BPF program would refuse a [`PaProc`] (it counts `pyagent_bpf_bad_config_total` and
+/// drops the sample); [`PaProc::validate`] says so before the map is written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProcError {
+    /// A flag bit outside [`PROC_ALL`].
+    #[error("unknown pa_proc flags {flags:#x}")]
+    UnknownFlags {
+        /// The flags given.
+        flags: u32,
+    },
+
+    /// A pointer field is misaligned or does not fit in its read window.
+    #[error("{field} at offset {offset} is not an 8-byte aligned pointer inside the {window}-byte read window")]
+    FieldOutsideWindow {
+        /// The `PaProc` field name.
+        field: &'static str,
+        /// Its offset, relative to the window start.
+        offset: u32,
+        /// The window size in bytes.
+        window: u32,
+    },
+}
+
+impl PaProc {
+    /// Checks the offsets the way the BPF program does: frame pointer fields 8-byte aligned in
+    /// the first [`FRAME_READ_BYTES`] bytes, the owner byte there too, and the thread-state fields
+    /// in use 8-byte aligned within [`TSTATE_READ_BYTES`] of the lowest one.
+    pub fn validate(&self) -> Result<(), ProcError> {
+        if self.flags & !PROC_ALL != 0 {
+            return Err(ProcError::UnknownFlags { flags: self.flags });
+        }
+        let ptr_ok = |off: u32, window: u32| off.is_multiple_of(8) && off <= window - 8;
+        for (field, off) in [
+            (
+                "interpreter_frame_previous",
+                self.interpreter_frame_previous,
+            ),
+            (
+                "interpreter_frame_executable",
+                self.interpreter_frame_executable,
+            ),
+            (
+                "interpreter_frame_instr_ptr",
+                self.interpreter_frame_instr_ptr,
+            ),
+        ] {
+            if !ptr_ok(off, FRAME_READ_BYTES) {
+                return Err(ProcError::FieldOutsideWindow {
+                    field,
+                    offset: off,
+                    window: FRAME_READ_BYTES,
+                });
+            }
+        }
+        if self.interpreter_frame_owner >= FRAME_READ_BYTES {
+            return Err(ProcError::FieldOutsideWindow {
+                field: "interpreter_frame_owner",
+                offset: self.interpreter_frame_owner,
+                window: FRAME_READ_BYTES,
+            });
+        }
+        let fields = self.thread_state_fields();
+        let lo = fields
+            .iter()
+            .flatten()
+            .map(|&(_, off)| off)
+            .min()
+            .unwrap_or(0);
+        for &(field, off) in fields.iter().flatten() {
+            if !ptr_ok(off - lo, TSTATE_READ_BYTES) {
+                return Err(ProcError::FieldOutsideWindow {
+                    field,
+                    offset: off - lo,
+                    window: TSTATE_READ_BYTES,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The thread-state fields the BPF program reads with these flags.
+    fn thread_state_fields(&self) -> [Option<(&'static str, u32)>; 4] {
+        let anchor = self.flags & PROC_ANCHOR != 0;
+        let base = self.flags & PROC_BASE_FRAME != 0;
+        [
+            Some((
+                "thread_state_current_frame",
+                self.thread_state_current_frame,
+            )),
+            anchor.then_some((
+                "thread_state_last_profiled_frame",
+                self.thread_state_last_profiled_frame,
+            )),
+            anchor.then_some((
+                "thread_state_last_profiled_frame_seq",
+                self.thread_state_last_profiled_frame_seq,
+            )),
+            base.then_some(("thread_state_base_frame", self.thread_state_base_frame)),
+        ]
+    }
+}
+
+/// The fixed part of a ring-buffer record (`struct pa_sample_hdr`); `nframes` [`PaFrame`]s
+/// follow it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaSampleHdr {
+    /// Host (initial pid namespace) tgid of the interrupted task.
+    pub pid: u32,
+    /// Host tid of the interrupted task.
+    pub tid: u32,
+    /// `PyThreadState` address, from `pa_threads`.
+    pub tstate: u64,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC).
+    pub ktime_ns: u64,
+    /// [`PaProc::generation`] at sampling time.
+    pub generation: u64,
+    /// `last_profiled_frame` read before the walk (0 without [`PROC_ANCHOR`]).
+    pub anchor_frame: u64,
+    /// `last_profiled_frame_seq` read with the anchor (0 without [`PROC_ANCHOR`]).
+    pub anchor_seq: u64,
+    /// `tstate->base_frame` (0 without [`PROC_BASE_FRAME`]).
+    pub base_frame: u64,
+    /// CPU that took the sample.
+    pub cpu: u32,
+    /// Number of frames following the header (at most [`MAX_FRAMES`]).
+    pub nframes: u32,
+    /// `SAMPLE_*` bits.
+    pub flags: u32,
+    /// Padding, 0.
+    pub _pad: u32,
+}
+
+const _: () = {
+    assert!(size_of::<PaSampleHdr>() == 72);
+    assert!(offset_of!(PaSampleHdr, pid) == 0);
+    assert!(offset_of!(PaSampleHdr, tid) == 4);
+    assert!(offset_of!(PaSampleHdr, tstate) == 8);
+    assert!(offset_of!(PaSampleHdr, ktime_ns) == 16);
+    assert!(offset_of!(PaSampleHdr, generation) == 24);
+    assert!(offset_of!(PaSampleHdr, anchor_frame) == 32);
+    assert!(offset_of!(PaSampleHdr, anchor_seq) == 40);
+    assert!(offset_of!(PaSampleHdr, base_frame) == 48);
+    assert!(offset_of!(PaSampleHdr, cpu) == 56);
+    assert!(offset_of!(PaSampleHdr, nframes) == 60);
+    assert!(offset_of!(PaSampleHdr, flags) == 64);
+    assert!(offset_of!(PaSampleHdr, _pad) == 68);
+};
+
+impl PaSampleHdr {
+    /// The walk reached a frame whose `previous` is 0 ([`SAMPLE_COMPLETE`]).
+    pub fn is_complete(&self) -> bool {
+        self.flags & SAMPLE_COMPLETE != 0
+    }
+    /// The walk stopped at the frame-count bound ([`SAMPLE_TRUNCATED`]).
+    pub fn is_truncated(&self) -> bool {
+        self.flags & SAMPLE_TRUNCATED != 0
+    }
+    /// A frame read failed; the chain is cut ([`SAMPLE_READ_FAILED`]).
+    pub fn read_failed(&self) -> bool {
+        self.flags & SAMPLE_READ_FAILED != 0
+    }
+    /// The last frame is the anchor ([`SAMPLE_ANCHOR_HIT`]).
+    pub fn anchor_hit(&self) -> bool {
+        self.flags & SAMPLE_ANCHOR_HIT != 0
+    }
+    /// Complete and ending at `base_frame` ([`SAMPLE_REACHED_BASE`]).
+    pub fn reached_base(&self) -> bool {
+        self.flags & SAMPLE_REACHED_BASE != 0
+    }
+}
+
+/// One `_PyInterpreterFrame` as read from the target (`struct pa_frame`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PaFrame {
+    /// Address of the frame.
+    pub addr: u64,
+    /// `f_executable`/`f_code` with the tag bits cleared.
+    pub executable: u64,
+    /// `instr_ptr` (3.13+) / `prev_instr` (3.11, 3.12), raw.
+    pub instr_ptr: u64,
+    /// The frame's owner byte (`FRAME_OWNED_BY_*`).
+    pub owner: u32,
+    /// Padding, 0.
+    pub _pad: u32,
+}
+
+const _: () = {
+    assert!(size_of::<PaFrame>() == 32);
+    assert!(offset_of!(PaFrame, addr) == 0);
+    assert!(offset_of!(PaFrame, executable) == 8);
+    assert!(offset_of!(PaFrame, instr_ptr) == 16);
+    assert!(offset_of!(PaFrame, owner) == 24);
+    assert!(offset_of!(PaFrame, _pad) == 28);
+};
+
+/// Bytes of the largest record (`sizeof(struct pa_record)`): header plus [`MAX_FRAMES`] frames.
+pub const RECORD_MAX_BYTES: usize =
+    size_of::<PaSampleHdr>() + MAX_FRAMES as usize * size_of::<PaFrame>();
+
+// Safety: `#[repr(C)]`, only integer fields, no implicit padding (sizes asserted above).
+#[cfg(feature = "userspace")]
+unsafe impl aya::Pod for PaProc {}
+// Safety: as above.
+#[cfg(feature = "userspace")]
+unsafe impl aya::Pod for PaSampleHdr {}
+// Safety: as above.
+#[cfg(feature = "userspace")]
+unsafe impl aya::Pod for PaFrame {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 3.15 default build: current_frame 72, base_frame 80, anchor 88/96; frame 0/8/56/74.
+    fn py315() -> PaProc {
+        PaProc {
+            generation: 1,
+            executable_tag_mask: 3,
+            flags: PROC_ANCHOR | PROC_BASE_FRAME,
+            thread_state_current_frame: 72,
+            cframe_current_frame: 0,
+            thread_state_base_frame: 80,
+            thread_state_last_profiled_frame: 88,
+            thread_state_last_profiled_frame_seq: 96,
+            interpreter_frame_previous: 8,
+            interpreter_frame_executable: 0,
+            interpreter_frame_instr_ptr: 56,
+            interpreter_frame_owner: 74,
+        }
+    }
+
+    #[test]
+    fn validate_accepts_real_layouts() {
+        py315().validate().expect("3.15 layout");
+        // 3.11: cframe at 56, _PyCFrame.current_frame at 8; frame f_code 32, previous 48,
+        // prev_instr 56, owner 69.
+        let py311 = PaProc {
+            flags: PROC_CFRAME,
+            executable_tag_mask: 0,
+            thread_state_current_frame: 56,
+            cframe_current_frame: 8,
+            interpreter_frame_previous: 48,
+            interpreter_frame_executable: 32,
+            interpreter_frame_instr_ptr: 56,
+            interpreter_frame_owner: 69,
+            ..PaProc::default()
+        };
+        py311.validate().expect("3.11 layout");
+    }
+
+    #[test]
+    fn validate_rejects_out_of_window() {
+        let mut p = py315();
+        p.interpreter_frame_instr_ptr = 76;
+        assert!(matches!(
+            p.validate(),
+            Err(ProcError::FieldOutsideWindow {
+                field: "interpreter_frame_instr_ptr",
+                ..
+            })
+        ));
+        let mut p = py315();
+        p.interpreter_frame_owner = 80;
+        assert!(p.validate().is_err());
+        let mut p = py315();
+        p.thread_state_last_profiled_frame_seq = 72 + 64;
+        assert!(matches!(
+            p.validate(),
+            Err(ProcError::FieldOutsideWindow { offset: 64, .. })
+        ));
+        let mut p = py315();
+        p.interpreter_frame_previous = 12;
+        assert!(p.validate().is_err());
+        let mut p = py315();
+        p.flags |= 1 << 7;
+        assert_eq!(
+            p.validate(),
+            Err(ProcError::UnknownFlags { flags: p.flags })
+        );
+        // Fields of disabled features are not checked.
+        let mut p = py315();
+        p.flags = 0;
+        p.thread_state_base_frame = 4096;
+        p.validate().expect("base frame unused");
+    }
+}

@@ -5,11 +5,11 @@ import time
 deadline = time.monotonic() + float(sys.argv[1]) if len(sys.argv) > 1 else None
 
 
-def hot(n):
+def hot(n):  # @hot_def
     total = 0
     for i in range(n):  # @hot_loop
         total += i * i  # @hot_body
-    return total
+    return total  # @hot_end
 
 
 def warm():

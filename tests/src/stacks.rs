@@ -11,7 +11,9 @@ use pyagent::unwind::{ThreadSample, UnwindOptions, Unwinder};
 
 /// A test script in `tests/scripts/`.
 pub fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts")
+        .join(name)
 }
 
 /// The line of `script` that carries the comment `# @marker`.
@@ -45,7 +47,11 @@ pub fn simple(sample: &ThreadSample) -> Vec<SimpleFrame> {
 
 /// Shorthand for an expected frame of `script` at `# @marker`.
 pub fn at(function: &str, script_name: &str, marker: &str) -> SimpleFrame {
-    (function.to_string(), script_name.to_string(), Some(marker_line(script_name, marker)))
+    (
+        function.to_string(),
+        script_name.to_string(),
+        Some(marker_line(script_name, marker)),
+    )
 }
 
 /// Locates the runtime of `pid`, waiting while it is still starting up.
@@ -71,7 +77,9 @@ pub fn sample_until(
 ) -> Vec<ThreadSample> {
     let deadline = Instant::now() + timeout;
     loop {
-        let samples = unwinder.sample().unwrap_or_else(|e| panic!("sampling failed: {e}"));
+        let samples = unwinder
+            .sample()
+            .unwrap_or_else(|e| panic!("sampling failed: {e}"));
         if done(&samples) {
             return samples;
         }
@@ -90,7 +98,10 @@ pub fn pyagent_bin() -> PathBuf {
     BIN.get_or_init(|| {
         let exe = std::env::current_exe().expect("test executable path");
         // target/<profile>/deps/integration-xxxx → target/<profile>
-        let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>/deps");
         let release = profile_dir.file_name().is_some_and(|n| n == "release");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
@@ -98,7 +109,9 @@ pub fn pyagent_bin() -> PathBuf {
         if release {
             cmd.arg("--release");
         }
-        let status = cmd.status().unwrap_or_else(|e| panic!("cannot run cargo build: {e}"));
+        let status = cmd
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run cargo build: {e}"));
         assert!(status.success(), "building the pyagent binary failed");
         let bin = profile_dir.join("pyagent");
         assert!(bin.exists(), "{} missing after cargo build", bin.display());

@@ -1,7 +1,12 @@
 //! What discovery needs from an ELF object: where `_PyRuntime`, `PyCode_Type` and `Py_Version`
 //! are, and the PT_LOAD segments to compute the load bias from the maps.
 
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::{Mutex, OnceLock};
 
 use goblin::elf::program_header::PT_LOAD;
 use goblin::elf::Elf;
@@ -61,37 +66,61 @@ impl ElfFacts {
     }
 }
 
-/// Reads the object mapped at `path` in process `pid`. The maps file names it as seen from
+/// Identity of a file's contents: device, inode, size, modification time.
+type FileId = (u64, u64, u64, i64);
+
+/// Facts per file, so a host-wide scan parses each distinct binary once, not once per process.
+fn facts_cache() -> &'static Mutex<HashMap<FileId, Option<ElfFacts>>> {
+    static CACHE: OnceLock<Mutex<HashMap<FileId, Option<ElfFacts>>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Most files remembered.
+const MAX_CACHED_FILES: usize = 4096;
+
+/// Opens the object mapped at `path` in process `pid`. The maps file names it as seen from
 /// *our* root when it is reachable from there (a chroot) and as seen from the target's mount
 /// namespace otherwise (a container), so try `/proc/PID/root/PATH`, then `PATH`, and take the
 /// first whose inode is the mapped one; `/proc/PID/map_files` (deleted or replaced files, and
 /// anything else) is the last resort.
-fn read_mapped_file(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<(String, Vec<u8>), ElfError> {
-    use std::os::unix::fs::MetadataExt;
+fn open_mapped_file(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<(String, File), ElfError> {
     let first = entries.first();
     let inode = first.map(|e| e.inode).unwrap_or(0);
+    let open = |p: &str| File::open(p).map_err(|source| ElfError::Io { path: p.to_string(), source });
     if !entries.iter().any(|e| e.deleted) {
         for candidate in [format!("/proc/{pid}/root{}", path.display()), path.display().to_string()] {
             if std::fs::metadata(&candidate).is_ok_and(|m| m.ino() == inode) {
-                let bytes = std::fs::read(&candidate)
-                    .map_err(|source| ElfError::Io { path: candidate.clone(), source })?;
-                return Ok((candidate, bytes));
+                return Ok((candidate.clone(), open(&candidate)?));
             }
         }
     }
     let Some(e) = first else {
-        return Err(ElfError::Io { path: path.display().to_string(), source: std::io::ErrorKind::NotFound.into() });
+        let source = std::io::ErrorKind::NotFound.into();
+        return Err(ElfError::Io { path: path.display().to_string(), source });
     };
     let via = format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end);
-    let bytes = std::fs::read(&via).map_err(|source| ElfError::Io { path: via.clone(), source })?;
-    Ok((via, bytes))
+    Ok((via.clone(), open(&via)?))
 }
 
 /// Parses the object mapped at `path` in process `pid`. `Ok(None)` when it holds no CPython
 /// runtime.
 pub fn load_facts(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<Option<ElfFacts>, ElfError> {
-    let (opened, bytes) = read_mapped_file(pid, path, entries)?;
-    parse_facts(&bytes).map_err(|source| ElfError::Parse { path: opened, source })
+    let (opened, mut file) = open_mapped_file(pid, path, entries)?;
+    let io = |source| ElfError::Io { path: opened.clone(), source };
+    let meta = file.metadata().map_err(io)?;
+    let id: FileId = (meta.dev(), meta.ino(), meta.len(), meta.mtime());
+    if let Some(hit) = facts_cache().lock().expect("facts cache lock").get(&id) {
+        return Ok(hit.clone());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.read_to_end(&mut bytes).map_err(io)?;
+    let facts = parse_facts(&bytes).map_err(|source| ElfError::Parse { path: opened.clone(), source })?;
+    let mut cache = facts_cache().lock().expect("facts cache lock");
+    if cache.len() >= MAX_CACHED_FILES {
+        cache.clear();
+    }
+    cache.insert(id, facts.clone());
+    Ok(facts)
 }
 
 /// The facts of an ELF image in memory.

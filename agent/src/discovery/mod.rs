@@ -8,11 +8,13 @@
 //! map a second, never-initialised libpython (`import ctypes` and friends `dlopen` one).
 
 mod elf;
+pub mod host;
 mod procfs_util;
 
 use std::path::PathBuf;
 
-pub use elf::{ElfFacts, ElfError};
+pub use elf::{ElfError, ElfFacts};
+pub use host::{HostScanner, ProcessState, ScanChanges};
 pub use procfs_util::{
     children, ns_pid, process_exists, task_ids, thread_name, MapsEntry, TaskIds,
 };
@@ -39,12 +41,14 @@ pub enum DiscoveryError {
         pid: u32,
     },
     /// No mapped object has a CPython runtime.
-    #[error("process {pid} ({comm}) is not a CPython process: no _PyRuntime in its mappings")]
+    #[error("process {pid} ({comm}) is not a CPython process: no _PyRuntime in its mappings{skipped}")]
     NotPython {
         /// pid
         pid: u32,
         /// its command name
         comm: String,
+        /// objects that could not be examined, and why (empty, or `" (skipped: …)"`)
+        skipped: String,
     },
     /// A runtime was found but no candidate is initialised (yet).
     #[error("process {pid}: CPython runtime at {addr:#x} is not initialised ({why})")]
@@ -118,18 +122,20 @@ pub fn locate_runtime(pid: u32) -> Result<PythonTarget, DiscoveryError> {
     let exe = procfs_util::exe_path(pid);
     let mut mem = RemoteMemory::new(pid);
     let mut last_failure: Option<DiscoveryError> = None;
-    let mut seen_any = false;
+    let mut skipped = Vec::new();
     for (path, entries) in procfs_util::candidate_objects(&maps, exe.as_deref()) {
         let facts = match elf::load_facts(pid, &path, &entries) {
             Ok(Some(f)) => f,
             Ok(None) => continue,
             Err(e) => {
-                tracing::debug!(pid, path = %path.display(), error = %e, "skipping object");
+                skipped.push(e.to_string());
                 continue;
             }
         };
-        seen_any = true;
-        let Some(bias) = facts.load_bias(&entries) else { continue };
+        let Some(bias) = facts.load_bias(&entries) else {
+            skipped.push(format!("{}: no maps line matches a PT_LOAD segment", path.display()));
+            continue;
+        };
         let runtime_addr = bias.wrapping_add(facts.runtime_vaddr);
         match validate_candidate(&mut mem, pid, &facts, bias, runtime_addr) {
             Ok(offsets) => {
@@ -152,8 +158,12 @@ pub fn locate_runtime(pid: u32) -> Result<PythonTarget, DiscoveryError> {
     if let Some(e) = last_failure {
         return Err(e);
     }
-    let _ = seen_any;
-    Err(DiscoveryError::NotPython { pid, comm: procfs_util::comm(pid).unwrap_or_default() })
+    if !process_exists(pid) {
+        return Err(DiscoveryError::NoSuchProcess { pid });
+    }
+    let skipped =
+        if skipped.is_empty() { String::new() } else { format!(" (skipped: {})", skipped.join("; ")) };
+    Err(DiscoveryError::NotPython { pid, comm: procfs_util::comm(pid).unwrap_or_default(), skipped })
 }
 
 /// Reads the version and layout of one candidate and checks that it is the live runtime.

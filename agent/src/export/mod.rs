@@ -7,7 +7,9 @@
 
 pub mod collapsed;
 pub mod flamegraph;
+pub mod metrics;
 pub mod pprof;
+pub mod sinks;
 
 use std::fmt;
 use std::io::{self, Write};

@@ -8,6 +8,11 @@
 //! later by `unwind`/`symbolize`) through [`BpfSampler::drain`], the program's counters, and
 //! its cost from the kernel's BPF statistics. Caches nothing: the maps are the state.
 //!
+//! [`pa_proc_for`] builds the [`PaProc`] of a process from its [`Offsets`]. The program reads
+//! the 3.15 frame-cache anchor but never writes it: `bpf_probe_write_user` is refused under
+//! kernel lockdown (forced on our machines) and fails in interrupt context anyway (see
+//! `PA_PROC_ANCHOR` in `pyagent.h`).
+//!
 //! The program writes records without waking the reader (a wakeup costs 2–3 µs on our VMs), so
 //! the caller drains on a timer (every ~100 ms). A reader blocked on [`BpfSampler::ring_fd`]
 //! (poll, epoll, tokio's `AsyncFd`) is woken only when the buffer fills past
@@ -21,7 +26,12 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::{PerfEvent, ProgramError};
 use aya::sys::{enable_stats, Stats};
 use aya::{Ebpf, EbpfError, EbpfLoader};
-use common::{Counter, CounterInfo, PaProc, ProcError, SampleRecord, COUNTERS, MAX_FRAMES};
+use common::{
+    Counter, CounterInfo, PaProc, ProcError, SampleRecord, COUNTERS, MAX_FRAMES, PROC_ANCHOR,
+    PROC_BASE_FRAME, PROC_CFRAME,
+};
+
+use crate::offsets::Offsets;
 
 /// The compiled sampler (`ebpf/sampler.bpf.c`), built by `build.rs`.
 static SAMPLER_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
@@ -380,6 +390,48 @@ impl AsRawFd for BpfSampler {
     }
 }
 
+/// The walk configuration of a process whose CPython layout is `offsets` (generation 0: the
+/// caller sets [`PaProc::generation`]). Sets [`PROC_CFRAME`] when the current frame is behind
+/// `tstate->cframe` (3.11, 3.12), [`PROC_BASE_FRAME`] when `base_frame` is known (3.15), and
+/// [`PROC_ANCHOR`] when `use_anchor` is true and the layout has the 3.15 frame-cache anchor
+/// ([`Offsets::has_frame_cache_anchor`]). An offset too large for the map is saturated, so that
+/// [`PaProc::validate`] (and [`BpfSampler::track_process`]) refuses it.
+pub fn pa_proc_for(offsets: &Offsets, use_anchor: bool) -> PaProc {
+    let off = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    let t = &offsets.thread_state;
+    let f = &offsets.interpreter_frame;
+    let mut p = PaProc {
+        generation: 0,
+        executable_tag_mask: offsets.frame.executable_tag_mask,
+        flags: 0,
+        thread_state_current_frame: off(t.current_frame),
+        cframe_current_frame: 0,
+        thread_state_base_frame: 0,
+        thread_state_last_profiled_frame: 0,
+        thread_state_last_profiled_frame_seq: 0,
+        interpreter_frame_previous: off(f.previous),
+        interpreter_frame_executable: off(f.executable),
+        interpreter_frame_instr_ptr: off(f.instr_ptr),
+        interpreter_frame_owner: off(f.owner),
+    };
+    if let Some(c) = t.cframe_current_frame {
+        p.flags |= PROC_CFRAME;
+        p.cframe_current_frame = off(c);
+    }
+    if let Some(b) = t.base_frame {
+        p.flags |= PROC_BASE_FRAME;
+        p.thread_state_base_frame = off(b);
+    }
+    if let (true, Some(a), Some(seq)) =
+        (use_anchor, t.last_profiled_frame, t.last_profiled_frame_seq)
+    {
+        p.flags |= PROC_ANCHOR;
+        p.thread_state_last_profiled_frame = off(a);
+        p.thread_state_last_profiled_frame_seq = off(seq);
+    }
+    p
+}
+
 fn validate(config: &BpfConfig) -> Result<(), BpfError> {
     if config.rate_hz == 0 {
         return Err(BpfError::InvalidConfig("rate_hz must be positive"));
@@ -457,6 +509,101 @@ fn program_error(during: &str, e: ProgramError) -> BpfError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::offsets::{builtin_offsets, PythonVersion};
+
+    /// 3.12: current frame behind `tstate->cframe`, no anchor even when asked for.
+    #[test]
+    fn pa_proc_for_312_uses_cframe() {
+        let o = builtin_offsets(PythonVersion::new(3, 12, 1)).expect("3.12 table");
+        let want = PaProc {
+            generation: 0,
+            executable_tag_mask: 0,
+            flags: PROC_CFRAME,
+            thread_state_current_frame: 56,
+            cframe_current_frame: 0,
+            thread_state_base_frame: 0,
+            thread_state_last_profiled_frame: 0,
+            thread_state_last_profiled_frame_seq: 0,
+            interpreter_frame_previous: 8,
+            interpreter_frame_executable: 0,
+            interpreter_frame_instr_ptr: 56,
+            interpreter_frame_owner: 70,
+        };
+        assert_eq!(pa_proc_for(&o, false), want);
+        assert!(!o.has_frame_cache_anchor());
+        assert_eq!(pa_proc_for(&o, true), want, "no anchor fields in 3.12");
+        want.validate().expect("3.12 PaProc is valid");
+    }
+
+    /// A 3.15 default-build layout (cpython-internals.md §6.1, §10), made from the 3.12 table.
+    fn offsets_315() -> Offsets {
+        let mut o = builtin_offsets(PythonVersion::new(3, 12, 1)).expect("3.12 table");
+        o.version = PythonVersion::new(3, 15, 2);
+        o.thread_state.current_frame = 72;
+        o.thread_state.cframe_current_frame = None;
+        o.thread_state.base_frame = Some(80);
+        o.thread_state.last_profiled_frame = Some(88);
+        o.thread_state.last_profiled_frame_seq = Some(96);
+        o.interpreter_frame.size = 88;
+        o.interpreter_frame.executable = 0;
+        o.interpreter_frame.previous = 8;
+        o.interpreter_frame.instr_ptr = 56;
+        o.interpreter_frame.owner = 74;
+        o.frame.executable_tag_mask = 3;
+        o
+    }
+
+    #[test]
+    fn pa_proc_for_315_uses_base_frame_and_anchor() {
+        let o = offsets_315();
+        assert!(o.has_frame_cache_anchor());
+        let with = pa_proc_for(&o, true);
+        assert_eq!(
+            with,
+            PaProc {
+                generation: 0,
+                executable_tag_mask: 3,
+                flags: PROC_ANCHOR | PROC_BASE_FRAME,
+                thread_state_current_frame: 72,
+                cframe_current_frame: 0,
+                thread_state_base_frame: 80,
+                thread_state_last_profiled_frame: 88,
+                thread_state_last_profiled_frame_seq: 96,
+                interpreter_frame_previous: 8,
+                interpreter_frame_executable: 0,
+                interpreter_frame_instr_ptr: 56,
+                interpreter_frame_owner: 74,
+            }
+        );
+        with.validate().expect("3.15 PaProc is valid");
+
+        let without = pa_proc_for(&o, false);
+        assert_eq!(without.flags, PROC_BASE_FRAME);
+        assert_eq!(
+            (
+                without.thread_state_last_profiled_frame,
+                without.thread_state_last_profiled_frame_seq
+            ),
+            (0, 0)
+        );
+        without.validate().expect("valid without the anchor");
+
+        // Only one half of the anchor pair: no anchor.
+        let mut half = o;
+        half.thread_state.last_profiled_frame_seq = None;
+        assert_eq!(pa_proc_for(&half, true).flags, PROC_BASE_FRAME);
+    }
+
+    /// Offsets beyond u32 saturate, and the program's checks (mirrored by validate) refuse them.
+    #[test]
+    fn pa_proc_for_saturates_huge_offsets() {
+        let mut o = offsets_315();
+        o.thread_state.last_profiled_frame_seq = Some(1 << 40);
+        let p = pa_proc_for(&o, true);
+        assert_eq!(p.thread_state_last_profiled_frame_seq, u32::MAX);
+        assert!(p.validate().is_err());
+    }
 
     /// The sampler moves into a tokio task (`AsyncFd<BpfSampler>`).
     #[test]

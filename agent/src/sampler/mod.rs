@@ -8,4 +8,5 @@
 
 pub mod blocking;
 pub mod bpf;
+pub mod host;
 pub mod userspace;

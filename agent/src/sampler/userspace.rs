@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::aggregate::Aggregator;
 use crate::discovery::{children, locate_runtime, DiscoveryError};
 use crate::sampler::blocking::{PausedThreads, SeizeStats};
-use crate::unwind::{UnwindError, UnwindOptions, UnwindStats, Unwinder};
+use crate::unwind::{ThreadSample, UnwindError, UnwindOptions, UnwindStats, Unwinder};
 
 /// What to sample and how.
 #[derive(Debug, Clone)]
@@ -69,6 +69,19 @@ pub enum SamplerError {
 }
 
 impl UserspaceSampler {
+    /// A sampler with no targets yet (host-wide use adds them as discovery finds them).
+    pub fn empty(config: UserspaceConfig) -> UserspaceSampler {
+        UserspaceSampler {
+            config,
+            roots: Vec::new(),
+            targets: HashMap::new(),
+            rejected: HashSet::new(),
+            stats: SamplerStats::default(),
+            retired: Vec::new(),
+            last_scan: None,
+        }
+    }
+
     /// Locates the runtime of each root pid; fails if any root is not a profilable CPython.
     pub fn new(roots: &[u32], config: UserspaceConfig) -> Result<UserspaceSampler, SamplerError> {
         let mut targets = HashMap::new();
@@ -97,6 +110,12 @@ impl UserspaceSampler {
     /// The unwinder of a sampled process.
     pub fn unwinder(&self, pid: u32) -> Option<&Unwinder> {
         self.targets.get(&pid)
+    }
+
+    /// Whether any process is sampled with the 3.15 frame cache.
+    pub fn frame_cache_used(&self) -> bool {
+        self.targets.values().any(|u| u.frame_cache_enabled())
+            || self.retired.iter().any(|s| s.anchor_writes > 0)
     }
 
     /// Run counters.
@@ -157,8 +176,26 @@ impl UserspaceSampler {
         }
     }
 
-    /// Takes one sample of every process into `agg`. Returns false when no process is left.
-    pub fn sample_once(&mut self, agg: &mut Aggregator) -> bool {
+    /// Starts sampling another process.
+    pub fn add_target(&mut self, unwinder: Unwinder) {
+        self.targets.insert(unwinder.target().pid, unwinder);
+    }
+
+    /// Stops sampling a process (it exited or exec'd).
+    pub fn remove_target(&mut self, pid: u32) -> Option<Unwinder> {
+        let u = self.targets.remove(&pid)?;
+        self.retired.push(u.stats());
+        Some(u)
+    }
+
+    /// The unwinders of every sampled process.
+    pub fn unwinders(&self) -> impl Iterator<Item = &Unwinder> {
+        self.targets.values()
+    }
+
+    /// Takes one sample of every process, handing each thread's stack to `sink`. Returns false
+    /// when no process is left.
+    pub fn sample_once(&mut self, sink: &mut dyn FnMut(&ThreadSample)) -> bool {
         self.scan_children();
         self.stats.ticks += 1;
         let mut gone = Vec::new();
@@ -179,14 +216,13 @@ impl UserspaceSampler {
             match result {
                 Ok(samples) => {
                     for s in samples.iter().filter(|s| !s.frames.is_empty()) {
-                        agg.add(s);
+                        sink(s);
                         self.stats.samples += 1;
                     }
                 }
                 Err(UnwindError::Gone { .. }) => gone.push(pid),
                 Err(e) => {
                     self.stats.failed += 1;
-                    agg.add_dropped(1);
                     tracing::debug!(pid, error = %e, "sample failed");
                     if !crate::discovery::process_exists(pid) {
                         gone.push(pid);
@@ -195,9 +231,7 @@ impl UserspaceSampler {
             }
         }
         for pid in gone {
-            if let Some(u) = self.targets.remove(&pid) {
-                self.retired.push(u.stats());
-            }
+            self.remove_target(pid);
         }
         !self.targets.is_empty()
     }
@@ -213,9 +247,11 @@ impl UserspaceSampler {
             if self.config.duration.is_some_and(|d| start.elapsed() >= d) {
                 break;
             }
-            if !self.sample_once(agg) {
+            let failed_before = self.stats.failed;
+            if !self.sample_once(&mut |s| agg.add(s)) {
                 break;
             }
+            agg.add_dropped(self.stats.failed - failed_before);
             next += period;
             let now = Instant::now();
             if next < now {

@@ -7,6 +7,7 @@
 //! target, and only into a runtime validated as 3.15+.
 
 pub mod frame_cache;
+mod record;
 mod sample;
 pub mod threads;
 pub mod walk;
@@ -14,6 +15,7 @@ pub mod walk;
 use std::collections::HashMap;
 
 pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};
+pub use record::{ExternalSkip, ExternalWalk};
 pub use sample::ThreadSample;
 pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
@@ -117,6 +119,21 @@ impl ThreadNames {
                 .collect();
         }
         self.by_ns_tid.get(&ns_tid)
+    }
+
+    /// The namespace TID of a host TID (itself outside containers).
+    fn ns_tid_of(&mut self, pid: u32, host_tid: u32) -> u32 {
+        let find = |m: &HashMap<u32, (u32, Option<String>)>| {
+            m.iter().find(|(_, (h, _))| *h == host_tid).map(|(ns, _)| *ns)
+        };
+        if let Some(ns) = find(&self.by_ns_tid) {
+            return ns;
+        }
+        self.by_ns_tid = task_ids(pid)
+            .into_iter()
+            .map(|t| (t.ns_tid, (t.host_tid, thread_name(pid, t.host_tid))))
+            .collect();
+        find(&self.by_ns_tid).unwrap_or(host_tid)
     }
 }
 

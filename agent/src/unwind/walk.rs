@@ -84,3 +84,75 @@ pub fn walk_frames(
         addr = frame.previous;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::FakeMemory;
+    use crate::offsets::{builtin_offsets, PythonVersion};
+
+    const BASE: u64 = 0x10000;
+
+    /// Frames of the 3.12 layout (80 bytes, previous @8) at BASE + 128*i, linked as `links`
+    /// says: `links[i]` is the index of frame i's caller, None for the bottom.
+    fn chain(links: &[Option<usize>]) -> FakeMemory {
+        let mut mem = FakeMemory { base: BASE, bytes: vec![0; 128 * links.len() + 128] };
+        for (i, link) in links.iter().enumerate() {
+            let at = 128 * i;
+            let prev = link.map(|j| BASE + 128 * j as u64).unwrap_or(0);
+            mem.bytes[at..at + 8].copy_from_slice(&(0x9000u64 + i as u64).to_le_bytes());
+            mem.bytes[at + 8..at + 16].copy_from_slice(&prev.to_le_bytes());
+        }
+        mem
+    }
+
+    fn offsets() -> Offsets {
+        builtin_offsets(PythonVersion::new(3, 12, 1)).expect("table")
+    }
+
+    #[test]
+    fn walks_to_the_bottom() {
+        let mut mem = chain(&[Some(1), Some(2), None]);
+        let mut out = Vec::new();
+        let end = walk_frames(&mut mem, &offsets(), BASE, None, 100, &mut out).expect("readable");
+        assert_eq!(end, WalkEnd::Bottom);
+        assert_eq!(out.iter().map(|f| f.code).collect::<Vec<_>>(), [0x9000, 0x9001, 0x9002]);
+    }
+
+    #[test]
+    fn cycles_are_bounded() {
+        // 0 → 1 → 2 → 0 → …: never reaches a NULL `previous`.
+        let mut mem = chain(&[Some(1), Some(2), Some(0)]);
+        let mut out = Vec::new();
+        let end = walk_frames(&mut mem, &offsets(), BASE, None, 50, &mut out).expect("readable");
+        assert_eq!(end, WalkEnd::DepthLimit);
+        assert_eq!(out.len(), 50);
+        // A frame that is its own caller is caught at once.
+        let mut mem = chain(&[Some(0)]);
+        out.clear();
+        assert_eq!(walk_frames(&mut mem, &offsets(), BASE, None, 50, &mut out), Ok(WalkEnd::Corrupt));
+    }
+
+    #[test]
+    fn garbage_pointers_fail_cleanly() {
+        let mut mem = chain(&[Some(1), None]);
+        // Frame 1's `previous` points far outside the image.
+        mem.bytes[128 + 8..128 + 16].copy_from_slice(&0xdead_0000u64.to_le_bytes());
+        let mut out = Vec::new();
+        let r = walk_frames(&mut mem, &offsets(), BASE, None, 50, &mut out);
+        assert!(matches!(r, Err(MemoryError::Fault { .. })), "{r:?}");
+        // Misaligned pointer.
+        let mut mem = chain(&[None]);
+        out.clear();
+        assert_eq!(walk_frames(&mut mem, &offsets(), BASE + 3, None, 50, &mut out), Ok(WalkEnd::Corrupt));
+    }
+
+    #[test]
+    fn stops_after_the_anchor() {
+        let mut mem = chain(&[Some(1), Some(2), None]);
+        let mut out = Vec::new();
+        let end = walk_frames(&mut mem, &offsets(), BASE, Some(BASE + 128), 100, &mut out);
+        assert_eq!(end, Ok(WalkEnd::Anchor));
+        assert_eq!(out.len(), 2, "the anchor frame itself is read fresh");
+    }
+}

@@ -17,12 +17,19 @@ fn assert_one_line_error(out: &std::process::Output, needle: &str) {
     assert!(!out.status.success(), "must fail: {err}");
     assert_eq!(out.status.code(), Some(1), "an error, not a crash: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.starts_with("pyagent: ") && err.contains(needle), "{err}");
+    assert!(
+        err.starts_with("pyagent: ") && err.contains(needle),
+        "{err}"
+    );
 }
 
 #[test]
 fn pid_that_is_not_python() {
-    let mut sleeper = Command::new("sleep").arg("1000").stdout(Stdio::null()).spawn().expect("sleep");
+    let mut sleeper = Command::new("sleep")
+        .arg("1000")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("sleep");
     let pid = sleeper.id().to_string();
     for cmd in ["dump", "record"] {
         let mut args = vec![cmd, "--pid", &pid];
@@ -60,41 +67,90 @@ fn go_pprof(args: &[&str], file: &std::path::Path) -> String {
         .env("PPROF_TMPDIR", &home)
         .output()
         .unwrap_or_else(|e| panic!("cannot run `go tool pprof` ({e}): apt-get install golang-go"));
-    assert!(out.status.success(), "go tool pprof failed: {}", stderr_of(&out));
+    assert!(
+        out.status.success(),
+        "go tool pprof failed: {}",
+        stderr_of(&out)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn tempfile_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("pyagent-test-{tag}-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let dir = std::env::temp_dir().join(format!(
+        "pyagent-test-{tag}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
 
 #[rstest]
 fn record_pprof_read_by_go_tool_pprof(
-    #[values("py311-debian", "py311", "py312", "py313", "py313-static", "py313t", "py314", "py315")] py: &str,
+    #[values(
+        "py311-debian",
+        "py311",
+        "py312",
+        "py313",
+        "py313-static",
+        "py313t",
+        "py314",
+        "py315"
+    )]
+    py: &str,
 ) {
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &[]);
     p.wait_for_line("ready", Duration::from_secs(30));
     let dir = tempfile_dir(py);
     let file = dir.join("profile.pb.gz");
     let pid = p.pid().to_string();
-    let out = run_pyagent(&["record", "--pid", &pid, "-d", "1.5", "-r", "200", "-o", file.to_str().expect("utf-8")]);
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &pid,
+        "-d",
+        "1.5",
+        "-r",
+        "200",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let raw = go_pprof(&["-raw"], &file);
     assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
     assert!(raw.contains("samples/count cpu/nanoseconds"), "{raw}");
     // Every location is one of the script's own frames, at a line the script has there.
-    let body = [marker_line("busy.py", "hot_loop"), marker_line("busy.py", "hot_body")];
-    let hot: Vec<&str> = raw.lines().filter(|l| l.contains(" hot ") && l.contains("busy.py:")).collect();
+    let body = [
+        marker_line("busy.py", "hot_loop"),
+        marker_line("busy.py", "hot_body"),
+    ];
+    let hot: Vec<&str> = raw
+        .lines()
+        .filter(|l| l.contains(" hot ") && l.contains("busy.py:"))
+        .collect();
     assert!(!hot.is_empty(), "{raw}");
     for l in &hot {
-        let line: u32 = l.split("busy.py:").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).expect("line");
-        assert!(body.contains(&line), "hot() at line {line}, expected one of {body:?}: {l}");
+        let line: u32 = l
+            .split("busy.py:")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .expect("line");
+        assert!(
+            body.contains(&line),
+            "hot() at line {line}, expected one of {body:?}: {l}"
+        );
     }
     let warm = format!("busy.py:{}", marker_line("busy.py", "warm"));
-    assert!(raw.lines().any(|l| l.contains(" warm ") && l.contains(&warm)), "{raw}");
-    assert!(raw.contains(&format!("busy.py:{}", marker_line("busy.py", "module"))), "{raw}");
+    assert!(
+        raw.lines()
+            .any(|l| l.contains(" warm ") && l.contains(&warm)),
+        "{raw}"
+    );
+    assert!(
+        raw.contains(&format!("busy.py:{}", marker_line("busy.py", "module"))),
+        "{raw}"
+    );
     // The profile is dominated by hot().
     let top = go_pprof(&["-top"], &file);
     assert!(top.lines().any(|l| l.trim_end().ends_with(" hot")), "{top}");
@@ -107,21 +163,58 @@ fn record_collapsed_and_flamegraph(#[values("py312", "py315")] py: &str) {
     let dir = tempfile_dir(py);
     let pid = p.pid().to_string();
     let collapsed = dir.join("out.txt");
-    let out = run_pyagent(&["record", "--pid", &pid, "-d", "1", "-f", "collapsed", "-o", collapsed.to_str().expect("utf-8")]);
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &pid,
+        "-d",
+        "1",
+        "-f",
+        "collapsed",
+        "-o",
+        collapsed.to_str().expect("utf-8"),
+    ]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let text = std::fs::read_to_string(&collapsed).expect("collapsed output");
     let warm = marker_line("busy.py", "warm");
-    assert!(text.lines().all(|l| l.contains("warm (") && l.contains(&format!("busy.py:{warm})"))), "{text}");
+    assert!(
+        text.lines()
+            .all(|l| l.contains("warm (") && l.contains(&format!("busy.py:{warm})"))),
+        "{text}"
+    );
     let svg = dir.join("out.svg");
-    let out = run_pyagent(&["record", "--pid", &pid, "-d", "1", "-f", "flamegraph", "-o", svg.to_str().expect("utf-8")]);
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &pid,
+        "-d",
+        "1",
+        "-f",
+        "flamegraph",
+        "-o",
+        svg.to_str().expect("utf-8"),
+    ]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let svg = std::fs::read_to_string(&svg).expect("svg");
-    assert!(svg.contains("<svg") && svg.contains("hot"), "flame graph names hot()");
+    assert!(
+        svg.contains("<svg") && svg.contains("hot"),
+        "flame graph names hot()"
+    );
 }
 
 #[rstest]
 fn target_exits_while_recorded(
-    #[values("py311-debian", "py311", "py312", "py313", "py313-static", "py313t", "py314", "py315")] py: &str,
+    #[values(
+        "py311-debian",
+        "py311",
+        "py312",
+        "py313",
+        "py313-static",
+        "py313t",
+        "py314",
+        "py315"
+    )]
+    py: &str,
 ) {
     // busy.py with a deadline: it exits on its own after 1 s while pyagent records (no -d).
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &["1"]);
@@ -129,10 +222,27 @@ fn target_exits_while_recorded(
     let dir = tempfile_dir(&format!("exit-{py}"));
     let file = dir.join("out.txt");
     let pid = p.pid().to_string();
-    let out = run_pyagent(&["record", "--pid", &pid, "-f", "collapsed", "-r", "500", "-o", file.to_str().expect("utf-8")]);
-    assert!(out.status.success(), "clean stop when the target exits: {}", stderr_of(&out));
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &pid,
+        "-f",
+        "collapsed",
+        "-r",
+        "500",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        out.status.success(),
+        "clean stop when the target exits: {}",
+        stderr_of(&out)
+    );
     let text = std::fs::read_to_string(&file).expect("profile written");
-    assert!(text.contains("hot ("), "samples taken before the exit are kept: {text}");
+    assert!(
+        text.contains("hot ("),
+        "samples taken before the exit are kept: {text}"
+    );
     p.wait_exit(Duration::from_secs(10));
 }
 
@@ -143,8 +253,94 @@ fn blocking_mode(#[values("py311", "py313t", "py315")] py: &str) {
     let dir = tempfile_dir(&format!("blocking-{py}"));
     let file = dir.join("out.txt");
     let pid = p.pid().to_string();
-    let out = run_pyagent(&["record", "--pid", &pid, "--blocking", "-d", "1", "-f", "collapsed", "-o", file.to_str().expect("utf-8")]);
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &pid,
+        "--blocking",
+        "-d",
+        "1",
+        "-f",
+        "collapsed",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let text = std::fs::read_to_string(&file).expect("profile written");
     assert!(text.contains("hot ("), "{text}");
+}
+
+#[rstest]
+fn record_follows_subprocesses(#[values("py311-debian", "py313", "py315")] py: &str) {
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("parent.py"), &["3"]);
+    let line = p.wait_for_line("ready", Duration::from_secs(30));
+    let child: u32 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("child pid");
+    let dir = tempfile_dir(&format!("subproc-{py}"));
+    let file = dir.join("out.txt");
+    let pid = p.pid().to_string();
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &pid,
+        "--subprocesses",
+        "-d",
+        "1.5",
+        "-f",
+        "collapsed",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let text = std::fs::read_to_string(&file).expect("profile written");
+    // Only the child burns CPU: its stacks are there, tagged with its pid in the thread label.
+    assert!(text.lines().any(|l| l.contains("hot (")), "{text}");
+    assert!(
+        text.lines()
+            .all(|l| !l.contains("hot (") || l.contains(&child.to_string())),
+        "{text}"
+    );
+}
+
+/// A thread already traced by someone else cannot be seized (EPERM): `--blocking` skips it,
+/// counts it, and still finishes on time with the samples.
+#[test]
+fn blocking_skips_threads_it_cannot_seize() {
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let pid = p.pid();
+    // The test process becomes the tracer of the target's main thread.
+    // SAFETY: PTRACE_SEIZE with no options on a child of ours; no memory is passed.
+    let rc = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid as libc::pid_t, 0usize, 0usize) };
+    assert_eq!(rc, 0, "seize: {}", std::io::Error::last_os_error());
+    let dir = tempfile_dir("eperm");
+    let file = dir.join("out.txt");
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &pid.to_string(),
+        "--blocking",
+        "-d",
+        "1",
+        "-f",
+        "collapsed",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    let denied: u64 = err
+        .split(" denied (EPERM)")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no EPERM count in: {err}"));
+    assert!(denied > 0, "{err}");
+    let text = std::fs::read_to_string(&file).expect("profile written");
+    assert!(text.contains("hot ("), "{text}");
+    // SAFETY: detaching the thread seized above.
+    unsafe { libc::ptrace(libc::PTRACE_DETACH, pid as libc::pid_t, 0usize, 0usize) };
 }

@@ -10,14 +10,22 @@ use pyagent::unwind::UnwindOptions;
 use pyagent_tests::stacks::{at, sample_until, script, simple, unwinder};
 use pyagent_tests::{Interpreter, PythonProcess};
 
-fn record_stacks(pid: u32, frame_cache: bool, seconds: f64, idle: bool) -> (BTreeSet<Vec<String>>, u64, pyagent::unwind::UnwindStats) {
+fn record_stacks(
+    pid: u32,
+    frame_cache: bool,
+    seconds: f64,
+    idle: bool,
+) -> (BTreeSet<Vec<String>>, u64, pyagent::unwind::UnwindStats) {
     let config = UserspaceConfig {
         rate_hz: 1000,
         duration: Some(Duration::from_secs_f64(seconds)),
         subprocesses: false,
         blocking: false,
         idle,
-        unwind: UnwindOptions { frame_cache, ..Default::default() },
+        unwind: UnwindOptions {
+            frame_cache,
+            ..Default::default()
+        },
     };
     let mut sampler = UserspaceSampler::new(&[pid], config).expect("target is Python");
     let mut agg = Aggregator::new(1_000_000);
@@ -38,26 +46,41 @@ fn alternating_chains_never_mix() {
     p.wait_for_line("ready", Duration::from_secs(30));
     let (stacks, total, stats) = record_stacks(p.pid(), true, 3.0, true);
     assert!(total > 500, "enough samples: {total}");
-    assert!(stats.cache_full_hits + stats.cache_partial_hits > 0, "the cache was used: {stats:?}");
+    assert!(
+        stats.cache_full_hits + stats.cache_partial_hits > 0,
+        "the cache was used: {stats:?}"
+    );
     for s in &stacks {
         let names: Vec<&str> = s.iter().map(|x| x.as_str()).collect();
         let ok = matches!(
             names.as_slice(),
-            ["<module>"] | ["a_parent", "<module>"] | ["b_parent", "<module>"]
-                | ["a_leaf", "a_parent", "<module>"] | ["b_leaf", "b_parent", "<module>"]
+            ["<module>"]
+                | ["a_parent", "<module>"]
+                | ["b_parent", "<module>"]
+                | ["a_leaf", "a_parent", "<module>"]
+                | ["b_leaf", "b_parent", "<module>"]
         );
-        assert!(ok, "impossible stack {names:?} (all: {stacks:?}, {stats:?})");
+        assert!(
+            ok,
+            "impossible stack {names:?} (all: {stacks:?}, {stats:?})"
+        );
     }
 }
 
 #[test]
 fn same_stacks_with_and_without_cache() {
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("recursion.py"), &["200"]);
+    let mut p = PythonProcess::spawn(
+        Interpreter::by_name("py315"),
+        &script("recursion.py"),
+        &["200"],
+    );
     p.wait_for_line("ready", Duration::from_secs(30));
     // Wait for the parked state, then compare: one exact stack either way.
     let top = at("recurse", "recursion.py", "sleep");
     let mut u = unwinder(p.pid(), UnwindOptions::default());
-    sample_until(&mut u, Duration::from_secs(10), |s| s.iter().any(|t| simple(t).first() == Some(&top)));
+    sample_until(&mut u, Duration::from_secs(10), |s| {
+        s.iter().any(|t| simple(t).first() == Some(&top))
+    });
     let (with_cache, n1, stats) = record_stacks(p.pid(), true, 0.5, true);
     let (without, n2, _) = record_stacks(p.pid(), false, 0.5, true);
     assert!(n1 > 50 && n2 > 50, "{n1} {n2}");
@@ -75,11 +98,19 @@ fn stale_anchor_from_earlier_profiler_costs_nothing() {
     p.wait_for_line("ready", Duration::from_secs(30));
     let top = at("Shop.checkout", "nested.py", "checkout");
     let mut first = unwinder(p.pid(), UnwindOptions::default());
-    let a = sample_until(&mut first, Duration::from_secs(10), |s| s.iter().any(|t| simple(t).first() == Some(&top)));
+    let a = sample_until(&mut first, Duration::from_secs(10), |s| {
+        s.iter().any(|t| simple(t).first() == Some(&top))
+    });
     drop(first);
     let mut second = unwinder(p.pid(), UnwindOptions::default());
     let b = second.sample().expect("sample");
-    let mut third = unwinder(p.pid(), UnwindOptions { frame_cache: false, ..Default::default() });
+    let mut third = unwinder(
+        p.pid(),
+        UnwindOptions {
+            frame_cache: false,
+            ..Default::default()
+        },
+    );
     let c = third.sample().expect("sample");
     assert_eq!(simple(&a[0]), simple(&b[0]));
     assert_eq!(simple(&b[0]), simple(&c[0]));

@@ -19,14 +19,29 @@ fn start(py: &str, name: &str, args: &[&str]) -> PythonProcess {
 /// Samples until the thread whose top frame is `top` shows up; returns its frames.
 fn parked_stack(p: &PythonProcess, options: UnwindOptions, top: &SimpleFrame) -> Vec<SimpleFrame> {
     let mut u = unwinder(p.pid(), options);
-    let samples = sample_until(&mut u, PARK, |s| s.iter().any(|t| simple(t).first() == Some(top)));
-    let t = samples.iter().find(|t| simple(t).first() == Some(top)).expect("found above");
+    let samples = sample_until(&mut u, PARK, |s| {
+        s.iter().any(|t| simple(t).first() == Some(top))
+    });
+    let t = samples
+        .iter()
+        .find(|t| simple(t).first() == Some(top))
+        .expect("found above");
     simple(t)
 }
 
 #[rstest]
 fn nested_functions_and_methods(
-    #[values("py311-debian", "py311", "py312", "py313", "py313-static", "py313t", "py314", "py315")] py: &str,
+    #[values(
+        "py311-debian",
+        "py311",
+        "py312",
+        "py313",
+        "py313-static",
+        "py313t",
+        "py314",
+        "py315"
+    )]
+    py: &str,
 ) {
     let p = start(py, "nested.py", &[]);
     let expected = vec![
@@ -35,35 +50,71 @@ fn nested_functions_and_methods(
         at("outer", "nested.py", "outer"),
         at("<module>", "nested.py", "module"),
     ];
-    assert_eq!(parked_stack(&p, UnwindOptions::default(), &expected[0]), expected);
+    assert_eq!(
+        parked_stack(&p, UnwindOptions::default(), &expected[0]),
+        expected
+    );
 }
 
 #[rstest]
 fn deep_recursion_is_complete(
-    #[values("py311-debian", "py311", "py312", "py313", "py313-static", "py313t", "py314", "py315")] py: &str,
+    #[values(
+        "py311-debian",
+        "py311",
+        "py312",
+        "py313",
+        "py313-static",
+        "py313t",
+        "py314",
+        "py315"
+    )]
+    py: &str,
 ) {
     let p = start(py, "recursion.py", &["1000"]);
     let top = at("recurse", "recursion.py", "sleep");
-    for options in [UnwindOptions::default(), UnwindOptions { frame_cache: false, ..Default::default() }] {
+    for options in [
+        UnwindOptions::default(),
+        UnwindOptions {
+            frame_cache: false,
+            ..Default::default()
+        },
+    ] {
         let frames = parked_stack(&p, options, &top);
         let mut expected = vec![top.clone()];
         expected.extend(std::iter::repeat(at("recurse", "recursion.py", "recurse")).take(1000));
         expected.push(at("<module>", "recursion.py", "module"));
-        assert_eq!(frames.len(), 1002, "{py}: 1000 recursive frames + parked frame + <module>");
+        assert_eq!(
+            frames.len(),
+            1002,
+            "{py}: 1000 recursive frames + parked frame + <module>"
+        );
         assert_eq!(frames, expected);
     }
 }
 
 #[rstest]
 fn eight_threads_distinct_stacks(
-    #[values("py311-debian", "py311", "py312", "py313", "py313-static", "py313t", "py314", "py315")] py: &str,
+    #[values(
+        "py311-debian",
+        "py311",
+        "py312",
+        "py313",
+        "py313-static",
+        "py313t",
+        "py314",
+        "py315"
+    )]
+    py: &str,
 ) {
     let p = start(py, "threads.py", &[]);
     let mut u = unwinder(p.pid(), UnwindOptions::default());
     let sleep = at("level", "threads.py", "sleep");
     let main = at("<module>", "threads.py", "main_sleep");
     let samples = sample_until(&mut u, PARK, |s| {
-        s.iter().filter(|t| simple(t).first() == Some(&sleep)).count() == 8
+        s.iter()
+            .filter(|t| simple(t).first() == Some(&sleep))
+            .count()
+            == 8
             && s.iter().any(|t| simple(t) == vec![main.clone()])
     });
     assert_eq!(samples.len(), 9, "main thread + 8 workers");
@@ -72,21 +123,42 @@ fn eight_threads_distinct_stacks(
         let frames = simple(t);
         // level ×(i+1) above worker, then threading's run/_bootstrap_inner/_bootstrap.
         let levels = frames.iter().take_while(|f| f.0 == "level").count();
-        assert_eq!(frames[1..levels], vec![at("level", "threads.py", "level"); levels - 1][..]);
+        assert_eq!(
+            frames[1..levels],
+            vec![at("level", "threads.py", "level"); levels - 1][..]
+        );
         assert_eq!(frames[levels], at("worker", "threads.py", "worker"));
         let rest: Vec<&str> = frames[levels + 1..].iter().map(|f| f.0.as_str()).collect();
-        assert_eq!(rest, ["Thread.run", "Thread._bootstrap_inner", "Thread._bootstrap"], "{py}");
+        assert_eq!(
+            rest,
+            ["Thread.run", "Thread._bootstrap_inner", "Thread._bootstrap"],
+            "{py}"
+        );
         assert!(frames[levels + 1..].iter().all(|f| f.1 == "threading.py"));
         depths.push(levels);
         assert_ne!(t.tid, p.pid(), "workers have their own thread ids");
     }
     depths.sort_unstable();
-    assert_eq!(depths, (1..=8).collect::<Vec<_>>(), "each worker at its own depth");
+    assert_eq!(
+        depths,
+        (1..=8).collect::<Vec<_>>(),
+        "each worker at its own depth"
+    );
 }
 
 #[rstest]
 fn running_generator(
-    #[values("py311-debian", "py311", "py312", "py313", "py313-static", "py313t", "py314", "py315")] py: &str,
+    #[values(
+        "py311-debian",
+        "py311",
+        "py312",
+        "py313",
+        "py313-static",
+        "py313t",
+        "py314",
+        "py315"
+    )]
+    py: &str,
 ) {
     let p = start(py, "generators.py", &["generator"]);
     let expected = vec![
@@ -95,24 +167,49 @@ fn running_generator(
         at("drive", "generators.py", "drive"),
         at("<module>", "generators.py", "module_gen"),
     ];
-    assert_eq!(parked_stack(&p, UnwindOptions::default(), &expected[0]), expected);
+    assert_eq!(
+        parked_stack(&p, UnwindOptions::default(), &expected[0]),
+        expected
+    );
 }
 
 #[rstest]
 fn running_coroutines(
-    #[values("py311-debian", "py311", "py312", "py313", "py313-static", "py313t", "py314", "py315")] py: &str,
+    #[values(
+        "py311-debian",
+        "py311",
+        "py312",
+        "py313",
+        "py313-static",
+        "py313t",
+        "py314",
+        "py315"
+    )]
+    py: &str,
 ) {
     let p = start(py, "generators.py", &["coroutine"]);
     let top = at("leaf", "generators.py", "leaf");
     let frames = parked_stack(&p, UnwindOptions::default(), &top);
     assert_eq!(
         frames[..3],
-        [top, at("middle", "generators.py", "middle"), at("top", "generators.py", "top")],
+        [
+            top,
+            at("middle", "generators.py", "middle"),
+            at("top", "generators.py", "top")
+        ],
         "{py}: {frames:#?}"
     );
-    assert_eq!(frames.last(), Some(&at("<module>", "generators.py", "module_coro")));
+    assert_eq!(
+        frames.last(),
+        Some(&at("<module>", "generators.py", "module_coro"))
+    );
     // Between the coroutines and <module>: asyncio's event loop, all in the standard library.
-    assert!(frames[3..frames.len() - 1].iter().all(|f| f.1 != "generators.py"), "{frames:#?}");
+    assert!(
+        frames[3..frames.len() - 1]
+            .iter()
+            .all(|f| f.1 != "generators.py"),
+        "{frames:#?}"
+    );
 }
 
 /// A second libpython of the same minor that the target can dlopen, as a path in its root.
@@ -132,7 +229,17 @@ fn second_libpython(py: &str) -> Option<String> {
 
 #[rstest]
 fn imported_ctypes_and_second_libpython(
-    #[values("py311-debian", "py311", "py312", "py313", "py313-static", "py313t", "py314", "py315")] py: &str,
+    #[values(
+        "py311-debian",
+        "py311",
+        "py312",
+        "py313",
+        "py313-static",
+        "py313t",
+        "py314",
+        "py315"
+    )]
+    py: &str,
 ) {
     let lib = second_libpython(py);
     let args: Vec<&str> = lib.iter().map(|s| s.as_str()).collect();
@@ -140,8 +247,17 @@ fn imported_ctypes_and_second_libpython(
     if let Some(lib) = &lib {
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", p.pid())).expect("maps");
         let name = lib.rsplit('/').next().expect("file name");
-        assert!(maps.contains(name), "{py}: the second libpython {lib} is mapped");
+        assert!(
+            maps.contains(name),
+            "{py}: the second libpython {lib} is mapped"
+        );
     }
-    let expected = vec![at("parked", "with_ctypes.py", "parked"), at("<module>", "with_ctypes.py", "module")];
-    assert_eq!(parked_stack(&p, UnwindOptions::default(), &expected[0]), expected);
+    let expected = vec![
+        at("parked", "with_ctypes.py", "parked"),
+        at("<module>", "with_ctypes.py", "module"),
+    ];
+    assert_eq!(
+        parked_stack(&p, UnwindOptions::default(), &expected[0]),
+        expected
+    );
 }

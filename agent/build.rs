@@ -1,0 +1,77 @@
+//! Compiles the BPF sampler (`ebpf/sampler.bpf.c`) into `$OUT_DIR/sampler.bpf.o`, embedded by
+//! `src/sampler/bpf.rs` with `aya::include_bytes_aligned!`, so every build runs the current
+//! program. The object is never committed.
+//!
+//! Tools: `clang-19` and `llvm-strip-19` (override with `PYAGENT_CLANG` / `PYAGENT_LLVM_STRIP`).
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const INSTALL_HINT: &str = "apt-get install clang-19 llvm-19 libbpf-dev";
+
+fn main() {
+    let manifest =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let root = manifest
+        .parent()
+        .expect("agent/ lives in the workspace root");
+    let ebpf = root.join("ebpf");
+    let include = root.join("common").join("include");
+    let out =
+        PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("sampler.bpf.o");
+
+    for dir in [&ebpf, &include] {
+        rerun_on_dir(dir);
+    }
+    println!("cargo:rerun-if-env-changed=PYAGENT_CLANG");
+    println!("cargo:rerun-if-env-changed=PYAGENT_LLVM_STRIP");
+
+    let clang = env::var("PYAGENT_CLANG").unwrap_or_else(|_| "clang-19".to_owned());
+    let strip = env::var("PYAGENT_LLVM_STRIP").unwrap_or_else(|_| "llvm-strip-19".to_owned());
+
+    // -g is required for BTF (maps, CO-RE); llvm-strip -g then drops DWARF but keeps .BTF.
+    // /usr/include/x86_64-linux-gnu: `asm/types.h` is not found under -target bpf without it.
+    let mut cmd = Command::new(&clang);
+    cmd.args([
+        "-O2",
+        "-g",
+        "-target",
+        "bpf",
+        "-D__TARGET_ARCH_x86",
+        "-Wall",
+        "-Werror",
+    ])
+    .arg("-I/usr/include/x86_64-linux-gnu")
+    .arg("-I")
+    .arg(&include)
+    .arg("-c")
+    .arg(ebpf.join("sampler.bpf.c"))
+    .arg("-o")
+    .arg(&out);
+    run(&mut cmd, &clang);
+    run(Command::new(&strip).arg("-g").arg(&out), &strip);
+}
+
+fn run(cmd: &mut Command, tool: &str) {
+    let status = cmd.status().unwrap_or_else(|e| {
+        panic!(
+            "cannot run `{tool}` to build the BPF sampler ({e}); install it with `{INSTALL_HINT}`"
+        )
+    });
+    assert!(
+        status.success(),
+        "`{tool}` failed building the BPF sampler ({status}): see the messages above"
+    );
+}
+
+fn rerun_on_dir(dir: &Path) {
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display()));
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "c" || e == "h") {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+}

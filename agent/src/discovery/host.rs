@@ -1,0 +1,202 @@
+//! Host-wide discovery: every process on the host, classified once, re-checked when it execs.
+//!
+//! A process is identified by (pid, start time) so a reused PID is a new process; an `exec`
+//! keeps both, so the executable's identity is checked too. Each process ends up in one
+//! [`ProcessState`], logged once when it is reached; processes whose runtime is not initialised
+//! yet (just started) are retried on later scans for a while.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use super::{locate_runtime, DiscoveryError, PythonTarget};
+use crate::offsets::OffsetsError;
+
+/// What discovery concluded about a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessState {
+    /// Not a CPython process.
+    NotPython,
+    /// CPython, but a version or build we cannot read (with the reason).
+    Unsupported(String),
+    /// Located and validated: being profiled.
+    Ready,
+    /// Looked like CPython but could not be read (with the reason).
+    Failed(String),
+    /// Runtime not initialised yet; retried until the deadline.
+    Pending,
+}
+
+impl ProcessState {
+    /// Metric label of the state.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ProcessState::NotPython => "not_python",
+            ProcessState::Unsupported(_) => "unsupported",
+            ProcessState::Ready => "ready",
+            ProcessState::Failed(_) => "failed",
+            ProcessState::Pending => "pending",
+        }
+    }
+}
+
+/// Identity of a process instance.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProcessKey {
+    /// host pid
+    pub pid: u32,
+    /// start time in clock ticks since boot (field 22 of /proc/PID/stat)
+    pub start_time: u64,
+}
+
+#[derive(Debug)]
+struct Known {
+    start_time: u64,
+    exe: Option<std::path::PathBuf>,
+    state: ProcessState,
+    first_seen: Instant,
+}
+
+/// What changed in one scan.
+#[derive(Debug, Default)]
+pub struct ScanChanges {
+    /// processes that became ready
+    pub ready: Vec<PythonTarget>,
+    /// ready processes that exited or exec'd into something else
+    pub gone: Vec<u32>,
+}
+
+/// Scans /proc and keeps the state of every process.
+#[derive(Debug)]
+pub struct HostScanner {
+    known: HashMap<u32, Known>,
+    /// only these pids (and nothing else) when set
+    only: Option<HashSet<u32>>,
+    pending_timeout: Duration,
+    /// our own pid: never profiled
+    own_pid: u32,
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    // Fields after the comm start at field 3; start time is field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn classify(e: &DiscoveryError) -> Option<ProcessState> {
+    Some(match e {
+        DiscoveryError::NoSuchProcess { .. } => return None,
+        DiscoveryError::NotPython { .. } => ProcessState::NotPython,
+        DiscoveryError::Offsets { source: OffsetsError::Unsupported(_) | OffsetsError::PreRelease(_), .. } => {
+            ProcessState::Unsupported(e.to_string())
+        }
+        DiscoveryError::NotInitialized { .. } => ProcessState::Pending,
+        _ => ProcessState::Failed(e.to_string()),
+    })
+}
+
+impl HostScanner {
+    /// A scanner of every process (`only` None) or of the given pids.
+    pub fn new(only: Option<&[u32]>) -> HostScanner {
+        HostScanner {
+            known: HashMap::new(),
+            only: only.map(|p| p.iter().copied().collect()),
+            pending_timeout: Duration::from_secs(30),
+            own_pid: std::process::id(),
+        }
+    }
+
+    /// Number of known processes per state label.
+    pub fn counts(&self) -> Vec<(&'static str, usize)> {
+        let mut counts: HashMap<&'static str, usize> = HashMap::new();
+        for k in self.known.values() {
+            *counts.entry(k.state.label()).or_default() += 1;
+        }
+        let mut v: Vec<_> = counts.into_iter().collect();
+        v.sort();
+        v
+    }
+
+    /// Marks a ready process as failed (e.g. the sampler could not take it), logging why.
+    pub fn mark_failed(&mut self, pid: u32, why: String) {
+        tracing::warn!(pid, "cannot profile: {why}");
+        if let Some(k) = self.known.get_mut(&pid) {
+            k.state = ProcessState::Failed(why);
+        }
+    }
+
+    /// State of a pid, if known.
+    pub fn state(&self, pid: u32) -> Option<&ProcessState> {
+        self.known.get(&pid).map(|k| &k.state)
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        if let Some(only) = &self.only {
+            return only.iter().copied().collect();
+        }
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+    }
+
+    /// One pass over /proc: new processes are located, exited or exec'd ones reported gone.
+    pub fn scan(&mut self) -> ScanChanges {
+        let mut changes = ScanChanges::default();
+        let live: HashSet<u32> = self.pids().into_iter().filter(|&p| p != self.own_pid).collect();
+        // Exits (and PID reuse: a different start time is a different process).
+        let mut dropped = Vec::new();
+        for (&pid, k) in &self.known {
+            let same = live.contains(&pid) && start_time(pid) == Some(k.start_time);
+            let exec_changed = same
+                && k.state == ProcessState::Ready
+                && super::procfs_util::exe_path(pid) != k.exe;
+            if !same || exec_changed {
+                dropped.push(pid);
+            }
+        }
+        for pid in dropped {
+            if let Some(k) = self.known.remove(&pid) {
+                if k.state == ProcessState::Ready {
+                    changes.gone.push(pid);
+                }
+            }
+        }
+        for pid in live {
+            let retry = match self.known.get(&pid) {
+                None => true,
+                Some(k) => k.state == ProcessState::Pending,
+            };
+            if !retry {
+                continue;
+            }
+            let Some(start) = start_time(pid) else { continue };
+            // Kernel threads have no maps worth reading.
+            if std::fs::read_link(format!("/proc/{pid}/exe")).is_err() && self.only.is_none() {
+                self.known.insert(pid, Known { start_time: start, exe: None, state: ProcessState::NotPython, first_seen: Instant::now() });
+                continue;
+            }
+            let first_seen = self.known.get(&pid).map(|k| k.first_seen).unwrap_or_else(Instant::now);
+            let exe = super::procfs_util::exe_path(pid);
+            let state = match locate_runtime(pid) {
+                Ok(target) => {
+                    tracing::info!(pid, version = %target.version(), object = %target.object_path.display(), "profiling CPython process");
+                    changes.ready.push(target);
+                    ProcessState::Ready
+                }
+                Err(e) => match classify(&e) {
+                    None => continue,
+                    Some(ProcessState::Pending) if first_seen.elapsed() >= self.pending_timeout => {
+                        ProcessState::Failed(e.to_string())
+                    }
+                    Some(s) => s,
+                },
+            };
+            match &state {
+                ProcessState::Unsupported(why) => tracing::warn!(pid, "not profiling: {why}"),
+                ProcessState::Failed(why) => tracing::warn!(pid, "cannot profile: {why}"),
+                _ => {}
+            }
+            self.known.insert(pid, Known { start_time: start, exe, state, first_seen });
+        }
+        changes
+    }
+}

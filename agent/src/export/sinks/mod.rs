@@ -1,0 +1,250 @@
+//! Sinks: where the profiles of the continuous service go.
+//!
+//! In comes one [`ProfileWindow`] per process (or group of processes) and interval, with its
+//! [`ProfileMeta`]; [`SinkSet::submit`] encodes it once as gzipped pprof ([`crate::export::pprof`]) and
+//! hands the same bytes to each configured sink:
+//! - [`DirectorySink`] writes `<dir>/<service>-<pid>-<start unix ms>.pb.gz` atomically, within a byte and an
+//!   age bound;
+//! - [`PyroscopeSink`] queues the bytes for a background thread that uploads them to Grafana Pyroscope
+//!   (`/ingest` or the push API), retrying with backoff, and spills what it cannot deliver to the directory.
+//!
+//! The caller never waits on the network: `submit` only encodes, writes the local file (if archiving) and
+//! enqueues. [`SinkSet::shutdown`] delivers or spills whatever is still queued within a deadline. Every
+//! profile is counted exactly once as delivered, spilled or dropped ([`SinkMetrics`]), so nothing is lost
+//! silently. What is kept between windows: the upload queue (bounded by
+//! [`PyroscopeConfig::queue_capacity`]) and the files on disk (bounded by [`DirectoryLimits`]).
+
+mod directory;
+mod pyroscope;
+mod request;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::aggregate::ProfileWindow;
+use crate::export::metrics::{DropReason, SinkMetrics};
+
+pub use directory::{DirectoryLimits, DirectorySink};
+pub use pyroscope::{Auth, PyroscopeApi, PyroscopeConfig, PyroscopeSink};
+pub use request::{ingest_name, ingest_query, push_body, push_labels};
+
+/// What a profile is about, beyond its samples: who, when, and the labels to file it under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileMeta {
+    /// Service name (see [`crate::config::service_name`]); Pyroscope's `service_name`.
+    pub service: String,
+    /// Host PID of the process (the first one, when a window covers several).
+    pub pid: u32,
+    /// Wall-clock start of the window.
+    pub start: SystemTime,
+    /// Wall-clock end of the window.
+    pub end: SystemTime,
+    /// Labels to file the profile under (`host`, `python_version`, ...).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ProfileMeta {
+    /// The meta of `window`: its start and end, its labels, `pid` its first PID (or 0).
+    pub fn for_window(service: impl Into<String>, window: &ProfileWindow) -> ProfileMeta {
+        ProfileMeta {
+            service: service.into(),
+            pid: window.pids().first().copied().unwrap_or(0),
+            start: window.start,
+            end: window.start + window.duration,
+            labels: window.labels.clone(),
+        }
+    }
+
+    /// Milliseconds since the Unix epoch at `start` (0 before 1970).
+    pub fn start_unix_ms(&self) -> u128 {
+        self.start
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis())
+    }
+}
+
+/// A profile ready to deliver: its meta and the gzipped pprof bytes, shared by every sink.
+#[derive(Debug, Clone)]
+pub struct EncodedProfile {
+    /// Who and when.
+    pub meta: Arc<ProfileMeta>,
+    /// Gzipped `perftools.profiles.Profile`.
+    pub bytes: Arc<[u8]>,
+    /// Samples per second the window was taken at (from its period), for Pyroscope's `sampleRate`.
+    pub sample_rate_hz: u32,
+}
+
+impl EncodedProfile {
+    /// Encodes `window` as gzipped pprof.
+    pub fn encode(window: &ProfileWindow, meta: &ProfileMeta) -> io::Result<EncodedProfile> {
+        let mut bytes = Vec::new();
+        crate::export::pprof::write(window, &mut bytes)?;
+        let sample_rate_hz = if window.period_ns == 0 {
+            0
+        } else {
+            let hz = (1_000_000_000 + window.period_ns / 2) / window.period_ns;
+            u32::try_from(hz).unwrap_or(u32::MAX)
+        };
+        Ok(EncodedProfile {
+            meta: Arc::new(meta.clone()),
+            bytes: bytes.into(),
+            sample_rate_hz,
+        })
+    }
+}
+
+/// Why a sink could not start or write.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The output directory cannot be created or written to.
+    #[error("output directory {dir} is not writable")]
+    Unwritable {
+        /// The directory.
+        dir: PathBuf,
+        /// What failed.
+        #[source]
+        source: io::Error,
+    },
+    /// A profile file could not be written.
+    #[error("cannot write profile {path}")]
+    Write {
+        /// The file (its final name).
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: io::Error,
+    },
+    /// The Pyroscope URL is not an `http://` or `https://` URL.
+    #[error("pyroscope url {url:?} must start with http:// or https://")]
+    BadUrl {
+        /// The URL given.
+        url: String,
+    },
+    /// The upload thread could not start.
+    #[error("cannot start the upload thread")]
+    Thread {
+        /// The spawn error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What [`SinkSet::shutdown`] did with the profiles still queued.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Delivered during the shutdown.
+    pub delivered: u64,
+    /// Written to the output directory instead.
+    pub spilled: u64,
+    /// Lost (no directory, or the spill failed); each is counted in `pyagent_sink_dropped_total`.
+    pub dropped: u64,
+}
+
+/// Any combination of sinks; see the module docs.
+#[derive(Debug)]
+pub struct SinkSet {
+    directory: Option<Arc<DirectorySink>>,
+    archive: bool,
+    pyroscope: Option<PyroscopeSink>,
+    /// Counts windows that could not even be encoded.
+    encode_metrics: Option<SinkMetrics>,
+}
+
+impl SinkSet {
+    /// A set with no sink (profiles are encoded and discarded).
+    pub fn new() -> SinkSet {
+        SinkSet {
+            directory: None,
+            archive: false,
+            pyroscope: None,
+            encode_metrics: None,
+        }
+    }
+
+    /// Adds the directory sink. With `archive`, every profile is written there; without, only what the
+    /// upload sink spills (give the same `Arc` to [`PyroscopeSink::start`]).
+    pub fn with_directory(mut self, sink: Arc<DirectorySink>, archive: bool) -> SinkSet {
+        self.directory = Some(sink);
+        self.archive = archive;
+        self
+    }
+
+    /// Adds the Pyroscope upload sink.
+    pub fn with_pyroscope(mut self, sink: PyroscopeSink) -> SinkSet {
+        self.pyroscope = Some(sink);
+        self
+    }
+
+    /// Where windows that fail to encode are counted (`pyagent_sink_dropped_total{reason="encode"}`).
+    pub fn with_encode_metrics(mut self, metrics: SinkMetrics) -> SinkSet {
+        self.encode_metrics = Some(metrics);
+        self
+    }
+
+    /// The directory sink, if any.
+    pub fn directory(&self) -> Option<&Arc<DirectorySink>> {
+        self.directory.as_ref()
+    }
+
+    /// The upload sink, if any.
+    pub fn pyroscope(&self) -> Option<&PyroscopeSink> {
+        self.pyroscope.as_ref()
+    }
+
+    /// Encodes `window` once and hands it to every sink. Never waits on the network: an upload is only
+    /// queued (or, with the queue full, spilled to the directory). A local write failure is counted and
+    /// logged, not returned: the service loop goes on either way.
+    pub fn submit(&self, window: &ProfileWindow, meta: &ProfileMeta) {
+        if self.directory.is_none() && self.pyroscope.is_none() {
+            return;
+        }
+        let profile = match EncodedProfile::encode(window, meta) {
+            Ok(profile) => profile,
+            Err(err) => {
+                tracing::warn!(
+                    "cannot encode the profile of {} (pid {}): {err}",
+                    meta.service,
+                    meta.pid
+                );
+                if let Some(metrics) = &self.encode_metrics {
+                    metrics.drop_profile(DropReason::Encode);
+                }
+                return;
+            }
+        };
+        self.submit_encoded(profile);
+    }
+
+    /// Hands an already encoded profile to every sink (see [`submit`](SinkSet::submit)).
+    pub fn submit_encoded(&self, profile: EncodedProfile) {
+        if self.archive {
+            if let Some(directory) = &self.directory {
+                directory.submit(&profile);
+            }
+        }
+        if let Some(pyroscope) = &self.pyroscope {
+            pyroscope.submit(profile);
+        }
+    }
+
+    /// Delivers what is queued, or spills it to the directory, before `deadline` has passed; returns what
+    /// happened to the queued profiles. Returns early when everything is delivered.
+    pub fn shutdown(&self, deadline: Duration) -> ShutdownReport {
+        match &self.pyroscope {
+            Some(pyroscope) => pyroscope.shutdown(Instant::now() + deadline),
+            None => ShutdownReport::default(),
+        }
+    }
+}
+
+impl Default for SinkSet {
+    fn default() -> SinkSet {
+        SinkSet::new()
+    }
+}
+
+#[cfg(test)]
+mod tests;

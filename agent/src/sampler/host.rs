@@ -1,0 +1,503 @@
+//! Host-wide profiling: every CPython process on the host (or a given set), new ones as they
+//! start, through the BPF sampler or, where BPF cannot load, the userspace sampler.
+//!
+//! In: a [`HostConfig`]. Out: one [`ProfileWindow`] per process each time [`HostProfiler::cut`]
+//! is called. The BPF path: discovery registers each ready process's walk configuration in the
+//! program's maps and keeps its thread map fresh; records drained from the ring buffer are
+//! resolved by that process's [`Unwinder`] (code-object cache, page cache, 3.15 frame cache).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::SampleRecord;
+
+use crate::aggregate::{Aggregator, ProfileWindow};
+use crate::discovery::{HostScanner, PythonTarget};
+use crate::sampler::bpf::{pa_proc_for, BpfConfig, BpfError, BpfSampler};
+use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
+use crate::unwind::{ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, UnwindOptions, Unwinder};
+
+/// Where samples come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// BPF if it loads, else userspace (with one line saying why).
+    Auto,
+    /// BPF or fail.
+    Ebpf,
+    /// The userspace sampler only.
+    Userspace,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "auto" => Ok(Mode::Auto),
+            "ebpf" => Ok(Mode::Ebpf),
+            "userspace" => Ok(Mode::Userspace),
+            other => Err(format!("unknown mode {other:?} (auto, ebpf or userspace)")),
+        }
+    }
+}
+
+/// What to profile and how.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// sampler backend
+    pub mode: Mode,
+    /// samples per second per CPU (BPF) or per process (userspace)
+    pub rate_hz: u32,
+    /// only these pids; None: every process on the host
+    pub pids: Option<Vec<u32>>,
+    /// unwinder knobs (the frame cache also switches the BPF anchor on 3.15)
+    pub unwind: UnwindOptions,
+    /// how often /proc is scanned for new processes
+    pub scan_interval: Duration,
+    /// how often the ring buffer is drained and thread maps refreshed
+    pub drain_interval: Duration,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            mode: Mode::Auto,
+            rate_hz: 19,
+            pids: None,
+            unwind: UnwindOptions::default(),
+            scan_interval: Duration::from_millis(500),
+            drain_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Errors that stop the host profiler from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// `--mode ebpf` and the program cannot be loaded.
+    #[error("eBPF sampler unavailable: {0}")]
+    Bpf(#[from] BpfError),
+}
+
+/// A profiled process, as the exporters label it.
+#[derive(Debug, Clone)]
+pub struct ProcessInfo {
+    /// host pid
+    pub pid: u32,
+    /// pid in its own namespace
+    pub ns_pid: u32,
+    /// CPython version
+    pub version: String,
+    /// command line
+    pub cmdline: Vec<String>,
+    /// `PYAGENT_SERVICE` from its environment, if set
+    pub service_env: Option<String>,
+    /// cgroup path (container and pod ids are parsed from it)
+    pub cgroup: String,
+}
+
+impl ProcessInfo {
+    fn of(target: &PythonTarget) -> ProcessInfo {
+        let pid = target.pid;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
+            .unwrap_or_default();
+        let service_env = std::fs::read(format!("/proc/{pid}/environ")).ok().and_then(|env| {
+            env.split(|&c| c == 0)
+                .find_map(|kv| kv.strip_prefix(b"PYAGENT_SERVICE=").map(|v| String::from_utf8_lossy(v).into_owned()))
+        });
+        ProcessInfo {
+            pid,
+            ns_pid: target.ns_pid,
+            version: target.version().to_string(),
+            cmdline,
+            service_env,
+            cgroup: std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default(),
+        }
+    }
+}
+
+/// Counters of the host profiler.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HostStats {
+    /// records drained from the ring buffer
+    pub records: u64,
+    /// samples added to a profile
+    pub samples: u64,
+    /// records of processes no longer tracked
+    pub untracked: u64,
+    /// records dropped: torn reads
+    pub torn: u64,
+    /// records dropped: 3.15 anchor not vouched for by the frame cache
+    pub anchor_miss: u64,
+    /// records dropped: walk did not reach the base frame
+    pub incomplete: u64,
+    /// thread-map refreshes that failed
+    pub refresh_failed: u64,
+}
+
+struct BpfProcess {
+    unwinder: Unwinder,
+    /// host TIDs registered in the thread map
+    threads: HashSet<u32>,
+    /// interpreter of each thread state, from the last refresh
+    interp_of: HashMap<u64, InterpreterInfo>,
+}
+
+enum Backend {
+    Bpf { sampler: Box<BpfSampler>, procs: HashMap<u32, BpfProcess> },
+    Userspace(UserspaceSampler),
+}
+
+struct Profile {
+    info: ProcessInfo,
+    agg: Aggregator,
+}
+
+/// Profiles every CPython process of the host.
+pub struct HostProfiler {
+    config: HostConfig,
+    backend: Backend,
+    scanner: HostScanner,
+    profiles: HashMap<u32, Profile>,
+    finished: Vec<(ProcessInfo, ProfileWindow)>,
+    stats: HostStats,
+    fallback_reason: Option<String>,
+}
+
+impl HostProfiler {
+    /// Starts the backend the mode asks for.
+    pub fn new(config: HostConfig) -> Result<HostProfiler, HostError> {
+        let bpf_config = BpfConfig { rate_hz: config.rate_hz as u64, ..BpfConfig::default() };
+        let mut fallback_reason = None;
+        let backend = match config.mode {
+            Mode::Userspace => Backend::Userspace(Self::userspace(&config)),
+            Mode::Ebpf => Backend::Bpf { sampler: Box::new(BpfSampler::load(&bpf_config)?), procs: HashMap::new() },
+            Mode::Auto => match BpfSampler::load(&bpf_config) {
+                Ok(s) => Backend::Bpf { sampler: Box::new(s), procs: HashMap::new() },
+                Err(e) => {
+                    fallback_reason = Some(e.to_string());
+                    Backend::Userspace(Self::userspace(&config))
+                }
+            },
+        };
+        Ok(HostProfiler {
+            scanner: HostScanner::new(config.pids.as_deref()),
+            config,
+            backend,
+            profiles: HashMap::new(),
+            finished: Vec::new(),
+            stats: HostStats::default(),
+            fallback_reason,
+        })
+    }
+
+    fn userspace(config: &HostConfig) -> UserspaceSampler {
+        UserspaceSampler::empty(UserspaceConfig {
+            rate_hz: config.rate_hz,
+            duration: None,
+            subprocesses: false,
+            blocking: false,
+            idle: false,
+            unwind: config.unwind,
+        })
+    }
+
+    /// `ebpf` or `userspace`.
+    pub fn mode_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Bpf { .. } => "ebpf",
+            Backend::Userspace(_) => "userspace",
+        }
+    }
+
+    /// Why `auto` fell back to userspace, if it did.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.fallback_reason.as_deref()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> HostStats {
+        self.stats
+    }
+
+    /// Processes per discovery state.
+    pub fn process_states(&self) -> Vec<(&'static str, usize)> {
+        self.scanner.counts()
+    }
+
+    /// The BPF sampler, when that is the backend (for its counters and run statistics).
+    pub fn bpf(&self) -> Option<&BpfSampler> {
+        match &self.backend {
+            Backend::Bpf { sampler, .. } => Some(sampler),
+            Backend::Userspace(_) => None,
+        }
+    }
+
+    /// Pids being profiled.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.profiles.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn period_ns(&self) -> u64 {
+        1_000_000_000 / self.config.rate_hz.max(1) as u64
+    }
+
+    /// Scans for new and exited processes.
+    pub fn scan(&mut self) {
+        let changes = self.scanner.scan();
+        for pid in changes.gone {
+            self.untrack(pid);
+        }
+        for target in changes.ready {
+            self.track(target);
+        }
+    }
+
+    fn track(&mut self, target: PythonTarget) {
+        let pid = target.pid;
+        let info = ProcessInfo::of(&target);
+        let mut agg = Aggregator::new(self.period_ns());
+        agg.set_label("pid", pid.to_string());
+        if info.ns_pid != pid {
+            agg.set_label("ns_pid", info.ns_pid.to_string());
+        }
+        agg.set_label("python_version", info.version.clone());
+        match &mut self.backend {
+            Backend::Bpf { sampler, procs } => {
+                // The program walks whole stacks and never stops at the 3.15 anchor: only a
+                // write of the anchor in the same instant as the walk keeps cached parents
+                // trustworthy, and a BPF program cannot write user memory here (kernel
+                // lockdown refuses bpf_probe_write_user, which also fails in the interrupt
+                // context of a cpu-clock event). A write from userspace 100 ms later would
+                // reopen the frame-address reuse window the sequence check exists to close.
+                let proc_config = pa_proc_for(&target.offsets, false);
+                if let Err(e) = sampler.track_process(pid, &proc_config) {
+                    self.scanner.mark_failed(pid, format!("cannot track it in the BPF maps: {e}"));
+                    return;
+                }
+                // No frame cache either: without anchors it would only write into the target.
+                let options = UnwindOptions { frame_cache: false, ..self.config.unwind };
+                let unwinder = Unwinder::new(target, options);
+                procs.insert(pid, BpfProcess { unwinder, threads: HashSet::new(), interp_of: HashMap::new() });
+            }
+            Backend::Userspace(s) => s.add_target(Unwinder::new(target, self.config.unwind)),
+        }
+        self.profiles.insert(pid, Profile { info, agg });
+        // Register its threads now: until then the program finds no thread state.
+        if let Backend::Bpf { .. } = self.backend {
+            self.refresh_threads(pid);
+        }
+    }
+
+    fn untrack(&mut self, pid: u32) {
+        match &mut self.backend {
+            Backend::Bpf { sampler, procs } => {
+                if let Some(p) = procs.remove(&pid) {
+                    for tid in p.threads {
+                        let _ = sampler.remove_thread(tid);
+                    }
+                }
+                let _ = sampler.untrack_process(pid);
+            }
+            Backend::Userspace(s) => {
+                s.remove_target(pid);
+            }
+        }
+        if let Some(mut p) = self.profiles.remove(&pid) {
+            if !p.agg.is_empty() {
+                self.finished.push((p.info, p.agg.cut()));
+            }
+        }
+    }
+
+    /// Re-reads a process's thread list into the BPF thread map.
+    fn refresh_threads(&mut self, pid: u32) {
+        let Backend::Bpf { sampler, procs } = &mut self.backend else { return };
+        let Some(p) = procs.get_mut(&pid) else { return };
+        let interpreters = match p.unwinder.begin_batch() {
+            Ok(i) => i,
+            Err(e) => {
+                self.stats.refresh_failed += 1;
+                tracing::debug!(pid, "thread refresh failed: {e}");
+                return;
+            }
+        };
+        let mut now = HashSet::new();
+        p.interp_of.clear();
+        for (interp, threads) in interpreters {
+            for t in threads {
+                p.interp_of.insert(t.addr, interp);
+                let Some(host_tid) = p.unwinder.host_tid(t.native_thread_id) else { continue };
+                if sampler.set_thread(host_tid, t.addr).is_ok() {
+                    now.insert(host_tid);
+                }
+            }
+        }
+        for gone in p.threads.difference(&now) {
+            let _ = sampler.remove_thread(*gone);
+        }
+        p.threads = now;
+    }
+
+    /// Drains the ring buffer and resolves every record (BPF), or takes one sample of every
+    /// process (userspace).
+    pub fn collect(&mut self) {
+        match &mut self.backend {
+            Backend::Userspace(s) => {
+                let profiles = &mut self.profiles;
+                let stats = &mut self.stats;
+                s.sample_once(&mut |sample| {
+                    if let Some(p) = profiles.get_mut(&sample.pid) {
+                        p.agg.add(sample);
+                        stats.samples += 1;
+                    }
+                });
+            }
+            Backend::Bpf { .. } => {
+                let pids: Vec<u32> = self.profiles.keys().copied().collect();
+                for pid in pids {
+                    self.refresh_threads(pid);
+                }
+                self.drain_records();
+            }
+        }
+    }
+
+    fn drain_records(&mut self) {
+        let Backend::Bpf { sampler, procs } = &mut self.backend else { return };
+        let mut batch: Vec<(ExternalWalk, u32, Vec<RawFrame>)> = Vec::new();
+        sampler.drain(|rec: SampleRecord<'_>| {
+            let h = rec.header();
+            let frames: Vec<_> = rec.frames().collect();
+            let mut raw = Vec::with_capacity(frames.len());
+            for (i, f) in frames.iter().enumerate() {
+                // `previous` is the next recorded frame; past the last one it is only known to
+                // be NULL when the walk was complete.
+                let previous = match frames.get(i + 1) {
+                    Some(next) => next.addr,
+                    None if h.is_complete() => 0,
+                    None => u64::MAX,
+                };
+                raw.push(RawFrame {
+                    addr: f.addr,
+                    code: f.executable,
+                    ip: f.instr_ptr,
+                    previous,
+                    owner: f.owner as u8,
+                    is_entry: false,
+                    tlbc_index: 0,
+                });
+            }
+            let walk = ExternalWalk {
+                tstate: h.tstate,
+                host_tid: h.tid,
+                complete: h.is_complete(),
+                reached_base: h.reached_base(),
+                truncated: h.is_truncated(),
+                read_failed: h.read_failed(),
+                anchor_hit: h.anchor_hit(),
+                anchor_written: h.flags & common::SAMPLE_ANCHOR_WRITTEN != 0,
+                anchor: (h.anchor_frame, h.anchor_seq),
+            };
+            batch.push((walk, h.pid, raw));
+        });
+        self.stats.records += batch.len() as u64;
+        for (walk, pid, raw) in batch {
+            let (Some(p), Some(profile)) = (procs.get_mut(&pid), self.profiles.get_mut(&pid)) else {
+                self.stats.untracked += 1;
+                continue;
+            };
+            let Some(interp) = p.interp_of.get(&walk.tstate).copied() else {
+                self.stats.untracked += 1;
+                continue;
+            };
+            match p.unwinder.resolve_external(&interp, &walk, &raw) {
+                Ok(sample) => {
+                    profile.agg.add(&sample);
+                    self.stats.samples += 1;
+                }
+                Err(skip) => {
+                    profile.agg.add_dropped(1);
+                    match skip {
+                        ExternalSkip::Torn => self.stats.torn += 1,
+                        ExternalSkip::AnchorMiss => self.stats.anchor_miss += 1,
+                        ExternalSkip::Incomplete => self.stats.incomplete += 1,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs until `stop` is set or `until` passes, scanning, sampling and draining on
+    /// schedule; `tick` runs after each collection (the service cuts windows there).
+    pub fn run(&mut self, stop: &AtomicBool, until: Option<Instant>, mut tick: impl FnMut(&mut HostProfiler)) {
+        let collect_every = match self.backend {
+            Backend::Bpf { .. } => self.config.drain_interval,
+            Backend::Userspace(_) => Duration::from_secs_f64(1.0 / self.config.rate_hz.max(1) as f64),
+        };
+        let mut next_scan = Instant::now();
+        let mut next_collect = Instant::now();
+        while !stop.load(Ordering::Relaxed) && until.is_none_or(|u| Instant::now() < u) {
+            let now = Instant::now();
+            if now >= next_scan {
+                self.scan();
+                next_scan = now + self.config.scan_interval;
+            }
+            if now >= next_collect {
+                self.collect();
+                tick(self);
+                next_collect += collect_every;
+                if next_collect < Instant::now() {
+                    next_collect = Instant::now() + collect_every;
+                }
+            }
+            let wake = next_scan.min(next_collect);
+            let wake = until.map_or(wake, |u| wake.min(u));
+            if let Some(d) = wake.checked_duration_since(Instant::now()) {
+                std::thread::sleep(d.min(Duration::from_millis(100)));
+            }
+        }
+        // Whatever the ring buffer still holds belongs to this run.
+        self.collect();
+    }
+
+    /// One window per process with samples since the last cut (processes that exited
+    /// included), labelled with pid, ns_pid and python_version.
+    pub fn cut(&mut self) -> Vec<(ProcessInfo, ProfileWindow)> {
+        let mut out = std::mem::take(&mut self.finished);
+        for p in self.profiles.values_mut() {
+            if !p.agg.is_empty() {
+                out.push((p.info.clone(), p.agg.cut()));
+            }
+        }
+        out.sort_by_key(|(i, _)| i.pid);
+        out
+    }
+
+    /// Unwinder statistics summed over the live processes, per cache.
+    pub fn cache_stats(&self) -> BTreeMap<&'static str, (u64, u64)> {
+        let mut m: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+        let mut add = |u: &Unwinder| {
+            let p = u.page_cache_stats();
+            let s = u.symbolizer_stats();
+            let w = u.stats();
+            let e = m.entry("page").or_default();
+            e.0 += p.hits;
+            e.1 += p.misses;
+            let e = m.entry("code").or_default();
+            e.0 += s.hits;
+            e.1 += s.misses;
+            let e = m.entry("frame").or_default();
+            e.0 += w.cache_full_hits + w.cache_partial_hits;
+            e.1 += w.cache_misses;
+        };
+        match &self.backend {
+            Backend::Bpf { procs, .. } => procs.values().for_each(|p| add(&p.unwinder)),
+            Backend::Userspace(s) => s.unwinders().for_each(add),
+        }
+        m
+    }
+}

@@ -1,0 +1,124 @@
+//! Stacks walked by someone else (the BPF program): raw frame addresses in, symbolized
+//! [`ThreadSample`] out, through the same symbolizer and 3.15 frame cache as userspace walks.
+
+use super::{CachedFrame, InterpreterInfo, RawFrame, ThreadKey, ThreadSample, Unwinder};
+use crate::memory::MemoryError;
+
+/// How the external walk ended, and the 3.15 anchor it saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExternalWalk {
+    /// `PyThreadState*` of the thread
+    pub tstate: u64,
+    /// host TID of the thread
+    pub host_tid: u32,
+    /// reached a NULL `previous`
+    pub complete: bool,
+    /// the last frame is the thread's base frame (3.15)
+    pub reached_base: bool,
+    /// cut at the walker's depth bound
+    pub truncated: bool,
+    /// a read failed mid-walk
+    pub read_failed: bool,
+    /// stopped right after the frame that was the anchor
+    pub anchor_hit: bool,
+    /// the walker moved the anchor to the top frame (sequence unchanged)
+    pub anchor_written: bool,
+    /// anchor and sequence read at the start of the walk
+    pub anchor: (u64, u64),
+}
+
+/// Why an external stack was not turned into a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExternalSkip {
+    /// a read failed in the walk or while symbolizing (torn)
+    Torn,
+    /// stopped at an anchor the frame cache could not vouch for
+    AnchorMiss,
+    /// a 3.15 walk that did not end at the base frame
+    Incomplete,
+}
+
+impl Unwinder {
+    /// Resets per-batch state and reads the interpreters (for `<GC>`, the code-object cache
+    /// generation and the thread map): call once before resolving a batch of records.
+    pub fn begin_batch(&mut self) -> Result<Vec<(InterpreterInfo, Vec<super::ThreadInfo>)>, super::UnwindError> {
+        self.mem.begin_sample();
+        let interpreters = self.threads()?;
+        if let Some((interp, _)) = interpreters.first() {
+            self.symbolizer.begin_sample(interp.code_generation);
+        }
+        Ok(interpreters)
+    }
+
+    /// Turns an external walk of `raw` frames (innermost first; `previous` of the last frame
+    /// may be unknown) into a sample.
+    pub fn resolve_external(
+        &mut self,
+        interp: &InterpreterInfo,
+        walk: &ExternalWalk,
+        raw: &[RawFrame],
+    ) -> Result<ThreadSample, ExternalSkip> {
+        if walk.read_failed {
+            self.stats.torn += 1;
+            return Err(ExternalSkip::Torn);
+        }
+        let key: ThreadKey = (walk.tstate, walk.host_tid);
+        let has_base = self.target.offsets.thread_state.base_frame.is_some();
+        if walk.complete && has_base && !walk.reached_base {
+            self.stats.torn += 1;
+            return Err(ExternalSkip::Incomplete);
+        }
+        let mut resolved: Vec<CachedFrame> = Vec::with_capacity(raw.len() + 4);
+        match self.resolve(raw, interp, &mut resolved) {
+            Ok(()) => {}
+            Err(MemoryError::Gone { .. } | MemoryError::Denied { .. }) | Err(_) => {
+                self.stats.torn += 1;
+                return Err(ExternalSkip::Torn);
+            }
+        }
+        self.stats.frames_read += raw.len() as u64;
+        if walk.anchor_hit {
+            let (anchor, seq) = walk.anchor;
+            let tail = self.frame_cache.as_mut().and_then(|fc| fc.splice(key, anchor, seq).map(|t| t.to_vec()));
+            let Some(tail) = tail else {
+                // An anchor we cannot vouch for (left by another profiler, or its record was
+                // lost): clear it, so the next walk of this thread is complete.
+                self.stats.cache_misses += 1;
+                if let Some(off) = self.target.offsets.thread_state.last_profiled_frame {
+                    let _ = self.mem.remote().write(walk.tstate + off, &0u64.to_le_bytes());
+                }
+                if let Some(fc) = self.frame_cache.as_mut() {
+                    fc.forget(key);
+                }
+                return Err(ExternalSkip::AnchorMiss);
+            };
+            if raw.len() == 1 {
+                self.stats.cache_full_hits += 1;
+            } else {
+                self.stats.cache_partial_hits += 1;
+            }
+            self.stats.frames_cached += tail.len() as u64;
+            resolved.extend(tail);
+        } else if walk.truncated {
+            self.stats.truncated += 1;
+        }
+        // The walker moved the anchor to this stack's top with the sequence it read: this
+        // stack is what the anchor now vouches for.
+        if walk.anchor_written && !walk.truncated {
+            if let Some(fc) = self.frame_cache.as_mut() {
+                fc.store(key, walk.anchor.1, resolved.iter().cloned());
+            }
+        }
+        let ns_tid = self.names.ns_tid_of(self.target.pid, walk.host_tid);
+        let name = self.names.lookup(self.target.pid, ns_tid).and_then(|(_, n)| n.clone());
+        let holds_gil = None;
+        Ok(ThreadSample {
+            pid: self.target.pid,
+            tid: ns_tid,
+            thread_name: name,
+            holds_gil,
+            frames: resolved.into_iter().map(|c| c.frame).collect(),
+            truncated: walk.truncated,
+        })
+    }
+}

@@ -1,0 +1,640 @@
+//! The BPF sampler against fake CPython frame chains built in this test process's memory: no
+//! Python needed. Each test loads its own sampler (own maps), registers this process and one
+//! spinning thread, and waits (with a deadline) for the program to record that thread.
+//!
+//! Needs root, or CAP_BPF + CAP_PERFMON (CI runs as root). The cost figures come from
+//! `bench_ns_per_run`, ignored by default:
+//! `cargo test -p pyagent --test bpf -- --ignored --nocapture --test-threads=1`.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::{
+    Counter, PaFrame, PaProc, PaSampleHdr, MAX_FRAMES, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
+    SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED,
+};
+use pyagent::sampler::bpf::{BpfConfig, BpfSampler};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Where the fields of a fake `_PyInterpreterFrame` go.
+struct Layout {
+    size: usize,
+    executable: usize,
+    previous: usize,
+    instr_ptr: usize,
+    owner: usize,
+    tag_mask: u64,
+}
+
+/// 3.14/3.15 default build: `_PyStackRef` executable with tag bits, 88-byte frames.
+const PY315: Layout = Layout {
+    size: 88,
+    executable: 0,
+    previous: 8,
+    instr_ptr: 56,
+    owner: 74,
+    tag_mask: 3,
+};
+/// 3.11: `f_code` at 32, `previous` at 48, `prev_instr` at 56, `owner` at 69, 80-byte frames.
+const PY311: Layout = Layout {
+    size: 80,
+    executable: 32,
+    previous: 48,
+    instr_ptr: 56,
+    owner: 69,
+    tag_mask: 0,
+};
+
+/// A chain of fake frames in one heap block (never resized, so addresses are stable); frame 0 is
+/// the top, frame i's `previous` is frame i+1, the last one's is 0.
+struct Chain {
+    words: Vec<u64>,
+    layout: &'static Layout,
+    depth: usize,
+}
+
+impl Chain {
+    fn new(layout: &'static Layout, depth: usize) -> Chain {
+        let mut c = Chain {
+            words: vec![0; depth * layout.size / 8],
+            layout,
+            depth,
+        };
+        for i in 0..depth {
+            let prev = if i + 1 < depth { c.addr(i + 1) } else { 0 };
+            c.put_u64(i, layout.previous, prev);
+            c.put_u64(i, layout.executable, Self::executable(i));
+            c.put_u64(i, layout.instr_ptr, Self::instr_ptr(i));
+            c.put_u8(i, layout.owner, Self::owner(i));
+        }
+        c
+    }
+
+    /// A code-object-like pointer with both tag bits set (3.14+ `_PyStackRef` tagging).
+    fn executable(i: usize) -> u64 {
+        0x7f10_0000_0000 + i as u64 * 0x100 + 3
+    }
+    fn instr_ptr(i: usize) -> u64 {
+        0x7f20_0000_0000 + i as u64 * 2
+    }
+    fn owner(i: usize) -> u8 {
+        [0, 1, 3][i % 3]
+    }
+
+    fn addr(&self, i: usize) -> u64 {
+        self.words.as_ptr() as u64 + (i * self.layout.size) as u64
+    }
+
+    fn put_u64(&mut self, frame: usize, off: usize, v: u64) {
+        let byte = frame * self.layout.size + off;
+        assert_eq!(byte % 8, 0, "aligned field");
+        self.words[byte / 8] = v;
+    }
+
+    fn put_u8(&mut self, frame: usize, off: usize, v: u8) {
+        let byte = frame * self.layout.size + off;
+        let shift = (byte % 8) * 8; // little endian
+        let w = &mut self.words[byte / 8];
+        *w = (*w & !(0xff << shift)) | (u64::from(v) << shift);
+    }
+
+    /// What the program must record for frame i.
+    fn expected(&self, i: usize) -> PaFrame {
+        PaFrame {
+            addr: self.addr(i),
+            executable: Self::executable(i) & !self.layout.tag_mask,
+            instr_ptr: Self::instr_ptr(i),
+            owner: u32::from(Self::owner(i)),
+            _pad: 0,
+        }
+    }
+
+    fn check_prefix(&self, frames: &[PaFrame], n: usize) {
+        assert_eq!(frames.len(), n, "frame count");
+        for (i, f) in frames.iter().enumerate() {
+            assert_eq!(*f, self.expected(i), "frame {i} of {}", self.depth);
+        }
+    }
+}
+
+/// A fake thread state: 1 KiB of u64 words, fields set by byte offset.
+struct TState(Vec<u64>);
+
+impl TState {
+    fn new() -> TState {
+        TState(vec![0; 128])
+    }
+    fn set(&mut self, off: usize, v: u64) -> &mut Self {
+        self.0[off / 8] = v;
+        self
+    }
+    fn addr(&self) -> u64 {
+        self.0.as_ptr() as u64
+    }
+}
+
+/// 3.15 thread-state offsets: current_frame 72, base_frame 80, anchor 88/96.
+fn proc315(flags: u32) -> PaProc {
+    PaProc {
+        generation: 0x5eed,
+        executable_tag_mask: PY315.tag_mask,
+        flags,
+        thread_state_current_frame: 72,
+        cframe_current_frame: 0,
+        thread_state_base_frame: 80,
+        thread_state_last_profiled_frame: 88,
+        thread_state_last_profiled_frame_seq: 96,
+        interpreter_frame_previous: PY315.previous as u32,
+        interpreter_frame_executable: PY315.executable as u32,
+        interpreter_frame_instr_ptr: PY315.instr_ptr as u32,
+        interpreter_frame_owner: PY315.owner as u32,
+    }
+}
+
+/// A thread burning CPU until dropped, so that cpu-clock events interrupt it.
+struct Spinner {
+    tid: u32,
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Spinner {
+    fn start() -> Spinner {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).expect("send tid");
+            let mut x = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        });
+        let tid = rx.recv().expect("spinner tid");
+        Spinner {
+            tid,
+            stop,
+            handle: Some(handle),
+        }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// An inaccessible page: reads of it fail like reads of unmapped memory.
+struct NoAccessPage(u64);
+
+impl NoAccessPage {
+    fn new() -> NoAccessPage {
+        // SAFETY: anonymous mapping, checked for failure, unmapped on drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED, "mmap PROT_NONE");
+        NoAccessPage(p as u64)
+    }
+}
+
+impl Drop for NoAccessPage {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new().
+        unsafe { libc::munmap(self.0 as *mut libc::c_void, 4096) };
+    }
+}
+
+fn config() -> BpfConfig {
+    BpfConfig {
+        rate_hz: 1999,
+        ring_bytes: 1 << 22,
+        enable_stats: false,
+        ..BpfConfig::default()
+    }
+}
+
+fn load(config: &BpfConfig) -> BpfSampler {
+    BpfSampler::load(config).unwrap_or_else(|e| panic!("load BPF sampler: {}", error_chain(&e)))
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// Registers this process with `proc`, runs a spinner on `tstate`, and returns its first record.
+fn first_record(config: &BpfConfig, proc: &PaProc, tstate: u64) -> (PaSampleHdr, Vec<PaFrame>) {
+    let mut s = load(config);
+    let spinner = Spinner::start();
+    let pid = std::process::id();
+    s.track_process(pid, proc).expect("track_process");
+    s.set_thread(spinner.tid, tstate).expect("set_thread");
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let mut got = None;
+        s.drain(|rec| {
+            let h = rec.header();
+            if got.is_none() && h.pid == pid && h.tid == spinner.tid {
+                got = Some((*h, rec.frames().collect::<Vec<_>>()));
+            }
+        });
+        if let Some((h, frames)) = got {
+            assert_eq!(h.tstate, tstate);
+            assert_eq!(h.generation, proc.generation);
+            assert_eq!(h.nframes as usize, frames.len());
+            assert_eq!(s.malformed_records(), 0);
+            return (h, frames);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no record for tid {} within {DEADLINE:?}; counters: {:?}",
+            spinner.tid,
+            counters(&s)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn counters(s: &BpfSampler) -> Vec<(&'static str, u64)> {
+    s.counters()
+        .expect("read counters")
+        .into_iter()
+        .map(|(i, v)| (i.name, v))
+        .collect()
+}
+
+/// Waits until `counter` is positive while a spinner runs on `tstate`.
+fn wait_for_counter(proc: &PaProc, tstate: u64, counter: Counter) {
+    let mut s = load(&config());
+    let spinner = Spinner::start();
+    s.track_process(std::process::id(), proc)
+        .expect("track_process");
+    s.set_thread(spinner.tid, tstate).expect("set_thread");
+    let deadline = Instant::now() + DEADLINE;
+    while s.counter(counter).expect("counter") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{counter:?} stayed 0; counters: {:?}",
+            counters(&s)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        s.counter(Counter::SamplesEmitted).expect("counter"),
+        0,
+        "{:?}",
+        counters(&s)
+    );
+}
+
+#[test]
+fn verifier_accepts_every_knob() {
+    for max_frames in [1, 2, 3, 16, 100, 1000, MAX_FRAMES - 1, MAX_FRAMES] {
+        for wakeup_bytes in [0, 1 << 20] {
+            let cfg = BpfConfig {
+                max_frames,
+                wakeup_bytes,
+                ..config()
+            };
+            let s = BpfSampler::load_detached(&cfg).unwrap_or_else(|e| {
+                panic!(
+                    "max_frames {max_frames}, wakeup {wakeup_bytes}: {}",
+                    error_chain(&e)
+                )
+            });
+            let size = s.program_size().expect("program info");
+            assert!(size.verified_insns.is_some_and(|n| n > 0), "{size:?}");
+            assert!(s.cpus().is_empty());
+        }
+    }
+    let s = load(&config());
+    assert!(!s.cpus().is_empty());
+    eprintln!("program size: {:?}", s.program_size());
+}
+
+#[test]
+fn complete_chain_315() {
+    let chain = Chain::new(&PY315, 1000);
+    let mut ts = TState::new();
+    // The anchor slot holds a frame address, but PROC_ANCHOR is off: the walk must not stop.
+    ts.set(72, chain.addr(0))
+        .set(80, chain.addr(999))
+        .set(88, chain.addr(3))
+        .set(96, 7);
+    let (h, frames) = first_record(&config(), &proc315(PROC_BASE_FRAME), ts.addr());
+    assert_eq!(h.flags, SAMPLE_COMPLETE | SAMPLE_REACHED_BASE, "{h:?}");
+    assert_eq!(
+        (h.anchor_frame, h.anchor_seq, h.base_frame),
+        (0, 0, chain.addr(999))
+    );
+    chain.check_prefix(&frames, 1000);
+}
+
+#[test]
+fn anchor_stops_walk() {
+    let chain = Chain::new(&PY315, 1000);
+    let mut ts = TState::new();
+    ts.set(72, chain.addr(0))
+        .set(80, 0xbad)
+        .set(88, chain.addr(500))
+        .set(96, 0xabcdef);
+    let (h, frames) = first_record(&config(), &proc315(PROC_ANCHOR), ts.addr());
+    assert_eq!(h.flags, SAMPLE_ANCHOR_HIT, "{h:?}");
+    assert_eq!(
+        (h.anchor_frame, h.anchor_seq, h.base_frame),
+        (chain.addr(500), 0xabcdef, 0)
+    );
+    chain.check_prefix(&frames, 501);
+
+    // No anchor set (0): a full walk, still reporting the sequence.
+    ts.set(88, 0);
+    let (h, frames) = first_record(
+        &config(),
+        &proc315(PROC_ANCHOR | PROC_BASE_FRAME),
+        ts.addr(),
+    );
+    assert_eq!(
+        h.flags, SAMPLE_COMPLETE,
+        "base 0xbad is not the last frame: {h:?}"
+    );
+    assert_eq!(
+        (h.anchor_frame, h.anchor_seq, h.base_frame),
+        (0, 0xabcdef, 0xbad)
+    );
+    chain.check_prefix(&frames, 1000);
+}
+
+#[test]
+fn deep_chain_is_truncated() {
+    let chain = Chain::new(&PY315, 1100);
+    let mut ts = TState::new();
+    ts.set(72, chain.addr(0));
+    let (h, frames) = first_record(&config(), &proc315(0), ts.addr());
+    assert_eq!(h.flags, SAMPLE_TRUNCATED, "{h:?}");
+    chain.check_prefix(&frames, MAX_FRAMES as usize);
+
+    // The knob lowers the bound.
+    let (h, frames) = first_record(
+        &BpfConfig {
+            max_frames: 16,
+            ..config()
+        },
+        &proc315(0),
+        ts.addr(),
+    );
+    assert_eq!(h.flags, SAMPLE_TRUNCATED, "{h:?}");
+    chain.check_prefix(&frames, 16);
+}
+
+#[test]
+fn exact_depth_bound_is_complete() {
+    let chain = Chain::new(&PY315, MAX_FRAMES as usize);
+    let mut ts = TState::new();
+    ts.set(72, chain.addr(0));
+    let (h, frames) = first_record(&config(), &proc315(0), ts.addr());
+    assert_eq!(h.flags, SAMPLE_COMPLETE, "{h:?}");
+    chain.check_prefix(&frames, MAX_FRAMES as usize);
+}
+
+#[test]
+fn cframe_chain_311() {
+    let chain = Chain::new(&PY311, 50);
+    // _PyCFrame (3.11): use_tracing at 0, current_frame at 8.
+    let cframe: Vec<u64> = vec![1, chain.addr(0), 0, 0];
+    let mut ts = TState::new();
+    ts.set(56, cframe.as_ptr() as u64);
+    let proc = PaProc {
+        generation: 311,
+        executable_tag_mask: 0,
+        flags: PROC_CFRAME,
+        thread_state_current_frame: 56,
+        cframe_current_frame: 8,
+        interpreter_frame_previous: PY311.previous as u32,
+        interpreter_frame_executable: PY311.executable as u32,
+        interpreter_frame_instr_ptr: PY311.instr_ptr as u32,
+        interpreter_frame_owner: PY311.owner as u32,
+        ..PaProc::default()
+    };
+    let (h, frames) = first_record(&config(), &proc, ts.addr());
+    assert_eq!(h.flags, SAMPLE_COMPLETE, "{h:?}");
+    // Tag mask 0: the low bits of f_code are kept.
+    assert_eq!(frames[0].executable & 3, 3);
+    chain.check_prefix(&frames, 50);
+}
+
+#[test]
+fn broken_chain_is_read_failed() {
+    let mut chain = Chain::new(&PY315, 10);
+    let hole = NoAccessPage::new();
+    chain.put_u64(5, PY315.previous, hole.0);
+    let mut ts = TState::new();
+    ts.set(72, chain.addr(0));
+    let (h, frames) = first_record(&config(), &proc315(0), ts.addr());
+    assert_eq!(h.flags, SAMPLE_READ_FAILED, "{h:?}");
+    chain.check_prefix(&frames, 6);
+
+    // The counter moves too (on a fresh sampler).
+    let mut s = load(&config());
+    let spinner = Spinner::start();
+    s.track_process(std::process::id(), &proc315(0))
+        .expect("track");
+    s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
+    let deadline = Instant::now() + DEADLINE;
+    while s.counter(Counter::ReadFailFrame).expect("counter") == 0 {
+        assert!(Instant::now() < deadline, "{:?}", counters(&s));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.counter(Counter::Complete).expect("counter"), 0);
+}
+
+#[test]
+fn early_exits_are_counted() {
+    // Thread state unreadable.
+    let hole = NoAccessPage::new();
+    wait_for_counter(&proc315(0), hole.0, Counter::ReadFailTstate);
+    // Thread runs no Python: current_frame is 0.
+    let ts = TState::new();
+    wait_for_counter(&proc315(0), ts.addr(), Counter::NoCurrentFrame);
+    // cframe unreadable (3.11/3.12).
+    let mut ts = TState::new();
+    ts.set(56, hole.0);
+    let proc = PaProc {
+        flags: PROC_CFRAME,
+        thread_state_current_frame: 56,
+        cframe_current_frame: 8,
+        ..proc315(0)
+    };
+    wait_for_counter(&proc, ts.addr(), Counter::ReadFailCframe);
+}
+
+#[test]
+fn full_ring_wakes_reader_and_drops() {
+    let chain = Chain::new(&PY315, 1000);
+    let mut ts = TState::new();
+    ts.set(72, chain.addr(0));
+
+    // Threshold 1 byte: every record forces a wakeup, so the descriptor becomes readable.
+    let mut s = load(&BpfConfig {
+        wakeup_bytes: 1,
+        ..config()
+    });
+    let spinner = Spinner::start();
+    s.track_process(std::process::id(), &proc315(0))
+        .expect("track");
+    s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
+    let mut pfd = libc::pollfd {
+        fd: s.ring_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let ready = unsafe { libc::poll(&mut pfd, 1, DEADLINE.as_millis() as libc::c_int) };
+    assert_eq!(
+        ready,
+        1,
+        "ring buffer never became readable; counters: {:?}",
+        counters(&s)
+    );
+    assert!(s.counter(Counter::WakeupForced).expect("counter") > 0);
+    assert!(s.drain(|_| {}) > 0);
+    drop((s, spinner));
+
+    // A one-page ring cannot hold a 1000-frame record (32 KiB): every sample is dropped.
+    let mut s = load(&BpfConfig {
+        ring_bytes: 4096,
+        ..config()
+    });
+    let spinner = Spinner::start();
+    s.track_process(std::process::id(), &proc315(0))
+        .expect("track");
+    s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
+    let deadline = Instant::now() + DEADLINE;
+    while s.counter(Counter::RingbufDropped).expect("counter") == 0 {
+        assert!(Instant::now() < deadline, "{:?}", counters(&s));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.counter(Counter::SamplesEmitted).expect("counter"), 0);
+    drop(spinner);
+}
+
+#[test]
+fn map_updates() {
+    let mut s = BpfSampler::load_detached(&config()).expect("load");
+    s.set_thread(42, 0x1000).expect("set");
+    s.set_thread(43, 0x2000).expect("set");
+    s.set_thread(42, 0x3000).expect("replace");
+    let mut t = s.threads().expect("threads");
+    t.sort_unstable();
+    assert_eq!(t, vec![(42, 0x3000), (43, 0x2000)]);
+    s.remove_thread(42).expect("remove");
+    s.remove_thread(42).expect("remove absent");
+    assert_eq!(s.threads().expect("threads"), vec![(43, 0x2000)]);
+    s.track_process(7, &proc315(0)).expect("track");
+    s.untrack_process(7).expect("untrack");
+    s.untrack_process(7).expect("untrack absent");
+    let bad = PaProc {
+        interpreter_frame_owner: 200,
+        ..proc315(0)
+    };
+    assert!(s.track_process(7, &bad).is_err());
+}
+
+/// Cost per BPF run for fake 3.15 chains (prints a table; run with --ignored --nocapture
+/// --test-threads=1 on an otherwise idle machine).
+#[test]
+#[ignore = "benchmark: prints BPF ns per run"]
+fn bench_ns_per_run() {
+    const RATE_HZ: u64 = 999;
+    const SECS: u64 = 4;
+    let chain = Chain::new(&PY315, 1000);
+
+    // Runs that do not walk (idle CPU, this process's other threads) cost `other_ns` each; a
+    // baseline with the spinner untracked measures it.
+    let run = |depth: Option<usize>, anchor: Option<usize>| -> (u64, u64, u64, u64) {
+        let mut ts = TState::new();
+        let mut flags = 0;
+        if let Some(d) = depth {
+            ts.set(72, chain.addr(1000 - d));
+        }
+        if let Some(a) = anchor {
+            flags |= PROC_ANCHOR;
+            ts.set(
+                88,
+                chain.addr(1000 - depth.expect("anchor needs depth") + a - 1),
+            )
+            .set(96, 1);
+        }
+        let mut s = load(&BpfConfig {
+            rate_hz: RATE_HZ,
+            enable_stats: true,
+            ..config()
+        });
+        assert!(s.run_stats().is_some(), "BPF statistics need CAP_SYS_ADMIN");
+        let spinner = Spinner::start();
+        s.track_process(std::process::id(), &proc315(flags))
+            .expect("track");
+        if depth.is_some() {
+            s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
+        }
+        let end = Instant::now() + Duration::from_secs(SECS);
+        while Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+            s.drain(|_| {});
+        }
+        let (ns, runs) = s.run_stats().expect("stats");
+        let emitted = s.counter(Counter::SamplesEmitted).expect("counter");
+        let frames = s.counter(Counter::Frames).expect("counter");
+        drop(spinner);
+        (ns, runs, emitted, frames)
+    };
+
+    let (base_ns, base_runs, _, _) = run(None, None);
+    let other_ns = base_ns as f64 / base_runs.max(1) as f64;
+    eprintln!("baseline (no walk): {base_runs} runs, {other_ns:.0} ns/run");
+    if let Some(size) = load(&config()).program_size() {
+        eprintln!("program size: {size:?}");
+    }
+    eprintln!(
+        "{:>6} {:>7} {:>7} {:>8} {:>9} {:>11} {:>12}",
+        "depth", "anchor", "runs", "walks", "frames/w", "ns/run all", "ns/walk est"
+    );
+    for (depth, anchor) in [
+        (10, None),
+        (100, None),
+        (1000, None),
+        (100, Some(5)),
+        (1000, Some(5)),
+    ] {
+        let (ns, runs, walks, frames) = run(Some(depth), anchor);
+        let walk_ns = (ns as f64 - (runs - walks) as f64 * other_ns) / walks.max(1) as f64;
+        eprintln!(
+            "{depth:>6} {:>7} {runs:>7} {walks:>8} {:>9.0} {:>11.0} {walk_ns:>12.0}",
+            anchor.map_or("-".to_owned(), |a| a.to_string()),
+            frames as f64 / walks.max(1) as f64,
+            ns as f64 / runs.max(1) as f64,
+        );
+    }
+}

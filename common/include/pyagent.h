@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: Apache-2.0 OR GPL-2.0 */
+/*
+ * pyagent.h: the contract between the BPF sampler (ebpf/sampler.bpf.c) and userspace.
+ *
+ * The single source of truth for the ring-buffer record, the map keys and values, the counter ids
+ * and the limits. common/src/lib.rs mirrors every item with layout asserts, and the drift test
+ * common/tests/layout.rs compiles a probe against this header and compares sizes, offsets and
+ * values with the Rust mirror: change this file, then the mirror, then run `cargo test -p
+ * pyagent-common`.
+ *
+ * Rules (style.md section 3): fixed-width fields only, explicit padding, every name prefixed.
+ */
+#ifndef PYAGENT_H
+#define PYAGENT_H
+
+#include <linux/types.h>
+
+/* ---- Limits ----------------------------------------------------------------------------- */
+
+/* Frames recorded per sample at most (also the `bpf_loop` bound of the walk). */
+#define PA_MAX_FRAMES 1024
+/*
+ * Bytes of each _PyInterpreterFrame read in one bpf_probe_read_user. Every frame field the walk
+ * uses must lie inside it: the frame header is 80 bytes in 3.11-3.13 and 88 in 3.14+ (owner at
+ * 69/70/74/78), so 80 covers every supported layout and never reads past a frame.
+ */
+#define PA_FRAME_READ_BYTES 80
+/*
+ * Bytes of the PyThreadState read in one bpf_probe_read_user, starting at the lowest offset the
+ * walk uses: current_frame (or cframe), base_frame, last_profiled_frame and its sequence must all
+ * lie in this window (3.15: 72..104).
+ */
+#define PA_TSTATE_READ_BYTES 64
+
+/* ---- pa_procs: host tgid (__u32) -> struct pa_proc ----------------------------------------- */
+
+/* current_frame is reached through tstate->cframe (3.11, 3.12). */
+#define PA_PROC_CFRAME (1u << 0)
+/*
+ * Stop at tstate->last_profiled_frame and report the anchor (3.15 frame-cache protocol).
+ * The program only reads the anchor; it cannot write it: bpf_probe_write_user is refused to
+ * every program type on our kernels (lockdown=integrity is forced by their configuration: the
+ * verifier says "program of this type cannot use helper bpf_probe_write_user#36"), and on any
+ * kernel it returns -EPERM in interrupt context (`in_interrupt()` check), which is where a
+ * cpu-clock perf_event program runs. Whoever moves the anchor does so from userspace.
+ */
+#define PA_PROC_ANCHOR (1u << 1)
+/* Read tstate->base_frame and report it (3.15: the bottom sentinel of every complete chain). */
+#define PA_PROC_BASE_FRAME (1u << 2)
+#define PA_PROC__ALL (PA_PROC_CFRAME | PA_PROC_ANCHOR | PA_PROC_BASE_FRAME)
+
+/*
+ * How to walk one process's frame chain. All offsets are byte offsets, spelled after the
+ * _Py_DebugOffsets groups (thread_state.*, interpreter_frame.*).
+ */
+struct pa_proc {
+	/* Chosen by userspace (e.g. process start time); copied into every record of the process. */
+	__u64 generation;
+	/* Bits to clear from the executable/f_code pointer: 3 on 3.14+, 0 before. */
+	__u64 executable_tag_mask;
+	/* PA_PROC_* */
+	__u32 flags;
+	/* PyThreadState: current_frame (3.13+), or the cframe pointer when PA_PROC_CFRAME is set. */
+	__u32 thread_state_current_frame;
+	/* _PyCFrame: current_frame (used only with PA_PROC_CFRAME). */
+	__u32 cframe_current_frame;
+	/* PyThreadState: base_frame (used only with PA_PROC_BASE_FRAME). */
+	__u32 thread_state_base_frame;
+	/* PyThreadState: last_profiled_frame and last_profiled_frame_seq (only with PA_PROC_ANCHOR). */
+	__u32 thread_state_last_profiled_frame;
+	__u32 thread_state_last_profiled_frame_seq;
+	/* _PyInterpreterFrame: previous, f_executable (f_code before 3.13), instr_ptr (prev_instr
+	 * before 3.13), owner (one byte). */
+	__u32 interpreter_frame_previous;
+	__u32 interpreter_frame_executable;
+	__u32 interpreter_frame_instr_ptr;
+	__u32 interpreter_frame_owner;
+};
+_Static_assert(sizeof(struct pa_proc) == 56, "struct pa_proc layout");
+
+/* ---- pa_threads: host tid (__u32) -> PyThreadState address (__u64) -------------------------- */
+
+/* ---- pa_samples ring buffer: struct pa_sample_hdr, then nframes x struct pa_frame ----------- */
+
+/* The walk reached a frame whose `previous` is 0. */
+#define PA_SAMPLE_COMPLETE (1u << 0)
+/* The walk stopped at the frame-count bound with `previous` != 0. */
+#define PA_SAMPLE_TRUNCATED (1u << 1)
+/* Reading the next frame failed (not resident, unmapped, torn): the chain is cut, not complete. */
+#define PA_SAMPLE_READ_FAILED (1u << 2)
+/* The last recorded frame is the anchor (tstate->last_profiled_frame). */
+#define PA_SAMPLE_ANCHOR_HIT (1u << 3)
+/* Complete, and the last frame is tstate->base_frame (only with PA_PROC_BASE_FRAME). */
+#define PA_SAMPLE_REACHED_BASE (1u << 4)
+/*
+ * Reserved, never set: "the program moved the anchor to this record's top frame". The program
+ * cannot write the anchor (see PA_PROC_ANCHOR); the bit stays defined so that userspace that
+ * tests it keeps building, and always finds it clear.
+ */
+#define PA_SAMPLE_ANCHOR_WRITTEN (1u << 5)
+
+struct pa_sample_hdr {
+	/* Host (initial pid namespace) tgid and tid of the interrupted task. */
+	__u32 pid;
+	__u32 tid;
+	/* PyThreadState address from pa_threads. */
+	__u64 tstate;
+	/* bpf_ktime_get_ns() (CLOCK_MONOTONIC). */
+	__u64 ktime_ns;
+	/* pa_proc.generation at sampling time. */
+	__u64 generation;
+	/* last_profiled_frame and its sequence, read before the walk (0 without PA_PROC_ANCHOR). */
+	__u64 anchor_frame;
+	__u64 anchor_seq;
+	/* tstate->base_frame (0 without PA_PROC_BASE_FRAME). */
+	__u64 base_frame;
+	__u32 cpu;
+	/* Number of struct pa_frame following this header (<= PA_MAX_FRAMES). */
+	__u32 nframes;
+	/* PA_SAMPLE_* */
+	__u32 flags;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct pa_sample_hdr) == 72, "struct pa_sample_hdr layout");
+
+/* One _PyInterpreterFrame as read from the target; userspace symbolizes it later. */
+struct pa_frame {
+	/* Address of the _PyInterpreterFrame. */
+	__u64 addr;
+	/* f_executable / f_code with pa_proc.executable_tag_mask cleared. */
+	__u64 executable;
+	/* instr_ptr (3.13+) / prev_instr (3.11, 3.12), raw. */
+	__u64 instr_ptr;
+	/* The frame's owner byte (FRAME_OWNED_BY_*). */
+	__u32 owner;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct pa_frame) == 32, "struct pa_frame layout");
+
+/* The largest record: header plus PA_MAX_FRAMES frames. */
+struct pa_record {
+	struct pa_sample_hdr hdr;
+	struct pa_frame frames[PA_MAX_FRAMES];
+};
+_Static_assert(sizeof(struct pa_record) == 72 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+
+/* ---- pa_counters: PERCPU_ARRAY of __u64 indexed by enum pa_counter -------------------------- */
+
+enum pa_counter {
+	/* BPF program runs (every perf event). */
+	PA_CNT_RUNS = 0,
+	/* Records written to the ring buffer. */
+	PA_CNT_SAMPLES_EMITTED = 1,
+	/* Interrupted the idle task (pid 0). */
+	PA_CNT_IDLE = 2,
+	/* The tgid is not in pa_procs. */
+	PA_CNT_NOT_TRACKED = 3,
+	/* The tid is not in pa_threads, or its tstate is 0. */
+	PA_CNT_NO_THREAD_STATE = 4,
+	/* current_frame is 0: the thread runs no Python code. */
+	PA_CNT_NO_CURRENT_FRAME = 5,
+	/* Reading the thread state failed. */
+	PA_CNT_READ_FAIL_TSTATE = 6,
+	/* Reading tstate->cframe->current_frame failed (3.11, 3.12). */
+	PA_CNT_READ_FAIL_CFRAME = 7,
+	/* Reading a frame failed (sample emitted with PA_SAMPLE_READ_FAILED). */
+	PA_CNT_READ_FAIL_FRAME = 8,
+	/* Samples cut at the frame-count bound. */
+	PA_CNT_TRUNCATED = 9,
+	/* Samples whose walk stopped at the anchor. */
+	PA_CNT_ANCHOR_HIT = 10,
+	/* Samples whose walk reached a frame with previous == 0. */
+	PA_CNT_COMPLETE = 11,
+	/* Frames recorded in emitted samples. */
+	PA_CNT_FRAMES = 12,
+	/* bpf_ringbuf_output failed (ring buffer full): sample dropped. */
+	PA_CNT_RINGBUF_DROPPED = 13,
+	/* Records submitted with a forced consumer wakeup (buffer past the threshold). */
+	PA_CNT_WAKEUP_FORCED = 14,
+	/* pa_proc offsets outside the read windows: sample dropped. */
+	PA_CNT_BAD_CONFIG = 15,
+	/* The per-CPU scratch slot was missing (pa_scratch smaller than the CPU count). */
+	PA_CNT_NO_SCRATCH = 16,
+	PA_CNT__COUNT = 17,
+};
+
+#endif /* PYAGENT_H */

@@ -1,0 +1,289 @@
+//! Ring-buffer record parsing: `&[u8]` from the kernel -> header + frames, without panics on
+//! short or garbage input and without `unsafe`.
+
+use std::mem::{offset_of, size_of};
+
+use crate::{PaFrame, PaSampleHdr, MAX_FRAMES};
+
+const HDR: usize = size_of::<PaSampleHdr>();
+const FRAME: usize = size_of::<PaFrame>();
+
+/// Why a ring-buffer record was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// Shorter than the header.
+    #[error("record of {len} bytes is shorter than the {HDR}-byte header")]
+    TooShort {
+        /// Record length in bytes.
+        len: usize,
+    },
+    /// The header claims more frames than the BPF program records.
+    #[error("record claims {nframes} frames, more than the limit {MAX_FRAMES}")]
+    TooManyFrames {
+        /// The header's frame count.
+        nframes: u32,
+    },
+    /// The length does not match header plus frames.
+    #[error("record of {len} bytes, expected {expected} for {nframes} frames")]
+    LengthMismatch {
+        /// Record length in bytes.
+        len: usize,
+        /// Length implied by the frame count.
+        expected: usize,
+        /// The header's frame count.
+        nframes: u32,
+    },
+}
+
+/// One parsed record: the header, and the frames still in the ring buffer (top frame first).
+#[derive(Debug, Clone, Copy)]
+pub struct SampleRecord<'a> {
+    hdr: PaSampleHdr,
+    frames: &'a [u8],
+}
+
+impl<'a> SampleRecord<'a> {
+    /// Parses a record: a `struct pa_sample_hdr` followed by exactly `nframes` `struct pa_frame`.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, RecordError> {
+        let Some((head, frames)) = bytes.split_first_chunk::<HDR>() else {
+            return Err(RecordError::TooShort { len: bytes.len() });
+        };
+        let hdr = PaSampleHdr {
+            pid: u32_at(head, offset_of!(PaSampleHdr, pid)),
+            tid: u32_at(head, offset_of!(PaSampleHdr, tid)),
+            tstate: u64_at(head, offset_of!(PaSampleHdr, tstate)),
+            ktime_ns: u64_at(head, offset_of!(PaSampleHdr, ktime_ns)),
+            generation: u64_at(head, offset_of!(PaSampleHdr, generation)),
+            anchor_frame: u64_at(head, offset_of!(PaSampleHdr, anchor_frame)),
+            anchor_seq: u64_at(head, offset_of!(PaSampleHdr, anchor_seq)),
+            base_frame: u64_at(head, offset_of!(PaSampleHdr, base_frame)),
+            cpu: u32_at(head, offset_of!(PaSampleHdr, cpu)),
+            nframes: u32_at(head, offset_of!(PaSampleHdr, nframes)),
+            flags: u32_at(head, offset_of!(PaSampleHdr, flags)),
+            _pad: u32_at(head, offset_of!(PaSampleHdr, _pad)),
+        };
+        if hdr.nframes > MAX_FRAMES {
+            return Err(RecordError::TooManyFrames {
+                nframes: hdr.nframes,
+            });
+        }
+        let expected = HDR + hdr.nframes as usize * FRAME;
+        if bytes.len() != expected {
+            return Err(RecordError::LengthMismatch {
+                len: bytes.len(),
+                expected,
+                nframes: hdr.nframes,
+            });
+        }
+        Ok(SampleRecord { hdr, frames })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &PaSampleHdr {
+        &self.hdr
+    }
+
+    /// Number of frames (`header().nframes`).
+    pub fn len(&self) -> usize {
+        self.frames.len() / FRAME
+    }
+
+    /// No frames (a read failure on the top frame).
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// Frame `i` (0 = top, the thread's current frame).
+    pub fn frame(&self, i: usize) -> Option<PaFrame> {
+        let start = i.checked_mul(FRAME)?;
+        self.frames
+            .get(start..start.checked_add(FRAME)?)
+            .map(frame_from)
+    }
+
+    /// The frames, top first.
+    pub fn frames(&self) -> Frames<'a> {
+        Frames {
+            chunks: self.frames.chunks_exact(FRAME),
+        }
+    }
+}
+
+/// Iterator over a record's frames, top first.
+#[derive(Debug, Clone)]
+pub struct Frames<'a> {
+    chunks: std::slice::ChunksExact<'a, u8>,
+}
+
+impl Iterator for Frames<'_> {
+    type Item = PaFrame;
+
+    fn next(&mut self) -> Option<PaFrame> {
+        self.chunks.next().map(frame_from)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.chunks.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Frames<'_> {}
+
+fn frame_from(b: &[u8]) -> PaFrame {
+    PaFrame {
+        addr: u64_at(b, offset_of!(PaFrame, addr)),
+        executable: u64_at(b, offset_of!(PaFrame, executable)),
+        instr_ptr: u64_at(b, offset_of!(PaFrame, instr_ptr)),
+        owner: u32_at(b, offset_of!(PaFrame, owner)),
+        _pad: u32_at(b, offset_of!(PaFrame, _pad)),
+    }
+}
+
+// Callers pass slices of at least `off + 8` bytes (a header or a frame chunk); a shorter one
+// yields 0 rather than a panic.
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    b.get(off..off + 8)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u64::from_ne_bytes)
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    b.get(off..off + 4)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u32::from_ne_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SAMPLE_COMPLETE;
+
+    fn record(hdr: &PaSampleHdr, frames: &[PaFrame]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for x in [hdr.pid, hdr.tid] {
+            v.extend_from_slice(&x.to_ne_bytes());
+        }
+        for x in [
+            hdr.tstate,
+            hdr.ktime_ns,
+            hdr.generation,
+            hdr.anchor_frame,
+            hdr.anchor_seq,
+            hdr.base_frame,
+        ] {
+            v.extend_from_slice(&x.to_ne_bytes());
+        }
+        for x in [hdr.cpu, hdr.nframes, hdr.flags, hdr._pad] {
+            v.extend_from_slice(&x.to_ne_bytes());
+        }
+        for f in frames {
+            for x in [f.addr, f.executable, f.instr_ptr] {
+                v.extend_from_slice(&x.to_ne_bytes());
+            }
+            v.extend_from_slice(&f.owner.to_ne_bytes());
+            v.extend_from_slice(&f._pad.to_ne_bytes());
+        }
+        v
+    }
+
+    fn frames(n: u64) -> Vec<PaFrame> {
+        (0..n)
+            .map(|i| PaFrame {
+                addr: 0x1000 + i * 88,
+                executable: 0x7000 + i,
+                instr_ptr: 0x9000 + i,
+                owner: 1,
+                _pad: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parses_header_and_frames() {
+        let fr = frames(3);
+        let hdr = PaSampleHdr {
+            pid: 7,
+            tid: 8,
+            tstate: 0xabc,
+            ktime_ns: 99,
+            generation: 5,
+            anchor_frame: 0x1058,
+            anchor_seq: 41,
+            base_frame: 0,
+            cpu: 1,
+            nframes: 3,
+            flags: SAMPLE_COMPLETE,
+            _pad: 0,
+        };
+        let bytes = record(&hdr, &fr);
+        let rec = SampleRecord::parse(&bytes).expect("valid record");
+        assert_eq!(*rec.header(), hdr);
+        assert!(rec.header().is_complete());
+        assert_eq!(rec.len(), 3);
+        assert_eq!(rec.frames().collect::<Vec<_>>(), fr);
+        assert_eq!(rec.frames().len(), 3);
+        assert_eq!(rec.frame(2), Some(fr[2]));
+        assert_eq!(rec.frame(3), None);
+        assert_eq!(rec.frame(usize::MAX), None);
+    }
+
+    #[test]
+    fn rejects_short_and_garbage_input() {
+        assert_eq!(
+            SampleRecord::parse(&[]).unwrap_err(),
+            RecordError::TooShort { len: 0 }
+        );
+        assert_eq!(
+            SampleRecord::parse(&[0; 71]).unwrap_err(),
+            RecordError::TooShort { len: 71 }
+        );
+        let empty = SampleRecord::parse(&[0; 72]).expect("zero frames is valid");
+        assert!(empty.is_empty() && empty.frames().next().is_none());
+
+        let hdr = PaSampleHdr {
+            nframes: 2,
+            ..PaSampleHdr::default()
+        };
+        let mut bytes = record(&hdr, &frames(2));
+        bytes.pop();
+        assert_eq!(
+            SampleRecord::parse(&bytes).unwrap_err(),
+            RecordError::LengthMismatch {
+                len: 135,
+                expected: 136,
+                nframes: 2
+            }
+        );
+        bytes.extend_from_slice(&[0; 9]);
+        assert!(matches!(
+            SampleRecord::parse(&bytes),
+            Err(RecordError::LengthMismatch { .. })
+        ));
+
+        let hdr = PaSampleHdr {
+            nframes: u32::MAX,
+            ..PaSampleHdr::default()
+        };
+        assert_eq!(
+            SampleRecord::parse(&record(&hdr, &[])).unwrap_err(),
+            RecordError::TooManyFrames { nframes: u32::MAX }
+        );
+        // Every prefix and a few garbage buffers: errors, never panics.
+        let good = record(
+            &PaSampleHdr {
+                nframes: 4,
+                ..PaSampleHdr::default()
+            },
+            &frames(4),
+        );
+        for n in 0..good.len() {
+            assert!(SampleRecord::parse(&good[..n]).is_err());
+        }
+        for seed in 0u8..=255 {
+            let junk: Vec<u8> = (0..200u16)
+                .map(|i| (i as u8).wrapping_mul(seed).wrapping_add(seed))
+                .collect();
+            let _ = SampleRecord::parse(&junk);
+        }
+    }
+}

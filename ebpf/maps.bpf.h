@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * maps.bpf.h: the sampler's maps and the counter helper.
+ *
+ * Key and value types come from common/include/pyagent.h. Sizes marked "set by userspace" are
+ * overridden with EbpfLoader::map_max_entries before load (agent/src/sampler/bpf.rs).
+ */
+#ifndef PA_MAPS_BPF_H
+#define PA_MAPS_BPF_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "pyagent.h"
+
+/* Per-CPU scratch: read windows plus the record under construction. Not in pyagent.h: only the
+ * `rec` part leaves the kernel. Too big for a PERCPU_ARRAY value (the per-CPU allocator caps a
+ * value at 32 KiB), so it is an ARRAY with one slot per possible CPU, indexed by
+ * bpf_get_smp_processor_id(); perf_event programs do not nest on a CPU, so a slot has one user. */
+struct pa_scratch {
+	__u8 tstate[PA_TSTATE_READ_BYTES];
+	__u8 frame[PA_FRAME_READ_BYTES];
+	struct pa_record rec;
+};
+
+/* host tgid -> walk configuration (set by userspace). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024); /* set by userspace */
+	__type(key, __u32);
+	__type(value, struct pa_proc);
+} pa_procs SEC(".maps");
+
+/* host tid -> PyThreadState address (set by userspace from the interpreter's thread list). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384); /* set by userspace */
+	__type(key, __u32);
+	__type(value, __u64);
+} pa_threads SEC(".maps");
+
+/* Records: struct pa_sample_hdr followed by nframes x struct pa_frame. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20); /* set by userspace */
+} pa_samples SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* set by userspace: number of possible CPUs */
+	__type(key, __u32);
+	__type(value, struct pa_scratch);
+} pa_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PA_CNT__COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} pa_counters SEC(".maps");
+
+/* Adds `n` to counter `id` on this CPU. Plain add: a perf_event program never nests on a CPU. */
+static __always_inline void pa_count_add(enum pa_counter id, __u64 n)
+{
+	__u32 key = id;
+	__u64 *v = bpf_map_lookup_elem(&pa_counters, &key);
+
+	if (v)
+		*v += n;
+}
+
+static __always_inline void pa_count(enum pa_counter id)
+{
+	pa_count_add(id, 1);
+}
+
+#endif /* PA_MAPS_BPF_H */

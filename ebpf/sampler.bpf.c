@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * sampler.bpf.c: on each cpu-clock tick, record the CPython frame chain of the interrupted
+ * thread, if userspace tracks its process and thread.
+ *
+ * In: pa_procs (tgid -> walk configuration), pa_threads (tid -> PyThreadState address).
+ * Out: one pa_samples record per walk (struct pa_sample_hdr + nframes x struct pa_frame, raw
+ * addresses for userspace to symbolize), pa_counters (one counter per exit, the program's log).
+ * Layouts: common/include/pyagent.h. GPL: bpf_probe_read_user is GPL-only.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "pyagent.h"
+#include "maps.bpf.h"
+#include "walk.bpf.h"
+
+/* ---- Knobs, set with EbpfLoader::override_global before load ---- */
+
+/* Frames per sample, 1..PA_MAX_FRAMES (other values mean PA_MAX_FRAMES). */
+const volatile __u32 pa_max_frames = PA_MAX_FRAMES;
+/* Force a consumer wakeup when unconsumed ring-buffer data reaches this many bytes (0: never;
+ * userspace then drains on a timer). Waking per record costs 2-3 µs on these VMs. */
+const volatile __u64 pa_wakeup_bytes = 0;
+
+char LICENSE[] SEC("license") = "GPL";
+
+static __always_inline __u32 pa_min(__u32 a, __u32 b)
+{
+	return a < b ? a : b;
+}
+
+/* A tstate field at `off`, inside the window that starts at `lo`. */
+static __always_inline int pa_ts_off_ok(__u32 off, __u32 lo)
+{
+	return off >= lo && pa_ptr_off_ok(off - lo, PA_TSTATE_READ_BYTES);
+}
+
+static __always_inline __u64 pa_ts_field(const struct pa_scratch *s, __u32 rel)
+{
+	/* For the verifier: rel was checked by pa_ts_off_ok. */
+	if (rel > PA_TSTATE_READ_BYTES - 8)
+		return 0;
+	return *(const __u64 *)(s->tstate + rel);
+}
+
+SEC("perf_event")
+int pa_sample(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id, cpu, flags, lo, max, n;
+	const struct pa_proc *p;
+	struct pa_scratch *s;
+	struct pa_walk w = {};
+	__u64 *tsp, ts, cur, len, rb_flags = BPF_RB_NO_WAKEUP;
+	int forced = 0;
+
+	pa_count(PA_CNT_RUNS);
+	if (tid == 0) {
+		pa_count(PA_CNT_IDLE);
+		return 0;
+	}
+	p = bpf_map_lookup_elem(&pa_procs, &tgid);
+	if (!p) {
+		pa_count(PA_CNT_NOT_TRACKED);
+		return 0;
+	}
+	tsp = bpf_map_lookup_elem(&pa_threads, &tid);
+	ts = tsp ? *tsp : 0;
+	if (!ts) {
+		pa_count(PA_CNT_NO_THREAD_STATE);
+		return 0;
+	}
+	cpu = bpf_get_smp_processor_id();
+	s = bpf_map_lookup_elem(&pa_scratch, &cpu);
+	if (!s) {
+		pa_count(PA_CNT_NO_SCRATCH);
+		return 0;
+	}
+
+	/* One read of the thread state covers current_frame (or cframe), base_frame and the
+	 * anchor pair: 3.15 keeps them at 72..104. */
+	flags = p->flags;
+	lo = p->thread_state_current_frame;
+	if (flags & PA_PROC_ANCHOR)
+		lo = pa_min(lo, pa_min(p->thread_state_last_profiled_frame,
+				       p->thread_state_last_profiled_frame_seq));
+	if (flags & PA_PROC_BASE_FRAME)
+		lo = pa_min(lo, p->thread_state_base_frame);
+	w.off_previous = p->interpreter_frame_previous;
+	w.off_executable = p->interpreter_frame_executable;
+	w.off_instr_ptr = p->interpreter_frame_instr_ptr;
+	w.off_owner = p->interpreter_frame_owner;
+	if (!pa_ts_off_ok(p->thread_state_current_frame, lo) ||
+	    ((flags & PA_PROC_ANCHOR) &&
+	     (!pa_ts_off_ok(p->thread_state_last_profiled_frame, lo) ||
+	      !pa_ts_off_ok(p->thread_state_last_profiled_frame_seq, lo))) ||
+	    ((flags & PA_PROC_BASE_FRAME) && !pa_ts_off_ok(p->thread_state_base_frame, lo)) ||
+	    !pa_frame_offsets_ok(&w)) {
+		pa_count(PA_CNT_BAD_CONFIG);
+		return 0;
+	}
+	if (bpf_probe_read_user(s->tstate, PA_TSTATE_READ_BYTES, (const void *)(ts + lo))) {
+		pa_count(PA_CNT_READ_FAIL_TSTATE);
+		return 0;
+	}
+	cur = pa_ts_field(s, p->thread_state_current_frame - lo);
+	if (flags & PA_PROC_CFRAME) {
+		/* 3.11/3.12: tstate->cframe->current_frame. */
+		if (cur && bpf_probe_read_user(&cur, sizeof(cur),
+					       (const void *)(cur + p->cframe_current_frame))) {
+			pa_count(PA_CNT_READ_FAIL_CFRAME);
+			return 0;
+		}
+	}
+	if (!cur) {
+		pa_count(PA_CNT_NO_CURRENT_FRAME);
+		return 0;
+	}
+
+	s->rec.hdr.pid = tgid;
+	s->rec.hdr.tid = tid;
+	s->rec.hdr.tstate = ts;
+	s->rec.hdr.ktime_ns = bpf_ktime_get_ns();
+	s->rec.hdr.generation = p->generation;
+	s->rec.hdr.anchor_frame = 0;
+	s->rec.hdr.anchor_seq = 0;
+	s->rec.hdr.base_frame = 0;
+	s->rec.hdr.cpu = cpu;
+	s->rec.hdr._pad = 0;
+	if (flags & PA_PROC_ANCHOR) {
+		s->rec.hdr.anchor_frame = pa_ts_field(s, p->thread_state_last_profiled_frame - lo);
+		s->rec.hdr.anchor_seq = pa_ts_field(s, p->thread_state_last_profiled_frame_seq - lo);
+	}
+	if (flags & PA_PROC_BASE_FRAME)
+		s->rec.hdr.base_frame = pa_ts_field(s, p->thread_state_base_frame - lo);
+
+	w.s = s;
+	w.frame = cur;
+	w.anchor = s->rec.hdr.anchor_frame;
+	w.base = s->rec.hdr.base_frame;
+	w.tag_mask = p->executable_tag_mask;
+	max = pa_max_frames;
+	if (max == 0 || max > PA_MAX_FRAMES)
+		max = PA_MAX_FRAMES;
+	bpf_loop(max, pa_walk_step, &w, 0);
+
+	n = w.n;
+	/* For the verifier: bounds the record length below. */
+	if (n > PA_MAX_FRAMES)
+		n = PA_MAX_FRAMES;
+	flags = w.flags;
+	if (!(flags & (PA_SAMPLE_COMPLETE | PA_SAMPLE_READ_FAILED | PA_SAMPLE_ANCHOR_HIT))) {
+		flags |= PA_SAMPLE_TRUNCATED;
+		pa_count(PA_CNT_TRUNCATED);
+	}
+	if (flags & PA_SAMPLE_COMPLETE)
+		pa_count(PA_CNT_COMPLETE);
+	if (flags & PA_SAMPLE_ANCHOR_HIT)
+		pa_count(PA_CNT_ANCHOR_HIT);
+	s->rec.hdr.nframes = n;
+	s->rec.hdr.flags = flags;
+
+	len = sizeof(struct pa_sample_hdr) + (__u64)n * sizeof(struct pa_frame);
+	if (pa_wakeup_bytes &&
+	    bpf_ringbuf_query(&pa_samples, BPF_RB_AVAIL_DATA) + len >= pa_wakeup_bytes) {
+		rb_flags = BPF_RB_FORCE_WAKEUP;
+		forced = 1;
+	}
+	if (bpf_ringbuf_output(&pa_samples, &s->rec, len, rb_flags)) {
+		pa_count(PA_CNT_RINGBUF_DROPPED);
+		return 0;
+	}
+	pa_count(PA_CNT_SAMPLES_EMITTED);
+	pa_count_add(PA_CNT_FRAMES, n);
+	if (forced)
+		pa_count(PA_CNT_WAKEUP_FORCED);
+	return 0;
+}

@@ -1,0 +1,225 @@
+//! `pyagent --all-python` and `record --mode ebpf` with the real BPF program (CI runs as root).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pyagent_tests::stacks::{marker_line, pyagent_bin, run_pyagent, script};
+use pyagent_tests::{Interpreter, PythonProcess, MATRIX};
+
+fn out_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pyagent-ebpf-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// `go tool pprof -raw` of a profile.
+fn pprof_raw(file: &Path) -> String {
+    let home = file.parent().expect("dir").join("gohome");
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(file)
+        .env("HOME", &home)
+        .env("GOCACHE", home.join("cache"))
+        .env("PPROF_TMPDIR", &home)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run go tool pprof ({e}): apt-get install golang-go"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Starts `pyagent --all-python` for `secs` and waits for its start line.
+fn start_agent(dir: &Path, secs: &str, extra: &[&str]) -> (Child, String) {
+    let mut child = Command::new(pyagent_bin())
+        .args(["--all-python", "--mode", "ebpf", "-d", secs, "-o", dir.to_str().expect("utf-8")])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pyagent");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut first = String::new();
+    lines.read_line(&mut first).expect("start line");
+    assert!(first.contains("profiling every CPython process (ebpf mode"), "{first}");
+    // Keep reading the rest in the background so the pipe never fills.
+    let rest = std::thread::spawn(move || {
+        let mut all = String::new();
+        for l in lines.lines().map_while(Result::ok) {
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    let _ = rest;
+    (child, first)
+}
+
+/// The profile written for `pid` in `dir`.
+fn profile_of(dir: &Path, pid: u32) -> PathBuf {
+    let suffix = format!("-{pid}.pb.gz");
+    std::fs::read_dir(dir)
+        .expect("output dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(&suffix))
+        .unwrap_or_else(|| {
+            let all: Vec<_> = std::fs::read_dir(dir).expect("dir").filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+            panic!("no profile for pid {pid} in {}: {all:?}", dir.display())
+        })
+}
+
+/// Checks that every `busy.py` frame in a profile is at a line where that function is.
+fn assert_busy_profile(raw: &str, what: &str) {
+    let hot: Vec<u32> = (marker_line("busy.py", "hot_def")..=marker_line("busy.py", "hot_end")).collect();
+    let warm = marker_line("busy.py", "warm");
+    let module = marker_line("busy.py", "module");
+    let mut seen = BTreeMap::new();
+    for l in raw.lines().filter(|l| l.contains("busy.py:")) {
+        let func = l.split_whitespace().nth(3).expect("function");
+        let line: u32 = l.split("busy.py:").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).expect("line");
+        let ok = match func {
+            "hot" => hot.contains(&line),
+            "warm" => line == warm,
+            "<module>" => line == module,
+            _ => false,
+        };
+        assert!(ok, "{what}: unexpected frame {func} at line {line}: {l}");
+        *seen.entry(func.to_string()).or_insert(0) += 1;
+    }
+    assert!(seen.contains_key("hot") && seen.contains_key("warm") && seen.contains_key("<module>"), "{what}: {raw}");
+}
+
+#[test]
+fn all_python_profiles_every_interpreter_at_once() {
+    let procs: Vec<PythonProcess> = MATRIX
+        .iter()
+        .map(|name| {
+            let mut p = PythonProcess::spawn(Interpreter::by_name(name), &script("busy.py"), &["20"]);
+            p.wait_for_line("ready", Duration::from_secs(30));
+            p
+        })
+        .collect();
+    let dir = out_dir("matrix");
+    let (child, _) = start_agent(&dir, "4", &[]);
+    let out = child.wait_with_output().expect("pyagent finishes");
+    assert!(out.status.success());
+    for (name, p) in MATRIX.iter().zip(&procs) {
+        let raw = pprof_raw(&profile_of(&dir, p.pid()));
+        assert_busy_profile(&raw, name);
+        assert!(raw.contains(&format!("pid:[{}]", p.pid())), "{name}: labelled with its pid");
+    }
+}
+
+#[test]
+fn process_started_later_and_process_exiting_midway() {
+    let dir = out_dir("lifecycle");
+    // Exits after 1 s, while the agent runs for 5.
+    let mut early = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["1"]);
+    early.wait_for_line("ready", Duration::from_secs(30));
+    let (child, _) = start_agent(&dir, "5", &[]);
+    // Started after the agent: found by a later scan.
+    let mut late = PythonProcess::spawn(Interpreter::by_name("py315"), &script("busy.py"), &["20"]);
+    late.wait_for_line("ready", Duration::from_secs(30));
+    let out = child.wait_with_output().expect("pyagent finishes");
+    assert!(out.status.success());
+    early.wait_exit(Duration::from_secs(10));
+    assert_busy_profile(&pprof_raw(&profile_of(&dir, early.pid())), "exited process");
+    assert_busy_profile(&pprof_raw(&profile_of(&dir, late.pid())), "late process");
+}
+
+#[test]
+fn process_in_a_new_pid_namespace() {
+    let py = Interpreter::by_name("py311-debian");
+    let mut unshare = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(&py.exe)
+        .arg(script("busy.py"))
+        .arg("20")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("unshare");
+    let mut out = BufReader::new(unshare.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("ready");
+    assert_eq!(line.trim(), "ready");
+    // The Python process is unshare's child; in its namespace it is pid 1.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let host_pid = loop {
+        let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", unshare.id(), unshare.id())).unwrap_or_default();
+        if let Some(pid) = kids.split_whitespace().next().and_then(|s| s.parse::<u32>().ok()) {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "unshare's child did not appear");
+        std::thread::yield_now();
+    };
+    let dir = out_dir("pidns");
+    let (child, _) = start_agent(&dir, "3", &[]);
+    let status = child.wait_with_output().expect("pyagent").status;
+    let _ = unshare.kill();
+    let _ = unshare.wait();
+    assert!(status.success());
+    let raw = pprof_raw(&profile_of(&dir, host_pid));
+    assert_busy_profile(&raw, "pid namespace");
+    assert!(raw.contains(&format!("pid:[{host_pid}]")), "host pid label: {raw}");
+    assert!(raw.contains("ns_pid:[1]"), "in-namespace pid label: {raw}");
+}
+
+/// Self shares of each function, in percent, from `go tool pprof -raw`.
+fn shares(raw: &str) -> BTreeMap<String, f64> {
+    // Samples: "   <count> <value>: <loc ids>" lines; Locations: "  <id>: 0x0 M=1 <func> <file>:<line> s=..".
+    let mut locs = BTreeMap::new();
+    let mut in_locs = false;
+    let mut samples: Vec<(u64, u64)> = Vec::new();
+    for l in raw.lines() {
+        if l.starts_with("Locations") {
+            in_locs = true;
+            continue;
+        }
+        if l.starts_with("Mappings") {
+            in_locs = false;
+        }
+        let t = l.trim_start();
+        if in_locs {
+            if let Some((id, rest)) = t.split_once(": ") {
+                if let (Ok(id), Some(func)) = (id.parse::<u64>(), rest.split_whitespace().nth(2)) {
+                    locs.insert(id, func.to_string());
+                }
+            }
+        } else if let Some((counts, ids)) = t.split_once(": ") {
+            let mut c = counts.split_whitespace();
+            if let (Some(Ok(n)), Some(Ok(leaf))) = (c.next().map(str::parse::<u64>), ids.split_whitespace().next().map(str::parse::<u64>)) {
+                samples.push((n, leaf));
+            }
+        }
+    }
+    let total: u64 = samples.iter().map(|s| s.0).sum();
+    let mut out = BTreeMap::new();
+    for (n, leaf) in samples {
+        *out.entry(locs.get(&leaf).cloned().unwrap_or_default()).or_insert(0.0) += 100.0 * n as f64 / total as f64;
+    }
+    out
+}
+
+#[test]
+fn ebpf_and_userspace_agree() {
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("busy.py"), &["30"]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = out_dir("agree");
+    let pid = p.pid().to_string();
+    let mut result = Vec::new();
+    for mode in ["ebpf", "userspace"] {
+        let file = dir.join(format!("{mode}.pb.gz"));
+        let out = run_pyagent(&["record", "--pid", &pid, "--mode", mode, "-d", "3", "-r", "199", "-o", file.to_str().expect("utf-8")]);
+        assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+        let raw = pprof_raw(&file);
+        assert_busy_profile(&raw, mode);
+        result.push(shares(&raw));
+    }
+    let (ebpf, user) = (&result[0], &result[1]);
+    assert_eq!(ebpf.keys().collect::<Vec<_>>(), user.keys().collect::<Vec<_>>(), "same functions: {ebpf:?} vs {user:?}");
+    for (f, share) in ebpf {
+        let other = user[f];
+        assert!((share - other).abs() <= 5.0, "{f}: {share:.1}% (ebpf) vs {other:.1}% (userspace)");
+    }
+}
