@@ -11,6 +11,7 @@
 //! [`export`] (pprof, collapsed stacks, flame graphs).
 
 pub mod aggregate;
+pub mod config;
 pub mod discovery;
 pub mod export;
 pub mod memory;

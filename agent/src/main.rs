@@ -182,8 +182,9 @@ fn all_python(args: &HostArgs) -> Result<()> {
     }
     let mut profiler = host_profiler(args.mode, rate, None, &args.frames)?;
     install_stop_handlers();
-    let until = std::time::Instant::now() + Duration::from_secs_f64(duration);
+    // The first scan parses every Python binary on the host: the duration starts after it.
     profiler.scan();
+    let until = std::time::Instant::now() + Duration::from_secs_f64(duration);
     eprintln!(
         "pyagent: profiling every CPython process ({} mode, {rate} Hz, {} found so far)",
         profiler.mode_name(),

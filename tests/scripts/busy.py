@@ -17,5 +17,5 @@ def warm():
 
 
 print("ready", flush=True)
-while deadline is None or time.monotonic() < deadline:
+while deadline is None or time.monotonic() < deadline:  # @module_loop
     warm()  # @module

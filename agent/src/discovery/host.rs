@@ -85,7 +85,7 @@ fn start_time(pid: u32) -> Option<u64> {
 
 fn classify(e: &DiscoveryError) -> Option<ProcessState> {
     Some(match e {
-        DiscoveryError::NoSuchProcess { .. } => return None,
+        DiscoveryError::NoSuchProcess { .. } | DiscoveryError::Exited { .. } => return None,
         DiscoveryError::NotPython { .. } => ProcessState::NotPython,
         DiscoveryError::Offsets { source: OffsetsError::Unsupported(_) | OffsetsError::PreRelease(_), .. } => {
             ProcessState::Unsupported(e.to_string())

@@ -34,6 +34,12 @@ pub enum DiscoveryError {
         /// pid
         pid: u32,
     },
+    /// The process has exited but not been reaped (a zombie): nothing left to read.
+    #[error("process {pid} has exited")]
+    Exited {
+        /// pid
+        pid: u32,
+    },
     /// /proc or memory access was refused.
     #[error("permission denied inspecting process {pid}: run as root or grant CAP_SYS_PTRACE")]
     Denied {
@@ -160,6 +166,9 @@ pub fn locate_runtime(pid: u32) -> Result<PythonTarget, DiscoveryError> {
     }
     if !process_exists(pid) {
         return Err(DiscoveryError::NoSuchProcess { pid });
+    }
+    if procfs_util::is_zombie(pid) {
+        return Err(DiscoveryError::Exited { pid });
     }
     let skipped =
         if skipped.is_empty() { String::new() } else { format!(" (skipped: {})", skipped.join("; ")) };

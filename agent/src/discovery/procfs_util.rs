@@ -90,6 +90,12 @@ pub(super) fn exe_path(pid: u32) -> Option<PathBuf> {
     Some(PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s)))
 }
 
+/// Whether the process has exited and waits to be reaped (state Z or X).
+pub(super) fn is_zombie(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    stat.rsplit_once(')').is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+}
+
 /// `comm` of a process.
 pub(super) fn comm(pid: u32) -> Option<String> {
     Some(std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim_end().to_string())

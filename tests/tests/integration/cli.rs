@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use pyagent_tests::stacks::{marker_line, run_pyagent, script};
+use pyagent_tests::stacks::{pyagent_bin, marker_line, run_pyagent, script};
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
 
@@ -25,6 +25,7 @@ fn assert_one_line_error(out: &std::process::Output, needle: &str) {
 
 #[test]
 fn pid_that_is_not_python() {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let mut sleeper = Command::new("sleep")
         .arg("1000")
         .stdout(Stdio::null())
@@ -44,6 +45,7 @@ fn pid_that_is_not_python() {
 
 #[test]
 fn pid_that_does_not_exist() {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
     // PIDs above pid_max never exist.
     let out = run_pyagent(&["dump", "--pid", "4194305"]);
     assert_one_line_error(&out, "does not exist");
@@ -51,6 +53,7 @@ fn pid_that_does_not_exist() {
 
 #[test]
 fn unwritable_output_fails_before_sampling() {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let out = run_pyagent(&["record", "--pid", "1", "-o", "/nonexistent-dir/x.pb.gz"]);
     assert_one_line_error(&out, "cannot create /nonexistent-dir/x.pb.gz");
 }
@@ -99,6 +102,7 @@ fn record_pprof_read_by_go_tool_pprof(
     )]
     py: &str,
 ) {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &[]);
     p.wait_for_line("ready", Duration::from_secs(30));
     let dir = tempfile_dir(py);
@@ -158,6 +162,7 @@ fn record_pprof_read_by_go_tool_pprof(
 
 #[rstest]
 fn record_collapsed_and_flamegraph(#[values("py312", "py315")] py: &str) {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &[]);
     p.wait_for_line("ready", Duration::from_secs(30));
     let dir = tempfile_dir(py);
@@ -216,6 +221,7 @@ fn target_exits_while_recorded(
     )]
     py: &str,
 ) {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
     // busy.py with a deadline: it exits on its own after 1 s while pyagent records (no -d).
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &["1"]);
     p.wait_for_line("ready", Duration::from_secs(30));
@@ -248,6 +254,7 @@ fn target_exits_while_recorded(
 
 #[rstest]
 fn blocking_mode(#[values("py311", "py313t", "py315")] py: &str) {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &[]);
     p.wait_for_line("ready", Duration::from_secs(30));
     let dir = tempfile_dir(&format!("blocking-{py}"));
@@ -272,6 +279,7 @@ fn blocking_mode(#[values("py311", "py313t", "py315")] py: &str) {
 
 #[rstest]
 fn record_follows_subprocesses(#[values("py311-debian", "py313", "py315")] py: &str) {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("parent.py"), &["3"]);
     let line = p.wait_for_line("ready", Duration::from_secs(30));
     let child: u32 = line
@@ -309,6 +317,7 @@ fn record_follows_subprocesses(#[values("py311-debian", "py313", "py315")] py: &
 /// counts it, and still finishes on time with the samples.
 #[test]
 fn blocking_skips_threads_it_cannot_seize() {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &[]);
     p.wait_for_line("ready", Duration::from_secs(30));
     let pid = p.pid();

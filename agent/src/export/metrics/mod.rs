@@ -11,6 +11,7 @@
 //! the kernel reports in nanoseconds is converted), bytes in bytes.
 
 mod server;
+mod sink;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -18,11 +19,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus::{
-    Counter, Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    Counter, Encoder, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 pub use server::{serve, MetricsError, MetricsServer, DEFAULT_METRICS_ADDR};
+use sink::SinkFamilies;
+pub use sink::{DropReason, EvictReason, FailureReason, SinkMetrics};
 
 /// Distinct `service` label values kept before new services are counted as `other`.
 pub const DEFAULT_MAX_SERVICES: usize = 100;
@@ -59,113 +61,6 @@ impl ProcessState {
             ProcessState::Unsupported => "unsupported",
             ProcessState::Ready => "ready",
             ProcessState::Failed => "failed",
-        }
-    }
-}
-
-/// Why one delivery attempt of a sink failed (`pyagent_sink_failures_total{reason}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FailureReason {
-    /// No answer within the per-request timeout.
-    Timeout,
-    /// Nothing listens at the address (connection refused, host unreachable).
-    Refused,
-    /// The store refused the request (HTTP 4xx): retrying will not help, except for 408 and 429.
-    Http4xx,
-    /// The store failed (HTTP 5xx).
-    Http5xx,
-    /// Any other transport error (TLS, DNS, reset connection).
-    Io,
-    /// A file could not be written (directory sink).
-    Write,
-}
-
-impl FailureReason {
-    /// Every reason, in the order they are exported.
-    pub const ALL: [FailureReason; 6] = [
-        FailureReason::Timeout,
-        FailureReason::Refused,
-        FailureReason::Http4xx,
-        FailureReason::Http5xx,
-        FailureReason::Io,
-        FailureReason::Write,
-    ];
-
-    /// The `reason` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureReason::Timeout => "timeout",
-            FailureReason::Refused => "refused",
-            FailureReason::Http4xx => "4xx",
-            FailureReason::Http5xx => "5xx",
-            FailureReason::Io => "io",
-            FailureReason::Write => "write",
-        }
-    }
-}
-
-impl fmt::Display for FailureReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Why a sink gave a profile up without delivering or spilling it (`pyagent_profiles_dropped_total{reason}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DropReason {
-    /// The upload queue was full and there is no directory to spill to.
-    QueueFull,
-    /// Every retry failed and there is no directory to spill to.
-    RetriesExhausted,
-    /// The store refused the profile (4xx) and there is no directory to spill to.
-    Rejected,
-    /// The shutdown deadline passed before delivery and there is no directory to spill to.
-    Shutdown,
-    /// Spilling to the directory failed too.
-    SpillFailed,
-    /// The window could not be encoded as pprof.
-    Encode,
-}
-
-impl DropReason {
-    /// Every reason, in the order they are exported.
-    pub const ALL: [DropReason; 6] = [
-        DropReason::QueueFull,
-        DropReason::RetriesExhausted,
-        DropReason::Rejected,
-        DropReason::Shutdown,
-        DropReason::SpillFailed,
-        DropReason::Encode,
-    ];
-
-    /// The `reason` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DropReason::QueueFull => "queue_full",
-            DropReason::RetriesExhausted => "retries_exhausted",
-            DropReason::Rejected => "rejected",
-            DropReason::Shutdown => "shutdown",
-            DropReason::SpillFailed => "spill_failed",
-            DropReason::Encode => "encode",
-        }
-    }
-}
-
-/// Why the directory sink deleted a file (`pyagent_directory_evictions_total{reason}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EvictReason {
-    /// The directory held more bytes than allowed.
-    Size,
-    /// The file was older than allowed.
-    Age,
-}
-
-impl EvictReason {
-    /// The `reason` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EvictReason::Size => "size",
-            EvictReason::Age => "age",
         }
     }
 }
@@ -270,7 +165,10 @@ impl fmt::Debug for AgentMetrics {
 }
 
 /// Registers `collector` and returns it; names are fixed in this file, so a clash is a bug.
-fn register<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, collector: C) -> C {
+fn register<C: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    collector: C,
+) -> C {
     registry
         .register(Box::new(collector.clone()))
         .expect("metric names in export::metrics are unique and valid");
@@ -445,7 +343,8 @@ impl AgentMetrics {
         self.bpf_run_time
             .inc_by(Duration::from_nanos(run_ns).as_secs_f64());
         self.bpf_runs.inc_by(increase(last.runs, runs));
-        self.ring_drops.inc_by(increase(last.ring_drops, ring_drops));
+        self.ring_drops
+            .inc_by(increase(last.ring_drops, ring_drops));
         *last = BpfTotals {
             run_time_ns,
             runs,
@@ -492,10 +391,7 @@ impl AgentMetrics {
 
     /// The counters of one sink (`directory`, `pyroscope`), labelled `sink="<name>"`.
     pub fn sink(&self, name: &str) -> SinkMetrics {
-        SinkMetrics {
-            sink: name.to_owned(),
-            families: Arc::clone(&self.sinks),
-        }
+        SinkMetrics::new(name, Arc::clone(&self.sinks))
     }
 
     /// Samples counted so far (all services).
@@ -519,287 +415,97 @@ fn saturating_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// The metric families shared by all sinks, each with a `sink` label.
-struct SinkFamilies {
-    submitted: IntCounterVec,
-    successes: IntCounterVec,
-    failures: IntCounterVec,
-    retries: IntCounterVec,
-    spilled: IntCounterVec,
-    dropped: IntCounterVec,
-    bytes: IntCounterVec,
-    latency: HistogramVec,
-    queue: IntGaugeVec,
-    evictions: IntCounterVec,
-}
-
-impl SinkFamilies {
-    fn register(registry: &Registry) -> SinkFamilies {
-        // 5 ms .. ~41 s: a local write takes milliseconds, an upload over a slow link tens of seconds.
-        let buckets = prometheus::exponential_buckets(0.005, 2.0, 14).expect("valid buckets");
-        SinkFamilies {
-            submitted: counter_vec(
-                registry,
-                "pyagent_sink_profiles_total",
-                "Profiles handed to a sink.",
-                &["sink"],
-            ),
-            successes: counter_vec(
-                registry,
-                "pyagent_sink_successes_total",
-                "Profiles a sink delivered (uploaded, or written to disk).",
-                &["sink"],
-            ),
-            failures: counter_vec(
-                registry,
-                "pyagent_sink_failures_total",
-                "Failed delivery attempts, by reason (timeout, refused, 4xx, 5xx, io, write).",
-                &["sink", "reason"],
-            ),
-            retries: counter_vec(
-                registry,
-                "pyagent_sink_retries_total",
-                "Delivery attempts repeated after a failure.",
-                &["sink"],
-            ),
-            spilled: counter_vec(
-                registry,
-                "pyagent_sink_spilled_total",
-                "Profiles a sink could not deliver and wrote to the output directory instead.",
-                &["sink"],
-            ),
-            dropped: counter_vec(
-                registry,
-                "pyagent_sink_dropped_total",
-                "Profiles a sink gave up on, neither delivered nor spilled, by reason.",
-                &["sink", "reason"],
-            ),
-            bytes: counter_vec(
-                registry,
-                "pyagent_sink_bytes_total",
-                "Bytes of gzipped pprof a sink delivered.",
-                &["sink"],
-            ),
-            latency: register(
-                registry,
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "pyagent_sink_duration_seconds",
-                        "Time of one delivery attempt (one HTTP request, or one file write).",
-                    )
-                    .buckets(buckets),
-                    &["sink"],
-                )
-                .expect("valid histogram vec"),
-            ),
-            queue: gauge_vec(
-                registry,
-                "pyagent_sink_queue_length",
-                "Profiles waiting in a sink's queue.",
-                &["sink"],
-            ),
-            evictions: counter_vec(
-                registry,
-                "pyagent_directory_evictions_total",
-                "Profile files the directory sink deleted to stay within its bounds, by reason (size, age).",
-                &["sink", "reason"],
-            ),
-        }
-    }
-}
-
-/// The counters of one sink: a cheap handle to share with the sink's worker thread.
-#[derive(Clone)]
-pub struct SinkMetrics {
-    sink: String,
-    families: Arc<SinkFamilies>,
-}
-
-impl fmt::Debug for SinkMetrics {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SinkMetrics")
-            .field("sink", &self.sink)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SinkMetrics {
-    /// Counters for `sink` in a registry of their own (for a sink used without [`AgentMetrics`]).
-    pub fn detached(sink: &str) -> SinkMetrics {
-        SinkMetrics {
-            sink: sink.to_owned(),
-            families: Arc::new(SinkFamilies::register(&Registry::new())),
-        }
-    }
-
-    /// The sink's name (the `sink` label value).
-    pub fn name(&self) -> &str {
-        &self.sink
-    }
-
-    /// A profile was handed to the sink.
-    pub fn submitted(&self) {
-        self.families
-            .submitted
-            .with_label_values(&[self.sink.as_str()])
-            .inc();
-    }
-
-    /// A profile of `bytes` bytes was delivered; the attempt took `elapsed`.
-    pub fn success(&self, bytes: usize, elapsed: Duration) {
-        let sink = [self.sink.as_str()];
-        self.families.successes.with_label_values(&sink).inc();
-        self.families
-            .bytes
-            .with_label_values(&sink)
-            .inc_by(bytes as u64);
-        self.families
-            .latency
-            .with_label_values(&sink)
-            .observe(elapsed.as_secs_f64());
-    }
-
-    /// One delivery attempt failed for `reason` after `elapsed`.
-    pub fn failure(&self, reason: FailureReason, elapsed: Duration) {
-        self.families
-            .failures
-            .with_label_values(&[self.sink.as_str(), reason.as_str()])
-            .inc();
-        self.families
-            .latency
-            .with_label_values(&[self.sink.as_str()])
-            .observe(elapsed.as_secs_f64());
-    }
-
-    /// A failed attempt will be repeated.
-    pub fn retry(&self) {
-        self.families
-            .retries
-            .with_label_values(&[self.sink.as_str()])
-            .inc();
-    }
-
-    /// A profile went to the output directory instead.
-    pub fn spill(&self) {
-        self.families
-            .spilled
-            .with_label_values(&[self.sink.as_str()])
-            .inc();
-    }
-
-    /// A profile was given up for `reason`.
-    pub fn drop_profile(&self, reason: DropReason) {
-        self.families
-            .dropped
-            .with_label_values(&[self.sink.as_str(), reason.as_str()])
-            .inc();
-    }
-
-    /// Sets the number of queued profiles.
-    pub fn set_queue_length(&self, len: usize) {
-        self.families
-            .queue
-            .with_label_values(&[self.sink.as_str()])
-            .set(saturating_i64(len as u64));
-    }
-
-    /// `n` files were deleted for `reason`.
-    pub fn evicted(&self, reason: EvictReason, n: u64) {
-        self.families
-            .evictions
-            .with_label_values(&[self.sink.as_str(), reason.as_str()])
-            .inc_by(n);
-    }
-
-    /// Profiles handed to the sink so far.
-    pub fn submitted_count(&self) -> u64 {
-        self.families
-            .submitted
-            .with_label_values(&[self.sink.as_str()])
-            .get()
-    }
-
-    /// Profiles delivered so far.
-    pub fn successes(&self) -> u64 {
-        self.families
-            .successes
-            .with_label_values(&[self.sink.as_str()])
-            .get()
-    }
-
-    /// Failed attempts for `reason` so far.
-    pub fn failures(&self, reason: FailureReason) -> u64 {
-        self.families
-            .failures
-            .with_label_values(&[self.sink.as_str(), reason.as_str()])
-            .get()
-    }
-
-    /// Retries so far.
-    pub fn retries(&self) -> u64 {
-        self.families
-            .retries
-            .with_label_values(&[self.sink.as_str()])
-            .get()
-    }
-
-    /// Profiles spilled so far.
-    pub fn spilled(&self) -> u64 {
-        self.families
-            .spilled
-            .with_label_values(&[self.sink.as_str()])
-            .get()
-    }
-
-    /// Profiles dropped for `reason` so far.
-    pub fn dropped(&self, reason: DropReason) -> u64 {
-        self.families
-            .dropped
-            .with_label_values(&[self.sink.as_str(), reason.as_str()])
-            .get()
-    }
-
-    /// Profiles dropped so far, for any reason.
-    pub fn dropped_total(&self) -> u64 {
-        DropReason::ALL.iter().map(|&r| self.dropped(r)).sum()
-    }
-
-    /// Bytes delivered so far.
-    pub fn bytes(&self) -> u64 {
-        self.families
-            .bytes
-            .with_label_values(&[self.sink.as_str()])
-            .get()
-    }
-
-    /// Delivery attempts timed so far (successful or not).
-    pub fn attempts(&self) -> u64 {
-        self.families
-            .latency
-            .with_label_values(&[self.sink.as_str()])
-            .get_sample_count()
-    }
-
-    /// The queue length last set.
-    pub fn queue_length(&self) -> i64 {
-        self.families
-            .queue
-            .with_label_values(&[self.sink.as_str()])
-            .get()
-    }
-
-    /// Files deleted for `reason` so far.
-    pub fn evictions(&self, reason: EvictReason) -> u64 {
-        self.families
-            .evictions
-            .with_label_values(&[self.sink.as_str(), reason.as_str()])
-            .get()
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::process::{Command, Stdio};
+
     use super::*;
+
+    /// Metrics with at least one series in every family.
+    pub(crate) fn busy_metrics() -> AgentMetrics {
+        let metrics = AgentMetrics::new();
+        metrics.add_samples("web", 100, 40);
+        metrics.add_samples("worker", 7, 0);
+        metrics.add_lost("ringbuf_full", 3);
+        metrics.set_bpf(12_345_678, 200, 1);
+        metrics.add_cache("page", 90, 10);
+        metrics.add_cache("frame", 50, 5);
+        metrics.add_cache("code", 500, 2);
+        metrics.set_process_states(&[(ProcessState::Ready, 2), (ProcessState::NotPython, 120)]);
+        metrics.set_service_threads(&[("web", 8), ("worker", 1)]);
+        metrics.set_python_info(&[("web", "3.12.3"), ("worker", "3.11.9")]);
+        let sink = metrics.sink("pyroscope");
+        sink.submitted();
+        sink.failure(FailureReason::Timeout, Duration::from_secs(1));
+        sink.retry();
+        sink.success(2048, Duration::from_millis(30));
+        sink.spill();
+        sink.drop_profile(DropReason::QueueFull);
+        sink.set_queue_length(3);
+        let directory = metrics.sink("directory");
+        directory.success(2048, Duration::from_millis(2));
+        directory.evicted(EvictReason::Size, 2);
+        metrics
+    }
+
+    /// Every query of `deploy/grafana-dashboard.json` parses (`promtool check rules` on them as recording
+    /// rules) and names only metrics the agent exports.
+    #[test]
+    fn dashboard_queries_parse_and_use_exported_metrics() {
+        let dashboard: serde_json::Value =
+            serde_json::from_str(include_str!("../../../../deploy/grafana-dashboard.json"))
+                .expect("the dashboard is JSON");
+        let exprs: Vec<String> = dashboard["panels"]
+            .as_array()
+            .expect("panels")
+            .iter()
+            .flat_map(|panel| panel["targets"].as_array().cloned().unwrap_or_default())
+            .map(|target| target["expr"].as_str().expect("expr").to_owned())
+            .collect();
+        assert!(exprs.len() >= 15, "{} queries", exprs.len());
+
+        let exported = busy_metrics().encode();
+        let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+        for (i, expr) in exprs.iter().enumerate() {
+            for name in expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|word| word.starts_with("pyagent_") || word.starts_with("process_"))
+            {
+                assert!(
+                    exported.contains(&format!("\n{name}")),
+                    "the dashboard queries {name}, which the agent does not export"
+                );
+            }
+            // Grafana's variables, as Prometheus would see them after substitution.
+            let expr = expr
+                .replace("$__rate_interval", "5m")
+                .replace("$job", ".*")
+                .replace("$instance", ".*");
+            rules.push_str(&format!(
+                "      - record: dashboard:q{i}\n        expr: {}\n",
+                serde_json::to_string(&expr).expect("JSON string")
+            ));
+        }
+        let dir = std::env::temp_dir().join(format!("pyagent-dash-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("rules.yml");
+        std::fs::write(&file, &rules).expect("write rules");
+        let output = Command::new("promtool")
+            .args(["check", "rules"])
+            .arg(&file)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|err| {
+                panic!("cannot run promtool ({err}); apt-get install prometheus")
+            });
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            output.status.success(),
+            "promtool check rules failed:\n{}{}\n{rules}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 
     #[test]
     fn services_past_the_cap_fold_into_other() {

@@ -123,10 +123,13 @@ pub fn serve(addr: SocketAddr, metrics: &AgentMetrics) -> Result<MetricsServer, 
     let local = listener
         .local_addr()
         .map_err(|source| MetricsError::Bind { addr, source })?;
-    let server = Arc::new(
-        Server::from_listener(listener, None)
-            .map_err(|source| MetricsError::Start { addr: local, source })?,
-    );
+    let server =
+        Arc::new(
+            Server::from_listener(listener, None).map_err(|source| MetricsError::Start {
+                addr: local,
+                source,
+            })?,
+        );
     let stop = Arc::new(Stop::default());
     let profiles = Arc::new(Mutex::new(Vec::new()));
     let acceptor = {
@@ -168,7 +171,8 @@ impl MetricsServer {
         if let Some(acceptor) = self.acceptor.take() {
             let _ = acceptor.join();
         }
-        let profiles = std::mem::take(&mut *self.profiles.lock().expect("profile threads poisoned"));
+        let profiles =
+            std::mem::take(&mut *self.profiles.lock().expect("profile threads poisoned"));
         for profile in profiles {
             let _ = profile.join();
         }
@@ -317,7 +321,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
-    use crate::export::metrics::{FailureReason, ProcessState};
+    use crate::export::metrics::tests::busy_metrics;
 
     /// A plain HTTP/1.1 GET; returns (status, body).
     fn get(addr: SocketAddr, path: &str) -> (u16, Vec<u8>) {
@@ -340,7 +344,10 @@ mod tests {
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("bad status line: {head}"));
         let mut body = raw[split + 4..].to_vec();
-        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
             body = dechunk(&body);
         }
         (status, body)
@@ -366,27 +373,6 @@ mod tests {
 
     fn local() -> SocketAddr {
         "127.0.0.1:0".parse().expect("valid address")
-    }
-
-    fn busy_metrics() -> AgentMetrics {
-        let metrics = AgentMetrics::new();
-        metrics.add_samples("web", 100, 40);
-        metrics.add_samples("worker", 7, 0);
-        metrics.add_lost("ringbuf_full", 3);
-        metrics.set_bpf(12_345_678, 200, 1);
-        metrics.add_cache("page", 90, 10);
-        metrics.add_cache("frame", 50, 5);
-        metrics.add_cache("code", 500, 2);
-        metrics.set_process_states(&[(ProcessState::Ready, 2), (ProcessState::NotPython, 120)]);
-        metrics.set_service_threads(&[("web", 8), ("worker", 1)]);
-        metrics.set_python_info(&[("web", "3.12.3"), ("worker", "3.11.9")]);
-        let sink = metrics.sink("pyroscope");
-        sink.submitted();
-        sink.failure(FailureReason::Timeout, Duration::from_secs(1));
-        sink.retry();
-        sink.success(2048, Duration::from_millis(30));
-        metrics.sink("directory").success(2048, Duration::from_millis(2));
-        metrics
     }
 
     #[test]

@@ -77,7 +77,10 @@ impl DirectorySink {
             source,
         };
         fs::create_dir_all(&dir).map_err(unwritable)?;
-        let probe = dir.join(format!(".pyagent-probe{TMP_MARK}{:016x}", rand::random::<u64>()));
+        let probe = dir.join(format!(
+            ".pyagent-probe{TMP_MARK}{:016x}",
+            rand::random::<u64>()
+        ));
         OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -94,10 +97,7 @@ impl DirectorySink {
         };
         sink.remove_stale_temporaries();
         if let Err(err) = sink.enforce_limits() {
-            tracing::warn!(
-                "cannot apply the limits of {}: {err}",
-                sink.dir.display()
-            );
+            tracing::warn!("cannot apply the limits of {}: {err}", sink.dir.display());
         }
         Ok(sink)
     }
@@ -138,11 +138,7 @@ impl DirectorySink {
         if service.starts_with('.') {
             service.replace_range(..1, "_");
         }
-        format!(
-            "{service}-{}-{}{SUFFIX}",
-            meta.pid,
-            meta.start_unix_ms()
-        )
+        format!("{service}-{}-{}{SUFFIX}", meta.pid, meta.start_unix_ms())
     }
 
     /// The path `profile` is written to.
@@ -198,7 +194,11 @@ impl DirectorySink {
 
     /// The profile files, oldest first (by modification time, then name).
     pub fn files(&self) -> io::Result<Vec<PathBuf>> {
-        Ok(self.entries()?.into_iter().map(|entry| entry.path).collect())
+        Ok(self
+            .entries()?
+            .into_iter()
+            .map(|entry| entry.path)
+            .collect())
     }
 
     /// Deletes files past `max_age`, then the oldest until the total is within `max_bytes`.
@@ -263,7 +263,9 @@ impl DirectorySink {
     }
 
     fn remove_stale_temporaries(&self) {
-        let Ok(items) = fs::read_dir(&self.dir) else { return };
+        let Ok(items) = fs::read_dir(&self.dir) else {
+            return;
+        };
         for item in items.flatten() {
             let name = item.file_name();
             let Some(name) = name.to_str() else { continue };

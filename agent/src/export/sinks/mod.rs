@@ -20,12 +20,12 @@ mod request;
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::aggregate::ProfileWindow;
-use crate::export::metrics::{DropReason, SinkMetrics};
+use crate::export::metrics::{AgentMetrics, DropReason, SinkMetrics};
 
 pub use directory::{DirectoryLimits, DirectorySink};
 pub use pyroscope::{Auth, PyroscopeApi, PyroscopeConfig, PyroscopeSink};
@@ -82,12 +82,10 @@ impl EncodedProfile {
     pub fn encode(window: &ProfileWindow, meta: &ProfileMeta) -> io::Result<EncodedProfile> {
         let mut bytes = Vec::new();
         crate::export::pprof::write(window, &mut bytes)?;
-        let sample_rate_hz = if window.period_ns == 0 {
-            0
-        } else {
-            let hz = (1_000_000_000 + window.period_ns / 2) / window.period_ns;
-            u32::try_from(hz).unwrap_or(u32::MAX)
-        };
+        // Rounded to the nearest hertz; 0 for a window without a period.
+        let sample_rate_hz = (1_000_000_000 + window.period_ns / 2)
+            .checked_div(window.period_ns)
+            .map_or(0, |hz| u32::try_from(hz).unwrap_or(u32::MAX));
         Ok(EncodedProfile {
             meta: Arc::new(meta.clone()),
             bytes: bytes.into(),
@@ -164,8 +162,41 @@ impl SinkSet {
         }
     }
 
-    /// Adds the directory sink. With `archive`, every profile is written there; without, only what the
-    /// upload sink spills (give the same `Arc` to [`PyroscopeSink::start`]).
+    /// Starts the sinks a service configuration asks for: the directory (if `output_dir`), archiving
+    /// every profile when there is no upload and only the spills when there is, and the upload sink (if
+    /// `pyroscope`), spilling into that directory. Counters go to `metrics` (`sink="directory"`,
+    /// `sink="pyroscope"`, encode failures under `sink="encode"`).
+    pub fn start(
+        output_dir: Option<&Path>,
+        limits: DirectoryLimits,
+        pyroscope: Option<PyroscopeConfig>,
+        metrics: &AgentMetrics,
+    ) -> Result<SinkSet, SinkError> {
+        let mut set = SinkSet::new().with_encode_metrics(metrics.sink("encode"));
+        let directory = match output_dir {
+            Some(dir) => Some(Arc::new(DirectorySink::create(
+                dir,
+                limits,
+                metrics.sink("directory"),
+            )?)),
+            None => None,
+        };
+        if let Some(directory) = &directory {
+            set = set.with_directory(Arc::clone(directory), pyroscope.is_none());
+        }
+        if let Some(config) = pyroscope {
+            set = set.with_pyroscope(PyroscopeSink::start(
+                config,
+                directory,
+                metrics.sink("pyroscope"),
+            )?);
+        }
+        Ok(set)
+    }
+
+    /// Adds the directory sink. With `archive` (or without an upload sink), every profile is written
+    /// there; otherwise only what the upload sink spills (give the same `Arc` to
+    /// [`PyroscopeSink::start`]).
     pub fn with_directory(mut self, sink: Arc<DirectorySink>, archive: bool) -> SinkSet {
         self.directory = Some(sink);
         self.archive = archive;
@@ -220,7 +251,7 @@ impl SinkSet {
 
     /// Hands an already encoded profile to every sink (see [`submit`](SinkSet::submit)).
     pub fn submit_encoded(&self, profile: EncodedProfile) {
-        if self.archive {
+        if self.archive || self.pyroscope.is_none() {
             if let Some(directory) = &self.directory {
                 directory.submit(&profile);
             }

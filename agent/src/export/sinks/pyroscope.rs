@@ -98,7 +98,9 @@ impl fmt::Debug for Auth {
     /// Never prints the secret.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Auth::Basic { user, .. } => write!(f, "Basic {{ user: {user:?}, password: <redacted> }}"),
+            Auth::Basic { user, .. } => {
+                write!(f, "Basic {{ user: {user:?}, password: <redacted> }}")
+            }
             Auth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
         }
     }

@@ -59,7 +59,13 @@ fn ingest_service(service: &str) -> String {
 fn label_name(name: &str) -> String {
     let mut out: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert(0, '_');
@@ -73,7 +79,13 @@ fn ingest_value(value: &str) -> String {
     value
         .trim()
         .chars()
-        .map(|c| if matches!(c, ',' | '}' | '{' | '=') { '_' } else { c })
+        .map(|c| {
+            if matches!(c, ',' | '}' | '{' | '=') {
+                '_'
+            } else {
+                c
+            }
+        })
         .collect()
 }
 
@@ -213,8 +225,7 @@ mod tests {
 
     #[test]
     fn push_body_is_protojson() {
-        let body: serde_json::Value =
-            serde_json::from_str(&push_body(&profile(), "0f0f")).unwrap();
+        let body: serde_json::Value = serde_json::from_str(&push_body(&profile(), "0f0f")).unwrap();
         let series = &body["series"][0];
         let labels: Vec<(&str, &str)> = series["labels"]
             .as_array()

@@ -75,7 +75,8 @@ impl Receiver {
                         .as_reader()
                         .read_to_end(&mut body)
                         .expect("read request body");
-                    let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
+                    let (path, query) =
+                        request.url().split_once('?').unwrap_or((request.url(), ""));
                     let captured = Captured {
                         method: request.method().to_string(),
                         path: path.to_owned(),
@@ -91,8 +92,9 @@ impl Receiver {
                     match script.pop_front().unwrap_or(fallback) {
                         Reply::Status(status) => {
                             let body = if status == 200 { "{}" } else { "store says no" };
-                            let _ = request
-                                .respond(tiny_http::Response::from_string(body).with_status_code(status));
+                            let _ = request.respond(
+                                tiny_http::Response::from_string(body).with_status_code(status),
+                            );
                         }
                         Reply::Hang => held.push(request),
                     }
@@ -223,7 +225,10 @@ fn check_ingest(request: &Captured, offset_ms: u64) -> Profile {
     assert_eq!(request.path, "/ingest");
     let from = (START_MS + offset_ms) / 1000;
     let expected: Vec<(String, String)> = [
-        ("name", "billing{host=node-1,pid=4321,python_version=3.12.3}".to_owned()),
+        (
+            "name",
+            "billing{host=node-1,pid=4321,python_version=3.12.3}".to_owned(),
+        ),
         ("from", from.to_string()),
         ("until", (from + 10).to_string()),
         ("format", "pprof".to_owned()),
@@ -378,13 +383,18 @@ fn ingest_upload_is_delivered() {
 
     let request = receiver.next();
     check_ingest(&request, 400);
-    assert_eq!(request.header("Authorization"), Some("Basic YWdlbnQ6czNjcmV0"));
+    assert_eq!(
+        request.header("Authorization"),
+        Some("Basic YWdlbnQ6czNjcmV0")
+    );
     assert_eq!(request.header("X-Scope-OrgID"), Some("team-a"));
 
     let counters = metrics.sink("pyroscope");
-    wait_for("the delivery to be counted", Duration::from_secs(10), || {
-        counters.successes() == 1
-    });
+    wait_for(
+        "the delivery to be counted",
+        Duration::from_secs(10),
+        || counters.successes() == 1,
+    );
     // Nothing was left for the shutdown to do.
     let report = sinks.shutdown(Duration::from_secs(5));
     assert_eq!(report, ShutdownReport::default());
@@ -434,9 +444,11 @@ fn server_error_is_retried_and_delivered_once() {
     let second = receiver.next();
     check_push(&first);
     check_push(&second);
-    wait_for("the delivery to be counted", Duration::from_secs(10), || {
-        counters.successes() == 1
-    });
+    wait_for(
+        "the delivery to be counted",
+        Duration::from_secs(10),
+        || counters.successes() == 1,
+    );
     sinks.shutdown(Duration::from_secs(5));
     assert_eq!(receiver.pending(), 0, "delivered more than once");
     assert_eq!(counters.failures(FailureReason::Http5xx), 1);
@@ -460,9 +472,11 @@ fn timeout_is_retried() {
 
     check_ingest(&receiver.next(), 0);
     check_ingest(&receiver.next(), 0);
-    wait_for("the delivery to be counted", Duration::from_secs(10), || {
-        counters.successes() == 1
-    });
+    wait_for(
+        "the delivery to be counted",
+        Duration::from_secs(10),
+        || counters.successes() == 1,
+    );
     sinks.shutdown(Duration::from_secs(5));
     assert_eq!(counters.failures(FailureReason::Timeout), 1);
     assert_eq!(counters.retries(), 1);
@@ -476,8 +490,8 @@ fn refused_connection_spills_to_the_directory() {
     let spill = directory(&dir.0, &metrics);
     let mut config = config(refused_url(), PyroscopeApi::Push);
     config.max_attempts = 3;
-    let sink = PyroscopeSink::start(config, Some(Arc::clone(&spill)), metrics.sink("pyroscope"))
-        .unwrap();
+    let sink =
+        PyroscopeSink::start(config, Some(Arc::clone(&spill)), metrics.sink("pyroscope")).unwrap();
     let counters = sink.metrics().clone();
     let sinks = SinkSet::new()
         .with_directory(spill, false)
@@ -501,7 +515,10 @@ fn refused_connection_spills_to_the_directory() {
     assert_eq!(counters.retries(), 6);
     assert_eq!(counters.successes(), 0);
     assert_eq!(counters.dropped_total(), 0);
-    assert_eq!(sinks.shutdown(Duration::from_secs(5)), ShutdownReport::default());
+    assert_eq!(
+        sinks.shutdown(Duration::from_secs(5)),
+        ShutdownReport::default()
+    );
     // Every profile is accounted for exactly once.
     assert_eq!(
         counters.submitted_count(),
@@ -543,7 +560,9 @@ fn client_error_is_not_retried_and_spilled() {
     let (window, meta) = window(0);
     sinks.submit(&window, &meta);
     check_ingest(&receiver.next(), 0);
-    wait_for("the spill", Duration::from_secs(10), || counters.spilled() == 1);
+    wait_for("the spill", Duration::from_secs(10), || {
+        counters.spilled() == 1
+    });
     sinks.shutdown(Duration::from_secs(5));
     assert_eq!(receiver.pending(), 0, "a 4xx must not be retried");
     assert_eq!(counters.failures(FailureReason::Http4xx), 1);
@@ -560,8 +579,8 @@ fn full_queue_spills_and_shutdown_beats_a_hanging_store() {
     let mut config = config(receiver.url(), PyroscopeApi::Push);
     config.queue_capacity = 2;
     config.timeout = Duration::from_secs(60);
-    let sink = PyroscopeSink::start(config, Some(Arc::clone(&spill)), metrics.sink("pyroscope"))
-        .unwrap();
+    let sink =
+        PyroscopeSink::start(config, Some(Arc::clone(&spill)), metrics.sink("pyroscope")).unwrap();
     let counters = sink.metrics().clone();
     let sinks = SinkSet::new()
         .with_directory(spill, false)
@@ -643,4 +662,44 @@ fn archive_and_upload_both_get_the_profile() {
     assert_eq!(std::fs::read(dir.0.join(&files[0])).unwrap(), request.body);
     assert_eq!(metrics.sink("pyroscope").successes(), 1);
     assert_eq!(metrics.sink("directory").successes(), 1);
+}
+
+#[test]
+fn start_archives_without_upload_and_spills_with_it() {
+    let dir = TempDir::new("start");
+    let metrics = AgentMetrics::new();
+    let archive = SinkSet::start(
+        Some(&dir.0.join("archive")),
+        DirectoryLimits::default(),
+        None,
+        &metrics,
+    )
+    .unwrap();
+    let (window0, meta0) = window(0);
+    archive.submit(&window0, &meta0);
+    assert_eq!(
+        spilled_files(&dir.0.join("archive")),
+        ["billing-4321-1700000000000.pb.gz"]
+    );
+
+    let receiver = Receiver::start(&[], Reply::Status(200));
+    let metrics = AgentMetrics::new();
+    let upload = SinkSet::start(
+        Some(&dir.0.join("spill")),
+        DirectoryLimits::default(),
+        Some(config(receiver.url(), PyroscopeApi::Push)),
+        &metrics,
+    )
+    .unwrap();
+    upload.submit(&window0, &meta0);
+    check_push(&receiver.next());
+    let counters = metrics.sink("pyroscope");
+    wait_for(
+        "the delivery to be counted",
+        Duration::from_secs(10),
+        || counters.successes() == 1,
+    );
+    upload.shutdown(Duration::from_secs(5));
+    // Delivered: nothing in the spill directory.
+    assert!(spilled_files(&dir.0.join("spill")).is_empty());
 }
