@@ -1,7 +1,10 @@
 //! Development tasks for pyagent, run as `cargo xtask <task>` (an alias in
 //! `.cargo/config.toml`). One module per subcommand; `main` only parses and dispatches.
 
+mod agent;
+mod bench;
 mod pythons;
+mod test;
 
 use std::process::ExitCode;
 
@@ -19,11 +22,29 @@ enum Task {
     /// Prepare and cache the test interpreter matrix (outside the repository) and write its
     /// manifest.json.
     Pythons(pythons::Args),
+    /// Install what the tests need (Debian packages, the interpreter matrix), build, and run
+    /// every test; arguments after `--` go to the test binaries.
+    Test {
+        /// passed to the test binaries (e.g. a name filter)
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Build the release agent and run it with the arguments after `--`.
+    Agent {
+        /// passed to pyagent
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Benchmarks that print tables.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Pythons(args) => pythons::run(&args),
+        Task::Test { args } => test::run(&args),
+        Task::Agent { args } => agent::run(&args),
+        Task::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

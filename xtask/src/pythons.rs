@@ -15,7 +15,7 @@
 
 mod chroot;
 mod cmd;
-mod host;
+pub mod host;
 mod peers;
 mod probe;
 mod source;
@@ -32,7 +32,7 @@ use cmd::say;
 
 /// Where the matrix is cached unless `PYAGENT_PYTHONS_DIR` says otherwise; the test harness
 /// uses the same default.
-const DEFAULT_DIR: &str = "/var/cache/pyagent/pythons";
+pub const DEFAULT_DIR: &str = "/var/cache/pyagent/pythons";
 
 /// Options of `cargo xtask pythons`.
 #[derive(clap::Args)]
@@ -284,6 +284,19 @@ fn pyenv_versions() -> PathBuf {
 }
 
 /// Entry point of `cargo xtask pythons`.
+impl Args {
+    /// Prepare everything in the default cache directory (or `$PYAGENT_PYTHONS_DIR`).
+    pub fn prepare() -> Args {
+        let dir = std::env::var_os("PYAGENT_PYTHONS_DIR").map_or_else(|| PathBuf::from(DEFAULT_DIR), PathBuf::from);
+        Args { dir, check: false }
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
 pub fn run(args: &Args) -> Result<()> {
     ensure!(
         args.dir.is_absolute(),

@@ -2,6 +2,7 @@
 //! itself), and the preinstalled pyenv interpreters, which cannot be installed here because
 //! pyenv downloads from python.org.
 
+use std::path::Path;
 use std::process::Command;
 use std::thread;
 use std::time::Duration;
@@ -33,22 +34,24 @@ const APT_LOCK_TRIES: u32 = 20;
 const APT_LOCK_PAUSE: Duration = Duration::from_secs(15);
 
 /// Installs, with apt, those of the needed host packages that are not installed.
-pub fn ensure_packages(layout: &Layout, specs: &[Spec]) -> Result<()> {
+pub(super) fn ensure_packages(layout: &Layout, specs: &[Spec]) -> Result<()> {
     let mut wanted: Vec<&str> = TOOLS.to_vec();
     wanted.extend(specs.iter().filter_map(|spec| match spec.provider {
         Provider::HostApt(package) => Some(package),
         _ => None,
     }));
-    let missing: Vec<&str> = wanted
-        .into_iter()
-        .filter(|package| !installed(package))
-        .collect();
+    ensure_installed(&layout.logs(), TAG, &wanted)
+}
+
+/// Installs, with apt, those of `packages` that are not installed (logging to `logs_dir`).
+pub fn ensure_installed(logs_dir: &Path, tag: &'static str, packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages.iter().copied().filter(|package| !installed(package)).collect();
     if missing.is_empty() {
-        say(TAG, "needed Debian packages are installed");
+        say(tag, "needed Debian packages are installed");
         return Ok(());
     }
-    say(TAG, format_args!("installing {}", missing.join(" ")));
-    let log = Log::new(TAG, &layout.logs(), "host-apt")?;
+    say(tag, format_args!("installing {}", missing.join(" ")));
+    let log = Log::new(tag, logs_dir, "host-apt")?;
     apt_get(&log, &["update"])?;
     let mut install = vec!["install", "-y", "--no-install-recommends"];
     install.extend(&missing);
@@ -56,7 +59,7 @@ pub fn ensure_packages(layout: &Layout, specs: &[Spec]) -> Result<()> {
 }
 
 /// Fails, naming them, unless every pyenv interpreter of the matrix is installed.
-pub fn require_pyenv(specs: &[Spec]) -> Result<()> {
+pub(super) fn require_pyenv(specs: &[Spec]) -> Result<()> {
     let missing: Vec<String> = specs
         .iter()
         .filter(|spec| matches!(spec.provider, Provider::Pyenv(_)) && !spec.exe.exists())

@@ -1,0 +1,12 @@
+//! `cargo xtask bench compare` (being written).
+
+use anyhow::{bail, Result};
+
+/// Arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+/// Runs the benchmark.
+pub fn run(_args: &Args) -> Result<()> {
+    bail!("cargo xtask bench compare is not written yet")
+}

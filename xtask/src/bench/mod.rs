@@ -1,0 +1,40 @@
+//! `cargo xtask bench <which>`: benchmarks that print tables (never timed tests).
+//!
+//! - `unwind`: samples per CPU-second of the resolver (frame cache on/off) beside Tachyon and
+//!   py-spy, on steady targets of known depth.
+//! - `ebpf`: ns per BPF run, and the agent's CPU and RSS with many Python processes.
+//! - `compare`: target slowdown, profiler cost, accuracy and throughput against py-spy, Austin
+//!   and Tachyon.
+
+pub mod compare;
+pub mod ebpf;
+pub mod unwind;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+
+/// `cargo xtask bench` arguments.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(Debug, Subcommand)]
+enum Which {
+    /// Resolver throughput beside Tachyon and py-spy.
+    Unwind(unwind::Args),
+    /// BPF program cost and agent overhead.
+    Ebpf(ebpf::Args),
+    /// Side-by-side comparison with py-spy, Austin and Tachyon.
+    Compare(compare::Args),
+}
+
+/// Runs the selected benchmark.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    match &args.which {
+        Which::Unwind(a) => unwind::run(a),
+        Which::Ebpf(a) => ebpf::run(a),
+        Which::Compare(a) => compare::run(a),
+    }
+}
