@@ -18,9 +18,10 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub host: HostArgs,
-    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `pyagent=debug`.
-    #[arg(long, global = true, env = "PYAGENT_LOG", default_value = "warn")]
-    pub log: String,
+    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `pyagent=debug` [default: warn,
+    /// or the config file's `log`].
+    #[arg(long, global = true, env = "PYAGENT_LOG")]
+    pub log: Option<String>,
 }
 
 /// Subcommands.
@@ -105,9 +106,28 @@ pub struct HostArgs {
     /// Profile every CPython process on the host, including ones started later.
     #[arg(long)]
     pub all_python: bool,
-    /// Seconds to profile, then write one file per process into --output and exit.
+    /// Seconds to profile, then write one file per process into --output and exit. Without it,
+    /// run as a service until SIGTERM, cutting a profile per process every --interval.
     #[arg(long, short)]
     pub duration: Option<f64>,
+    /// Service mode: TOML configuration file (flags override it, it overrides PYAGENT_* vars).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Service mode: profile length, e.g. `10s`, `1m` [default: 10s].
+    #[arg(long)]
+    pub interval: Option<String>,
+    /// Service mode: address of the Prometheus /metrics endpoint [default: 127.0.0.1:9464].
+    #[arg(long)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Service mode: Grafana Pyroscope base URL to upload profiles to.
+    #[arg(long)]
+    pub pyroscope_url: Option<String>,
+    /// Service mode: Pyroscope API, `push` or `ingest` [default: push].
+    #[arg(long)]
+    pub pyroscope_api: Option<String>,
+    /// Service mode: tenant (X-Scope-OrgID) for Pyroscope.
+    #[arg(long)]
+    pub pyroscope_tenant: Option<String>,
     /// Samples per second (per CPU with eBPF) [default: 99 with --duration, else 19].
     #[arg(long, short)]
     pub rate: Option<u32>,
@@ -117,9 +137,9 @@ pub struct HostArgs {
     /// Directory for the per-process files.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
-    /// Sampler backend.
-    #[arg(long, value_enum, default_value_t = ModeArg::Auto)]
-    pub mode: ModeArg,
+    /// Sampler backend [default: auto].
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
     #[command(flatten)]
     pub frames: FrameArgs,
 }

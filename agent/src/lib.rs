@@ -17,5 +17,6 @@ pub mod export;
 pub mod memory;
 pub mod offsets;
 pub mod sampler;
+pub mod service;
 pub mod symbolize;
 pub mod unwind;

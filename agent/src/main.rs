@@ -16,6 +16,7 @@ use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::{UnwindOptions, Unwinder};
 
 use cli::{Cli, Command, DumpArgs, FrameArgs, HostArgs, ModeArg, RecordArgs};
+use pyagent::config::{Overrides, ServiceConfig};
 use pyagent::sampler::host::{HostConfig, HostProfiler, ProcessInfo};
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -170,17 +171,50 @@ fn host_profiler(mode: ModeArg, rate: u32, pids: Option<Vec<u32>>, frames: &Fram
     Ok(profiler)
 }
 
-fn all_python(args: &HostArgs) -> Result<()> {
-    let Some(duration) = args.duration else {
-        bail!("--all-python needs --duration SECS (the continuous service mode is not available yet)");
+/// The service configuration: file, then environment, then flags.
+fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
+    let interval = match &args.interval {
+        Some(text) => Some(pyagent::config::parse_duration("interval", text)?),
+        None => None,
     };
+    let pyroscope_api = match &args.pyroscope_api {
+        Some(api) => Some(api.parse().map_err(|e| anyhow::anyhow!("pyroscope_api: {e}"))?),
+        None => None,
+    };
+    let flags = Overrides {
+        interval,
+        rate_hz: args.rate,
+        mode: args.mode.map(Into::into),
+        metrics_addr: args.metrics_addr,
+        log: log.map(str::to_string),
+        output_dir: args.output.clone(),
+        pyroscope_url: args.pyroscope_url.clone(),
+        pyroscope_api,
+        pyroscope_tenant: args.pyroscope_tenant.clone(),
+        ..Overrides::default()
+    };
+    Ok(ServiceConfig::load(args.config.as_deref(), std::env::vars(), &flags)?)
+}
+
+fn service(config: &ServiceConfig, frames: &FrameArgs) -> Result<()> {
+    install_stop_handlers();
+    let report = pyagent::service::run(config, unwind_options(frames), &STOP)?;
+    eprintln!(
+        "pyagent: stopped ({} mode): {} profiles, {} delivered, {} spilled to disk, {} dropped",
+        report.mode, report.profiles, report.shutdown.delivered, report.shutdown.spilled, report.shutdown.dropped
+    );
+    Ok(())
+}
+
+fn all_python(args: &HostArgs) -> Result<()> {
+    let duration = args.duration.expect("service mode is handled by the caller");
     let Some(dir) = &args.output else { bail!("--all-python needs --output DIR") };
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let rate = args.rate.unwrap_or(99);
     if rate == 0 || rate > 10_000 {
         bail!("--rate must be between 1 and 10000 samples per second");
     }
-    let mut profiler = host_profiler(args.mode, rate, None, &args.frames)?;
+    let mut profiler = host_profiler(args.mode.unwrap_or(ModeArg::Auto), rate, None, &args.frames)?;
     install_stop_handlers();
     // The first scan parses every Python binary on the host: the duration starts after it.
     profiler.scan();
@@ -252,18 +286,31 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     Ok(())
 }
 
-fn main() {
-    let cli = Cli::parse();
+fn init_logging(filter: &str) {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    let result = match &cli.command {
-        Some(Command::Dump(a)) => dump(a),
-        Some(Command::Record(a)) if a.mode != ModeArg::Userspace => record_ebpf(a),
-        Some(Command::Record(a)) => record(a),
-        None if cli.host.all_python => all_python(&cli.host),
-        None => Err(anyhow::anyhow!("nothing to do: give --all-python or a subcommand (see --help)")),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let service_mode = cli.command.is_none() && cli.host.all_python && cli.host.duration.is_none();
+    let result = if service_mode {
+        // The config may name the log filter, so it is read before logging starts.
+        service_config(&cli.host, cli.log.as_deref()).and_then(|config| {
+            init_logging(&config.log);
+            service(&config, &cli.host.frames)
+        })
+    } else {
+        init_logging(cli.log.as_deref().unwrap_or("warn"));
+        match &cli.command {
+            Some(Command::Dump(a)) => dump(a),
+            Some(Command::Record(a)) if a.mode != ModeArg::Userspace => record_ebpf(a),
+            Some(Command::Record(a)) => record(a),
+            None if cli.host.all_python => all_python(&cli.host),
+            None => Err(anyhow::anyhow!("nothing to do: give --all-python or a subcommand (see --help)")),
+        }
     };
     if let Err(e) = result {
         // One line: the error and its causes.

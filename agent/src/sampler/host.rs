@@ -152,6 +152,8 @@ enum Backend {
 struct Profile {
     info: ProcessInfo,
     agg: Aggregator,
+    /// samples taken while the thread held the GIL, since the last `take_gil_samples`
+    gil_held: u64,
 }
 
 /// Profiles every CPython process of the host.
@@ -285,7 +287,7 @@ impl HostProfiler {
             }
             Backend::Userspace(s) => s.add_target(Unwinder::new(target, self.config.unwind)),
         }
-        self.profiles.insert(pid, Profile { info, agg });
+        self.profiles.insert(pid, Profile { info, agg, gil_held: 0 });
         // Register its threads now: until then the program finds no thread state.
         if let Backend::Bpf { .. } = self.backend {
             self.refresh_threads(pid);
@@ -352,6 +354,7 @@ impl HostProfiler {
                 s.sample_once(&mut |sample| {
                     if let Some(p) = profiles.get_mut(&sample.pid) {
                         p.agg.add(sample);
+                        p.gil_held += u64::from(sample.holds_gil == Some(true));
                         stats.samples += 1;
                     }
                 });
@@ -475,6 +478,12 @@ impl HostProfiler {
         }
         out.sort_by_key(|(i, _)| i.pid);
         out
+    }
+
+    /// Samples of `pid` taken while holding the GIL since the last call (userspace mode knows;
+    /// BPF samples do not say).
+    pub fn take_gil_samples(&mut self, pid: u32) -> u64 {
+        self.profiles.get_mut(&pid).map(|p| std::mem::take(&mut p.gil_held)).unwrap_or(0)
     }
 
     /// Unwinder statistics summed over the live processes, per cache.

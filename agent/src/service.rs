@@ -1,0 +1,184 @@
+//! The continuous profiling service: `pyagent --all-python` without `--duration`.
+//!
+//! Ties the stages together for fleet use: the [`HostProfiler`] samples every CPython process;
+//! every `interval` one pprof per process is cut, labelled (service, host, pid, Python version,
+//! container and pod ids) and handed to the sinks (directory, Pyroscope) without waiting on the
+//! network; Prometheus metrics are served all along. On SIGTERM/SIGINT the partial interval is
+//! flushed and the sinks deliver or spill what they hold before the process exits.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use common::Counter;
+
+use crate::config::ServiceConfig;
+use crate::discovery::container::{container_id, pod_uid};
+use crate::export::metrics::{serve, AgentMetrics, MetricsError, ProcessState};
+use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
+use crate::sampler::host::{HostConfig, HostError, HostProfiler, HostStats, ProcessInfo};
+use crate::unwind::UnwindOptions;
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The sampler backend.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// The metrics endpoint.
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    /// A sink (unwritable directory, bad URL).
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+}
+
+/// What a finished run did.
+#[derive(Debug, Default)]
+pub struct ServiceReport {
+    /// profiles handed to the sinks
+    pub profiles: u64,
+    /// what the sinks did at shutdown
+    pub shutdown: ShutdownReport,
+    /// sampler backend used
+    pub mode: &'static str,
+}
+
+/// Labels of one process's profiles.
+fn process_labels(info: &ProcessInfo, service: &str, host: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    labels.insert("service_name".into(), service.to_string());
+    labels.insert("hostname".into(), host.to_string());
+    labels.insert("pid".into(), info.pid.to_string());
+    if info.ns_pid != info.pid {
+        labels.insert("ns_pid".into(), info.ns_pid.to_string());
+    }
+    labels.insert("python_version".into(), info.version.clone());
+    if let Some(id) = container_id(&info.cgroup) {
+        labels.insert("container_id".into(), id);
+    }
+    if let Some(uid) = pod_uid(&info.cgroup) {
+        labels.insert("pod_uid".into(), uid);
+    }
+    labels
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
+}
+
+/// Differences of monotonically growing totals, for counters fed from cumulative stats.
+#[derive(Default)]
+struct Deltas {
+    last: HashMap<String, u64>,
+}
+
+impl Deltas {
+    fn delta(&mut self, key: &str, total: u64) -> u64 {
+        let last = self.last.insert(key.to_string(), total).unwrap_or(0);
+        total.saturating_sub(last)
+    }
+}
+
+/// Runs the service until `stop` is set.
+pub fn run(config: &ServiceConfig, unwind: UnwindOptions, stop: &AtomicBool) -> Result<ServiceReport, ServiceError> {
+    let metrics = AgentMetrics::new();
+    let server = serve(config.metrics_addr, &metrics)?;
+    let sinks = SinkSet::start(config.output_dir.as_deref(), config.output_limits, config.pyroscope(), &metrics)?;
+    let host_config = HostConfig { mode: config.mode, rate_hz: config.rate_hz, pids: None, unwind, ..HostConfig::default() };
+    let mut profiler = HostProfiler::new(host_config)?;
+    if let Some(why) = profiler.fallback_reason() {
+        tracing::warn!("eBPF sampler unavailable ({why}); using the userspace sampler");
+    }
+    tracing::info!(
+        mode = profiler.mode_name(),
+        metrics = %server.local_addr(),
+        interval = ?config.interval,
+        "pyagent service started"
+    );
+    let host = hostname();
+    let mut services: HashMap<u32, String> = HashMap::new();
+    let mut deltas = Deltas::default();
+    let mut profiles = 0u64;
+    let mut next_cut = Instant::now() + config.interval;
+    let emit = |profiler: &mut HostProfiler, services: &mut HashMap<u32, String>, profiles: &mut u64| {
+        for (info, mut window) in profiler.cut() {
+            let service = services
+                .entry(info.pid)
+                .or_insert_with(|| {
+                    let env: HashMap<String, String> =
+                        info.service_env.iter().map(|v| ("PYAGENT_SERVICE".to_string(), v.clone())).collect();
+                    config.service_name_for(info.pid, &env, &info.cmdline)
+                })
+                .clone();
+            window.labels = process_labels(&info, &service, &host);
+            let gil = profiler.take_gil_samples(info.pid);
+            metrics.add_samples(&service, window.total_samples(), gil);
+            if window.dropped > 0 {
+                metrics.add_lost("unreadable_stack", window.dropped);
+            }
+            let meta = ProfileMeta { service, pid: info.pid, start: window.start, end: window.start + window.duration, labels: window.labels.clone() };
+            sinks.submit(&window, &meta);
+            *profiles += 1;
+        }
+        services.retain(|pid, _| profiler.pids().contains(pid));
+    };
+    profiler.scan();
+    profiler.run(stop, None, |p| {
+        update_metrics(p, &metrics, &mut deltas);
+        if Instant::now() >= next_cut {
+            next_cut += config.interval;
+            emit(p, &mut services, &mut profiles);
+        }
+    });
+    // SIGTERM: the partial interval is flushed too.
+    emit(&mut profiler, &mut services, &mut profiles);
+    update_metrics(&profiler, &metrics, &mut deltas);
+    let shutdown = sinks.shutdown(Duration::from_secs(10));
+    tracing::info!(profiles, delivered = shutdown.delivered, spilled = shutdown.spilled, dropped = shutdown.dropped, "pyagent service stopped");
+    server.shutdown();
+    Ok(ServiceReport { profiles, shutdown, mode: profiler.mode_name() })
+}
+
+/// Copies the profiler's and the BPF program's counters into the metrics.
+fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas) {
+    let states: Vec<(ProcessState, u64)> = p
+        .process_states()
+        .into_iter()
+        .filter_map(|(label, n)| {
+            let state = match label {
+                "not_python" => ProcessState::NotPython,
+                "unsupported" => ProcessState::Unsupported,
+                "ready" => ProcessState::Ready,
+                "failed" => ProcessState::Failed,
+                _ => return None,
+            };
+            Some((state, n as u64))
+        })
+        .collect();
+    metrics.set_process_states(&states);
+    let HostStats { torn, anchor_miss, incomplete, untracked, .. } = p.stats();
+    for (reason, total) in [("torn_read", torn), ("anchor_miss", anchor_miss), ("incomplete_stack", incomplete), ("untracked_process", untracked)] {
+        let d = deltas.delta(reason, total);
+        if d > 0 {
+            metrics.add_lost(reason, d);
+        }
+    }
+    for (cache, (hits, misses)) in p.cache_stats() {
+        let h = deltas.delta(&format!("{cache}.hits"), hits);
+        let m = deltas.delta(&format!("{cache}.misses"), misses);
+        metrics.add_cache(cache, h, m);
+    }
+    if let Some(bpf) = p.bpf() {
+        let get = |c: Counter| bpf.counter(c).unwrap_or(0);
+        let (run_ns, runs) = bpf.run_stats().unwrap_or((0, 0));
+        metrics.set_bpf(run_ns, runs, get(Counter::RingbufDropped));
+        let read_failures = get(Counter::ReadFailTstate) + get(Counter::ReadFailCframe) + get(Counter::ReadFailFrame);
+        for (reason, total) in [("bpf_read_failed", read_failures), ("bpf_truncated", get(Counter::Truncated))] {
+            let d = deltas.delta(reason, total);
+            if d > 0 {
+                metrics.add_lost(reason, d);
+            }
+        }
+    }
+}
