@@ -127,3 +127,10 @@ pub fn run_pyagent(args: &[&str]) -> Output {
         .output()
         .unwrap_or_else(|e| panic!("cannot run pyagent: {e}"))
 }
+
+/// Host-wide agents profile every Python process, other tests' included, and compete for the
+/// CPUs: tests that run one hold this lock.
+pub fn host_wide_lock() -> std::sync::MutexGuard<'static, ()> {
+    static HOST_WIDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    HOST_WIDE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

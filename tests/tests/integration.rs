@@ -9,3 +9,5 @@ mod frame_cache;
 mod resolver;
 #[path = "integration/ebpf.rs"]
 mod ebpf;
+#[path = "integration/service.rs"]
+mod service;

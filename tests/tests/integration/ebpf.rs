@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pyagent_tests::stacks::{marker_line, pyagent_bin, run_pyagent, script};
+use pyagent_tests::stacks::{host_wide_lock, marker_line, pyagent_bin, run_pyagent, script};
 use pyagent_tests::{Interpreter, PythonProcess, MATRIX};
 
 fn out_dir(tag: &str) -> PathBuf {
@@ -29,14 +29,6 @@ fn pprof_raw(file: &Path) -> String {
         .unwrap_or_else(|e| panic!("cannot run go tool pprof ({e}): apt-get install golang-go"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Host-wide agents profile every Python process, other tests' included, and compete for the
-/// CPUs: one at a time.
-static HOST_WIDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn host_wide() -> std::sync::MutexGuard<'static, ()> {
-    HOST_WIDE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A running `pyagent --all-python`.
@@ -124,7 +116,7 @@ fn assert_busy_profile(raw: &str, what: &str) {
 #[test]
 fn all_python_profiles_every_interpreter_at_once() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    let _serial = host_wide();
+    let _serial = host_wide_lock();
     let procs: Vec<PythonProcess> = MATRIX
         .iter()
         .map(|name| {
@@ -145,7 +137,7 @@ fn all_python_profiles_every_interpreter_at_once() {
 #[test]
 fn process_started_later_and_process_exiting_midway() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    let _serial = host_wide();
+    let _serial = host_wide_lock();
     let dir = out_dir("lifecycle");
     // Exits after 3 s, while the agent runs for 7.
     let mut early = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["3"]);
@@ -164,7 +156,7 @@ fn process_started_later_and_process_exiting_midway() {
 #[test]
 fn process_in_a_new_pid_namespace() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    let _serial = host_wide();
+    let _serial = host_wide_lock();
     let py = Interpreter::by_name("py311-debian");
     let mut unshare = Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc"])
@@ -237,7 +229,7 @@ fn shares(raw: &str) -> BTreeMap<String, f64> {
 #[test]
 fn ebpf_and_userspace_agree() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    let _serial = host_wide();
+    let _serial = host_wide_lock();
     let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("busy.py"), &["30"]);
     p.wait_for_line("ready", Duration::from_secs(30));
     let dir = out_dir("agree");
