@@ -11,7 +11,12 @@ use pyagent::export::Format;
 /// `pyagent --all-python` profiles every CPython process on the host (eBPF, or the userspace
 /// sampler where eBPF is unavailable); the subcommands work on one process.
 #[derive(Debug, Parser)]
-#[command(name = "pyagent", version, about, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "pyagent",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     /// What to do (or `--all-python`).
     #[command(subcommand)]

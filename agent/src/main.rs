@@ -27,7 +27,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 fn install_stop_handlers() {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-    let action = SigAction::new(SigHandler::Handler(on_signal), SaFlags::SA_RESTART, SigSet::empty());
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
     for sig in [Signal::SIGINT, Signal::SIGTERM] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         let _ = unsafe { sigaction(sig, &action) };
@@ -51,8 +55,16 @@ fn dump(args: &DumpArgs) -> Result<()> {
         "Process {} (CPython {}{}, {} {})",
         target.pid,
         target.version(),
-        if target.offsets.free_threaded { ", free-threaded" } else { "" },
-        if target.shared_libpython { "shared libpython" } else { "runtime in" },
+        if target.offsets.free_threaded {
+            ", free-threaded"
+        } else {
+            ""
+        },
+        if target.shared_libpython {
+            "shared libpython"
+        } else {
+            "runtime in"
+        },
         target.object_path.display()
     )?;
     let mut unwinder = Unwinder::new(target, unwind_options(&args.frames));
@@ -62,7 +74,11 @@ fn dump(args: &DumpArgs) -> Result<()> {
             Some(true) => " (holds the GIL)",
             _ => "",
         };
-        let name = s.thread_name.as_deref().map(|n| format!(" \"{n}\"")).unwrap_or_default();
+        let name = s
+            .thread_name
+            .as_deref()
+            .map(|n| format!(" \"{n}\""))
+            .unwrap_or_default();
         writeln!(out, "\nThread {}{}{}", s.tid, name, gil)?;
         if s.frames.is_empty() {
             writeln!(out, "    (no Python frames)")?;
@@ -101,7 +117,12 @@ fn record(args: &RecordArgs) -> Result<()> {
     let tty = std::io::stderr().is_terminal();
     sampler.run(&mut agg, &STOP, |stats, elapsed| {
         if tty {
-            eprint!("\r{} samples in {:.1}s ({} failed)", stats.samples, elapsed.as_secs_f64(), stats.failed);
+            eprint!(
+                "\r{} samples in {:.1}s ({} failed)",
+                stats.samples,
+                elapsed.as_secs_f64(),
+                stats.failed
+            );
         }
     });
     if tty {
@@ -112,7 +133,8 @@ fn record(args: &RecordArgs) -> Result<()> {
     let mut w = BufWriter::new(file);
     export::write(args.format.into(), &window, &mut w)
         .with_context(|| format!("writing {}", args.output.display()))?;
-    w.flush().with_context(|| format!("writing {}", args.output.display()))?;
+    w.flush()
+        .with_context(|| format!("writing {}", args.output.display()))?;
     let u = sampler.unwind_stats();
     let mut summary = format!(
         "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks",
@@ -143,7 +165,10 @@ fn record(args: &RecordArgs) -> Result<()> {
 fn file_stem_for(info: &ProcessInfo) -> String {
     let name = info.service_env.clone().unwrap_or_else(|| {
         let args = &info.cmdline;
-        let module = args.iter().position(|a| a == "-m").and_then(|i| args.get(i + 1));
+        let module = args
+            .iter()
+            .position(|a| a == "-m")
+            .and_then(|i| args.get(i + 1));
         let script = args.iter().skip(1).find(|a| !a.starts_with('-'));
         module
             .or(script)
@@ -153,10 +178,23 @@ fn file_stem_for(info: &ProcessInfo) -> String {
             })
             .unwrap_or_else(|| "python".into())
     });
-    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' }).collect()
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
-fn host_profiler(mode: ModeArg, rate: u32, pids: Option<Vec<u32>>, frames: &FrameArgs) -> Result<HostProfiler> {
+fn host_profiler(
+    mode: ModeArg,
+    rate: u32,
+    pids: Option<Vec<u32>>,
+    frames: &FrameArgs,
+) -> Result<HostProfiler> {
     let config = HostConfig {
         mode: mode.into(),
         rate_hz: rate,
@@ -178,7 +216,10 @@ fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
         None => None,
     };
     let pyroscope_api = match &args.pyroscope_api {
-        Some(api) => Some(api.parse().map_err(|e| anyhow::anyhow!("pyroscope_api: {e}"))?),
+        Some(api) => Some(
+            api.parse()
+                .map_err(|e| anyhow::anyhow!("pyroscope_api: {e}"))?,
+        ),
         None => None,
     };
     let flags = Overrides {
@@ -193,7 +234,11 @@ fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
         pyroscope_tenant: args.pyroscope_tenant.clone(),
         ..Overrides::default()
     };
-    Ok(ServiceConfig::load(args.config.as_deref(), std::env::vars(), &flags)?)
+    Ok(ServiceConfig::load(
+        args.config.as_deref(),
+        std::env::vars(),
+        &flags,
+    )?)
 }
 
 fn service(config: &ServiceConfig, frames: &FrameArgs) -> Result<()> {
@@ -201,14 +246,22 @@ fn service(config: &ServiceConfig, frames: &FrameArgs) -> Result<()> {
     let report = pyagent::service::run(config, unwind_options(frames), &STOP)?;
     eprintln!(
         "pyagent: stopped ({} mode): {} profiles, {} delivered, {} spilled to disk, {} dropped",
-        report.mode, report.profiles, report.shutdown.delivered, report.shutdown.spilled, report.shutdown.dropped
+        report.mode,
+        report.profiles,
+        report.shutdown.delivered,
+        report.shutdown.spilled,
+        report.shutdown.dropped
     );
     Ok(())
 }
 
 fn all_python(args: &HostArgs) -> Result<()> {
-    let duration = args.duration.expect("service mode is handled by the caller");
-    let Some(dir) = &args.output else { bail!("--all-python needs --output DIR") };
+    let duration = args
+        .duration
+        .expect("service mode is handled by the caller");
+    let Some(dir) = &args.output else {
+        bail!("--all-python needs --output DIR")
+    };
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let rate = args.rate.unwrap_or(99);
     if rate == 0 || rate > 10_000 {
@@ -228,14 +281,27 @@ fn all_python(args: &HostArgs) -> Result<()> {
     let format: export::Format = args.format.into();
     let mut written = 0;
     for (info, window) in profiler.cut() {
-        let path = dir.join(format!("{}-{}.{}", file_stem_for(&info), info.pid, format.extension()));
-        let mut w = BufWriter::new(File::create(&path).with_context(|| format!("cannot create {}", path.display()))?);
-        export::write(format, &window, &mut w).with_context(|| format!("writing {}", path.display()))?;
-        w.flush().with_context(|| format!("writing {}", path.display()))?;
+        let path = dir.join(format!(
+            "{}-{}.{}",
+            file_stem_for(&info),
+            info.pid,
+            format.extension()
+        ));
+        let mut w = BufWriter::new(
+            File::create(&path).with_context(|| format!("cannot create {}", path.display()))?,
+        );
+        export::write(format, &window, &mut w)
+            .with_context(|| format!("writing {}", path.display()))?;
+        w.flush()
+            .with_context(|| format!("writing {}", path.display()))?;
         written += 1;
     }
     let s = profiler.stats();
-    let states: Vec<String> = profiler.process_states().iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let states: Vec<String> = profiler
+        .process_states()
+        .iter()
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect();
     eprintln!(
         "pyagent: {} mode, wrote {written} profiles to {} ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete; processes: {})",
         profiler.mode_name(),
@@ -255,10 +321,13 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         bail!("--blocking, --idle and --subprocesses need --mode userspace");
     }
     locate_runtime(args.pid)?;
-    let file = File::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
+    let file = File::create(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
     let mut profiler = host_profiler(args.mode, args.rate, Some(vec![args.pid]), &args.frames)?;
     install_stop_handlers();
-    let until = args.duration.map(|d| std::time::Instant::now() + Duration::from_secs_f64(d));
+    let until = args
+        .duration
+        .map(|d| std::time::Instant::now() + Duration::from_secs_f64(d));
     let pid = args.pid;
     let mut scanned = false;
     profiler.run(&STOP, until, |p| {
@@ -269,10 +338,16 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         scanned = true;
     });
     let windows = profiler.cut();
-    let window = windows.into_iter().find(|(i, _)| i.pid == pid).map(|(_, w)| w);
-    let window = window.unwrap_or_else(|| pyagent::aggregate::Aggregator::new(1_000_000_000 / args.rate as u64).cut());
+    let window = windows
+        .into_iter()
+        .find(|(i, _)| i.pid == pid)
+        .map(|(_, w)| w);
+    let window = window.unwrap_or_else(|| {
+        pyagent::aggregate::Aggregator::new(1_000_000_000 / args.rate as u64).cut()
+    });
     let mut w = BufWriter::new(file);
-    export::write(args.format.into(), &window, &mut w).with_context(|| format!("writing {}", args.output.display()))?;
+    export::write(args.format.into(), &window, &mut w)
+        .with_context(|| format!("writing {}", args.output.display()))?;
     w.flush()?;
     let s = profiler.stats();
     eprintln!(
@@ -288,7 +363,9 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
 
 fn init_logging(filter: &str) {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
 }
@@ -309,7 +386,9 @@ fn main() {
             Some(Command::Record(a)) if a.mode != ModeArg::Userspace => record_ebpf(a),
             Some(Command::Record(a)) => record(a),
             None if cli.host.all_python => all_python(&cli.host),
-            None => Err(anyhow::anyhow!("nothing to do: give --all-python or a subcommand (see --help)")),
+            None => Err(anyhow::anyhow!(
+                "nothing to do: give --all-python or a subcommand (see --help)"
+            )),
         }
     };
     if let Err(e) = result {

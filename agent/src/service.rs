@@ -64,7 +64,10 @@ fn process_labels(info: &ProcessInfo, service: &str, host: &str) -> BTreeMap<Str
 }
 
 fn hostname() -> String {
-    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Differences of monotonically growing totals, for counters fed from cumulative stats.
@@ -81,11 +84,26 @@ impl Deltas {
 }
 
 /// Runs the service until `stop` is set.
-pub fn run(config: &ServiceConfig, unwind: UnwindOptions, stop: &AtomicBool) -> Result<ServiceReport, ServiceError> {
+pub fn run(
+    config: &ServiceConfig,
+    unwind: UnwindOptions,
+    stop: &AtomicBool,
+) -> Result<ServiceReport, ServiceError> {
     let metrics = AgentMetrics::new();
     let server = serve(config.metrics_addr, &metrics)?;
-    let sinks = SinkSet::start(config.output_dir.as_deref(), config.output_limits, config.pyroscope(), &metrics)?;
-    let host_config = HostConfig { mode: config.mode, rate_hz: config.rate_hz, pids: None, unwind, ..HostConfig::default() };
+    let sinks = SinkSet::start(
+        config.output_dir.as_deref(),
+        config.output_limits,
+        config.pyroscope(),
+        &metrics,
+    )?;
+    let host_config = HostConfig {
+        mode: config.mode,
+        rate_hz: config.rate_hz,
+        pids: None,
+        unwind,
+        ..HostConfig::default()
+    };
     let mut profiler = HostProfiler::new(host_config)?;
     if let Some(why) = profiler.fallback_reason() {
         tracing::warn!("eBPF sampler unavailable ({why}); using the userspace sampler");
@@ -101,28 +119,38 @@ pub fn run(config: &ServiceConfig, unwind: UnwindOptions, stop: &AtomicBool) -> 
     let mut deltas = Deltas::default();
     let mut profiles = 0u64;
     let mut next_cut = Instant::now() + config.interval;
-    let emit = |profiler: &mut HostProfiler, services: &mut HashMap<u32, String>, profiles: &mut u64| {
-        for (info, mut window) in profiler.cut() {
-            let service = services
-                .entry(info.pid)
-                .or_insert_with(|| {
-                    let env: HashMap<String, String> =
-                        info.service_env.iter().map(|v| ("PYAGENT_SERVICE".to_string(), v.clone())).collect();
-                    config.service_name_for(info.pid, &env, &info.cmdline)
-                })
-                .clone();
-            window.labels = process_labels(&info, &service, &host);
-            let gil = profiler.take_gil_samples(info.pid);
-            metrics.add_samples(&service, window.total_samples(), gil);
-            if window.dropped > 0 {
-                metrics.add_lost("unreadable_stack", window.dropped);
+    let emit =
+        |profiler: &mut HostProfiler, services: &mut HashMap<u32, String>, profiles: &mut u64| {
+            for (info, mut window) in profiler.cut() {
+                let service = services
+                    .entry(info.pid)
+                    .or_insert_with(|| {
+                        let env: HashMap<String, String> = info
+                            .service_env
+                            .iter()
+                            .map(|v| ("PYAGENT_SERVICE".to_string(), v.clone()))
+                            .collect();
+                        config.service_name_for(info.pid, &env, &info.cmdline)
+                    })
+                    .clone();
+                window.labels = process_labels(&info, &service, &host);
+                let gil = profiler.take_gil_samples(info.pid);
+                metrics.add_samples(&service, window.total_samples(), gil);
+                if window.dropped > 0 {
+                    metrics.add_lost("unreadable_stack", window.dropped);
+                }
+                let meta = ProfileMeta {
+                    service,
+                    pid: info.pid,
+                    start: window.start,
+                    end: window.start + window.duration,
+                    labels: window.labels.clone(),
+                };
+                sinks.submit(&window, &meta);
+                *profiles += 1;
             }
-            let meta = ProfileMeta { service, pid: info.pid, start: window.start, end: window.start + window.duration, labels: window.labels.clone() };
-            sinks.submit(&window, &meta);
-            *profiles += 1;
-        }
-        services.retain(|pid, _| profiler.pids().contains(pid));
-    };
+            services.retain(|pid, _| profiler.pids().contains(pid));
+        };
     profiler.scan();
     profiler.run(stop, None, |p| {
         update_metrics(p, &metrics, &mut deltas);
@@ -135,9 +163,19 @@ pub fn run(config: &ServiceConfig, unwind: UnwindOptions, stop: &AtomicBool) -> 
     emit(&mut profiler, &mut services, &mut profiles);
     update_metrics(&profiler, &metrics, &mut deltas);
     let shutdown = sinks.shutdown(Duration::from_secs(10));
-    tracing::info!(profiles, delivered = shutdown.delivered, spilled = shutdown.spilled, dropped = shutdown.dropped, "pyagent service stopped");
+    tracing::info!(
+        profiles,
+        delivered = shutdown.delivered,
+        spilled = shutdown.spilled,
+        dropped = shutdown.dropped,
+        "pyagent service stopped"
+    );
     server.shutdown();
-    Ok(ServiceReport { profiles, shutdown, mode: profiler.mode_name() })
+    Ok(ServiceReport {
+        profiles,
+        shutdown,
+        mode: profiler.mode_name(),
+    })
 }
 
 /// Copies the profiler's and the BPF program's counters into the metrics.
@@ -157,8 +195,19 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         })
         .collect();
     metrics.set_process_states(&states);
-    let HostStats { torn, anchor_miss, incomplete, untracked, .. } = p.stats();
-    for (reason, total) in [("torn_read", torn), ("anchor_miss", anchor_miss), ("incomplete_stack", incomplete), ("untracked_process", untracked)] {
+    let HostStats {
+        torn,
+        anchor_miss,
+        incomplete,
+        untracked,
+        ..
+    } = p.stats();
+    for (reason, total) in [
+        ("torn_read", torn),
+        ("anchor_miss", anchor_miss),
+        ("incomplete_stack", incomplete),
+        ("untracked_process", untracked),
+    ] {
         let d = deltas.delta(reason, total);
         if d > 0 {
             metrics.add_lost(reason, d);
@@ -173,8 +222,13 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         let get = |c: Counter| bpf.counter(c).unwrap_or(0);
         let (run_ns, runs) = bpf.run_stats().unwrap_or((0, 0));
         metrics.set_bpf(run_ns, runs, get(Counter::RingbufDropped));
-        let read_failures = get(Counter::ReadFailTstate) + get(Counter::ReadFailCframe) + get(Counter::ReadFailFrame);
-        for (reason, total) in [("bpf_read_failed", read_failures), ("bpf_truncated", get(Counter::Truncated))] {
+        let read_failures = get(Counter::ReadFailTstate)
+            + get(Counter::ReadFailCframe)
+            + get(Counter::ReadFailFrame);
+        for (reason, total) in [
+            ("bpf_read_failed", read_failures),
+            ("bpf_truncated", get(Counter::Truncated)),
+        ] {
             let d = deltas.delta(reason, total);
             if d > 0 {
                 metrics.add_lost(reason, d);

@@ -132,5 +132,7 @@ pub fn run_pyagent(args: &[&str]) -> Output {
 /// CPUs: tests that run one hold this lock.
 pub fn host_wide_lock() -> std::sync::MutexGuard<'static, ()> {
     static HOST_WIDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    HOST_WIDE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    HOST_WIDE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -3,11 +3,11 @@
 
 #[path = "integration/cli.rs"]
 mod cli;
+#[path = "integration/ebpf.rs"]
+mod ebpf;
 #[path = "integration/frame_cache.rs"]
 mod frame_cache;
 #[path = "integration/resolver.rs"]
 mod resolver;
-#[path = "integration/ebpf.rs"]
-mod ebpf;
 #[path = "integration/service.rs"]
 mod service;

@@ -42,15 +42,28 @@ mod tests {
 
     #[test]
     fn docker_and_containerd() {
-        assert_eq!(container_id(&format!("0::/system.slice/docker-{ID}.scope\n")).as_deref(), Some(ID));
-        assert_eq!(container_id(&format!("12:pids:/docker/{ID}\n")).as_deref(), Some(ID));
+        assert_eq!(
+            container_id(&format!("0::/system.slice/docker-{ID}.scope\n")).as_deref(),
+            Some(ID)
+        );
+        assert_eq!(
+            container_id(&format!("12:pids:/docker/{ID}\n")).as_deref(),
+            Some(ID)
+        );
         let k8s = format!(
             "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b1d4c4e_2f4a_4b7e_9c1d_0a1b2c3d4e5f.slice/cri-containerd-{ID}.scope"
         );
         assert_eq!(container_id(&k8s).as_deref(), Some(ID));
-        assert_eq!(pod_uid(&k8s).as_deref(), Some("6b1d4c4e-2f4a-4b7e-9c1d-0a1b2c3d4e5f"));
-        let v1 = format!("4:memory:/kubepods/burstable/pod6b1d4c4e-2f4a-4b7e-9c1d-0a1b2c3d4e5f/{ID}");
-        assert_eq!(pod_uid(&v1).as_deref(), Some("6b1d4c4e-2f4a-4b7e-9c1d-0a1b2c3d4e5f"));
+        assert_eq!(
+            pod_uid(&k8s).as_deref(),
+            Some("6b1d4c4e-2f4a-4b7e-9c1d-0a1b2c3d4e5f")
+        );
+        let v1 =
+            format!("4:memory:/kubepods/burstable/pod6b1d4c4e-2f4a-4b7e-9c1d-0a1b2c3d4e5f/{ID}");
+        assert_eq!(
+            pod_uid(&v1).as_deref(),
+            Some("6b1d4c4e-2f4a-4b7e-9c1d-0a1b2c3d4e5f")
+        );
         assert_eq!(container_id(&v1).as_deref(), Some(ID));
     }
 

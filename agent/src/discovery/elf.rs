@@ -83,12 +83,24 @@ const MAX_CACHED_FILES: usize = 4096;
 /// namespace otherwise (a container), so try `/proc/PID/root/PATH`, then `PATH`, and take the
 /// first whose inode is the mapped one; `/proc/PID/map_files` (deleted or replaced files, and
 /// anything else) is the last resort.
-fn open_mapped_file(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<(String, File), ElfError> {
+fn open_mapped_file(
+    pid: u32,
+    path: &Path,
+    entries: &[MapsEntry],
+) -> Result<(String, File), ElfError> {
     let first = entries.first();
     let inode = first.map(|e| e.inode).unwrap_or(0);
-    let open = |p: &str| File::open(p).map_err(|source| ElfError::Io { path: p.to_string(), source });
+    let open = |p: &str| {
+        File::open(p).map_err(|source| ElfError::Io {
+            path: p.to_string(),
+            source,
+        })
+    };
     if !entries.iter().any(|e| e.deleted) {
-        for candidate in [format!("/proc/{pid}/root{}", path.display()), path.display().to_string()] {
+        for candidate in [
+            format!("/proc/{pid}/root{}", path.display()),
+            path.display().to_string(),
+        ] {
             if std::fs::metadata(&candidate).is_ok_and(|m| m.ino() == inode) {
                 return Ok((candidate.clone(), open(&candidate)?));
             }
@@ -96,7 +108,10 @@ fn open_mapped_file(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<(Str
     }
     let Some(e) = first else {
         let source = std::io::ErrorKind::NotFound.into();
-        return Err(ElfError::Io { path: path.display().to_string(), source });
+        return Err(ElfError::Io {
+            path: path.display().to_string(),
+            source,
+        });
     };
     let via = format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end);
     Ok((via.clone(), open(&via)?))
@@ -104,9 +119,16 @@ fn open_mapped_file(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<(Str
 
 /// Parses the object mapped at `path` in process `pid`. `Ok(None)` when it holds no CPython
 /// runtime.
-pub fn load_facts(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<Option<ElfFacts>, ElfError> {
+pub fn load_facts(
+    pid: u32,
+    path: &Path,
+    entries: &[MapsEntry],
+) -> Result<Option<ElfFacts>, ElfError> {
     let (opened, mut file) = open_mapped_file(pid, path, entries)?;
-    let io = |source| ElfError::Io { path: opened.clone(), source };
+    let io = |source| ElfError::Io {
+        path: opened.clone(),
+        source,
+    };
     let meta = file.metadata().map_err(io)?;
     let id: FileId = (meta.dev(), meta.ino(), meta.len(), meta.mtime());
     if let Some(hit) = facts_cache().lock().expect("facts cache lock").get(&id) {
@@ -114,7 +136,10 @@ pub fn load_facts(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<Option
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.read_to_end(&mut bytes).map_err(io)?;
-    let facts = parse_facts(&bytes).map_err(|source| ElfError::Parse { path: opened.clone(), source })?;
+    let facts = parse_facts(&bytes).map_err(|source| ElfError::Parse {
+        path: opened.clone(),
+        source,
+    })?;
     let mut cache = facts_cache().lock().expect("facts cache lock");
     if cache.len() >= MAX_CACHED_FILES {
         cache.clear();
@@ -127,8 +152,15 @@ pub fn load_facts(pid: u32, path: &Path, entries: &[MapsEntry]) -> Result<Option
 pub fn parse_facts(bytes: &[u8]) -> Result<Option<ElfFacts>, goblin::error::Error> {
     let elf = Elf::parse(bytes)?;
     let find = |name: &str| -> Option<u64> {
-        let dyn_hit = elf.dynsyms.iter().find(|s| elf.dynstrtab.get_at(s.st_name) == Some(name));
-        let hit = dyn_hit.or_else(|| elf.syms.iter().find(|s| elf.strtab.get_at(s.st_name) == Some(name)));
+        let dyn_hit = elf
+            .dynsyms
+            .iter()
+            .find(|s| elf.dynstrtab.get_at(s.st_name) == Some(name));
+        let hit = dyn_hit.or_else(|| {
+            elf.syms
+                .iter()
+                .find(|s| elf.strtab.get_at(s.st_name) == Some(name))
+        });
         hit.map(|s| s.st_value).filter(|&v| v != 0)
     };
     let section = elf
@@ -136,8 +168,12 @@ pub fn parse_facts(bytes: &[u8]) -> Result<Option<ElfFacts>, goblin::error::Erro
         .iter()
         .find(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(".PyRuntime"))
         .map(|s| s.sh_addr);
-    let Some(runtime_vaddr) = find("_PyRuntime").or(section) else { return Ok(None) };
-    let Some(code_type_vaddr) = find("PyCode_Type") else { return Ok(None) };
+    let Some(runtime_vaddr) = find("_PyRuntime").or(section) else {
+        return Ok(None);
+    };
+    let Some(code_type_vaddr) = find("PyCode_Type") else {
+        return Ok(None);
+    };
     Ok(Some(ElfFacts {
         runtime_vaddr,
         code_type_vaddr,
@@ -165,7 +201,13 @@ mod tests {
             is_shared_object: true,
             loads: vec![(0, 0), (0x1234, 0x2234)],
         };
-        let entries = [MapsEntry { start: 0x7f0000001000, end: 0x7f0000002000, offset: 0x1000, inode: 1, deleted: false }];
+        let entries = [MapsEntry {
+            start: 0x7f0000001000,
+            end: 0x7f0000002000,
+            offset: 0x1000,
+            inode: 1,
+            deleted: false,
+        }];
         assert_eq!(facts.load_bias(&entries), Some(0x7f0000001000 - 0x2000));
     }
 

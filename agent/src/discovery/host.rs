@@ -87,9 +87,10 @@ fn classify(e: &DiscoveryError) -> Option<ProcessState> {
     Some(match e {
         DiscoveryError::NoSuchProcess { .. } | DiscoveryError::Exited { .. } => return None,
         DiscoveryError::NotPython { .. } => ProcessState::NotPython,
-        DiscoveryError::Offsets { source: OffsetsError::Unsupported(_) | OffsetsError::PreRelease(_), .. } => {
-            ProcessState::Unsupported(e.to_string())
-        }
+        DiscoveryError::Offsets {
+            source: OffsetsError::Unsupported(_) | OffsetsError::PreRelease(_),
+            ..
+        } => ProcessState::Unsupported(e.to_string()),
         DiscoveryError::NotInitialized { .. } => ProcessState::Pending,
         _ => ProcessState::Failed(e.to_string()),
     })
@@ -134,14 +135,21 @@ impl HostScanner {
         if let Some(only) = &self.only {
             return only.iter().copied().collect();
         }
-        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect()
     }
 
     /// One pass over /proc: new processes are located, exited or exec'd ones reported gone.
     pub fn scan(&mut self) -> ScanChanges {
         let mut changes = ScanChanges::default();
-        let live: HashSet<u32> = self.pids().into_iter().filter(|&p| p != self.own_pid).collect();
+        let live: HashSet<u32> = self
+            .pids()
+            .into_iter()
+            .filter(|&p| p != self.own_pid)
+            .collect();
         // Exits (and PID reuse: a different start time is a different process).
         let mut dropped = Vec::new();
         for (&pid, k) in &self.known {
@@ -168,13 +176,27 @@ impl HostScanner {
             if !retry {
                 continue;
             }
-            let Some(start) = start_time(pid) else { continue };
+            let Some(start) = start_time(pid) else {
+                continue;
+            };
             // Kernel threads have no maps worth reading.
             if std::fs::read_link(format!("/proc/{pid}/exe")).is_err() && self.only.is_none() {
-                self.known.insert(pid, Known { start_time: start, exe: None, state: ProcessState::NotPython, first_seen: Instant::now() });
+                self.known.insert(
+                    pid,
+                    Known {
+                        start_time: start,
+                        exe: None,
+                        state: ProcessState::NotPython,
+                        first_seen: Instant::now(),
+                    },
+                );
                 continue;
             }
-            let first_seen = self.known.get(&pid).map(|k| k.first_seen).unwrap_or_else(Instant::now);
+            let first_seen = self
+                .known
+                .get(&pid)
+                .map(|k| k.first_seen)
+                .unwrap_or_else(Instant::now);
             let exe = super::procfs_util::exe_path(pid);
             let state = match locate_runtime(pid) {
                 Ok(target) => {
@@ -195,7 +217,15 @@ impl HostScanner {
                 ProcessState::Failed(why) => tracing::warn!(pid, "cannot profile: {why}"),
                 _ => {}
             }
-            self.known.insert(pid, Known { start_time: start, exe, state, first_seen });
+            self.known.insert(
+                pid,
+                Known {
+                    start_time: start,
+                    exe,
+                    state,
+                    first_seen,
+                },
+            );
         }
         changes
     }

@@ -22,8 +22,8 @@ pub use procfs_util::{
 
 use crate::memory::{MemoryError, ProcessMemory, RemoteMemory};
 use crate::offsets::{
-    builtin_offsets, debug_offsets_len, parse_debug_offsets, Offsets, OffsetsError,
-    PythonVersion, DEBUG_OFFSETS_COOKIE, DEBUG_OFFSETS_PREFIX_LEN,
+    builtin_offsets, debug_offsets_len, parse_debug_offsets, Offsets, OffsetsError, PythonVersion,
+    DEBUG_OFFSETS_COOKIE, DEBUG_OFFSETS_PREFIX_LEN,
 };
 
 /// Why a process is not a profilable CPython.
@@ -48,7 +48,9 @@ pub enum DiscoveryError {
         pid: u32,
     },
     /// No mapped object has a CPython runtime.
-    #[error("process {pid} ({comm}) is not a CPython process: no _PyRuntime in its mappings{skipped}")]
+    #[error(
+        "process {pid} ({comm}) is not a CPython process: no _PyRuntime in its mappings{skipped}"
+    )]
     NotPython {
         /// pid
         pid: u32,
@@ -119,7 +121,11 @@ fn mem_error(pid: u32, e: MemoryError) -> DiscoveryError {
     match e {
         MemoryError::Gone { .. } => DiscoveryError::NoSuchProcess { pid },
         MemoryError::Denied { .. } => DiscoveryError::Denied { pid },
-        other => DiscoveryError::NotInitialized { pid, addr: 0, why: other.to_string() },
+        other => DiscoveryError::NotInitialized {
+            pid,
+            addr: 0,
+            why: other.to_string(),
+        },
     }
 }
 
@@ -140,7 +146,10 @@ pub fn locate_runtime(pid: u32) -> Result<PythonTarget, DiscoveryError> {
             }
         };
         let Some(bias) = facts.load_bias(&entries) else {
-            skipped.push(format!("{}: no maps line matches a PT_LOAD segment", path.display()));
+            skipped.push(format!(
+                "{}: no maps line matches a PT_LOAD segment",
+                path.display()
+            ));
             continue;
         };
         let runtime_addr = bias.wrapping_add(facts.runtime_vaddr);
@@ -171,9 +180,16 @@ pub fn locate_runtime(pid: u32) -> Result<PythonTarget, DiscoveryError> {
     if procfs_util::is_zombie(pid) {
         return Err(DiscoveryError::Exited { pid });
     }
-    let skipped =
-        if skipped.is_empty() { String::new() } else { format!(" (skipped: {})", skipped.join("; ")) };
-    Err(DiscoveryError::NotPython { pid, comm: procfs_util::comm(pid).unwrap_or_default(), skipped })
+    let skipped = if skipped.is_empty() {
+        String::new()
+    } else {
+        format!(" (skipped: {})", skipped.join("; "))
+    };
+    Err(DiscoveryError::NotPython {
+        pid,
+        comm: procfs_util::comm(pid).unwrap_or_default(),
+        skipped,
+    })
 }
 
 /// Reads the version and layout of one candidate and checks that it is the live runtime.
@@ -184,19 +200,31 @@ fn validate_candidate(
     bias: u64,
     runtime_addr: u64,
 ) -> Result<Offsets, DiscoveryError> {
-    let not_init = |why: String| DiscoveryError::NotInitialized { pid, addr: runtime_addr, why };
+    let not_init = |why: String| DiscoveryError::NotInitialized {
+        pid,
+        addr: runtime_addr,
+        why,
+    };
     let mut prefix = [0u8; DEBUG_OFFSETS_PREFIX_LEN];
-    mem.read(runtime_addr, &mut prefix).map_err(|e| mem_error(pid, e))?;
+    mem.read(runtime_addr, &mut prefix)
+        .map_err(|e| mem_error(pid, e))?;
     let offsets = if &prefix[..8] == DEBUG_OFFSETS_COOKIE {
-        let len = debug_offsets_len(&prefix).map_err(|source| DiscoveryError::Offsets { pid, source })?;
-        let table = mem.read_vec(runtime_addr, len).map_err(|e| mem_error(pid, e))?;
+        let len =
+            debug_offsets_len(&prefix).map_err(|source| DiscoveryError::Offsets { pid, source })?;
+        let table = mem
+            .read_vec(runtime_addr, len)
+            .map_err(|e| mem_error(pid, e))?;
         parse_debug_offsets(&table).map_err(|source| DiscoveryError::Offsets { pid, source })?
     } else {
         // 3.11/3.12 have no table: the exported `Py_Version` constant says which layout.
         let Some(v) = facts.py_version_vaddr else {
-            return Err(not_init("no xdebugpy cookie and no Py_Version symbol".into()));
+            return Err(not_init(
+                "no xdebugpy cookie and no Py_Version symbol".into(),
+            ));
         };
-        let hex = mem.read_u64(bias.wrapping_add(v)).map_err(|e| mem_error(pid, e))?;
+        let hex = mem
+            .read_u64(bias.wrapping_add(v))
+            .map_err(|e| mem_error(pid, e))?;
         let version = PythonVersion::from_hex(hex);
         if version.minor_version() >= (3, 13) {
             return Err(not_init(format!("{version} without its xdebugpy cookie")));

@@ -25,7 +25,11 @@ fn io_error(pid: u32, what: &str, e: std::io::Error) -> DiscoveryError {
         std::io::ErrorKind::NotFound => DiscoveryError::NoSuchProcess { pid },
         std::io::ErrorKind::PermissionDenied => DiscoveryError::Denied { pid },
         _ if e.raw_os_error() == Some(libc::ESRCH) => DiscoveryError::NoSuchProcess { pid },
-        _ => DiscoveryError::Proc { pid, what: what.to_string(), source: e },
+        _ => DiscoveryError::Proc {
+            pid,
+            what: what.to_string(),
+            source: e,
+        },
     }
 }
 
@@ -36,17 +40,25 @@ pub(super) fn read_maps(pid: u32) -> Result<Vec<(PathBuf, MapsEntry)>, Discovery
     let mut out = Vec::new();
     for line in text.lines() {
         let mut parts = line.splitn(6, ' ');
-        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(inode)) =
-            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(inode)) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
             continue;
         };
         let path = parts.next().unwrap_or("").trim_start();
-        let Ok(inode) = inode.parse::<u64>() else { continue };
+        let Ok(inode) = inode.parse::<u64>() else {
+            continue;
+        };
         if inode == 0 || !path.starts_with('/') {
             continue;
         }
-        let Some((start, end)) = range.split_once('-') else { continue };
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
         let (Ok(start), Ok(end), Ok(offset)) = (
             u64::from_str_radix(start, 16),
             u64::from_str_radix(end, 16),
@@ -58,7 +70,16 @@ pub(super) fn read_maps(pid: u32) -> Result<Vec<(PathBuf, MapsEntry)>, Discovery
             Some(p) => (p, true),
             None => (path, false),
         };
-        out.push((PathBuf::from(path), MapsEntry { start, end, offset, inode, deleted }));
+        out.push((
+            PathBuf::from(path),
+            MapsEntry {
+                start,
+                end,
+                offset,
+                inode,
+                deleted,
+            },
+        ));
     }
     Ok(out)
 }
@@ -71,13 +92,21 @@ pub(super) fn candidate_objects(
 ) -> Vec<(PathBuf, Vec<MapsEntry>)> {
     let mut by_path: BTreeMap<PathBuf, (u64, Vec<MapsEntry>)> = BTreeMap::new();
     for (path, entry) in maps {
-        let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
         if Some(path.as_path()) == exe || name.contains("python") {
-            let slot = by_path.entry(path.clone()).or_insert((entry.start, Vec::new()));
+            let slot = by_path
+                .entry(path.clone())
+                .or_insert((entry.start, Vec::new()));
             slot.1.push(entry.clone());
         }
     }
-    let mut v: Vec<_> = by_path.into_iter().map(|(p, (start, e))| (start, p, e)).collect();
+    let mut v: Vec<_> = by_path
+        .into_iter()
+        .map(|(p, (start, e))| (start, p, e))
+        .collect();
     // Lowest address first, like the maps file; validation picks the live one.
     v.sort_by_key(|(start, _, _)| *start);
     v.into_iter().map(|(_, p, e)| (p, e)).collect()
@@ -92,13 +121,21 @@ pub(super) fn exe_path(pid: u32) -> Option<PathBuf> {
 
 /// Whether the process has exited and waits to be reaped (state Z or X).
 pub(super) fn is_zombie(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    stat.rsplit_once(')').is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    stat.rsplit_once(')')
+        .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
 }
 
 /// `comm` of a process.
 pub(super) fn comm(pid: u32) -> Option<String> {
-    Some(std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim_end().to_string())
+    Some(
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()?
+            .trim_end()
+            .to_string(),
+    )
 }
 
 /// Whether `/proc/PID` exists.
@@ -127,7 +164,9 @@ pub fn ns_pid(pid: u32) -> Option<u32> {
 
 /// Every thread of `pid` with its namespace TID.
 pub fn task_ids(pid: u32) -> Vec<TaskIds> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
     dir.filter_map(|e| {
         let host_tid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/task/{host_tid}/status")).ok();
@@ -147,7 +186,8 @@ pub fn thread_name(pid: u32, host_tid: u32) -> Option<String> {
 pub fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for t in task_ids(pid) {
-        if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{}/children", t.host_tid)) {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{}/children", t.host_tid))
+        {
             out.extend(s.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
         }
     }

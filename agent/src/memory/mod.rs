@@ -88,11 +88,15 @@ pub trait StructBytes {
 impl StructBytes for [u8] {
     fn u64_at(&self, off: u64) -> u64 {
         let o = off as usize;
-        self.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).unwrap_or(0)
+        self.get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .unwrap_or(0)
     }
     fn u32_at(&self, off: u64) -> u32 {
         let o = off as usize;
-        self.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))).unwrap_or(0)
+        self.get(o..o + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .unwrap_or(0)
     }
     fn u8_at(&self, off: u64) -> u8 {
         self.get(off as usize).copied().unwrap_or(0)
@@ -109,7 +113,11 @@ pub(crate) struct FakeMemory {
 #[cfg(test)]
 impl ProcessMemory for FakeMemory {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-        let fault = MemoryError::Fault { pid: 0, addr, len: buf.len() };
+        let fault = MemoryError::Fault {
+            pid: 0,
+            addr,
+            len: buf.len(),
+        };
         let start = addr.checked_sub(self.base).ok_or(fault.clone())? as usize;
         let src = self.bytes.get(start..start + buf.len()).ok_or(fault)?;
         buf.copy_from_slice(src);

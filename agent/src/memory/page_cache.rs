@@ -70,7 +70,10 @@ impl PageCache {
             if self.pages.len() >= self.max_pages {
                 return Ok(None);
             }
-            let mut buf = self.spare.pop().unwrap_or_else(|| Box::new([0u8; PAGE as usize]));
+            let mut buf = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| Box::new([0u8; PAGE as usize]));
             match self.remote.read(page_addr, &mut buf[..]) {
                 Ok(()) => {}
                 // Part of the page is unmapped: let the caller read its exact range.
@@ -108,7 +111,8 @@ impl ProcessMemory for PageCache {
                 Some(page) => buf[done..done + n].copy_from_slice(&page[in_page..in_page + n]),
                 None => {
                     self.stats.bypassed += 1;
-                    self.remote.read(page_addr + in_page as u64, &mut buf[done..done + n])?;
+                    self.remote
+                        .read(page_addr + in_page as u64, &mut buf[done..done + n])?;
                 }
             }
             done += n;

@@ -19,7 +19,11 @@ pub struct RemoteMemory {
 impl RemoteMemory {
     /// Memory of process `pid` (host PID namespace).
     pub fn new(pid: u32) -> RemoteMemory {
-        RemoteMemory { pid, reads: 0, bytes_read: 0 }
+        RemoteMemory {
+            pid,
+            reads: 0,
+            bytes_read: 0,
+        }
     }
 
     /// The target's pid.
@@ -31,18 +35,32 @@ impl RemoteMemory {
         match errno {
             Errno::ESRCH => MemoryError::Gone { pid: self.pid },
             Errno::EPERM | Errno::EACCES => MemoryError::Denied { pid: self.pid },
-            Errno::EFAULT | Errno::EIO => MemoryError::Fault { pid: self.pid, addr, len },
-            e => MemoryError::Other { pid: self.pid, errno: e as i32 },
+            Errno::EFAULT | Errno::EIO => MemoryError::Fault {
+                pid: self.pid,
+                addr,
+                len,
+            },
+            e => MemoryError::Other {
+                pid: self.pid,
+                errno: e as i32,
+            },
         }
     }
 
     /// Writes `data` at `addr`. The only write pyagent makes is the 3.15 frame-cache anchor.
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
         let local = [IoSlice::new(data)];
-        let remote = [RemoteIoVec { base: addr as usize, len: data.len() }];
+        let remote = [RemoteIoVec {
+            base: addr as usize,
+            len: data.len(),
+        }];
         match process_vm_writev(Pid::from_raw(self.pid as i32), &local, &remote) {
             Ok(n) if n == data.len() => Ok(()),
-            Ok(_) => Err(MemoryError::Fault { pid: self.pid, addr, len: data.len() }),
+            Ok(_) => Err(MemoryError::Fault {
+                pid: self.pid,
+                addr,
+                len: data.len(),
+            }),
             Err(e) => Err(self.error(e, addr, data.len())),
         }
     }
@@ -58,11 +76,20 @@ impl ProcessMemory for RemoteMemory {
         // process_vm_readv may return a short count when the range crosses into an unmapped
         // page; loop so a partial read either completes or reports the fault.
         while done < len {
-            let remote = [RemoteIoVec { base: addr as usize + done, len: len - done }];
+            let remote = [RemoteIoVec {
+                base: addr as usize + done,
+                len: len - done,
+            }];
             let mut local = [IoSliceMut::new(&mut buf[done..])];
             self.reads += 1;
             match process_vm_readv(Pid::from_raw(self.pid as i32), &mut local, &remote) {
-                Ok(0) => return Err(MemoryError::Fault { pid: self.pid, addr, len }),
+                Ok(0) => {
+                    return Err(MemoryError::Fault {
+                        pid: self.pid,
+                        addr,
+                        len,
+                    })
+                }
                 Ok(n) => {
                     done += n;
                     self.bytes_read += n as u64;
@@ -83,14 +110,20 @@ mod tests {
         let data: Vec<u8> = (0..100u8).collect();
         let mut mem = RemoteMemory::new(std::process::id());
         let mut buf = [0u8; 10];
-        mem.read(data.as_ptr() as u64 + 5, &mut buf).expect("own memory is readable");
+        mem.read(data.as_ptr() as u64 + 5, &mut buf)
+            .expect("own memory is readable");
         assert_eq!(buf, [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
-        assert!(matches!(mem.read(8, &mut buf), Err(MemoryError::Fault { .. })));
+        assert!(matches!(
+            mem.read(8, &mut buf),
+            Err(MemoryError::Fault { .. })
+        ));
     }
 
     #[test]
     fn gone_process_is_reported() {
-        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
         let pid = child.id();
         child.wait().expect("wait");
         let mut mem = RemoteMemory::new(pid);

@@ -9,8 +9,7 @@ use std::collections::HashMap;
 use super::{
     BytesObjectOffsets, CodeObjectOffsets, FrameModel, GcOffsets, GilLocation,
     InterpreterFrameOffsets, InterpreterStateOffsets, Offsets, OffsetsError, PyObjectOffsets,
-    PythonVersion, RuntimeStateOffsets, ThreadStateOffsets, UnicodeObjectOffsets,
-    UnicodeStateBits,
+    PythonVersion, RuntimeStateOffsets, ThreadStateOffsets, UnicodeObjectOffsets, UnicodeStateBits,
 };
 
 /// The 8 bytes that open `_Py_DebugOffsets`.
@@ -326,7 +325,10 @@ pub fn debug_offsets_len(prefix: &[u8]) -> Result<usize, OffsetsError> {
 
 fn read_version(table: &[u8]) -> Result<PythonVersion, OffsetsError> {
     if table.len() < DEBUG_OFFSETS_PREFIX_LEN {
-        return Err(OffsetsError::Truncated { got: table.len(), need: DEBUG_OFFSETS_PREFIX_LEN });
+        return Err(OffsetsError::Truncated {
+            got: table.len(),
+            need: DEBUG_OFFSETS_PREFIX_LEN,
+        });
     }
     if &table[..8] != DEBUG_OFFSETS_COOKIE {
         return Err(OffsetsError::NoCookie);
@@ -344,33 +346,55 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
     let slots = slots_for(version).ok_or(OffsetsError::Unsupported(version))?;
     let need = 8 + 8 * slots.len();
     if table.len() < need {
-        return Err(OffsetsError::Truncated { got: table.len(), need });
+        return Err(OffsetsError::Truncated {
+            got: table.len(),
+            need,
+        });
     }
     let values: HashMap<&str, u64> = slots
         .iter()
         .enumerate()
         .map(|(k, name)| {
             let at = 8 * (k + 1);
-            (*name, u64::from_le_bytes(table[at..at + 8].try_into().expect("8 bytes")))
+            (
+                *name,
+                u64::from_le_bytes(table[at..at + 8].try_into().expect("8 bytes")),
+            )
         })
         .collect();
-    let get = |name: &str| values.get(name).copied().expect("slot list names every field read");
+    let get = |name: &str| {
+        values
+            .get(name)
+            .copied()
+            .expect("slot list names every field read")
+    };
     let opt = |name: &str| values.get(name).copied();
     // Slots that exist in the layout but hold 0 in this build (free-threaded-only fields).
     let nonzero = |name: &str| opt(name).filter(|&v| v != 0);
 
     let free_threaded = get("free_threaded") != 0;
     let minor = version.minor;
-    let pyobject = PyObjectOffsets { size: get("pyobject.size"), ob_type: get("pyobject.ob_type") };
+    let pyobject = PyObjectOffsets {
+        size: get("pyobject.size"),
+        ob_type: get("pyobject.ob_type"),
+    };
     let ascii = get("unicode_object.asciiobject_size");
     // 3.13/3.14 do not export the non-ASCII header size: it is the ASCII header plus
     // `utf8_length` and `utf8` (two words).
     let compact = opt("unicode_object.compactunicodeobject_size").unwrap_or(ascii + 16);
     // 3.14t/3.15t widened `interned` to a whole byte, shifting the other state bits.
     let state_bits = if free_threaded && minor >= 14 {
-        UnicodeStateBits { kind_shift: 8, compact_bit: 11, ascii_bit: 12 }
+        UnicodeStateBits {
+            kind_shift: 8,
+            compact_bit: 11,
+            ascii_bit: 12,
+        }
     } else {
-        UnicodeStateBits { kind_shift: 2, compact_bit: 5, ascii_bit: 6 }
+        UnicodeStateBits {
+            kind_shift: 2,
+            compact_bit: 5,
+            ascii_bit: 6,
+        }
     };
     let gil = if free_threaded {
         GilLocation::None
@@ -440,7 +464,10 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
             compactunicodeobject_size: compact,
             state_bits,
         },
-        gc: GcOffsets { collecting: get("gc.collecting"), frame: opt("gc.frame") },
+        gc: GcOffsets {
+            collecting: get("gc.collecting"),
+            frame: opt("gc.frame"),
+        },
         gil,
         frame: FrameModel {
             ip_is_prev_instr: false,
@@ -467,7 +494,11 @@ mod tests {
             let v = if *name == "version" {
                 version_hex
             } else {
-                values.iter().find(|(n, _)| n == name).map(|(_, v)| *v).unwrap_or(0)
+                values
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| *v)
+                    .unwrap_or(0)
             };
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -484,8 +515,13 @@ mod tests {
     #[test]
     fn parses_fixture_tables() {
         for (name, minor) in [("3.13.0", 13), ("3.14", 14), ("3.15", 15)] {
-            let path = format!("{}/../tests/data/debug_offsets_{name}.bin", env!("CARGO_MANIFEST_DIR"));
-            let Ok(bytes) = std::fs::read(&path) else { continue };
+            let path = format!(
+                "{}/../tests/data/debug_offsets_{name}.bin",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
             let o = parse_debug_offsets(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"));
             assert_eq!(o.version.minor, minor);
         }
@@ -493,15 +529,30 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        assert!(matches!(parse_debug_offsets(b"notacookie012345"), Err(OffsetsError::NoCookie)));
+        assert!(matches!(
+            parse_debug_offsets(b"notacookie012345"),
+            Err(OffsetsError::NoCookie)
+        ));
         let t = table(0x030f02f0, SLOTS_3_15, &[]);
-        assert!(matches!(parse_debug_offsets(&t[..100]), Err(OffsetsError::Truncated { .. })));
+        assert!(matches!(
+            parse_debug_offsets(&t[..100]),
+            Err(OffsetsError::Truncated { .. })
+        ));
         // all-zero sizes are implausible
-        assert!(matches!(parse_debug_offsets(&t), Err(OffsetsError::Implausible { .. })));
+        assert!(matches!(
+            parse_debug_offsets(&t),
+            Err(OffsetsError::Implausible { .. })
+        ));
         let beta = table(0x030f00b1, SLOTS_3_15, &[]);
-        assert!(matches!(parse_debug_offsets(&beta), Err(OffsetsError::PreRelease(_))));
+        assert!(matches!(
+            parse_debug_offsets(&beta),
+            Err(OffsetsError::PreRelease(_))
+        ));
         let old = table(0x030a00f0, SLOTS_3_15, &[]);
-        assert!(matches!(parse_debug_offsets(&old), Err(OffsetsError::Unsupported(_))));
+        assert!(matches!(
+            parse_debug_offsets(&old),
+            Err(OffsetsError::Unsupported(_))
+        ));
     }
 
     #[test]

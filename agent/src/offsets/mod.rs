@@ -24,7 +24,9 @@ pub enum OffsetsError {
     #[error("unsupported CPython version {0}")]
     Unsupported(PythonVersion),
     /// Pre-release layouts change between alphas/betas; only exact known ones are accepted.
-    #[error("unsupported CPython pre-release {0}: layouts are not frozen before the final release")]
+    #[error(
+        "unsupported CPython pre-release {0}: layouts are not frozen before the final release"
+    )]
     PreRelease(PythonVersion),
     /// The `_Py_DebugOffsets` cookie is not there.
     #[error("no `xdebugpy` cookie at the start of _PyRuntime")]
@@ -282,9 +284,13 @@ impl Offsets {
             width: u64,
             limit: u64,
         ) -> Result<(), OffsetsError> {
-            let end = off.checked_add(width).unwrap_or(u64::MAX);
-            if end > limit || off % width.min(8) != 0 {
-                return Err(OffsetsError::Implausible { field, value: off, limit });
+            let end = off.saturating_add(width);
+            if end > limit || !off.is_multiple_of(width.min(8)) {
+                return Err(OffsetsError::Implausible {
+                    field,
+                    value: off,
+                    limit,
+                });
             }
             Ok(())
         }
@@ -301,10 +307,19 @@ impl Offsets {
             ("code_object.size", c.size),
         ] {
             if size == 0 || size > MAX_STRUCT_SIZE {
-                return Err(OffsetsError::Implausible { field, value: size, limit: MAX_STRUCT_SIZE });
+                return Err(OffsetsError::Implausible {
+                    field,
+                    value: size,
+                    limit: MAX_STRUCT_SIZE,
+                });
             }
         }
-        check("runtime_state.interpreters_head", r.interpreters_head, 8, r.size)?;
+        check(
+            "runtime_state.interpreters_head",
+            r.interpreters_head,
+            8,
+            r.size,
+        )?;
         check("interpreter_state.next", i.next, 8, i.size)?;
         check("interpreter_state.threads_head", i.threads_head, 8, i.size)?;
         check("interpreter_state.gc", i.gc, 8, i.size)?;
@@ -319,7 +334,10 @@ impl Offsets {
         for (field, off) in [
             ("thread_state.base_frame", t.base_frame),
             ("thread_state.last_profiled_frame", t.last_profiled_frame),
-            ("thread_state.last_profiled_frame_seq", t.last_profiled_frame_seq),
+            (
+                "thread_state.last_profiled_frame_seq",
+                t.last_profiled_frame_seq,
+            ),
         ] {
             if let Some(off) = off {
                 check(field, off, 8, tmax)?;
@@ -338,20 +356,40 @@ impl Offsets {
         check("code_object.qualname", c.qualname, 8, cmax)?;
         check("code_object.linetable", c.linetable, 8, cmax)?;
         check("code_object.firstlineno", c.firstlineno, 4, cmax)?;
-        check("code_object.co_code_adaptive", c.co_code_adaptive, 2, cmax + 8)?;
-        check("pyobject.ob_type", self.pyobject.ob_type, 8, self.pyobject.size)?;
+        check(
+            "code_object.co_code_adaptive",
+            c.co_code_adaptive,
+            2,
+            cmax + 8,
+        )?;
+        check(
+            "pyobject.ob_type",
+            self.pyobject.ob_type,
+            8,
+            self.pyobject.size,
+        )?;
         check("bytes_object.ob_sval", self.bytes_object.ob_sval, 1, 256)?;
-        check("unicode_object.asciiobject_size", self.unicode_object.asciiobject_size, 1, 256)?;
+        check(
+            "unicode_object.asciiobject_size",
+            self.unicode_object.asciiobject_size,
+            1,
+            256,
+        )?;
         Ok(())
     }
 
     /// Bytes of a frame the unwinder reads in one go: every field it needs lies below this.
     pub fn frame_read_len(&self) -> usize {
         let f = &self.interpreter_frame;
-        let mut end = [f.previous + 8, f.executable + 8, f.instr_ptr + 8, f.owner + 1]
-            .into_iter()
-            .max()
-            .unwrap_or(0);
+        let mut end = [
+            f.previous + 8,
+            f.executable + 8,
+            f.instr_ptr + 8,
+            f.owner + 1,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
         if let Some(t) = f.tlbc_index {
             end = end.max(t + 4);
         }
@@ -364,14 +402,24 @@ impl Offsets {
     /// Bytes of a thread state the unwinder reads in one go.
     pub fn thread_read_len(&self) -> usize {
         let t = &self.thread_state;
-        let mut end = [t.next, t.current_frame, t.thread_id, t.native_thread_id, t.interp]
-            .into_iter()
-            .max()
-            .unwrap_or(0)
+        let mut end = [
+            t.next,
+            t.current_frame,
+            t.thread_id,
+            t.native_thread_id,
+            t.interp,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
             + 8;
-        for off in [t.base_frame, t.last_profiled_frame, t.last_profiled_frame_seq]
-            .into_iter()
-            .flatten()
+        for off in [
+            t.base_frame,
+            t.last_profiled_frame,
+            t.last_profiled_frame_seq,
+        ]
+        .into_iter()
+        .flatten()
         {
             end = end.max(off + 8);
         }

@@ -29,7 +29,13 @@ impl PythonVersion {
 
     /// A final release `major.minor.micro`.
     pub const fn new(major: u8, minor: u8, micro: u8) -> PythonVersion {
-        PythonVersion { major, minor, micro, release_level: 0xf, serial: 0 }
+        PythonVersion {
+            major,
+            minor,
+            micro,
+            release_level: 0xf,
+            serial: 0,
+        }
     }
 
     /// Not a final release (alpha, beta, candidate).

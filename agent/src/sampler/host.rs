@@ -16,7 +16,9 @@ use crate::aggregate::{Aggregator, ProfileWindow};
 use crate::discovery::{HostScanner, PythonTarget};
 use crate::sampler::bpf::{pa_proc_for, BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
-use crate::unwind::{ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, UnwindOptions, Unwinder};
+use crate::unwind::{
+    ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, UnwindOptions, Unwinder,
+};
 
 /// Where samples come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,12 +102,21 @@ impl ProcessInfo {
     fn of(target: &PythonTarget) -> ProcessInfo {
         let pid = target.pid;
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
+            .map(|b| {
+                b.split(|&c| c == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect()
+            })
             .unwrap_or_default();
-        let service_env = std::fs::read(format!("/proc/{pid}/environ")).ok().and_then(|env| {
-            env.split(|&c| c == 0)
-                .find_map(|kv| kv.strip_prefix(b"PYAGENT_SERVICE=").map(|v| String::from_utf8_lossy(v).into_owned()))
-        });
+        let service_env = std::fs::read(format!("/proc/{pid}/environ"))
+            .ok()
+            .and_then(|env| {
+                env.split(|&c| c == 0).find_map(|kv| {
+                    kv.strip_prefix(b"PYAGENT_SERVICE=")
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                })
+            });
         ProcessInfo {
             pid,
             ns_pid: target.ns_pid,
@@ -145,8 +156,11 @@ struct BpfProcess {
 }
 
 enum Backend {
-    Bpf { sampler: Box<BpfSampler>, procs: HashMap<u32, BpfProcess> },
-    Userspace(UserspaceSampler),
+    Bpf {
+        sampler: Box<BpfSampler>,
+        procs: HashMap<u32, BpfProcess>,
+    },
+    Userspace(Box<UserspaceSampler>),
 }
 
 struct Profile {
@@ -170,16 +184,25 @@ pub struct HostProfiler {
 impl HostProfiler {
     /// Starts the backend the mode asks for.
     pub fn new(config: HostConfig) -> Result<HostProfiler, HostError> {
-        let bpf_config = BpfConfig { rate_hz: config.rate_hz as u64, ..BpfConfig::default() };
+        let bpf_config = BpfConfig {
+            rate_hz: config.rate_hz as u64,
+            ..BpfConfig::default()
+        };
         let mut fallback_reason = None;
         let backend = match config.mode {
-            Mode::Userspace => Backend::Userspace(Self::userspace(&config)),
-            Mode::Ebpf => Backend::Bpf { sampler: Box::new(BpfSampler::load(&bpf_config)?), procs: HashMap::new() },
+            Mode::Userspace => Backend::Userspace(Box::new(Self::userspace(&config))),
+            Mode::Ebpf => Backend::Bpf {
+                sampler: Box::new(BpfSampler::load(&bpf_config)?),
+                procs: HashMap::new(),
+            },
             Mode::Auto => match BpfSampler::load(&bpf_config) {
-                Ok(s) => Backend::Bpf { sampler: Box::new(s), procs: HashMap::new() },
+                Ok(s) => Backend::Bpf {
+                    sampler: Box::new(s),
+                    procs: HashMap::new(),
+                },
                 Err(e) => {
                     fallback_reason = Some(e.to_string());
-                    Backend::Userspace(Self::userspace(&config))
+                    Backend::Userspace(Box::new(Self::userspace(&config)))
                 }
             },
         };
@@ -277,17 +300,35 @@ impl HostProfiler {
                 // reopen the frame-address reuse window the sequence check exists to close.
                 let proc_config = pa_proc_for(&target.offsets, false);
                 if let Err(e) = sampler.track_process(pid, &proc_config) {
-                    self.scanner.mark_failed(pid, format!("cannot track it in the BPF maps: {e}"));
+                    self.scanner
+                        .mark_failed(pid, format!("cannot track it in the BPF maps: {e}"));
                     return;
                 }
                 // No frame cache either: without anchors it would only write into the target.
-                let options = UnwindOptions { frame_cache: false, ..self.config.unwind };
+                let options = UnwindOptions {
+                    frame_cache: false,
+                    ..self.config.unwind
+                };
                 let unwinder = Unwinder::new(target, options);
-                procs.insert(pid, BpfProcess { unwinder, threads: HashSet::new(), interp_of: HashMap::new() });
+                procs.insert(
+                    pid,
+                    BpfProcess {
+                        unwinder,
+                        threads: HashSet::new(),
+                        interp_of: HashMap::new(),
+                    },
+                );
             }
             Backend::Userspace(s) => s.add_target(Unwinder::new(target, self.config.unwind)),
         }
-        self.profiles.insert(pid, Profile { info, agg, gil_held: 0 });
+        self.profiles.insert(
+            pid,
+            Profile {
+                info,
+                agg,
+                gil_held: 0,
+            },
+        );
         // Register its threads now: until then the program finds no thread state.
         if let Backend::Bpf { .. } = self.backend {
             self.refresh_threads(pid);
@@ -317,7 +358,9 @@ impl HostProfiler {
 
     /// Re-reads a process's thread list into the BPF thread map.
     fn refresh_threads(&mut self, pid: u32) {
-        let Backend::Bpf { sampler, procs } = &mut self.backend else { return };
+        let Backend::Bpf { sampler, procs } = &mut self.backend else {
+            return;
+        };
         let Some(p) = procs.get_mut(&pid) else { return };
         let interpreters = match p.unwinder.begin_batch() {
             Ok(i) => i,
@@ -332,7 +375,9 @@ impl HostProfiler {
         for (interp, threads) in interpreters {
             for t in threads {
                 p.interp_of.insert(t.addr, interp);
-                let Some(host_tid) = p.unwinder.host_tid(t.native_thread_id) else { continue };
+                let Some(host_tid) = p.unwinder.host_tid(t.native_thread_id) else {
+                    continue;
+                };
                 if sampler.set_thread(host_tid, t.addr).is_ok() {
                     now.insert(host_tid);
                 }
@@ -370,7 +415,9 @@ impl HostProfiler {
     }
 
     fn drain_records(&mut self) {
-        let Backend::Bpf { sampler, procs } = &mut self.backend else { return };
+        let Backend::Bpf { sampler, procs } = &mut self.backend else {
+            return;
+        };
         let mut batch: Vec<(ExternalWalk, u32, Vec<RawFrame>)> = Vec::new();
         sampler.drain(|rec: SampleRecord<'_>| {
             let h = rec.header();
@@ -409,7 +456,8 @@ impl HostProfiler {
         });
         self.stats.records += batch.len() as u64;
         for (walk, pid, raw) in batch {
-            let (Some(p), Some(profile)) = (procs.get_mut(&pid), self.profiles.get_mut(&pid)) else {
+            let (Some(p), Some(profile)) = (procs.get_mut(&pid), self.profiles.get_mut(&pid))
+            else {
                 self.stats.untracked += 1;
                 continue;
             };
@@ -436,10 +484,17 @@ impl HostProfiler {
 
     /// Runs until `stop` is set or `until` passes, scanning, sampling and draining on
     /// schedule; `tick` runs after each collection (the service cuts windows there).
-    pub fn run(&mut self, stop: &AtomicBool, until: Option<Instant>, mut tick: impl FnMut(&mut HostProfiler)) {
+    pub fn run(
+        &mut self,
+        stop: &AtomicBool,
+        until: Option<Instant>,
+        mut tick: impl FnMut(&mut HostProfiler),
+    ) {
         let collect_every = match self.backend {
             Backend::Bpf { .. } => self.config.drain_interval,
-            Backend::Userspace(_) => Duration::from_secs_f64(1.0 / self.config.rate_hz.max(1) as f64),
+            Backend::Userspace(_) => {
+                Duration::from_secs_f64(1.0 / self.config.rate_hz.max(1) as f64)
+            }
         };
         let mut next_scan = Instant::now();
         let mut next_collect = Instant::now();
@@ -483,7 +538,10 @@ impl HostProfiler {
     /// Samples of `pid` taken while holding the GIL since the last call (userspace mode knows;
     /// BPF samples do not say).
     pub fn take_gil_samples(&mut self, pid: u32) -> u64 {
-        self.profiles.get_mut(&pid).map(|p| std::mem::take(&mut p.gil_held)).unwrap_or(0)
+        self.profiles
+            .get_mut(&pid)
+            .map(|p| std::mem::take(&mut p.gil_held))
+            .unwrap_or(0)
     }
 
     /// Unwinder statistics summed over the live processes, per cache.

@@ -126,7 +126,12 @@ impl UserspaceSampler {
     /// Unwinder counters summed over every process sampled so far.
     pub fn unwind_stats(&self) -> UnwindStats {
         let mut total = UnwindStats::default();
-        for s in self.retired.iter().copied().chain(self.targets.values().map(|u| u.stats())) {
+        for s in self
+            .retired
+            .iter()
+            .copied()
+            .chain(self.targets.values().map(|u| u.stats()))
+        {
             total.samples += s.samples;
             total.thread_samples += s.thread_samples;
             total.frames_read += s.frames_read;
@@ -144,7 +149,11 @@ impl UserspaceSampler {
 
     /// Looks for new Python children of the roots (at most once a second).
     fn scan_children(&mut self) {
-        if !self.config.subprocesses || self.last_scan.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+        if !self.config.subprocesses
+            || self
+                .last_scan
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
             return;
         }
         self.last_scan = Some(Instant::now());
@@ -162,7 +171,8 @@ impl UserspaceSampler {
                 match locate_runtime(kid) {
                     Ok(t) => {
                         tracing::info!(pid = kid, version = %t.version(), "following subprocess");
-                        self.targets.insert(kid, Unwinder::new(t, self.config.unwind));
+                        self.targets
+                            .insert(kid, Unwinder::new(t, self.config.unwind));
                     }
                     // Still starting up: try again at the next scan.
                     Err(DiscoveryError::NotInitialized { .. }) => {}
@@ -209,9 +219,8 @@ impl UserspaceSampler {
                 .then(|| PausedThreads::pause(pid, &mut self.stats.seize));
             let result = match &on_cpu {
                 None => unwinder.sample(),
-                Some(on_cpu) => {
-                    unwinder.sample_filtered(|host_tid| host_tid.is_some_and(|t| on_cpu.contains(&t)))
-                }
+                Some(on_cpu) => unwinder
+                    .sample_filtered(|host_tid| host_tid.is_some_and(|t| on_cpu.contains(&t))),
             };
             match result {
                 Ok(samples) => {
@@ -238,7 +247,12 @@ impl UserspaceSampler {
 
     /// Samples at the configured rate until the duration is over, every target exited, or
     /// `stop` is set. `progress` is called about 4 times a second.
-    pub fn run(&mut self, agg: &mut Aggregator, stop: &AtomicBool, mut progress: impl FnMut(&SamplerStats, Duration)) {
+    pub fn run(
+        &mut self,
+        agg: &mut Aggregator,
+        stop: &AtomicBool,
+        mut progress: impl FnMut(&SamplerStats, Duration),
+    ) {
         let period = Duration::from_secs_f64(1.0 / self.config.rate_hz.max(1) as f64);
         let start = Instant::now();
         let mut next = start;
@@ -273,7 +287,9 @@ impl UserspaceSampler {
 /// Host TIDs of the threads of `pid` that are running or runnable (state R).
 fn on_cpu_threads(pid: u32) -> HashSet<u32> {
     let mut out = HashSet::new();
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
     for e in dir.flatten() {
         let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
@@ -282,7 +298,10 @@ fn on_cpu_threads(pid: u32) -> HashSet<u32> {
             continue;
         };
         // Field 3, after the parenthesised comm (which may itself hold spaces or parens).
-        if stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('R')) {
+        if stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('R'))
+        {
             out.insert(tid);
         }
     }

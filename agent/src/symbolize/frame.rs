@@ -47,7 +47,9 @@ impl Frame {
 impl std::fmt::Display for Frame {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.kind, self.line) {
-            (FrameKind::Python, Some(line)) => write!(f, "{} ({}:{})", self.function, self.file, line),
+            (FrameKind::Python, Some(line)) => {
+                write!(f, "{} ({}:{})", self.function, self.file, line)
+            }
             (FrameKind::Python, None) => write!(f, "{} ({})", self.function, self.file),
             _ => write!(f, "{}", self.function),
         }

@@ -53,7 +53,11 @@ impl Cursor<'_> {
 
     fn svarint(&mut self) -> Option<i64> {
         let u = self.varint()?;
-        Some(if u & 1 != 0 { -((u >> 1) as i64) } else { (u >> 1) as i64 })
+        Some(if u & 1 != 0 {
+            -((u >> 1) as i64)
+        } else {
+            (u >> 1) as i64
+        })
     }
 }
 
@@ -61,7 +65,10 @@ impl LineTable {
     /// Decodes `table` for a code object whose first line is `first_line`. Decoding stops at
     /// the first malformed entry; what came before stays usable.
     pub fn decode(table: &[u8], first_line: u32) -> LineTable {
-        let mut cur = Cursor { bytes: table, pos: 0 };
+        let mut cur = Cursor {
+            bytes: table,
+            pos: 0,
+        };
         let mut line = first_line as i64;
         let mut addr: u32 = 0;
         let mut ranges = Vec::new();
@@ -108,10 +115,14 @@ impl LineTable {
             let line = this_line.and_then(|l| u32::try_from(l).ok());
             // Merge neighbours on the same line: fewer ranges, same answers.
             match ranges.last_mut() {
-                Some(LineRange { end, line: last, .. }) if *end == addr && *last == line => {
-                    *end += len
-                }
-                _ => ranges.push(LineRange { start: addr, end: addr + len, line }),
+                Some(LineRange {
+                    end, line: last, ..
+                }) if *end == addr && *last == line => *end += len,
+                _ => ranges.push(LineRange {
+                    start: addr,
+                    end: addr + len,
+                    line,
+                }),
             }
             addr += len;
         }
@@ -157,8 +168,8 @@ mod tests {
         // 0x80|(14<<3)|0 = LONG len1, delta -2 (svarint 5), end line 0, cols 1, 1 (line 1)
         // 0x80|(0<<3)|0  = SHORT0 len1 (line 1)
         let table = [
-            0xe8, 0x00, 0xda, 8, 13, 0xd1, 4, 9, 0xd8, 4, 12, 0xf9, 0xf0, 0x05, 0x00, 0x01,
-            0x01, 0x80, 0x12,
+            0xe8, 0x00, 0xda, 8, 13, 0xd1, 4, 9, 0xd8, 4, 12, 0xf9, 0xf0, 0x05, 0x00, 0x01, 0x01,
+            0x80, 0x12,
         ];
         let t = LineTable::decode(&table, 1);
         let lines: Vec<_> = (0..12).map(|a| t.line_at(a)).collect();
@@ -193,8 +204,9 @@ mod tests {
     #[test]
     fn garbage_does_not_panic() {
         for seed in 0..200u32 {
-            let bytes: Vec<u8> =
-                (0..64).map(|i| (seed.wrapping_mul(2654435761).wrapping_add(i * 97) >> 7) as u8).collect();
+            let bytes: Vec<u8> = (0..64)
+                .map(|i| (seed.wrapping_mul(2654435761).wrapping_add(i * 97) >> 7) as u8)
+                .collect();
             let t = LineTable::decode(&bytes, 1);
             let _ = t.line_at(seed);
         }

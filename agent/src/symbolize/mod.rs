@@ -132,7 +132,7 @@ impl Symbolizer {
         mem: &mut impl ProcessMemory,
         addr: u64,
     ) -> Result<Option<Arc<CodeInfo>>, ObjectError> {
-        if addr == 0 || addr % 8 != 0 {
+        if addr == 0 || !addr.is_multiple_of(8) {
             return Ok(None);
         }
         let need_check = self.generation.is_none();
@@ -174,7 +174,11 @@ impl Symbolizer {
         }
         self.cache.insert(
             addr,
-            CodeEntry { info: info.clone(), fingerprint, checked_epoch: self.epoch },
+            CodeEntry {
+                info: info.clone(),
+                fingerprint,
+                checked_epoch: self.epoch,
+            },
         );
         Ok(Some(info))
     }
@@ -183,7 +187,10 @@ impl Symbolizer {
     pub fn frame(&self, info: &CodeInfo, ip: u64, bytecode_base: u64) -> Frame {
         let line = if ip < bytecode_base {
             // ≤3.12 `prev_instr` of a frame that has not started is `base - 1`.
-            self.offsets.frame.ip_is_prev_instr.then_some(info.first_line)
+            self.offsets
+                .frame
+                .ip_is_prev_instr
+                .then_some(info.first_line)
         } else {
             let addrq = (ip - bytecode_base) / 2;
             if addrq < info.len_units {

@@ -23,9 +23,17 @@ pub enum ObjectError {
 }
 
 /// Reads a `str` object at `addr` (compact ASCII, compact 1/2/4-byte kinds, or legacy).
-pub fn read_str(mem: &mut impl ProcessMemory, o: &Offsets, addr: u64) -> Result<String, ObjectError> {
+pub fn read_str(
+    mem: &mut impl ProcessMemory,
+    o: &Offsets,
+    addr: u64,
+) -> Result<String, ObjectError> {
     let u = &o.unicode_object;
-    let header_len = u.compactunicodeobject_size.max(u.state + 4).max(u.length + 8) + 8;
+    let header_len = u
+        .compactunicodeobject_size
+        .max(u.state + 4)
+        .max(u.length + 8)
+        + 8;
     let mut header = [0u8; 128];
     let header = &mut header[..header_len.min(128) as usize];
     mem.read(addr, header)?;
@@ -54,13 +62,19 @@ pub fn read_str(mem: &mut impl ProcessMemory, o: &Offsets, addr: u64) -> Result<
             .collect(),
         _ => raw
             .chunks_exact(4)
-            .map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('\u{fffd}'))
+            .map(|c| {
+                char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('\u{fffd}')
+            })
             .collect(),
     })
 }
 
 /// Reads the contents of a `bytes` object at `addr`.
-pub fn read_bytes(mem: &mut impl ProcessMemory, o: &Offsets, addr: u64) -> Result<Vec<u8>, ObjectError> {
+pub fn read_bytes(
+    mem: &mut impl ProcessMemory,
+    o: &Offsets,
+    addr: u64,
+) -> Result<Vec<u8>, ObjectError> {
     let b = &o.bytes_object;
     let len = mem.read_u64(addr + b.ob_size)?;
     if len > MAX_BYTES_LEN {
@@ -83,15 +97,26 @@ mod tests {
     #[test]
     fn reads_every_kind() {
         let o = builtin_offsets(PythonVersion::new(3, 12, 1)).expect("table");
-        let mut mem = FakeMemory { base: 0x1000, bytes: vec![0; 4096] };
+        let mut mem = FakeMemory {
+            base: 0x1000,
+            bytes: vec![0; 4096],
+        };
         // compact ASCII "abc": state kind=1, compact, ascii
         put(&mut mem, 0x1000 + 16, &3u64.to_le_bytes());
-        put(&mut mem, 0x1000 + 32, &((1u32 << 2) | (1 << 5) | (1 << 6)).to_le_bytes());
+        put(
+            &mut mem,
+            0x1000 + 32,
+            &((1u32 << 2) | (1 << 5) | (1 << 6)).to_le_bytes(),
+        );
         put(&mut mem, 0x1000 + 40, b"abc");
         assert_eq!(read_str(&mut mem, &o, 0x1000).expect("str"), "abc");
         // compact UCS-2 "é€"
         put(&mut mem, 0x1100 + 16, &2u64.to_le_bytes());
-        put(&mut mem, 0x1100 + 32, &((2u32 << 2) | (1 << 5)).to_le_bytes());
+        put(
+            &mut mem,
+            0x1100 + 32,
+            &((2u32 << 2) | (1 << 5)).to_le_bytes(),
+        );
         put(&mut mem, 0x1100 + 56, &[0xe9, 0x00, 0xac, 0x20]);
         assert_eq!(read_str(&mut mem, &o, 0x1100).expect("str"), "é€");
         // garbage kind

@@ -84,13 +84,22 @@ impl FrameCache {
         if self.entries.len() >= MAX_THREADS && !self.entries.contains_key(&key) {
             return;
         }
-        let frames: Vec<CachedFrame> =
-            frames.filter(|f| f.frame.kind != FrameKind::Gc).take(MAX_CACHED_FRAMES + 1).collect();
+        let frames: Vec<CachedFrame> = frames
+            .filter(|f| f.frame.kind != FrameKind::Gc)
+            .take(MAX_CACHED_FRAMES + 1)
+            .collect();
         if frames.len() > MAX_CACHED_FRAMES {
             self.entries.remove(&key);
             return;
         }
-        self.entries.insert(key, Entry { seq, frames, seen: self.round });
+        self.entries.insert(
+            key,
+            Entry {
+                seq,
+                frames,
+                seen: self.round,
+            },
+        );
     }
 
     /// Drops the entry of a thread (its sample failed validation).
@@ -138,7 +147,11 @@ mod tests {
     fn full_hit_needs_same_top_and_seq() {
         let mut c = FrameCache::new();
         let key = (0x1000, 7);
-        c.store(key, 5, vec![f(0x30, "leaf"), f(0x20, "mid"), f(0x10, "main")].into_iter());
+        c.store(
+            key,
+            5,
+            vec![f(0x30, "leaf"), f(0x20, "mid"), f(0x10, "main")].into_iter(),
+        );
         assert_eq!(c.full_hit(key, 0x30, 5).map(|s| s.len()), Some(2));
         assert!(c.full_hit(key, 0x30, 6).is_none(), "anchor moved since");
         assert!(c.full_hit((0x1000, 8), 0x30, 5).is_none(), "another thread");
@@ -152,7 +165,11 @@ mod tests {
     fn splice_checks_sequence_arithmetic() {
         let mut c = FrameCache::new();
         let key = (0x1000, 7);
-        c.store(key, 10, vec![f(0x30, "a_leaf"), f(0x20, "a_parent"), f(0x10, "main")].into_iter());
+        c.store(
+            key,
+            10,
+            vec![f(0x30, "a_leaf"), f(0x20, "a_parent"), f(0x10, "main")].into_iter(),
+        );
         // Anchor reached at 0x20 after one departure (a_leaf returned): seq 11.
         let tail = c.splice(key, 0x20, 11).expect("one pop, seq +1");
         assert_eq!(tail.len(), 1);
@@ -168,8 +185,15 @@ mod tests {
     fn pseudo_frames_do_not_count_as_pops() {
         let mut c = FrameCache::new();
         let key = (1, 1);
-        let native = CachedFrame { addr: 0, frame: Frame::pseudo(FrameKind::Native) };
-        c.store(key, 0, vec![f(0x30, "cb"), native, f(0x20, "caller"), f(0x10, "main")].into_iter());
+        let native = CachedFrame {
+            addr: 0,
+            frame: Frame::pseudo(FrameKind::Native),
+        };
+        c.store(
+            key,
+            0,
+            vec![f(0x30, "cb"), native, f(0x20, "caller"), f(0x10, "main")].into_iter(),
+        );
         assert_eq!(c.splice(key, 0x20, 1).map(|t| t.len()), Some(1));
     }
 

@@ -73,7 +73,12 @@ pub struct UnwindOptions {
 
 impl Default for UnwindOptions {
     fn default() -> Self {
-        UnwindOptions { native: false, gc: true, frame_cache: true, max_depth: 4096 }
+        UnwindOptions {
+            native: false,
+            gc: true,
+            frame_cache: true,
+            max_depth: 4096,
+        }
     }
 }
 
@@ -124,7 +129,9 @@ impl ThreadNames {
     /// The namespace TID of a host TID (itself outside containers).
     fn ns_tid_of(&mut self, pid: u32, host_tid: u32) -> u32 {
         let find = |m: &HashMap<u32, (u32, Option<String>)>| {
-            m.iter().find(|(_, (h, _))| *h == host_tid).map(|(ns, _)| *ns)
+            m.iter()
+                .find(|(_, (h, _))| *h == host_tid)
+                .map(|(ns, _)| *ns)
         };
         if let Some(ns) = find(&self.by_ns_tid) {
             return ns;
@@ -212,8 +219,10 @@ impl Unwinder {
         let runtime = self.target.runtime_addr;
         let err = |e| UnwindError::from_memory(pid, e);
         let mut out = Vec::new();
-        let mut interp_addr =
-            self.mem.read_u64(runtime + o.runtime_state.interpreters_head).map_err(err)?;
+        let mut interp_addr = self
+            .mem
+            .read_u64(runtime + o.runtime_state.interpreters_head)
+            .map_err(err)?;
         while interp_addr != 0 && out.len() < threads::MAX_INTERPRETERS {
             let (interp, next) =
                 threads::read_interpreter(&mut self.mem, &o, runtime, interp_addr).map_err(err)?;
@@ -267,7 +276,9 @@ impl Unwinder {
                     Ok(Some(s)) => out.push(s),
                     Ok(None) => {}
                     Err(MemoryError::Gone { .. }) => {
-                        return Err(UnwindError::Gone { pid: self.target.pid })
+                        return Err(UnwindError::Gone {
+                            pid: self.target.pid,
+                        })
                     }
                     Err(e @ MemoryError::Denied { .. }) => return Err(UnwindError::Denied(e)),
                     Err(_) => self.stats.torn += 1,
@@ -288,7 +299,10 @@ impl Unwinder {
 
     fn make_sample(&mut self, t: &ThreadInfo, frames: Vec<Frame>, truncated: bool) -> ThreadSample {
         let pid = self.target.pid;
-        let name = self.names.lookup(pid, t.native_thread_id).and_then(|(_, n)| n.clone());
+        let name = self
+            .names
+            .lookup(pid, t.native_thread_id)
+            .and_then(|(_, n)| n.clone());
         ThreadSample {
             pid,
             tid: t.native_thread_id,
@@ -306,7 +320,10 @@ impl Unwinder {
         t: &ThreadInfo,
     ) -> Result<Option<ThreadSample>, MemoryError> {
         if t.top_frame == 0 {
-            let frames = self.gc_marker_without_frame(interp, t).into_iter().collect();
+            let frames = self
+                .gc_marker_without_frame(interp, t)
+                .into_iter()
+                .collect();
             return Ok(Some(self.make_sample(t, frames, false)));
         }
         let key: ThreadKey = (t.addr, t.native_thread_id);
@@ -314,9 +331,11 @@ impl Unwinder {
 
         // Full hit: nothing returned past the anchor and the top frame is the anchor.
         if let Some((anchor_frame, seq)) = anchor.filter(|(a, _)| *a == t.top_frame) {
-            if let Some(tail) = self.frame_cache.as_mut().and_then(|fc| {
-                fc.full_hit(key, anchor_frame, seq).map(|s| s.to_vec())
-            }) {
+            if let Some(tail) = self
+                .frame_cache
+                .as_mut()
+                .and_then(|fc| fc.full_hit(key, anchor_frame, seq).map(|s| s.to_vec()))
+            {
                 // The top frame's line moves while it runs: always read it fresh.
                 let top = walk::read_frame(&mut self.mem, &self.target.offsets, t.top_frame)?;
                 let mut resolved = Vec::with_capacity(tail.len() + 2);
@@ -339,7 +358,8 @@ impl Unwinder {
         raw.clear();
         let stop_at = anchor.map(|(a, _)| a).filter(|&a| a != 0);
         let result = (|| -> Result<Option<(Vec<CachedFrame>, WalkEnd)>, MemoryError> {
-            let mut end = walk::walk_frames(&mut self.mem, &o, t.top_frame, stop_at, max_depth, &mut raw)?;
+            let mut end =
+                walk::walk_frames(&mut self.mem, &o, t.top_frame, stop_at, max_depth, &mut raw)?;
             let mut spliced: Option<Vec<CachedFrame>> = None;
             if end == WalkEnd::Anchor {
                 let (anchor_frame, seq) = anchor.expect("stopped at an anchor");
@@ -410,7 +430,12 @@ impl Unwinder {
     }
 
     /// Adds a `<GC>` marker for versions that only say "collecting" and drops addresses.
-    fn finish(&self, interp: &InterpreterInfo, t: &ThreadInfo, resolved: Vec<CachedFrame>) -> Vec<Frame> {
+    fn finish(
+        &self,
+        interp: &InterpreterInfo,
+        t: &ThreadInfo,
+        resolved: Vec<CachedFrame>,
+    ) -> Vec<Frame> {
         let mut frames = Vec::with_capacity(resolved.len() + 1);
         frames.extend(self.gc_marker_without_frame(interp, t));
         frames.extend(resolved.into_iter().map(|c| c.frame));
@@ -428,9 +453,15 @@ impl Unwinder {
     }
 
     /// Re-reads the live anchor pair, bypassing the page cache.
-    fn anchor_unchanged(&mut self, t: &ThreadInfo, frame: u64, seq: u64) -> Result<bool, MemoryError> {
+    fn anchor_unchanged(
+        &mut self,
+        t: &ThreadInfo,
+        frame: u64,
+        seq: u64,
+    ) -> Result<bool, MemoryError> {
         let ts = &self.target.offsets.thread_state;
-        let (Some(f_off), Some(s_off)) = (ts.last_profiled_frame, ts.last_profiled_frame_seq) else {
+        let (Some(f_off), Some(s_off)) = (ts.last_profiled_frame, ts.last_profiled_frame_seq)
+        else {
             return Ok(false);
         };
         let mut b = [0u8; 8];
@@ -441,8 +472,15 @@ impl Unwinder {
     }
 
     fn write_anchor(&mut self, t: &ThreadInfo, frame: u64) {
-        let Some(off) = self.target.offsets.thread_state.last_profiled_frame else { return };
-        if self.mem.remote().write(t.addr + off, &frame.to_le_bytes()).is_ok() {
+        let Some(off) = self.target.offsets.thread_state.last_profiled_frame else {
+            return;
+        };
+        if self
+            .mem
+            .remote()
+            .write(t.addr + off, &frame.to_le_bytes())
+            .is_ok()
+        {
             self.stats.anchor_writes += 1;
         }
     }
@@ -450,7 +488,9 @@ impl Unwinder {
     /// Writes 0 into every thread's anchor (at attach time).
     fn clear_anchors(&mut self) {
         self.mem.begin_sample();
-        let Ok(interpreters) = self.threads() else { return };
+        let Ok(interpreters) = self.threads() else {
+            return;
+        };
         for (_, threads) in interpreters {
             for t in threads {
                 if t.anchor.is_some_and(|(a, _)| a != 0) {
@@ -469,7 +509,10 @@ impl Unwinder {
         out: &mut Vec<CachedFrame>,
     ) -> Result<(), MemoryError> {
         let o = self.target.offsets;
-        let pseudo = |kind| CachedFrame { addr: 0, frame: Frame::pseudo(kind) };
+        let pseudo = |kind| CachedFrame {
+            addr: 0,
+            frame: Frame::pseudo(kind),
+        };
         for f in raw {
             if self.options.gc && interp.gc_frame == Some(f.addr) {
                 out.push(pseudo(FrameKind::Gc));
@@ -490,7 +533,11 @@ impl Unwinder {
                 }
                 Err(ObjectError::Memory(e)) => return Err(e),
                 Err(ObjectError::Malformed { addr }) => {
-                    return Err(MemoryError::Fault { pid: self.target.pid, addr, len: 0 })
+                    return Err(MemoryError::Fault {
+                        pid: self.target.pid,
+                        addr,
+                        len: 0,
+                    })
                 }
             };
             // 3.13+ pushes a shim frame running `__init__` cleanup for specialised class calls;
@@ -499,7 +546,10 @@ impl Unwinder {
                 continue;
             }
             let base = self.bytecode_base(f)?;
-            out.push(CachedFrame { addr: f.addr, frame: self.symbolizer.frame(&info, f.ip, base) });
+            out.push(CachedFrame {
+                addr: f.addr,
+                frame: self.symbolizer.frame(&info, f.ip, base),
+            });
             if self.options.native && f.is_entry && f.previous != 0 {
                 out.push(pseudo(FrameKind::Native));
             }

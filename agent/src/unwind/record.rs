@@ -41,7 +41,9 @@ pub enum ExternalSkip {
 impl Unwinder {
     /// Resets per-batch state and reads the interpreters (for `<GC>`, the code-object cache
     /// generation and the thread map): call once before resolving a batch of records.
-    pub fn begin_batch(&mut self) -> Result<Vec<(InterpreterInfo, Vec<super::ThreadInfo>)>, super::UnwindError> {
+    pub fn begin_batch(
+        &mut self,
+    ) -> Result<Vec<(InterpreterInfo, Vec<super::ThreadInfo>)>, super::UnwindError> {
         self.mem.begin_sample();
         let interpreters = self.threads()?;
         if let Some((interp, _)) = interpreters.first() {
@@ -79,13 +81,19 @@ impl Unwinder {
         self.stats.frames_read += raw.len() as u64;
         if walk.anchor_hit {
             let (anchor, seq) = walk.anchor;
-            let tail = self.frame_cache.as_mut().and_then(|fc| fc.splice(key, anchor, seq).map(|t| t.to_vec()));
+            let tail = self
+                .frame_cache
+                .as_mut()
+                .and_then(|fc| fc.splice(key, anchor, seq).map(|t| t.to_vec()));
             let Some(tail) = tail else {
                 // An anchor we cannot vouch for (left by another profiler, or its record was
                 // lost): clear it, so the next walk of this thread is complete.
                 self.stats.cache_misses += 1;
                 if let Some(off) = self.target.offsets.thread_state.last_profiled_frame {
-                    let _ = self.mem.remote().write(walk.tstate + off, &0u64.to_le_bytes());
+                    let _ = self
+                        .mem
+                        .remote()
+                        .write(walk.tstate + off, &0u64.to_le_bytes());
                 }
                 if let Some(fc) = self.frame_cache.as_mut() {
                     fc.forget(key);
@@ -110,7 +118,10 @@ impl Unwinder {
             }
         }
         let ns_tid = self.names.ns_tid_of(self.target.pid, walk.host_tid);
-        let name = self.names.lookup(self.target.pid, ns_tid).and_then(|(_, n)| n.clone());
+        let name = self
+            .names
+            .lookup(self.target.pid, ns_tid)
+            .and_then(|(_, n)| n.clone());
         let holds_gil = None;
         Ok(ThreadSample {
             pid: self.target.pid,

@@ -75,7 +75,14 @@ pub fn read_interpreter(
         GilLocation::ThreadFlag { .. } | GilLocation::None => None,
     };
     Ok((
-        InterpreterInfo { addr, threads_head, code_generation, gc_collecting, gc_frame, gil_holder },
+        InterpreterInfo {
+            addr,
+            threads_head,
+            code_generation,
+            gc_collecting,
+            gc_frame,
+            gil_holder,
+        },
         next,
     ))
 }
@@ -105,7 +112,11 @@ pub fn read_thread(
     let mut top_frame = buf.u64_at(t.current_frame);
     if let Some(off) = t.cframe_current_frame {
         // 3.11/3.12: `current_frame` is a `_PyCFrame*`; the frame is one more hop away.
-        top_frame = if top_frame == 0 { 0 } else { mem.read_u64(top_frame + off)? };
+        top_frame = if top_frame == 0 {
+            0
+        } else {
+            mem.read_u64(top_frame + off)?
+        };
     }
     let anchor = match (t.last_profiled_frame, t.last_profiled_frame_seq) {
         (Some(f), Some(s)) => Some((buf.u64_at(f), buf.u64_at(s))),

@@ -36,7 +36,11 @@ pub enum WalkEnd {
 }
 
 /// Reads one frame at `addr`.
-pub fn read_frame(mem: &mut impl ProcessMemory, o: &Offsets, addr: u64) -> Result<RawFrame, MemoryError> {
+pub fn read_frame(
+    mem: &mut impl ProcessMemory,
+    o: &Offsets,
+    addr: u64,
+) -> Result<RawFrame, MemoryError> {
     let f = &o.interpreter_frame;
     let mut buf = [0u8; 128];
     let buf = &mut buf[..o.frame_read_len().min(128)];
@@ -67,7 +71,7 @@ pub fn walk_frames(
         if out.len() - start_len >= max_depth {
             return Ok(WalkEnd::DepthLimit);
         }
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             return Ok(WalkEnd::Corrupt);
         }
         let frame = read_frame(mem, o, addr)?;
@@ -96,7 +100,10 @@ mod tests {
     /// Frames of the 3.12 layout (80 bytes, previous @8) at BASE + 128*i, linked as `links`
     /// says: `links[i]` is the index of frame i's caller, None for the bottom.
     fn chain(links: &[Option<usize>]) -> FakeMemory {
-        let mut mem = FakeMemory { base: BASE, bytes: vec![0; 128 * links.len() + 128] };
+        let mut mem = FakeMemory {
+            base: BASE,
+            bytes: vec![0; 128 * links.len() + 128],
+        };
         for (i, link) in links.iter().enumerate() {
             let at = 128 * i;
             let prev = link.map(|j| BASE + 128 * j as u64).unwrap_or(0);
@@ -116,7 +123,10 @@ mod tests {
         let mut out = Vec::new();
         let end = walk_frames(&mut mem, &offsets(), BASE, None, 100, &mut out).expect("readable");
         assert_eq!(end, WalkEnd::Bottom);
-        assert_eq!(out.iter().map(|f| f.code).collect::<Vec<_>>(), [0x9000, 0x9001, 0x9002]);
+        assert_eq!(
+            out.iter().map(|f| f.code).collect::<Vec<_>>(),
+            [0x9000, 0x9001, 0x9002]
+        );
     }
 
     #[test]
@@ -130,7 +140,10 @@ mod tests {
         // A frame that is its own caller is caught at once.
         let mut mem = chain(&[Some(0)]);
         out.clear();
-        assert_eq!(walk_frames(&mut mem, &offsets(), BASE, None, 50, &mut out), Ok(WalkEnd::Corrupt));
+        assert_eq!(
+            walk_frames(&mut mem, &offsets(), BASE, None, 50, &mut out),
+            Ok(WalkEnd::Corrupt)
+        );
     }
 
     #[test]
@@ -144,7 +157,10 @@ mod tests {
         // Misaligned pointer.
         let mut mem = chain(&[None]);
         out.clear();
-        assert_eq!(walk_frames(&mut mem, &offsets(), BASE + 3, None, 50, &mut out), Ok(WalkEnd::Corrupt));
+        assert_eq!(
+            walk_frames(&mut mem, &offsets(), BASE + 3, None, 50, &mut out),
+            Ok(WalkEnd::Corrupt)
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use pyagent_tests::stacks::{pyagent_bin, marker_line, run_pyagent, script};
+use pyagent_tests::stacks::{marker_line, pyagent_bin, run_pyagent, script};
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
 
@@ -46,7 +46,7 @@ fn pid_that_is_not_python() {
 #[test]
 fn pid_that_does_not_exist() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    // PIDs above pid_max never exist.
+                   // PIDs above pid_max never exist.
     let out = run_pyagent(&["dump", "--pid", "4194305"]);
     assert_one_line_error(&out, "does not exist");
 }
@@ -222,7 +222,7 @@ fn target_exits_while_recorded(
     py: &str,
 ) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    // busy.py with a deadline: it exits on its own after 1 s while pyagent records (no -d).
+                   // busy.py with a deadline: it exits on its own after 1 s while pyagent records (no -d).
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &["1"]);
     p.wait_for_line("ready", Duration::from_secs(30));
     let dir = tempfile_dir(&format!("exit-{py}"));

@@ -27,7 +27,11 @@ fn pprof_raw(file: &Path) -> String {
         .env("PPROF_TMPDIR", &home)
         .output()
         .unwrap_or_else(|e| panic!("cannot run go tool pprof ({e}): apt-get install golang-go"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -50,7 +54,15 @@ impl Agent {
 /// Starts `pyagent --all-python` for `secs` and waits for its start line.
 fn start_agent(dir: &Path, secs: &str, extra: &[&str]) -> Agent {
     let mut child = Command::new(pyagent_bin())
-        .args(["--all-python", "--mode", "ebpf", "-d", secs, "-o", dir.to_str().expect("utf-8")])
+        .args([
+            "--all-python",
+            "--mode",
+            "ebpf",
+            "-d",
+            secs,
+            "-o",
+            dir.to_str().expect("utf-8"),
+        ])
         .args(extra)
         .stderr(Stdio::piped())
         .spawn()
@@ -87,20 +99,33 @@ fn profile_of(dir: &Path, pid: u32, agent_log: &str) -> PathBuf {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.to_string_lossy().ends_with(&suffix))
         .unwrap_or_else(|| {
-            let all: Vec<_> = std::fs::read_dir(dir).expect("dir").filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
-            panic!("no profile for pid {pid} in {}: {all:?}; agent said: {agent_log}", dir.display())
+            let all: Vec<_> = std::fs::read_dir(dir)
+                .expect("dir")
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name())
+                .collect();
+            panic!(
+                "no profile for pid {pid} in {}: {all:?}; agent said: {agent_log}",
+                dir.display()
+            )
         })
 }
 
 /// Checks that every `busy.py` frame in a profile is at a line where that function is.
 fn assert_busy_profile(raw: &str, what: &str) {
-    let hot: Vec<u32> = (marker_line("busy.py", "hot_def")..=marker_line("busy.py", "hot_end")).collect();
+    let hot: Vec<u32> =
+        (marker_line("busy.py", "hot_def")..=marker_line("busy.py", "hot_end")).collect();
     let warm = marker_line("busy.py", "warm");
     let module = marker_line("busy.py", "module");
     let mut seen = BTreeMap::new();
     for l in raw.lines().filter(|l| l.contains("busy.py:")) {
         let func = l.split_whitespace().nth(3).expect("function");
-        let line: u32 = l.split("busy.py:").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).expect("line");
+        let line: u32 = l
+            .split("busy.py:")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .expect("line");
         let ok = match func {
             "hot" => hot.contains(&line),
             "warm" => line == warm,
@@ -110,7 +135,10 @@ fn assert_busy_profile(raw: &str, what: &str) {
         assert!(ok, "{what}: unexpected frame {func} at line {line}: {l}");
         *seen.entry(func.to_string()).or_insert(0) += 1;
     }
-    assert!(seen.contains_key("hot") && seen.contains_key("warm") && seen.contains_key("<module>"), "{what}: {raw}");
+    assert!(
+        seen.contains_key("hot") && seen.contains_key("warm") && seen.contains_key("<module>"),
+        "{what}: {raw}"
+    );
 }
 
 #[test]
@@ -120,7 +148,8 @@ fn all_python_profiles_every_interpreter_at_once() {
     let procs: Vec<PythonProcess> = MATRIX
         .iter()
         .map(|name| {
-            let mut p = PythonProcess::spawn(Interpreter::by_name(name), &script("busy.py"), &["20"]);
+            let mut p =
+                PythonProcess::spawn(Interpreter::by_name(name), &script("busy.py"), &["20"]);
             p.wait_for_line("ready", Duration::from_secs(30));
             p
         })
@@ -130,7 +159,10 @@ fn all_python_profiles_every_interpreter_at_once() {
     for (name, p) in MATRIX.iter().zip(&procs) {
         let raw = pprof_raw(&profile_of(&dir, p.pid(), &log));
         assert_busy_profile(&raw, name);
-        assert!(raw.contains(&format!("pid:[{}]", p.pid())), "{name}: labelled with its pid");
+        assert!(
+            raw.contains(&format!("pid:[{}]", p.pid())),
+            "{name}: labelled with its pid"
+        );
     }
 }
 
@@ -149,8 +181,14 @@ fn process_started_later_and_process_exiting_midway() {
     let log = agent.finish();
     let log = format!("{log} (early {}, late {})", early.pid(), late.pid());
     early.wait_exit(Duration::from_secs(10));
-    assert_busy_profile(&pprof_raw(&profile_of(&dir, early.pid(), &log)), "exited process");
-    assert_busy_profile(&pprof_raw(&profile_of(&dir, late.pid(), &log)), "late process");
+    assert_busy_profile(
+        &pprof_raw(&profile_of(&dir, early.pid(), &log)),
+        "exited process",
+    );
+    assert_busy_profile(
+        &pprof_raw(&profile_of(&dir, late.pid(), &log)),
+        "late process",
+    );
 }
 
 #[test]
@@ -173,8 +211,17 @@ fn process_in_a_new_pid_namespace() {
     // The Python process is unshare's child; in its namespace it is pid 1.
     let deadline = Instant::now() + Duration::from_secs(10);
     let host_pid = loop {
-        let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", unshare.id(), unshare.id())).unwrap_or_default();
-        if let Some(pid) = kids.split_whitespace().next().and_then(|s| s.parse::<u32>().ok()) {
+        let kids = std::fs::read_to_string(format!(
+            "/proc/{}/task/{}/children",
+            unshare.id(),
+            unshare.id()
+        ))
+        .unwrap_or_default();
+        if let Some(pid) = kids
+            .split_whitespace()
+            .next()
+            .and_then(|s| s.parse::<u32>().ok())
+        {
             break pid;
         }
         assert!(Instant::now() < deadline, "unshare's child did not appear");
@@ -186,7 +233,10 @@ fn process_in_a_new_pid_namespace() {
     let _ = unshare.wait();
     let raw = pprof_raw(&profile_of(&dir, host_pid, &log));
     assert_busy_profile(&raw, "pid namespace");
-    assert!(raw.contains(&format!("pid:[{host_pid}]")), "host pid label: {raw}");
+    assert!(
+        raw.contains(&format!("pid:[{host_pid}]")),
+        "host pid label: {raw}"
+    );
     assert!(raw.contains("ns_pid:[1]"), "in-namespace pid label: {raw}");
 }
 
@@ -213,7 +263,10 @@ fn shares(raw: &str) -> BTreeMap<String, f64> {
             }
         } else if let Some((counts, ids)) = t.split_once(": ") {
             let mut c = counts.split_whitespace();
-            if let (Some(Ok(n)), Some(Ok(leaf))) = (c.next().map(str::parse::<u64>), ids.split_whitespace().next().map(str::parse::<u64>)) {
+            if let (Some(Ok(n)), Some(Ok(leaf))) = (
+                c.next().map(str::parse::<u64>),
+                ids.split_whitespace().next().map(str::parse::<u64>),
+            ) {
                 samples.push((n, leaf));
             }
         }
@@ -221,7 +274,8 @@ fn shares(raw: &str) -> BTreeMap<String, f64> {
     let total: u64 = samples.iter().map(|s| s.0).sum();
     let mut out = BTreeMap::new();
     for (n, leaf) in samples {
-        *out.entry(locs.get(&leaf).cloned().unwrap_or_default()).or_insert(0.0) += 100.0 * n as f64 / total as f64;
+        *out.entry(locs.get(&leaf).cloned().unwrap_or_default())
+            .or_insert(0.0) += 100.0 * n as f64 / total as f64;
     }
     out
 }
@@ -237,8 +291,24 @@ fn ebpf_and_userspace_agree() {
     let mut result = Vec::new();
     for mode in ["ebpf", "userspace"] {
         let file = dir.join(format!("{mode}.pb.gz"));
-        let out = run_pyagent(&["record", "--pid", &pid, "--mode", mode, "-d", "3", "-r", "199", "-o", file.to_str().expect("utf-8")]);
-        assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = run_pyagent(&[
+            "record",
+            "--pid",
+            &pid,
+            "--mode",
+            mode,
+            "-d",
+            "3",
+            "-r",
+            "199",
+            "-o",
+            file.to_str().expect("utf-8"),
+        ]);
+        assert!(
+            out.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let raw = pprof_raw(&file);
         assert_busy_profile(&raw, mode);
         result.push(shares(&raw));
@@ -246,8 +316,14 @@ fn ebpf_and_userspace_agree() {
     let (ebpf, user) = (&result[0], &result[1]);
     // Same functions where it matters: a function absent from one profile has share 0 there.
     for f in ebpf.keys().chain(user.keys()) {
-        let (a, b) = (ebpf.get(f).copied().unwrap_or(0.0), user.get(f).copied().unwrap_or(0.0));
-        assert!((a - b).abs() <= 5.0, "{f}: {a:.1}% (ebpf) vs {b:.1}% (userspace): {ebpf:?} vs {user:?}");
+        let (a, b) = (
+            ebpf.get(f).copied().unwrap_or(0.0),
+            user.get(f).copied().unwrap_or(0.0),
+        );
+        assert!(
+            (a - b).abs() <= 5.0,
+            "{f}: {a:.1}% (ebpf) vs {b:.1}% (userspace): {ebpf:?} vs {user:?}"
+        );
     }
     assert!(ebpf.get("hot").is_some_and(|s| *s > 50.0), "{ebpf:?}");
 }

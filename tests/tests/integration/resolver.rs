@@ -81,7 +81,10 @@ fn deep_recursion_is_complete(
     ] {
         let frames = parked_stack(&p, options, &top);
         let mut expected = vec![top.clone()];
-        expected.extend(std::iter::repeat(at("recurse", "recursion.py", "recurse")).take(1000));
+        expected.extend(std::iter::repeat_n(
+            at("recurse", "recursion.py", "recurse"),
+            1000,
+        ));
         expected.push(at("<module>", "recursion.py", "module"));
         assert_eq!(
             frames.len(),

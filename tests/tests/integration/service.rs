@@ -12,19 +12,30 @@ use pyagent_tests::{Interpreter, PythonProcess};
 
 /// A free loopback port (bound, then released for the child to take).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 /// GET `path` from 127.0.0.1:`port`; None while nothing listens.
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).ok()?;
     let text = String::from_utf8_lossy(&buf).into_owned();
     let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Some((status, body))
 }
 
@@ -48,7 +59,8 @@ struct Service {
 
 impl Service {
     fn start(tag: &str, interval: &str) -> Service {
-        let dir = std::env::temp_dir().join(format!("pyagent-service-{tag}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("pyagent-service-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let port = free_port();
         let child = Command::new(pyagent_bin())
@@ -59,13 +71,19 @@ impl Service {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start pyagent service");
-        wait_for("/healthz", Duration::from_secs(60), || http_get(port, "/healthz").filter(|(s, _)| *s == 200));
+        wait_for("/healthz", Duration::from_secs(60), || {
+            http_get(port, "/healthz").filter(|(s, _)| *s == 200)
+        });
         Service { child, port, dir }
     }
 
     fn profiles(&self) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(&self.dir)
-            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.to_string_lossy().ends_with(".pb.gz")).collect())
+            .map(|d| {
+                d.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
+                    .collect()
+            })
             .unwrap_or_default();
         v.sort();
         v
@@ -77,7 +95,10 @@ impl Service {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let out = std::mem::replace(&mut self.child, Command::new("true").spawn().expect("true"));
         let out = out.wait_with_output().expect("service exits");
-        (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 }
 
@@ -98,7 +119,12 @@ fn go_pprof_raw(file: &Path) -> String {
         .env("PPROF_TMPDIR", &home)
         .output()
         .unwrap_or_else(|e| panic!("cannot run go tool pprof ({e}): apt-get install golang-go"));
-    assert!(out.status.success(), "{}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -110,10 +136,18 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
     p.wait_for_line("ready", Duration::from_secs(30));
     let svc = Service::start("cuts", "2s");
     // Profiles every interval.
-    wait_for("two profiles of the target", Duration::from_secs(60), || {
-        let n = svc.profiles().iter().filter(|f| f.to_string_lossy().contains(&format!("-{}-", p.pid()))).count();
-        (n >= 2).then_some(())
-    });
+    wait_for(
+        "two profiles of the target",
+        Duration::from_secs(60),
+        || {
+            let n = svc
+                .profiles()
+                .iter()
+                .filter(|f| f.to_string_lossy().contains(&format!("-{}-", p.pid())))
+                .count();
+            (n >= 2).then_some(())
+        },
+    );
     // Metrics: the exposition passes promtool and counts what happened.
     let (status, metrics) = http_get(svc.port, "/metrics").expect("metrics");
     assert_eq!(status, 200);
@@ -124,10 +158,23 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run promtool ({e}): apt-get install prometheus"));
-    promtool.stdin.take().expect("stdin").write_all(metrics.as_bytes()).expect("write");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(metrics.as_bytes())
+        .expect("write");
     let out = promtool.wait_with_output().expect("promtool");
-    assert!(out.status.success(), "promtool: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(metrics.contains("pyagent_processes{state=\"ready\"}"), "{metrics}");
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        metrics.contains("pyagent_processes{state=\"ready\"}"),
+        "{metrics}"
+    );
     let samples: f64 = metrics
         .lines()
         .find(|l| l.starts_with("pyagent_samples_total "))
@@ -139,13 +186,26 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
     assert!(status.success(), "{stderr}");
     // Every profile written is a valid pprof with the target's functions and labels.
     let dir = std::env::temp_dir().join(format!("pyagent-service-cuts-{}", std::process::id()));
-    let files: Vec<PathBuf> = std::fs::read_dir(&dir).expect("dir").filter_map(|e| e.ok().map(|e| e.path())).collect();
-    assert!(files.len() > before, "SIGTERM flushed the partial interval: {before} → {}: {stderr}", files.len());
-    for f in files.iter().filter(|f| f.to_string_lossy().contains(&format!("-{}-", p.pid()))) {
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    assert!(
+        files.len() > before,
+        "SIGTERM flushed the partial interval: {before} → {}: {stderr}",
+        files.len()
+    );
+    for f in files
+        .iter()
+        .filter(|f| f.to_string_lossy().contains(&format!("-{}-", p.pid())))
+    {
         let raw = go_pprof_raw(f);
         assert!(raw.contains(" hot ") && raw.contains("busy.py"), "{raw}");
         assert!(raw.contains("service_name:[busy]"), "{raw}");
-        assert!(raw.contains(&format!("pid:[{}]", p.pid())) && raw.contains("python_version:[3.12.1]"), "{raw}");
+        assert!(
+            raw.contains(&format!("pid:[{}]", p.pid())) && raw.contains("python_version:[3.12.1]"),
+            "{raw}"
+        );
         assert!(raw.contains("hostname:["), "{raw}");
     }
 }
@@ -172,17 +232,28 @@ fn prometheus_server_scrapes_the_agent() {
     .expect("config");
     let mut prom = Command::new("prometheus")
         .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
         .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run prometheus ({e}): apt-get install prometheus"));
     let result = std::panic::catch_unwind(|| {
-        wait_for("Prometheus to have scraped pyagent samples", Duration::from_secs(90), || {
-            let (status, body) = http_get(prom_port, "/api/v1/query?query=pyagent_samples_total%3E0")?;
-            (status == 200 && body.contains("\"status\":\"success\"") && body.contains("pyagent_samples_total")).then_some(body)
-        })
+        wait_for(
+            "Prometheus to have scraped pyagent samples",
+            Duration::from_secs(90),
+            || {
+                let (status, body) =
+                    http_get(prom_port, "/api/v1/query?query=pyagent_samples_total%3E0")?;
+                (status == 200
+                    && body.contains("\"status\":\"success\"")
+                    && body.contains("pyagent_samples_total"))
+                .then_some(body)
+            },
+        )
     });
     let _ = prom.kill();
     let _ = prom.wait();
@@ -194,8 +265,14 @@ fn prometheus_server_scrapes_the_agent() {
 
 /// The capabilities `deploy/pyagent.service` grants, read from the unit itself.
 fn unit_capabilities() -> String {
-    let unit = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/pyagent.service")).expect("unit");
-    let line = unit.lines().find(|l| l.starts_with("AmbientCapabilities=")).expect("AmbientCapabilities line");
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/pyagent.service"),
+    )
+    .expect("unit");
+    let line = unit
+        .lines()
+        .find(|l| l.starts_with("AmbientCapabilities="))
+        .expect("AmbientCapabilities line");
     line.trim_start_matches("AmbientCapabilities=")
         .split_whitespace()
         .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
@@ -208,10 +285,21 @@ fn as_nobody(caps: &str, args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
     if !caps.is_empty() {
-        cmd.arg(format!("--inh-caps={caps}")).arg(format!("--ambient-caps={caps}"));
+        cmd.arg(format!("--inh-caps={caps}"))
+            .arg(format!("--ambient-caps={caps}"));
     }
-    cmd.arg(format!("--bounding-set=-all{}", if caps.is_empty() { String::new() } else { format!(",{caps}") }));
-    cmd.arg(pyagent_bin()).args(args).output().expect("setpriv (util-linux)")
+    cmd.arg(format!(
+        "--bounding-set=-all{}",
+        if caps.is_empty() {
+            String::new()
+        } else {
+            format!(",{caps}")
+        }
+    ));
+    cmd.arg(pyagent_bin())
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux)")
 }
 
 #[test]
@@ -225,25 +313,70 @@ fn works_with_exactly_the_unit_capabilities() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     // The unit's StateDirectory is the agent's own: here, a directory nobody owns.
-    assert!(Command::new("chown").arg("65534:65534").arg(&dir).status().expect("chown").success());
-    let out = as_nobody(&caps, &["--all-python", "--mode", "ebpf", "-d", "3", "-o", dir.to_str().expect("utf-8")]);
+    assert!(Command::new("chown")
+        .arg("65534:65534")
+        .arg(&dir)
+        .status()
+        .expect("chown")
+        .success());
+    let out = as_nobody(
+        &caps,
+        &[
+            "--all-python",
+            "--mode",
+            "ebpf",
+            "-d",
+            "3",
+            "-o",
+            dir.to_str().expect("utf-8"),
+        ],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "with {caps}: {err}");
     let profile = std::fs::read_dir(&dir)
         .expect("dir")
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|f| f.to_string_lossy().ends_with(&format!("-{}.pb.gz", p.pid())))
+        .find(|f| {
+            f.to_string_lossy()
+                .ends_with(&format!("-{}.pb.gz", p.pid()))
+        })
         .unwrap_or_else(|| panic!("no profile of the root-owned target with {caps}: {err}"));
-    assert!(go_pprof_raw(&profile).contains(" hot "), "resolved through process_vm_readv as nobody");
+    assert!(
+        go_pprof_raw(&profile).contains(" hot "),
+        "resolved through process_vm_readv as nobody"
+    );
 
     // Without the BPF capabilities: ebpf mode fails with one line naming them; auto falls back.
-    let out = as_nobody("+sys_ptrace,+dac_read_search", &["--all-python", "--mode", "ebpf", "-d", "1", "-o", dir.to_str().expect("utf-8")]);
+    let out = as_nobody(
+        "+sys_ptrace,+dac_read_search",
+        &[
+            "--all-python",
+            "--mode",
+            "ebpf",
+            "-d",
+            "1",
+            "-o",
+            dir.to_str().expect("utf-8"),
+        ],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("CAP_BPF"), "names the capability: {err}");
-    let out = as_nobody("+sys_ptrace,+dac_read_search", &["--all-python", "-d", "2", "-o", dir.to_str().expect("utf-8")]);
+    let out = as_nobody(
+        "+sys_ptrace,+dac_read_search",
+        &[
+            "--all-python",
+            "-d",
+            "2",
+            "-o",
+            dir.to_str().expect("utf-8"),
+        ],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("using the userspace sampler") && err.contains("userspace mode"), "{err}");
+    assert!(
+        err.contains("using the userspace sampler") && err.contains("userspace mode"),
+        "{err}"
+    );
 }

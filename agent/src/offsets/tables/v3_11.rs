@@ -10,7 +10,10 @@ use crate::offsets::*;
 pub(super) const OFFSETS: Offsets = Offsets {
     version: PythonVersion::new(3, 11, 0),
     free_threaded: false,
-    runtime_state: RuntimeStateOffsets { size: 166688, interpreters_head: 40 },
+    runtime_state: RuntimeStateOffsets {
+        size: 166688,
+        interpreters_head: 40,
+    },
     interpreter_state: InterpreterStateOffsets {
         size: 107752,
         id: 48,
@@ -50,19 +53,35 @@ pub(super) const OFFSETS: Offsets = Offsets {
         co_code_adaptive: 184,
         co_tlbc: None,
     },
-    pyobject: PyObjectOffsets { size: 16, ob_type: 8 },
-    bytes_object: BytesObjectOffsets { ob_size: 16, ob_sval: 32 },
+    pyobject: PyObjectOffsets {
+        size: 16,
+        ob_type: 8,
+    },
+    bytes_object: BytesObjectOffsets {
+        ob_size: 16,
+        ob_sval: 32,
+    },
     unicode_object: UnicodeObjectOffsets {
         state: 32,
         length: 16,
         // 3.11's PyASCIIObject still has the `wstr` pointer: 48 bytes; compact non-ASCII 72.
         asciiobject_size: 48,
         compactunicodeobject_size: 72,
-        state_bits: UnicodeStateBits { kind_shift: 2, compact_bit: 5, ascii_bit: 6 },
+        state_bits: UnicodeStateBits {
+            kind_shift: 2,
+            compact_bit: 5,
+            ascii_bit: 6,
+        },
     },
-    gc: GcOffsets { collecting: 200, frame: None }, // interp +848 = gc (648) + 200
+    gc: GcOffsets {
+        collecting: 200,
+        frame: None,
+    }, // interp +848 = gc (648) + 200
     // One GIL per runtime: `_PyRuntime.ceval.gil.locked` / `.last_holder`.
-    gil: GilLocation::Runtime { locked: 376, holder: 368 },
+    gil: GilLocation::Runtime {
+        locked: 376,
+        holder: 368,
+    },
     frame: FrameModel {
         ip_is_prev_instr: true,
         executable_tag_mask: 0,

@@ -10,7 +10,10 @@ use crate::offsets::*;
 pub(super) const OFFSETS: Offsets = Offsets {
     version: PythonVersion::new(3, 12, 0),
     free_threaded: false,
-    runtime_state: RuntimeStateOffsets { size: 459944, interpreters_head: 40 },
+    runtime_state: RuntimeStateOffsets {
+        size: 459944,
+        interpreters_head: 40,
+    },
     interpreter_state: InterpreterStateOffsets {
         size: 383552,
         id: 8,
@@ -50,18 +53,34 @@ pub(super) const OFFSETS: Offsets = Offsets {
         co_code_adaptive: 192,
         co_tlbc: None,
     },
-    pyobject: PyObjectOffsets { size: 16, ob_type: 8 },
-    bytes_object: BytesObjectOffsets { ob_size: 16, ob_sval: 32 },
+    pyobject: PyObjectOffsets {
+        size: 16,
+        ob_type: 8,
+    },
+    bytes_object: BytesObjectOffsets {
+        ob_size: 16,
+        ob_sval: 32,
+    },
     unicode_object: UnicodeObjectOffsets {
         state: 32,
         length: 16,
         asciiobject_size: 40,
         compactunicodeobject_size: 56,
-        state_bits: UnicodeStateBits { kind_shift: 2, compact_bit: 5, ascii_bit: 6 },
+        state_bits: UnicodeStateBits {
+            kind_shift: 2,
+            compact_bit: 5,
+            ascii_bit: 6,
+        },
     },
-    gc: GcOffsets { collecting: 200, frame: None }, // interp +312 = gc (112) + 200
+    gc: GcOffsets {
+        collecting: 200,
+        frame: None,
+    }, // interp +312 = gc (112) + 200
     // The main interpreter's own `_gil` (1040): `last_holder` +8, `locked` +16.
-    gil: GilLocation::Interpreter { locked: 1056, holder: 1048 },
+    gil: GilLocation::Interpreter {
+        locked: 1056,
+        holder: 1048,
+    },
     frame: FrameModel {
         ip_is_prev_instr: true,
         executable_tag_mask: 0,
