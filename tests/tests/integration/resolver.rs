@@ -139,6 +139,10 @@ fn eight_threads_distinct_stacks(
         );
         assert!(frames[levels + 1..].iter().all(|f| f.1 == "threading.py"));
         depths.push(levels);
+        // 3.14+ names the OS thread after the Python thread (worker i runs at depth i + 1).
+        if Interpreter::by_name(py).minor() >= (3, 14) {
+            assert_eq!(t.thread_name.as_deref(), Some(format!("worker-{}", levels - 1).as_str()), "{py}");
+        }
         assert_ne!(t.tid, p.pid(), "workers have their own thread ids");
     }
     depths.sort_unstable();
