@@ -339,12 +339,12 @@ impl Unwinder {
                 // The top frame's line moves while it runs: always read it fresh.
                 let top = walk::read_frame(&mut self.mem, &self.target.offsets, t.top_frame)?;
                 let mut resolved = Vec::with_capacity(tail.len() + 2);
-                self.resolve(&[top], interp, &mut resolved)?;
+                let pending_native = self.resolve(&[top], interp, &mut resolved)?;
                 if self.anchor_unchanged(t, anchor_frame, seq)? {
                     self.stats.cache_full_hits += 1;
                     self.stats.frames_read += 1;
                     self.stats.frames_cached += tail.len() as u64;
-                    resolved.extend(tail);
+                    Self::splice_tail(&mut resolved, pending_native, tail);
                     let frames = self.finish(interp, t, resolved);
                     return Ok(Some(self.make_sample(t, frames, false)));
                 }
@@ -400,9 +400,9 @@ impl Unwinder {
                 return Ok(None);
             }
             let mut resolved = Vec::with_capacity(raw.len() + 4);
-            self.resolve(&raw, interp, &mut resolved)?;
+            let pending_native = self.resolve(&raw, interp, &mut resolved)?;
             if let Some(tail) = spliced {
-                resolved.extend(tail);
+                Self::splice_tail(&mut resolved, pending_native, tail);
             }
             Ok(Some((resolved, end)))
         })();
@@ -501,28 +501,30 @@ impl Unwinder {
     }
 
     /// Symbolizes raw frames (innermost first) into `out`, applying the version's rules for
-    /// which frames are reported and inserting `<native>` / `<GC>` markers.
+    /// which frames are reported and inserting `<native>` / `<GC>` markers. Returns whether a
+    /// `<native>` is still pending: a C boundary was crossed and it is shown only if Python frames
+    /// follow further down (the caller splicing cached frames adds it).
     pub fn resolve(
         &mut self,
         raw: &[RawFrame],
         interp: &InterpreterInfo,
         out: &mut Vec<CachedFrame>,
-    ) -> Result<(), MemoryError> {
+    ) -> Result<bool, MemoryError> {
         let o = self.target.offsets;
         let pseudo = |kind| CachedFrame {
             addr: 0,
             frame: Frame::pseudo(kind),
         };
+        // Python below called into C, which called back into Python above.
+        let mut pending_native = false;
         for f in raw {
             if self.options.gc && interp.gc_frame == Some(f.addr) {
+                // A collection that called back into Python is shown as `<GC>` alone.
                 out.push(pseudo(FrameKind::Gc));
+                pending_native = false;
             }
             if o.frame.entry_owner == Some(f.owner) {
-                // A C boundary: Python below called into C, which called back into Python.
-                if self.options.native && f.previous != 0 && out.last().is_some_and(|c| c.addr != 0)
-                {
-                    out.push(pseudo(FrameKind::Native));
-                }
+                pending_native |= self.options.native && out.last().is_some_and(|c| c.addr != 0);
                 continue;
             }
             let info = match self.symbolizer.code_info(&mut self.mem, f.code) {
@@ -545,16 +547,29 @@ impl Unwinder {
             if &*info.filename == "__init__" && &*info.qualname == "__init__" {
                 continue;
             }
+            if std::mem::take(&mut pending_native) {
+                out.push(pseudo(FrameKind::Native));
+            }
             let base = self.bytecode_base(f)?;
             out.push(CachedFrame {
                 addr: f.addr,
                 frame: self.symbolizer.frame(&info, f.ip, base),
             });
-            if self.options.native && f.is_entry && f.previous != 0 {
-                out.push(pseudo(FrameKind::Native));
-            }
+            // 3.11 marks the first Python frame of each C-level evaluation instead.
+            pending_native = self.options.native && f.is_entry;
         }
-        Ok(())
+        Ok(pending_native)
+    }
+
+    /// Appends cached frames below a resolved part, adding the `<native>` it left pending.
+    fn splice_tail(out: &mut Vec<CachedFrame>, pending_native: bool, tail: Vec<CachedFrame>) {
+        if pending_native && tail.first().is_some_and(|c| c.addr != 0) {
+            out.push(CachedFrame {
+                addr: 0,
+                frame: Frame::pseudo(FrameKind::Native),
+            });
+        }
+        out.extend(tail);
     }
 
     /// Where the bytecode that `f.ip` points into starts: the code object's own copy, or on

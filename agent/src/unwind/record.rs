@@ -2,7 +2,6 @@
 //! [`ThreadSample`] out, through the same symbolizer and 3.15 frame cache as userspace walks.
 
 use super::{CachedFrame, InterpreterInfo, RawFrame, ThreadKey, ThreadSample, Unwinder};
-use crate::memory::MemoryError;
 
 /// How the external walk ended, and the 3.15 anchor it saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -71,13 +70,13 @@ impl Unwinder {
             return Err(ExternalSkip::Incomplete);
         }
         let mut resolved: Vec<CachedFrame> = Vec::with_capacity(raw.len() + 4);
-        match self.resolve(raw, interp, &mut resolved) {
-            Ok(()) => {}
-            Err(MemoryError::Gone { .. } | MemoryError::Denied { .. }) | Err(_) => {
+        let pending_native = match self.resolve(raw, interp, &mut resolved) {
+            Ok(pending) => pending,
+            Err(_) => {
                 self.stats.torn += 1;
                 return Err(ExternalSkip::Torn);
             }
-        }
+        };
         self.stats.frames_read += raw.len() as u64;
         if walk.anchor_hit {
             let (anchor, seq) = walk.anchor;
@@ -106,7 +105,7 @@ impl Unwinder {
                 self.stats.cache_partial_hits += 1;
             }
             self.stats.frames_cached += tail.len() as u64;
-            resolved.extend(tail);
+            Self::splice_tail(&mut resolved, pending_native, tail);
         } else if walk.truncated {
             self.stats.truncated += 1;
         }

@@ -141,7 +141,11 @@ fn eight_threads_distinct_stacks(
         depths.push(levels);
         // 3.14+ names the OS thread after the Python thread (worker i runs at depth i + 1).
         if Interpreter::by_name(py).minor() >= (3, 14) {
-            assert_eq!(t.thread_name.as_deref(), Some(format!("worker-{}", levels - 1).as_str()), "{py}");
+            assert_eq!(
+                t.thread_name.as_deref(),
+                Some(format!("worker-{}", levels - 1).as_str()),
+                "{py}"
+            );
         }
         assert_ne!(t.tid, p.pid(), "workers have their own thread ids");
     }
@@ -267,4 +271,67 @@ fn imported_ctypes_and_second_libpython(
         parked_stack(&p, UnwindOptions::default(), &expected[0]),
         expected
     );
+}
+
+#[rstest]
+fn native_pseudo_frame(
+    #[values(
+        "py311-debian",
+        "py311",
+        "py312",
+        "py313",
+        "py313-static",
+        "py313t",
+        "py314",
+        "py315"
+    )]
+    py: &str,
+) {
+    let p = start(py, "pseudo.py", &["native"]);
+    let options = UnwindOptions {
+        native: true,
+        ..Default::default()
+    };
+    let expected = vec![
+        at("park", "pseudo.py", "park"),
+        at("from_c.<locals>.<lambda>", "pseudo.py", "sorted"),
+        ("<native>".to_string(), "~".to_string(), None),
+        at("from_c", "pseudo.py", "sorted"),
+        at("<module>", "pseudo.py", "module_native"),
+    ];
+    assert_eq!(parked_stack(&p, options, &expected[0]), expected);
+    // Off by default.
+    let without: Vec<_> = expected
+        .iter()
+        .filter(|f| f.0 != "<native>")
+        .cloned()
+        .collect();
+    assert_eq!(
+        parked_stack(&p, UnwindOptions::default(), &expected[0]),
+        without
+    );
+}
+
+/// 3.15 says which frame started a collection (`gc.frame`): `<GC>` sits right above it.
+#[test]
+fn gc_pseudo_frame_on_3_15() {
+    let p = start("py315", "pseudo.py", &["gc"]);
+    let expected = vec![
+        at("park", "pseudo.py", "park"),
+        at("Finalized.__del__", "pseudo.py", "del"),
+        ("<GC>".to_string(), "~".to_string(), None),
+        at("from_gc", "pseudo.py", "collect"),
+        at("<module>", "pseudo.py", "module_gc"),
+    ];
+    let options = UnwindOptions {
+        native: true,
+        ..Default::default()
+    };
+    assert_eq!(parked_stack(&p, options, &expected[0]), expected);
+    let no_gc = UnwindOptions {
+        gc: false,
+        ..Default::default()
+    };
+    let without: Vec<_> = expected.iter().filter(|f| f.0 != "<GC>").cloned().collect();
+    assert_eq!(parked_stack(&p, no_gc, &expected[0]), without);
 }
