@@ -21,7 +21,7 @@ pub fn container_id(cgroup: &str) -> Option<String> {
 /// The Kubernetes pod UID in a cgroup path, if any (with dashes, as the API shows it).
 pub fn pod_uid(cgroup: &str) -> Option<String> {
     cgroup.split(['/', '\n']).find_map(|seg| {
-        let at = seg.find("pod")?;
+        let at = seg.rfind("pod")?;
         let rest = &seg[at + 3..];
         let rest = rest.strip_suffix(".slice").unwrap_or(rest);
         let uid = rest.replace('_', "-");

@@ -273,6 +273,10 @@ impl HostProfiler {
     /// Scans for new and exited processes.
     pub fn scan(&mut self) {
         let changes = self.scanner.scan();
+        if !changes.gone.is_empty() {
+            // Records of an exited process may still sit in the ring buffer: keep them.
+            self.drain_records();
+        }
         for pid in changes.gone {
             self.untrack(pid);
         }

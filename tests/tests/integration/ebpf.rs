@@ -149,7 +149,7 @@ fn all_python_profiles_every_interpreter_at_once() {
         .iter()
         .map(|name| {
             let mut p =
-                PythonProcess::spawn(Interpreter::by_name(name), &script("busy.py"), &["20"]);
+                PythonProcess::spawn(Interpreter::by_name(name), &script("busy.py"), &["300"]);
             p.wait_for_line("ready", Duration::from_secs(30));
             p
         })
@@ -171,13 +171,19 @@ fn process_started_later_and_process_exiting_midway() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
     let dir = out_dir("lifecycle");
-    // Exits after 3 s, while the agent runs for 7.
-    let mut early = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["3"]);
+    // Runs until the test ends it in the middle of the agent's run.
+    let mut early =
+        PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["300"]);
     early.wait_for_line("ready", Duration::from_secs(30));
-    let agent = start_agent(&dir, "7", &["--log", "pyagent=debug"]);
+    let agent = start_agent(&dir, "8", &[]);
     // Started after the agent: found by a later scan.
-    let mut late = PythonProcess::spawn(Interpreter::by_name("py315"), &script("busy.py"), &["20"]);
+    let mut late =
+        PythonProcess::spawn(Interpreter::by_name("py315"), &script("busy.py"), &["300"]);
     late.wait_for_line("ready", Duration::from_secs(30));
+    // Let the agent sample the early process for a while (a workload span, not a sync).
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(early.pid() as i32, libc::SIGTERM) };
     let log = agent.finish();
     let log = format!("{log} (early {}, late {})", early.pid(), late.pid());
     early.wait_exit(Duration::from_secs(10));
