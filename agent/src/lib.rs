@@ -20,3 +20,6 @@ pub mod sampler;
 pub mod service;
 pub mod symbolize;
 pub mod unwind;
+
+#[cfg(test)]
+mod test_support;

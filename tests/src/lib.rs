@@ -2,6 +2,7 @@
 //! `cargo xtask pythons` ([`Interpreter`]) and Python target processes ([`PythonProcess`]).
 //! The tests themselves are in `tests/tests/integration.rs`, one binary.
 
+pub mod consumers;
 pub mod process;
 pub mod pythons;
 pub mod stacks;

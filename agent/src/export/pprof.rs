@@ -201,8 +201,7 @@ fn to_i64<T: TryInto<i64>>(value: T) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
-    use std::process::Command;
+    use std::path::PathBuf;
     use std::time::Duration;
 
     use super::*;
@@ -287,30 +286,7 @@ mod tests {
         }
     }
 
-    /// Runs `go tool pprof ARGS FILE` and returns its stdout; panics with its stderr on failure.
-    fn go_pprof(dir: &Path, args: &[&str], file: &Path) -> String {
-        let output = Command::new("go")
-            .arg("tool")
-            .arg("pprof")
-            .args(args)
-            .arg(file)
-            // pprof and go want writable homes and caches; keep them out of the user's.
-            .env("HOME", dir)
-            .env("GOCACHE", dir.join("gocache"))
-            .env("PPROF_TMPDIR", dir.join("pprof"))
-            .output()
-            .unwrap_or_else(|err| {
-                panic!("cannot run `go tool pprof` ({err}); install Go: apt-get install golang-go")
-            });
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success(),
-            "go tool pprof {args:?} failed: {}\n{stderr}\n{stdout}",
-            output.status
-        );
-        stdout
-    }
+    use crate::test_support::go_pprof;
 
     #[test]
     fn go_tool_pprof_reads_the_profile() {

@@ -4,6 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use pyagent_tests::consumers::go_pprof;
 use pyagent_tests::stacks::{marker_line, pyagent_bin, run_pyagent, script};
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
@@ -56,26 +57,6 @@ fn unwritable_output_fails_before_sampling() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let out = run_pyagent(&["record", "--pid", "1", "-o", "/nonexistent-dir/x.pb.gz"]);
     assert_one_line_error(&out, "cannot create /nonexistent-dir/x.pb.gz");
-}
-
-/// Runs `go tool pprof ARGS` on a file, with a private Go cache.
-fn go_pprof(args: &[&str], file: &std::path::Path) -> String {
-    let home = tempfile_dir("gohome");
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .env("HOME", &home)
-        .env("GOCACHE", home.join("cache"))
-        .env("PPROF_TMPDIR", &home)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `go tool pprof` ({e}): apt-get install golang-go"));
-    assert!(
-        out.status.success(),
-        "go tool pprof failed: {}",
-        stderr_of(&out)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn tempfile_dir(tag: &str) -> std::path::PathBuf {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use pyagent_tests::consumers::go_pprof;
 use pyagent_tests::stacks::{host_wide_lock, marker_line, pyagent_bin, run_pyagent, script};
 use pyagent_tests::{Interpreter, PythonProcess, MATRIX};
 
@@ -18,21 +19,7 @@ fn out_dir(tag: &str) -> PathBuf {
 
 /// `go tool pprof -raw` of a profile.
 fn pprof_raw(file: &Path) -> String {
-    let home = file.parent().expect("dir").join("gohome");
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-raw"])
-        .arg(file)
-        .env("HOME", &home)
-        .env("GOCACHE", home.join("cache"))
-        .env("PPROF_TMPDIR", &home)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run go tool pprof ({e}): apt-get install golang-go"));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    go_pprof(&["-raw"], file)
 }
 
 /// A running `pyagent --all-python`.

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use pyagent_tests::consumers::{go_pprof, promtool_check_metrics};
 use pyagent_tests::stacks::{host_wide_lock, pyagent_bin, script};
 use pyagent_tests::{Interpreter, PythonProcess};
 
@@ -110,22 +111,7 @@ impl Drop for Service {
 }
 
 fn go_pprof_raw(file: &Path) -> String {
-    let home = std::env::temp_dir().join(format!("pyagent-gohome-{}", std::process::id()));
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-raw"])
-        .arg(file)
-        .env("HOME", &home)
-        .env("GOCACHE", home.join("cache"))
-        .env("PPROF_TMPDIR", &home)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run go tool pprof ({e}): apt-get install golang-go"));
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    go_pprof(&["-raw"], file)
 }
 
 #[test]
@@ -151,26 +137,7 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
     // Metrics: the exposition passes promtool and counts what happened.
     let (status, metrics) = http_get(svc.port, "/metrics").expect("metrics");
     assert_eq!(status, 200);
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run promtool ({e}): apt-get install prometheus"));
-    promtool
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(metrics.as_bytes())
-        .expect("write");
-    let out = promtool.wait_with_output().expect("promtool");
-    assert!(
-        out.status.success(),
-        "promtool: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check_metrics(&metrics);
     assert!(
         metrics.contains("pyagent_processes{state=\"ready\"}"),
         "{metrics}"

@@ -316,7 +316,6 @@ fn self_profile(seconds: u64, stop: &Stop) -> BoxedResponse {
 mod tests {
     use std::io::Read;
     use std::net::TcpStream;
-    use std::path::Path;
     use std::process::{Command, Stdio};
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -453,29 +452,7 @@ mod tests {
         first.shutdown();
     }
 
-    /// Runs `go tool pprof ARGS FILE` with a throwaway HOME and GOCACHE; panics with its stderr on failure.
-    fn go_pprof(dir: &Path, args: &[&str], file: &Path) -> String {
-        let output = Command::new("go")
-            .arg("tool")
-            .arg("pprof")
-            .args(args)
-            .arg(file)
-            .env("HOME", dir)
-            .env("GOCACHE", dir.join("gocache"))
-            .env("PPROF_TMPDIR", dir.join("pprof"))
-            .output()
-            .unwrap_or_else(|err| {
-                panic!("cannot run `go tool pprof` ({err}); apt-get install golang-go")
-            });
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        assert!(
-            output.status.success(),
-            "go tool pprof {args:?} failed: {}\n{}\n{stdout}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        stdout
-    }
+    use crate::test_support::go_pprof;
 
     #[inline(never)]
     fn spin(done: &AtomicBool) -> u64 {

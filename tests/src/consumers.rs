@@ -1,0 +1,52 @@
+//! The real consumers of what pyagent exports, run by the tests: `go tool pprof` (Debian's
+//! golang-go) for profiles, `promtool` (Debian's prometheus) for metrics.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// `go tool pprof ARGS FILE`'s stdout, with a private HOME and Go cache; panics with its
+/// stderr on failure, or naming the package when Go is missing.
+pub fn go_pprof(args: &[&str], file: &Path) -> String {
+    let home = std::env::temp_dir().join(format!("pyagent-gohome-{}", std::process::id()));
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("HOME", &home)
+        .env("GOCACHE", home.join("cache"))
+        .env("PPROF_TMPDIR", &home)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `go tool pprof` ({e}): apt-get install golang-go"));
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} {} failed: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `promtool check metrics` on an exposition; panics with its complaints.
+pub fn promtool_check_metrics(exposition: &str) {
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run promtool ({e}): apt-get install prometheus"));
+    promtool
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(exposition.as_bytes())
+        .expect("write to promtool");
+    let out = promtool.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
