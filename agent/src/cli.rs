@@ -36,6 +36,30 @@ pub enum Command {
     Dump(DumpArgs),
     /// Sample a process and write a profile.
     Record(RecordArgs),
+    /// Live view of the functions a process spends its time in, refreshed every second.
+    Top(TopArgs),
+}
+
+/// `pyagent top`
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Process to watch.
+    #[arg(long, short)]
+    pub pid: u32,
+    /// Samples per second.
+    #[arg(long, short, default_value_t = 100)]
+    pub rate: u32,
+    /// Also count threads that are not running on a CPU.
+    #[arg(long)]
+    pub idle: bool,
+    /// Stop after this many refreshes (default: until Ctrl-C or the process exits).
+    #[arg(long)]
+    pub iterations: Option<u64>,
+    /// Rows shown.
+    #[arg(long, default_value_t = 20)]
+    pub rows: usize,
+    #[command(flatten)]
+    pub frames: FrameArgs,
 }
 
 /// Frame-rendering options shared by the commands.

@@ -1,6 +1,7 @@
 //! The `pyagent` binary: flags in, one-line errors out.
 
 mod cli;
+mod top;
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -385,6 +386,18 @@ fn main() {
             Some(Command::Dump(a)) => dump(a),
             Some(Command::Record(a)) if a.mode != ModeArg::Userspace => record_ebpf(a),
             Some(Command::Record(a)) => record(a),
+            Some(Command::Top(a)) => {
+                install_stop_handlers();
+                top::run(
+                    a.pid,
+                    a.rate,
+                    a.idle,
+                    a.rows,
+                    a.iterations,
+                    unwind_options(&a.frames),
+                    &STOP,
+                )
+            }
             None if cli.host.all_python => all_python(&cli.host),
             None => Err(anyhow::anyhow!(
                 "nothing to do: give --all-python or a subcommand (see --help)"

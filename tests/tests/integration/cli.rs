@@ -334,3 +334,30 @@ fn blocking_skips_threads_it_cannot_seize() {
     // SAFETY: detaching the thread seized above.
     unsafe { libc::ptrace(libc::PTRACE_DETACH, pid as libc::pid_t, 0usize, 0usize) };
 }
+
+#[rstest]
+fn top_shows_the_hot_function(#[values("py311-debian", "py313t", "py315")] py: &str) {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &["60"]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let out = run_pyagent(&[
+        "top",
+        "--pid",
+        &p.pid().to_string(),
+        "--iterations",
+        "1",
+        "--rows",
+        "3",
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first_row = text.lines().nth(2).unwrap_or_default();
+    assert!(
+        first_row.contains("hot (") && first_row.contains("busy.py"),
+        "{text}"
+    );
+    assert!(
+        text.lines().skip(2).any(|l| l.contains("<module> (")),
+        "{text}"
+    );
+}
