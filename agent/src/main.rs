@@ -351,13 +351,28 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         .with_context(|| format!("writing {}", args.output.display()))?;
     w.flush()?;
     let s = profiler.stats();
+    let (cache_hits, cache_misses) = profiler
+        .cache_stats()
+        .get("frame")
+        .copied()
+        .unwrap_or((0, 0));
+    let anchor_hits = profiler
+        .bpf()
+        .and_then(|b| b.counter(common::Counter::AnchorHit).ok())
+        .unwrap_or(0);
     eprintln!(
-        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped)",
+        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped: {} torn, {} anchor misses, {} incomplete; BPF stopped at the 3.15 anchor {} times, frame cache {} hits / {} misses)",
         profiler.mode_name(),
         args.output.display(),
         window.total_samples(),
         window.counts.len(),
-        s.torn + s.anchor_miss + s.incomplete
+        s.torn + s.anchor_miss + s.incomplete,
+        s.torn,
+        s.anchor_miss,
+        s.incomplete,
+        anchor_hits,
+        cache_hits,
+        cache_misses
     );
     Ok(())
 }

@@ -296,21 +296,22 @@ impl HostProfiler {
         agg.set_label("python_version", info.version.clone());
         match &mut self.backend {
             Backend::Bpf { sampler, procs } => {
-                // The program walks whole stacks and never stops at the 3.15 anchor: only a
-                // write of the anchor in the same instant as the walk keeps cached parents
-                // trustworthy, and a BPF program cannot write user memory here (kernel
-                // lockdown refuses bpf_probe_write_user, which also fails in the interrupt
-                // context of a cpu-clock event). A write from userspace 100 ms later would
-                // reopen the frame-address reuse window the sequence check exists to close.
-                let proc_config = pa_proc_for(&target.offsets, false);
+                // 3.15: the program stops at `last_profiled_frame` and the agent splices its
+                // cached stack. The anchor is written by the agent right after its own userspace
+                // walk of the thread (every refresh), never late: a BPF program cannot write it
+                // here (kernel lockdown refuses bpf_probe_write_user, which also fails in the
+                // interrupt context of a cpu-clock event), and a write long after the walk would
+                // let a reused frame address splice another call chain.
+                let use_anchor =
+                    self.config.unwind.frame_cache && target.offsets.has_frame_cache_anchor();
+                let proc_config = pa_proc_for(&target.offsets, use_anchor);
                 if let Err(e) = sampler.track_process(pid, &proc_config) {
                     self.scanner
                         .mark_failed(pid, format!("cannot track it in the BPF maps: {e}"));
                     return;
                 }
-                // No frame cache either: without anchors it would only write into the target.
                 let options = UnwindOptions {
-                    frame_cache: false,
+                    frame_cache: use_anchor,
                     ..self.config.unwind
                 };
                 let unwinder = Unwinder::new(target, options);
@@ -366,7 +367,12 @@ impl HostProfiler {
             return;
         };
         let Some(p) = procs.get_mut(&pid) else { return };
-        let interpreters = match p.unwinder.begin_batch() {
+        let refreshed = if p.unwinder.frame_cache_enabled() {
+            p.unwinder.refresh_anchors()
+        } else {
+            p.unwinder.begin_batch()
+        };
+        let interpreters = match refreshed {
             Ok(i) => i,
             Err(e) => {
                 self.stats.refresh_failed += 1;
@@ -409,11 +415,13 @@ impl HostProfiler {
                 });
             }
             Backend::Bpf { .. } => {
+                // Records first: on 3.15 they were walked against the anchors and cached stacks
+                // of the last refresh, which the next refresh replaces.
+                self.drain_records();
                 let pids: Vec<u32> = self.profiles.keys().copied().collect();
                 for pid in pids {
                     self.refresh_threads(pid);
                 }
-                self.drain_records();
             }
         }
     }

@@ -30,7 +30,17 @@ pub struct CachedFrame {
 struct Entry {
     seq: u64,
     frames: Vec<CachedFrame>,
+    /// The stack stored before this one, with its sequence. A walk taken by someone else (the
+    /// BPF program) in the instant before our anchor write still describes that one.
+    previous: Option<(u64, Vec<CachedFrame>)>,
     seen: u64,
+}
+
+/// Where `anchor` sits in `frames`, if the sequence proves the frames above it were popped.
+fn vouched_tail(seq_stored: u64, frames: &[CachedFrame], anchor: u64, seq: u64) -> Option<usize> {
+    let i = frames.iter().position(|f| f.addr == anchor)?;
+    let real_pops = frames[..i].iter().filter(|f| f.addr != 0).count() as u64;
+    (seq_stored.wrapping_add(real_pops) == seq).then_some(i + 1)
 }
 
 /// Per-thread cached stacks of one process.
@@ -65,17 +75,20 @@ impl FrameCache {
     }
 
     /// Partial hit: a walk from the top reached the anchor `anchor`; returns the cached frames
-    /// below it if the sequence arithmetic proves they are still the anchor's callers.
+    /// below it if the sequence arithmetic proves they are still the anchor's callers. The stack
+    /// stored before the current one is tried too: it is what the anchor described until our
+    /// last write, and the arithmetic is sound for each stored stack on its own (two live frames
+    /// never share an address, so a later walk cannot satisfy the older stack's arithmetic with
+    /// frames other than the ones both stacks share).
     pub fn splice(&mut self, key: ThreadKey, anchor: u64, seq: u64) -> Option<&[CachedFrame]> {
         let round = self.round;
         let e = self.entries.get_mut(&key)?;
-        let i = e.frames.iter().position(|f| f.addr == anchor)?;
-        let real_pops = e.frames[..i].iter().filter(|f| f.addr != 0).count() as u64;
-        if e.seq.wrapping_add(real_pops) != seq {
-            return None;
-        }
         e.seen = round;
-        Some(&e.frames[i + 1..])
+        if let Some(start) = vouched_tail(e.seq, &e.frames, anchor, seq) {
+            return Some(&e.frames[start..]);
+        }
+        let (prev_seq, prev) = e.previous.as_ref()?;
+        vouched_tail(*prev_seq, prev, anchor, seq).map(|start| &prev[start..])
     }
 
     /// Stores a complete stack, taken while the anchor sequence was `seq`. `<GC>` markers are
@@ -92,11 +105,13 @@ impl FrameCache {
             self.entries.remove(&key);
             return;
         }
+        let previous = self.entries.remove(&key).map(|e| (e.seq, e.frames));
         self.entries.insert(
             key,
             Entry {
                 seq,
                 frames,
+                previous,
                 seen: self.round,
             },
         );
@@ -179,6 +194,40 @@ mod tests {
         assert!(c.splice(key, 0x20, 13).is_none());
         // Unknown anchor address.
         assert!(c.splice(key, 0x99, 11).is_none());
+    }
+
+    /// A walk taken just before the anchor moved to a new stack is vouched for by the stack
+    /// stored before; a walk after the move is not mistaken for it.
+    #[test]
+    fn previous_stack_covers_walks_before_the_last_write() {
+        let mut c = FrameCache::new();
+        let key = (0x1000, 7);
+        c.store(
+            key,
+            10,
+            vec![f(0x30, "a_leaf"), f(0x20, "a_parent"), f(0x10, "main")].into_iter(),
+        );
+        // Both a frames returned (seq 12), b_parent/b_leaf reused the addresses; a new walk
+        // stored that stack at seq 12 and moved the anchor to b_leaf.
+        c.store(
+            key,
+            12,
+            vec![f(0x30, "b_leaf"), f(0x20, "b_parent"), f(0x10, "main")].into_iter(),
+        );
+        // Walk from before that write: anchor at main, seq 12: the older stack vouches.
+        assert_eq!(c.splice(key, 0x10, 12).map(|t| t.len()), Some(0));
+        // Walk after it, b_leaf returned: anchor at b_parent, seq 13: the new stack.
+        let tail = c.splice(key, 0x20, 13).expect("new stack");
+        assert_eq!(&*tail[0].frame.function, "main");
+        // b_leaf still running: anchor b_leaf, seq 12 → new stack, index 0.
+        assert_eq!(c.splice(key, 0x30, 12).map(|t| t.len()), Some(2));
+        // Nothing vouches for anchor at a_parent's address with seq 11 any more except the
+        // older stack (a_leaf returned once): that is exactly what it describes.
+        assert_eq!(
+            c.splice(key, 0x20, 11).map(|t| &*t[0].frame.function),
+            Some("main")
+        );
+        assert!(c.splice(key, 0x20, 14).is_none());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! [`ThreadSample`] out, through the same symbolizer and 3.15 frame cache as userspace walks.
 
 use super::{CachedFrame, InterpreterInfo, RawFrame, ThreadKey, ThreadSample, Unwinder};
+use crate::memory::MemoryError;
 
 /// How the external walk ended, and the 3.15 anchor it saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,6 +52,33 @@ impl Unwinder {
         Ok(interpreters)
     }
 
+    /// Like [`Unwinder::begin_batch`], and also walks every thread in userspace through the
+    /// 3.15 frame cache, which stores each thread's stack and moves its anchor to the top frame
+    /// right after the walk. BPF walks that stop at that anchor are spliced onto these stacks,
+    /// with the sequence check guarding against reused frame addresses.
+    pub fn refresh_anchors(
+        &mut self,
+    ) -> Result<Vec<(InterpreterInfo, Vec<super::ThreadInfo>)>, super::UnwindError> {
+        let interpreters = self.begin_batch()?;
+        for (interp, threads) in &interpreters {
+            for t in threads {
+                match self.sample_thread(interp, t) {
+                    Ok(_) => {}
+                    Err(MemoryError::Gone { .. }) => {
+                        return Err(super::UnwindError::Gone {
+                            pid: self.target.pid,
+                        })
+                    }
+                    Err(_) => self.stats.torn += 1,
+                }
+            }
+        }
+        if let Some(fc) = self.frame_cache.as_mut() {
+            fc.end_round();
+        }
+        Ok(interpreters)
+    }
+
     /// Turns an external walk of `raw` frames (innermost first; `previous` of the last frame
     /// may be unknown) into a sample.
     pub fn resolve_external(
@@ -63,7 +91,9 @@ impl Unwinder {
             self.stats.torn += 1;
             return Err(ExternalSkip::Torn);
         }
-        let key: ThreadKey = (walk.tstate, walk.host_tid);
+        // Keyed like userspace walks, which fill the frame cache.
+        let ns_tid = self.names.ns_tid_of(self.target.pid, walk.host_tid);
+        let key: ThreadKey = (walk.tstate, ns_tid);
         let has_base = self.target.offsets.thread_state.base_frame.is_some();
         if walk.complete && has_base && !walk.reached_base {
             self.stats.torn += 1;
@@ -85,18 +115,11 @@ impl Unwinder {
                 .as_mut()
                 .and_then(|fc| fc.splice(key, anchor, seq).map(|t| t.to_vec()));
             let Some(tail) = tail else {
-                // An anchor we cannot vouch for (left by another profiler, or its record was
-                // lost): clear it, so the next walk of this thread is complete.
+                // The walk stopped at an anchor this cache cannot vouch for: a record taken in
+                // the instant between a refresh's walk and its anchor write, or an anchor left
+                // by another profiler (the next refresh replaces it). Only this sample is lost;
+                // the cached stack stays valid for the others.
                 self.stats.cache_misses += 1;
-                if let Some(off) = self.target.offsets.thread_state.last_profiled_frame {
-                    let _ = self
-                        .mem
-                        .remote()
-                        .write(walk.tstate + off, &0u64.to_le_bytes());
-                }
-                if let Some(fc) = self.frame_cache.as_mut() {
-                    fc.forget(key);
-                }
                 return Err(ExternalSkip::AnchorMiss);
             };
             if raw.len() == 1 {

@@ -320,3 +320,72 @@ fn ebpf_and_userspace_agree() {
     }
     assert!(ebpf.get("hot").is_some_and(|s| *s > 50.0), "{ebpf:?}");
 }
+
+/// 3.15 in eBPF mode: the program stops at `last_profiled_frame` and the agent splices its
+/// cached stack; two chains alternating at a high rate (gh-151613) never come out mixed.
+#[test]
+fn ebpf_frame_cache_never_mixes_chains() {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("alternate.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = out_dir("aba");
+    let file = dir.join("alt.txt");
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &p.pid().to_string(),
+        "--mode",
+        "ebpf",
+        "-d",
+        "3",
+        "-r",
+        "499",
+        "-f",
+        "collapsed",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let number_before = |marker: &str| -> u64 {
+        err.split(marker)
+            .next()
+            .and_then(|s| s.rsplit([' ', '(']).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no `{marker}` in: {err}"))
+    };
+    let anchor_stops: u64 = err
+        .split("anchor ")
+        .nth(2)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no anchor stop count in: {err}"));
+    let samples = number_before(" samples,");
+    let misses = number_before(" anchor misses");
+    assert!(
+        anchor_stops > samples / 2,
+        "the BPF walks used the anchor: {err}"
+    );
+    assert!(misses * 20 <= samples, "few anchor misses: {err}");
+    let text = std::fs::read_to_string(&file).expect("profile");
+    for line in text.lines() {
+        let names: Vec<&str> = line
+            .rsplit_once(' ')
+            .expect("count")
+            .0
+            .split(';')
+            .skip(1)
+            .map(|f| f.split(" (").next().unwrap_or(f))
+            .collect();
+        let ok = matches!(
+            names.as_slice(),
+            ["<module>"]
+                | ["<module>", "a_parent"]
+                | ["<module>", "b_parent"]
+                | ["<module>", "a_parent", "a_leaf"]
+                | ["<module>", "b_parent", "b_leaf"]
+        );
+        assert!(ok, "impossible stack {names:?} in:\n{text}");
+    }
+}
