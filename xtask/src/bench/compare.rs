@@ -1,12 +1,162 @@
-//! `cargo xtask bench compare` (being written).
+//! `cargo xtask bench compare` (issue 5): pyagent beside py-spy, Austin and Tachyon, all as
+//! separate processes attached to the same Python targets, on four questions.
+//!
+//! 1. Target slowdown: `compare-scripts/slowdown.py` counts calls of a fixed function per
+//!    wall-clock second over a fixed window, with no profiler and with each profiler at 99 Hz and
+//!    1 kHz. Runs are interleaved (one round over every configuration per repetition, the order
+//!    rotated each round) and each is compared with the unprofiled run of its own round.
+//! 2. Profiler cost: the profiler process's CPU time (`wait4` rusage) per 1000 samples counted
+//!    in its own output, from the same runs.
+//! 3. Accuracy: `accuracy.py` splits its CPU time 60/30/10 over three functions at stack depths 1,
+//!    2 and 4 below its loop and measures the split with `time.process_time()`; each profiler's
+//!    share of samples per function is compared with it, and the line of each hot loop and the
+//!    callers above it are checked.
+//! 4. Throughput: `deep.py` holds a stack 100 or 1000 frames deep; each profiler is run at
+//!    rising rates until it collects less than 90% of rate × duration.
+//!
+//! The main table runs on one interpreter every peer supports (`--python`, py313); Tachyon exists
+//! only in 3.15, so it and pyagent get their own rows on `--tachyon-python` (py315, in the sid
+//! chroot). Results go to stdout, `target/bench/compare.md` and `target/bench/compare.svg`.
 
-use anyhow::{bail, Result};
+mod measure;
+mod profiler;
+mod report;
+
+// `bench/mod.rs` is not this module's to edit: the shared helpers are mounted here, as
+// `bench/unwind.rs` does, until it declares `pub mod util;` (then this becomes `use super::util;`).
+#[allow(dead_code)]
+#[path = "util.rs"]
+mod util;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use self::measure::{Plan, Suite};
+use self::profiler::{Profiler, Tools};
+use self::util::Manifest;
+use crate::test;
 
 /// Arguments.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Repetitions of every slowdown run [default: 5, 1 with --quick].
+    #[arg(long)]
+    reps: Option<usize>,
+    /// One repetition, 1 s windows, one depth and rate for throughput: checks that every
+    /// profiler runs (the smoke test); the numbers mean little.
+    #[arg(long)]
+    quick: bool,
+    /// The pyagent binary to compare [default: build and use target/release/pyagent].
+    #[arg(long)]
+    agent: Option<PathBuf>,
+    /// Where to write compare.md and compare.svg [default: target/bench].
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
+    /// Interpreter (manifest name) of the main table: one that py-spy and Austin support.
+    #[arg(long, default_value = "py313")]
+    python: String,
+    /// Interpreter (manifest name) of the Tachyon rows: 3.15 or later.
+    #[arg(long, default_value = "py315")]
+    tachyon_python: String,
+}
+
+/// The bench scripts of this benchmark (`xtask/compare-scripts`).
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("compare-scripts")
+        .join(name)
+}
 
 /// Runs the benchmark.
-pub fn run(_args: &Args) -> Result<()> {
-    bail!("cargo xtask bench compare is not written yet")
+pub fn run(args: &Args) -> Result<()> {
+    let command = format!(
+        "cargo xtask {}",
+        std::env::args().skip(1).collect::<Vec<_>>().join(" ")
+    );
+    let manifest = Manifest::load()?;
+    let main = manifest.interpreter(&args.python)?.clone();
+    let tachyon = manifest.interpreter(&args.tachyon_python)?.clone();
+    if tachyon.minor() < (3, 15) {
+        bail!(
+            "{} is Python {}: Tachyon (`-m profiling.sampling`) needs 3.15",
+            tachyon.name,
+            tachyon.version
+        );
+    }
+    for interp in [&main, &tachyon] {
+        let exe = interp.host_path(&interp.exe);
+        if !exe.exists() {
+            bail!(
+                "{} ({}) is missing: run `cargo xtask pythons`",
+                interp.name,
+                exe.display()
+            );
+        }
+    }
+    let peer = |name: &str| {
+        manifest.peer(name).map(Path::to_path_buf).with_context(|| {
+            format!("the peer profiler {name} is missing: run `cargo xtask pythons`")
+        })
+    };
+    let agent = match &args.agent {
+        Some(path) => path.clone(),
+        None => {
+            test::cargo(&["build", "--release", "--quiet", "-p", "pyagent"])?;
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/pyagent")
+        }
+    };
+    if !agent.exists() {
+        bail!("the pyagent binary {} does not exist", agent.display());
+    }
+    let tools = Tools {
+        agent,
+        py_spy: peer("py-spy")?,
+        austin: peer("austin")?,
+    };
+    for name in ["slowdown.py", "accuracy.py", "deep.py"] {
+        if !script(name).exists() {
+            bail!("{} is missing", script(name).display());
+        }
+    }
+    let plan = Plan::new(args.quick, args.reps);
+    let suites = [
+        Suite {
+            interp: main,
+            profilers: vec![
+                Profiler::PyagentEbpf,
+                Profiler::PyagentUserspace,
+                Profiler::PySpy,
+                Profiler::PySpyNonblocking,
+                Profiler::Austin,
+            ],
+        },
+        Suite {
+            interp: tachyon,
+            profilers: vec![
+                Profiler::PyagentEbpf,
+                Profiler::PyagentUserspace,
+                Profiler::Tachyon,
+            ],
+        },
+    ];
+    let machine = report::Machine::probe(command);
+    eprintln!(
+        "compare: {} mode, {} reps; {}",
+        if args.quick { "quick" } else { "full" },
+        plan.reps,
+        machine.load_before
+    );
+    let results = measure::run(&tools, &suites, &plan)?;
+    let out_dir = args
+        .out_dir
+        .clone()
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench"));
+    let machine = machine.finish();
+    report::write(&out_dir, &machine, &tools, &suites, &plan, &results)?;
+    let failed = results.failures();
+    if failed > 0 {
+        bail!("{failed} measurements failed (see the report)");
+    }
+    Ok(())
 }
