@@ -84,6 +84,22 @@ impl FrameCache {
         let round = self.round;
         let e = self.entries.get_mut(&key)?;
         e.seen = round;
+        let start = vouched_tail(e.seq, &e.frames, anchor, seq)?;
+        Some(&e.frames[start..])
+    }
+
+    /// [`FrameCache::splice`] for a walk taken by someone else at an earlier instant (a BPF
+    /// record): it may predate our last anchor write, so the stack stored before the current
+    /// one is tried too, which is what the anchor described until that write.
+    pub fn splice_external(
+        &mut self,
+        key: ThreadKey,
+        anchor: u64,
+        seq: u64,
+    ) -> Option<&[CachedFrame]> {
+        let round = self.round;
+        let e = self.entries.get_mut(&key)?;
+        e.seen = round;
         if let Some(start) = vouched_tail(e.seq, &e.frames, anchor, seq) {
             return Some(&e.frames[start..]);
         }

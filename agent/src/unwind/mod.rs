@@ -21,7 +21,9 @@ pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
 
 use crate::discovery::{task_ids, thread_name, PythonTarget};
-use crate::memory::{MemoryError, PageCache, PageCacheStats, ProcessMemory, RemoteMemory};
+use crate::memory::{
+    MemoryError, PageCache, PageCacheStats, ProcessMemory, RemoteMemory, StructBytes,
+};
 use crate::offsets::Offsets;
 use crate::symbolize::{Frame, FrameKind, ObjectError, Symbolizer, SymbolizerStats};
 
@@ -103,7 +105,7 @@ pub struct UnwindStats {
     pub truncated: u64,
     /// thread stacks dropped because a read failed or the chain was inconsistent (torn read)
     pub torn: u64,
-    /// frames whose executable is not a code object (skipped)
+    /// frames whose executable is not a code object (the sample is rejected as torn)
     pub non_code_frames: u64,
     /// anchor writes made
     pub anchor_writes: u64,
@@ -388,6 +390,13 @@ impl Unwinder {
                 }
             }
             self.stats.frames_read += raw.len() as u64;
+            // The thread ran on while we read: if its top frame returned between the thread
+            // state read and the frame read, the stale frame's `previous` may point at a frame
+            // that now belongs to another call chain. Reject the sample unless the top is still
+            // the same frame running the same code with the same caller.
+            if !self.top_still_current(t, raw.first())? {
+                return Ok(None);
+            }
             // 3.15: a complete walk ends at the thread's base frame; anything else is torn.
             if spliced.is_none() && end == WalkEnd::Bottom {
                 if let (Some(base), Some(last)) = (t.base_frame, raw.last()) {
@@ -452,7 +461,38 @@ impl Unwinder {
         .then(|| Frame::pseudo(FrameKind::Gc))
     }
 
-    /// Re-reads the live anchor pair, bypassing the page cache.
+    /// Whether `top` (read through the page cache) is still the thread's current frame, with the
+    /// same code and caller, read now without the cache.
+    fn top_still_current(
+        &mut self,
+        t: &ThreadInfo,
+        top: Option<&RawFrame>,
+    ) -> Result<bool, MemoryError> {
+        let Some(top) = top else { return Ok(true) };
+        let ts = &self.target.offsets.thread_state;
+        let mut b = [0u8; 8];
+        self.mem.read_uncached(t.addr + ts.current_frame, &mut b)?;
+        let mut current = u64::from_le_bytes(b);
+        if let Some(off) = ts.cframe_current_frame {
+            if current != 0 {
+                self.mem.read_uncached(current + off, &mut b)?;
+                current = u64::from_le_bytes(b);
+            }
+        }
+        if current != top.addr {
+            return Ok(false);
+        }
+        let o = self.target.offsets;
+        let mut frame = [0u8; 128];
+        let frame = &mut frame[..o.frame_read_len().min(128)];
+        self.mem.read_uncached(top.addr, frame)?;
+        let f = &o.interpreter_frame;
+        Ok(frame.u64_at(f.previous) == top.previous
+            && frame.u64_at(f.executable) & !o.frame.executable_tag_mask == top.code)
+    }
+
+    /// Re-reads the live anchor pair, bypassing the page cache (one read when the two fields
+    /// are adjacent, as in 3.15).
     fn anchor_unchanged(
         &mut self,
         t: &ThreadInfo,
@@ -464,11 +504,18 @@ impl Unwinder {
         else {
             return Ok(false);
         };
-        let mut b = [0u8; 8];
-        self.mem.read_uncached(t.addr + f_off, &mut b)?;
-        let live_frame = u64::from_le_bytes(b);
-        self.mem.read_uncached(t.addr + s_off, &mut b)?;
-        Ok(live_frame == frame && u64::from_le_bytes(b) == seq)
+        let (live_frame, live_seq) = if s_off == f_off + 8 {
+            let mut b = [0u8; 16];
+            self.mem.read_uncached(t.addr + f_off, &mut b)?;
+            (b.u64_at(0), b.u64_at(8))
+        } else {
+            let mut b = [0u8; 8];
+            self.mem.read_uncached(t.addr + f_off, &mut b)?;
+            let live_frame = u64::from_le_bytes(b);
+            self.mem.read_uncached(t.addr + s_off, &mut b)?;
+            (live_frame, u64::from_le_bytes(b))
+        };
+        Ok(live_frame == frame && live_seq == seq)
     }
 
     fn write_anchor(&mut self, t: &ThreadInfo, frame: u64) {
@@ -529,9 +576,16 @@ impl Unwinder {
             }
             let info = match self.symbolizer.code_info(&mut self.mem, f.code) {
                 Ok(Some(info)) => info,
+                // C boundaries were handled above: a frame without a code object on a live
+                // chain is one being set up or torn down while we read. Dropping just that
+                // frame would report a caller chain that never existed; reject the sample.
                 Ok(None) => {
                     self.stats.non_code_frames += 1;
-                    continue;
+                    return Err(MemoryError::Fault {
+                        pid: self.target.pid,
+                        addr: f.addr,
+                        len: 0,
+                    });
                 }
                 Err(ObjectError::Memory(e)) => return Err(e),
                 Err(ObjectError::Malformed { addr }) => {

@@ -113,7 +113,7 @@ impl Unwinder {
             let tail = self
                 .frame_cache
                 .as_mut()
-                .and_then(|fc| fc.splice(key, anchor, seq).map(|t| t.to_vec()));
+                .and_then(|fc| fc.splice_external(key, anchor, seq).map(|t| t.to_vec()));
             let Some(tail) = tail else {
                 // The walk stopped at an anchor this cache cannot vouch for: a record taken in
                 // the instant between a refresh's walk and its anchor write, or an anchor left
