@@ -191,7 +191,7 @@ pub fn run(args: &Args) -> Result<()> {
             }
         }
     }
-    print_report(args, &rows, &load_before);
+    print_report(&rows, &load_before);
     Ok(())
 }
 
@@ -447,7 +447,7 @@ fn ratio(ours: Option<f64>, theirs: Option<f64>) -> String {
     }
 }
 
-fn print_report(args: &Args, rows: &[Row], load_before: &str) {
+fn print_report(rows: &[Row], load_before: &str) {
     let cmd: Vec<String> = std::env::args().skip(1).collect();
     println!("\n## pyagent unwinder: samples per CPU-second (higher is better)\n");
     println!(
@@ -540,5 +540,4 @@ fn print_report(args: &Args, rows: &[Row], load_before: &str) {
     if !any {
         println!("- not measured in this run (needs py315 at depth 100)");
     }
-    let _ = args;
 }

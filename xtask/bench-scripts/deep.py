@@ -1,0 +1,25 @@
+# Bench target: one thread DEPTH Python frames deep (the module frame included), then
+#   park: parked in time.sleep (a C call: the stack does not change), or
+#   busy: looping on the CPU in the innermost frame (only its line changes).
+# Prints "ready" once at depth. Usage: deep.py DEPTH [park|busy]
+import sys
+import time
+
+sys.setrecursionlimit(100000)
+DEPTH = int(sys.argv[1])
+KIND = sys.argv[2] if len(sys.argv) > 2 else "park"
+
+
+def recurse(n):
+    if n > 1:
+        return recurse(n - 1)
+    print("ready", flush=True)
+    if KIND == "busy":
+        i = 0
+        while True:
+            i += 1
+            i ^= 5
+    time.sleep(1e9)
+
+
+recurse(DEPTH - 1)

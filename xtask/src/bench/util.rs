@@ -1,0 +1,545 @@
+//! Helpers shared by the benchmarks: the interpreter manifest, processes that die with the bench,
+//! a child's CPU time and peak RSS (`wait4`), this thread's CPU time, the load average, markdown
+//! tables, and re-running the bench from a release build.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Deserialize;
+
+use crate::{pythons, test};
+
+/// Where bench scripts are copied inside a chroot.
+const CHROOT_SCRIPTS: &str = "/tmp/pyagent-bench";
+
+/// `manifest.json` written by `cargo xtask pythons`.
+#[derive(Debug, Deserialize)]
+pub struct Manifest {
+    /// The interpreter matrix.
+    pub interpreters: Vec<Interpreter>,
+    /// Peer profilers by name (`py-spy`, `austin`).
+    #[serde(default)]
+    pub peers: BTreeMap<String, PathBuf>,
+}
+
+/// One interpreter of the matrix.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Interpreter {
+    /// Matrix name (`py315`).
+    pub name: String,
+    /// Exact version (`3.15.2`).
+    pub version: String,
+    /// Chroot it runs in, if any.
+    pub root: Option<PathBuf>,
+    /// The executable (inside `root` when there is one).
+    pub exe: PathBuf,
+}
+
+impl Manifest {
+    /// Reads the manifest of the interpreter cache, naming `cargo xtask pythons` if it is missing.
+    pub fn load() -> Result<Manifest> {
+        let path = pythons::Args::prepare().dir().join("manifest.json");
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "cannot read {}: run `cargo xtask pythons` first",
+                path.display()
+            )
+        })?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    }
+
+    /// The interpreter called `name`.
+    pub fn interpreter(&self, name: &str) -> Result<&Interpreter> {
+        self.interpreters
+            .iter()
+            .find(|i| i.name == name)
+            .ok_or_else(|| {
+                anyhow!("no interpreter {name} in the manifest: run `cargo xtask pythons`")
+            })
+    }
+
+    /// The peer profiler called `name`, if the manifest has it and it exists.
+    pub fn peer(&self, name: &str) -> Option<&Path> {
+        self.peers
+            .get(name)
+            .map(PathBuf::as_path)
+            .filter(|p| p.exists())
+    }
+}
+
+impl Interpreter {
+    /// `(major, minor)` of the version.
+    pub fn minor(&self) -> (u32, u32) {
+        let mut it = self.version.split('.').map(|s| s.parse().unwrap_or(0));
+        (it.next().unwrap_or(0), it.next().unwrap_or(0))
+    }
+
+    /// A command running the interpreter with `args` (inside its chroot if it has one).
+    pub fn command<S: AsRef<OsStr>>(&self, args: impl IntoIterator<Item = S>) -> Command {
+        let mut cmd = match &self.root {
+            Some(root) => {
+                let mut c = Command::new("chroot");
+                c.arg(root).arg(&self.exe);
+                c
+            }
+            None => Command::new(&self.exe),
+        };
+        cmd.args(args);
+        cmd
+    }
+
+    /// A command running `script` (copied into the chroot first if there is one) with `args`.
+    pub fn script_command(&self, script: &Path, args: &[String]) -> Result<Command> {
+        let script = self.visible_path(script)?;
+        Ok(self
+            .command(std::iter::once(script.into_os_string()).chain(args.iter().map(Into::into))))
+    }
+
+    /// `path` as the interpreter sees it: copied into `ROOT/tmp/pyagent-bench/` for a chroot.
+    fn visible_path(&self, path: &Path) -> Result<PathBuf> {
+        let Some(root) = &self.root else {
+            return Ok(path.to_owned());
+        };
+        let name = path
+            .file_name()
+            .ok_or_else(|| anyhow!("{} has no file name", path.display()))?;
+        let inside = Path::new(CHROOT_SCRIPTS).join(name);
+        let host = self.host_path(&inside);
+        std::fs::create_dir_all(host.parent().expect("has a parent"))
+            .with_context(|| format!("cannot create the script directory in {}", root.display()))?;
+        std::fs::copy(path, &host)
+            .with_context(|| format!("cannot copy {} to {}", path.display(), host.display()))?;
+        Ok(inside)
+    }
+
+    /// The host path of `path` as the interpreter sees it.
+    pub fn host_path(&self, path: &Path) -> PathBuf {
+        match &self.root {
+            Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
+            None => path.to_owned(),
+        }
+    }
+
+    /// A scratch directory the interpreter sees (created): `(inside, on the host)`.
+    pub fn scratch_dir(&self) -> Result<(PathBuf, PathBuf)> {
+        let inside = match &self.root {
+            Some(_) => PathBuf::from(CHROOT_SCRIPTS),
+            None => std::env::temp_dir().join("pyagent-bench"),
+        };
+        let host = self.host_path(&inside);
+        std::fs::create_dir_all(&host)
+            .with_context(|| format!("cannot create {}", host.display()))?;
+        Ok((inside, host))
+    }
+}
+
+/// The bench scripts directory (`xtask/bench-scripts`).
+pub fn bench_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("bench-scripts")
+        .join(name)
+}
+
+/// CPU time and peak memory of a reaped child.
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    /// `wait4` status.
+    pub status: i32,
+    /// User CPU time.
+    pub user: Duration,
+    /// System CPU time.
+    pub sys: Duration,
+    /// Peak resident set (`ru_maxrss`), bytes.
+    pub max_rss: u64,
+    /// From spawn to reaping.
+    pub wall: Duration,
+}
+
+impl Usage {
+    /// User + system time, seconds.
+    pub fn cpu_secs(&self) -> f64 {
+        (self.user + self.sys).as_secs_f64()
+    }
+
+    /// Whether it exited with status 0.
+    pub fn success(&self) -> bool {
+        libc::WIFEXITED(self.status) && libc::WEXITSTATUS(self.status) == 0
+    }
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped, unless reaped before.
+#[derive(Debug)]
+pub struct Proc {
+    child: Option<Child>,
+    what: String,
+    started: Instant,
+    stdout: mpsc::Receiver<String>,
+    stderr_lines: mpsc::Receiver<String>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+/// Forwards the lines of `r` to a channel (until EOF, whether or not anyone listens) and
+/// returns them all.
+fn pump(
+    r: impl Read + Send + 'static,
+) -> (mpsc::Receiver<String>, std::thread::JoinHandle<String>) {
+    let (tx, rx) = mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(r).lines() {
+            let Ok(line) = line else { break };
+            all += &line;
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    (rx, h)
+}
+
+fn wait_for(
+    rx: &mpsc::Receiver<String>,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+    timeout: Duration,
+) -> Result<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) if pred(&line) => return Ok(line),
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                bail!("{what}: expected output not seen within {timeout:?}")
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                bail!("{what}: exited before the expected output")
+            }
+        }
+    }
+}
+
+impl Proc {
+    /// Spawns `cmd` with stdin closed and stdout and stderr captured (as line streams:
+    /// [`Self::wait_line`], [`Self::wait_stderr_line`]; [`Self::wait`] returns all of stderr).
+    pub fn spawn(cmd: &mut Command, what: impl Into<String>) -> Result<Proc> {
+        let what = what.into();
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {what} ({cmd:?})"))?;
+        let (stdout, _) = pump(child.stdout.take().expect("piped"));
+        let (stderr_lines, stderr) = pump(child.stderr.take().expect("piped"));
+        Ok(Proc {
+            child: Some(child),
+            what,
+            started: Instant::now(),
+            stdout,
+            stderr_lines,
+            stderr: Some(stderr),
+        })
+    }
+
+    /// Spawns `cmd` and waits (up to `timeout`) for it to print a line equal to `ready`.
+    pub fn spawn_ready(
+        cmd: &mut Command,
+        what: impl Into<String>,
+        ready: &str,
+        timeout: Duration,
+    ) -> Result<Proc> {
+        let mut p = Proc::spawn(cmd, what)?;
+        p.wait_line(|l| l == ready, timeout)?;
+        Ok(p)
+    }
+
+    /// Waits for a stdout line matching `pred`; fails on timeout or end of output.
+    pub fn wait_line(&mut self, pred: impl Fn(&str) -> bool, timeout: Duration) -> Result<String> {
+        wait_for(&self.stdout, &self.what, pred, timeout)
+    }
+
+    /// Waits for a stderr line matching `pred`; fails on timeout or end of output.
+    pub fn wait_stderr_line(
+        &mut self,
+        pred: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> Result<String> {
+        wait_for(&self.stderr_lines, &self.what, pred, timeout)
+    }
+
+    /// The stdout lines not consumed by [`Self::wait_line`], up to end of output (or 2 s).
+    pub fn rest_of_stdout(&mut self) -> String {
+        let mut out = String::new();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while let Ok(line) = self
+            .stdout
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            out += &line;
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Sends `sig` (if not reaped yet).
+    pub fn signal(&self, sig: i32) {
+        if self.child.is_some() {
+            // SAFETY: kill(2) on our own unreaped child: the pid cannot have been reused.
+            unsafe { libc::kill(self.pid() as libc::pid_t, sig) };
+        }
+    }
+
+    /// Reaps the child with `wait4` if it has exited: its resource usage and all of its stderr.
+    pub fn try_wait(&mut self) -> Result<Option<(Usage, String)>> {
+        if self.child.is_none() {
+            bail!("{} was already reaped", self.what);
+        }
+        let pid = self.pid() as libc::pid_t;
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is a valid out-parameter.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 on our own child with valid out-pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+        if r == 0 {
+            return Ok(None);
+        }
+        if r != pid {
+            bail!(
+                "wait4 on {} failed: {}",
+                self.what,
+                std::io::Error::last_os_error()
+            );
+        }
+        let wall = self.started.elapsed();
+        // Reaped: std's Child must not touch the pid again (dropping it only closes pipes).
+        drop(self.child.take());
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+        let usage = Usage {
+            status,
+            user: tv(ru.ru_utime),
+            sys: tv(ru.ru_stime),
+            max_rss: ru.ru_maxrss as u64 * 1024,
+            wall,
+        };
+        Ok(Some((usage, stderr)))
+    }
+
+    /// Waits up to `timeout` for the child to exit (SIGKILL, and an error, after that) and
+    /// reaps it: its resource usage and all of its stderr.
+    pub fn wait(&mut self, timeout: Duration) -> Result<(Usage, String)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(done) = self.try_wait()? {
+                return Ok(done);
+            }
+            if Instant::now() >= deadline {
+                self.signal(libc::SIGKILL);
+                let (_, stderr) = self.wait(Duration::from_secs(10))?;
+                bail!(
+                    "{} did not exit within {timeout:?} (killed); stderr: {}",
+                    self.what,
+                    stderr.trim()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// CPU time consumed by the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_time() -> Duration {
+    // SAFETY: a zeroed timespec is a valid out-parameter.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: valid clock id and out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// User + system CPU seconds a live process has used so far (`/proc/PID/stat`, clock ticks).
+pub fn proc_cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    Some(ticks as f64 / hz as f64)
+}
+
+/// Resident set size of a live process now (`VmRSS` in `/proc/PID/status`), bytes.
+pub fn proc_rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The 1, 5 and 15 minute load averages and the CPU count, as one line.
+pub fn load_average() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let fields: Vec<&str> = load.split_whitespace().take(3).collect();
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    format!("load average {} ({cpus} CPUs)", fields.join(" "))
+}
+
+/// A markdown table printed with aligned columns.
+#[derive(Debug)]
+pub struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column titles.
+    pub fn new(header: &[&str]) -> Table {
+        Table {
+            header: header.iter().map(|s| (*s).to_owned()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Appends a row (missing cells are empty).
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// The table as markdown: first column left-aligned, the others right-aligned.
+    pub fn render(&self) -> String {
+        let n = self.header.len();
+        let cell = |r: &Vec<String>, i: usize| r.get(i).cloned().unwrap_or_default();
+        let width: Vec<usize> = (0..n)
+            .map(|i| {
+                let w = self
+                    .rows
+                    .iter()
+                    .map(|r| cell(r, i).chars().count())
+                    .max()
+                    .unwrap_or(0);
+                w.max(self.header[i].chars().count()).max(3)
+            })
+            .collect();
+        let line = |cells: Vec<String>| {
+            let parts: Vec<String> = cells
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    if i == 0 {
+                        format!("{c:<w$}", w = width[i])
+                    } else {
+                        format!("{c:>w$}", w = width[i])
+                    }
+                })
+                .collect();
+            format!("| {} |\n", parts.join(" | "))
+        };
+        let mut out = line(self.header.clone());
+        let rule: Vec<String> = (0..n)
+            .map(|i| {
+                if i == 0 {
+                    format!(":{}", "-".repeat(width[i] - 1))
+                } else {
+                    format!("{}:", "-".repeat(width[i] - 1))
+                }
+            })
+            .collect();
+        out += &format!("| {} |\n", rule.join(" | "));
+        for r in &self.rows {
+            out += &line((0..n).map(|i| cell(r, i)).collect());
+        }
+        out
+    }
+
+    /// Prints [`Self::render`] to stdout.
+    pub fn print(&self) {
+        print!("{}", self.render());
+    }
+}
+
+/// A rate with a thousands unit (`12.3k`, `1.20M`).
+pub fn si(v: f64) -> String {
+    match v {
+        v if v >= 1e6 => format!("{:.2}M", v / 1e6),
+        v if v >= 1e4 => format!("{:.1}k", v / 1e3),
+        v if v >= 1e3 => format!("{:.2}k", v / 1e3),
+        v => format!("{v:.0}"),
+    }
+}
+
+/// Benchmarks measure optimised code: from a debug build (what `cargo xtask` runs), build the
+/// release `xtask` (and `also`, e.g. `pyagent`) and replace this process with the release
+/// `xtask` and the same arguments. Returns (and the bench runs here) in a release build, or when
+/// `stay` is set.
+pub fn reexec_release(also: &[&str], stay: bool) -> Result<()> {
+    if !cfg!(debug_assertions) || stay {
+        return Ok(());
+    }
+    let mut args = vec!["build", "--release", "--quiet", "-p", "xtask"];
+    for p in also {
+        args.extend(["-p", p]);
+    }
+    eprintln!(
+        "bench: building the release xtask (`cargo {}`) and running the bench from it",
+        args.join(" ")
+    );
+    test::cargo(&args)?;
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let release = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|t| t.join("release").join("xtask"))
+        .ok_or_else(|| anyhow!("cannot find the target directory from {}", exe.display()))?;
+    let err = Command::new(&release)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    Err(err).with_context(|| format!("cannot run {}", release.display()))
+}
+
+/// The release binary `name` next to this (release) executable, or an error naming the build.
+pub fn release_binary(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| anyhow!("{} has no directory", exe.display()))?;
+    let dir = if cfg!(debug_assertions) {
+        dir.parent()
+            .map(|t| t.join("release"))
+            .unwrap_or_else(|| dir.to_owned())
+    } else {
+        dir.to_owned()
+    };
+    let bin = dir.join(name);
+    if !bin.exists() {
+        bail!(
+            "{} is missing: build it with `cargo build --release -p {name}`",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
