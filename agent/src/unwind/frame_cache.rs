@@ -231,19 +231,22 @@ mod tests {
             vec![f(0x30, "b_leaf"), f(0x20, "b_parent"), f(0x10, "main")].into_iter(),
         );
         // Walk from before that write: anchor at main, seq 12: the older stack vouches.
-        assert_eq!(c.splice(key, 0x10, 12).map(|t| t.len()), Some(0));
+        assert_eq!(c.splice_external(key, 0x10, 12).map(|t| t.len()), Some(0));
         // Walk after it, b_leaf returned: anchor at b_parent, seq 13: the new stack.
-        let tail = c.splice(key, 0x20, 13).expect("new stack");
+        let tail = c.splice_external(key, 0x20, 13).expect("new stack");
         assert_eq!(&*tail[0].frame.function, "main");
         // b_leaf still running: anchor b_leaf, seq 12 → new stack, index 0.
-        assert_eq!(c.splice(key, 0x30, 12).map(|t| t.len()), Some(2));
+        assert_eq!(c.splice_external(key, 0x30, 12).map(|t| t.len()), Some(2));
+        // The userspace walk (taken after our write) trusts only the current stack.
+        assert!(c.splice(key, 0x10, 12).is_none());
         // Nothing vouches for anchor at a_parent's address with seq 11 any more except the
         // older stack (a_leaf returned once): that is exactly what it describes.
         assert_eq!(
-            c.splice(key, 0x20, 11).map(|t| &*t[0].frame.function),
+            c.splice_external(key, 0x20, 11)
+                .map(|t| &*t[0].frame.function),
             Some("main")
         );
-        assert!(c.splice(key, 0x20, 14).is_none());
+        assert!(c.splice_external(key, 0x20, 14).is_none());
     }
 
     #[test]

@@ -105,10 +105,9 @@ fn record_pprof_read_by_go_tool_pprof(
     assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
     assert!(raw.contains("samples/count cpu/nanoseconds"), "{raw}");
     // Every location is one of the script's own frames, at a line the script has there.
-    let body = [
-        marker_line("busy.py", "hot_loop"),
-        marker_line("busy.py", "hot_body"),
-    ];
+    // Any line of hot()'s body: the loop, its body, its setup and its return.
+    let body: Vec<u32> =
+        (marker_line("busy.py", "hot_def")..=marker_line("busy.py", "hot_end")).collect();
     let hot: Vec<&str> = raw
         .lines()
         .filter(|l| l.contains(" hot ") && l.contains("busy.py:"))
