@@ -287,7 +287,8 @@ fn pyenv_versions() -> PathBuf {
 impl Args {
     /// Prepare everything in the default cache directory (or `$PYAGENT_PYTHONS_DIR`).
     pub fn prepare() -> Args {
-        let dir = std::env::var_os("PYAGENT_PYTHONS_DIR").map_or_else(|| PathBuf::from(DEFAULT_DIR), PathBuf::from);
+        let dir = std::env::var_os("PYAGENT_PYTHONS_DIR")
+            .map_or_else(|| PathBuf::from(DEFAULT_DIR), PathBuf::from);
         Args { dir, check: false }
     }
 

@@ -179,6 +179,19 @@ pub struct HostProfiler {
     finished: Vec<(ProcessInfo, ProfileWindow)>,
     stats: HostStats,
     fallback_reason: Option<String>,
+    /// CLOCK_MONOTONIC ns after which BPF records are not counted (the run's end)
+    stop_ktime_ns: Option<u64>,
+}
+
+/// CLOCK_MONOTONIC in ns, the clock of `bpf_ktime_get_ns` stamps.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl HostProfiler {
@@ -214,6 +227,7 @@ impl HostProfiler {
             finished: Vec::new(),
             stats: HostStats::default(),
             fallback_reason,
+            stop_ktime_ns: None,
         })
     }
 
@@ -431,8 +445,13 @@ impl HostProfiler {
             return;
         };
         let mut batch: Vec<(ExternalWalk, u32, Vec<RawFrame>)> = Vec::new();
+        let stop = self.stop_ktime_ns;
         sampler.drain(|rec: SampleRecord<'_>| {
             let h = rec.header();
+            // Taken after the run ended, while its backlog was being resolved: not part of it.
+            if stop.is_some_and(|stop| h.ktime_ns > stop) {
+                return;
+            }
             let frames: Vec<_> = rec.frames().collect();
             let mut raw = Vec::with_capacity(frames.len());
             for (i, f) in frames.iter().enumerate() {
@@ -530,7 +549,8 @@ impl HostProfiler {
                 std::thread::sleep(d.min(Duration::from_millis(100)));
             }
         }
-        // Whatever the ring buffer still holds belongs to this run.
+        // Whatever the ring buffer holds from before this instant belongs to this run.
+        self.stop_ktime_ns = Some(monotonic_ns());
         self.collect();
     }
 

@@ -1,18 +1,19 @@
 //! `cargo xtask bench compare` (issue 5): pyagent beside py-spy, Austin and Tachyon, all as
 //! separate processes attached to the same Python targets, on four questions.
 //!
-//! 1. Target slowdown: `compare-scripts/slowdown.py` counts calls of a fixed function per
+//! 1. Target slowdown: `compare-scripts/compare_slowdown.py` counts calls of a fixed function per
 //!    wall-clock second over a fixed window, with no profiler and with each profiler at 99 Hz and
-//!    1 kHz. Runs are interleaved (one round over every configuration per repetition, the order
-//!    rotated each round) and each is compared with the unprofiled run of its own round.
+//!    1 kHz. Runs are interleaved (a round per repetition runs none, A, none, B, none, ... over
+//!    every configuration, the order rotated each round) and each profiled run is compared with
+//!    the unprofiled runs just before and after it, which cancels a shared machine's drifting load.
 //! 2. Profiler cost: the profiler process's CPU time (`wait4` rusage) per 1000 samples counted
 //!    in its own output, from the same runs.
-//! 3. Accuracy: `accuracy.py` splits its CPU time 60/30/10 over three functions at stack depths 1,
-//!    2 and 4 below its loop and measures the split with `time.process_time()`; each profiler's
-//!    share of samples per function is compared with it, and the line of each hot loop and the
-//!    callers above it are checked.
-//! 4. Throughput: `deep.py` holds a stack 100 or 1000 frames deep; each profiler is run at
-//!    rising rates until it collects less than 90% of rate × duration.
+//! 3. Accuracy: `compare_accuracy.py` splits its CPU time 60/30/10 over three functions at stack
+//!    depths 1, 2 and 4 below its loop and measures the split with `time.process_time()`; each
+//!    profiler's share of samples per function is compared with it, and the line of each hot
+//!    loop and the callers above it are checked.
+//! 4. Throughput: `compare_deep.py` holds a stack 100 or 1000 frames deep; each profiler is run at
+//!    rising rates until it collects less than 90% of rate × duration, or finishes late.
 //!
 //! The main table runs on one interpreter every peer supports (`--python`, py313); Tachyon exists
 //! only in 3.15, so it and pyagent get their own rows on `--tachyon-python` (py315, in the sid
@@ -22,11 +23,7 @@ mod measure;
 mod profiler;
 mod report;
 
-// `bench/mod.rs` is not this module's to edit: the shared helpers are mounted here, as
-// `bench/unwind.rs` does, until it declares `pub mod util;` (then this becomes `use super::util;`).
-#[allow(dead_code)]
-#[path = "util.rs"]
-mod util;
+use super::util;
 
 use std::path::{Path, PathBuf};
 
@@ -114,7 +111,11 @@ pub fn run(args: &Args) -> Result<()> {
         py_spy: peer("py-spy")?,
         austin: peer("austin")?,
     };
-    for name in ["slowdown.py", "accuracy.py", "deep.py"] {
+    for name in [
+        "compare_slowdown.py",
+        "compare_accuracy.py",
+        "compare_deep.py",
+    ] {
         if !script(name).exists() {
             bail!("{} is missing", script(name).display());
         }

@@ -29,13 +29,9 @@ use pyagent::memory::RemoteMemory;
 use pyagent::sampler::bpf::{pa_proc_for, BpfConfig, BpfSampler};
 use pyagent::unwind::{walk, UnwindOptions, Unwinder};
 
-use self::util::{Interpreter, Manifest, Proc, Table};
+use super::util::{Interpreter, Manifest, Proc, Table};
 
-// `bench/mod.rs` is not this module's to edit: the shared helpers are mounted here (as in
-// `unwind.rs`) until it declares `pub mod util;`.
-#[allow(dead_code)]
-#[path = "util.rs"]
-mod util;
+use super::util;
 
 /// Arguments.
 #[derive(Debug, clap::Args)]

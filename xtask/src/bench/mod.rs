@@ -9,6 +9,7 @@
 pub mod compare;
 pub mod ebpf;
 pub mod unwind;
+pub mod util;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};

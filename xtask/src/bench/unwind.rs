@@ -21,13 +21,9 @@ use anyhow::{bail, Context, Result};
 use pyagent::discovery::locate_runtime;
 use pyagent::unwind::{UnwindOptions, Unwinder};
 
-use self::util::{Interpreter, Manifest, Proc, Table};
+use super::util::{Interpreter, Manifest, Proc, Table};
 
-// `bench/mod.rs` is not this module's to edit: the shared helpers are mounted here (as in
-// `ebpf.rs` and `compare.rs`) until it declares `pub mod util;` (then: `use super::util;`).
-#[allow(dead_code)]
-#[path = "util.rs"]
-mod util;
+use super::util;
 
 /// Arguments.
 #[derive(Debug, clap::Args)]

@@ -45,7 +45,11 @@ pub(super) fn ensure_packages(layout: &Layout, specs: &[Spec]) -> Result<()> {
 
 /// Installs, with apt, those of `packages` that are not installed (logging to `logs_dir`).
 pub fn ensure_installed(logs_dir: &Path, tag: &'static str, packages: &[&str]) -> Result<()> {
-    let missing: Vec<&str> = packages.iter().copied().filter(|package| !installed(package)).collect();
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|package| !installed(package))
+        .collect();
     if missing.is_empty() {
         say(tag, "needed Debian packages are installed");
         return Ok(());

@@ -1,0 +1,916 @@
+//! The three kinds of runs: slowdown (which also gives the profilers' cost), accuracy and
+//! throughput. Every process is bounded by a deadline and killed when its handle drops.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Deserialize;
+
+use super::profiler::{self, Profiler, Sampled, Tools};
+use super::script;
+use super::util::{self, Interpreter, Proc};
+
+/// How long a target may take to print `ready` (a chroot's interpreter on a loaded machine).
+const READY: Duration = Duration::from_secs(30);
+/// Slack on top of a run's own length before it counts as hung and is killed.
+const SLACK: Duration = Duration::from_secs(30);
+
+/// An interpreter and the profilers compared on it.
+#[derive(Debug)]
+pub struct Suite {
+    /// The interpreter every target of the suite runs on.
+    pub interp: Interpreter,
+    /// The profilers, besides none.
+    pub profilers: Vec<Profiler>,
+}
+
+/// Durations, rates and repetitions.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Slowdown repetitions.
+    pub reps: usize,
+    /// Seconds a target runs before its measured window: the profiler attaches meanwhile.
+    pub lead_s: f64,
+    /// Seconds of the slowdown window.
+    pub window_s: f64,
+    /// Rates of the slowdown runs.
+    pub slowdown_rates_hz: Vec<u32>,
+    /// Rate of the accuracy runs.
+    pub accuracy_rate_hz: u32,
+    /// Seconds of an accuracy run after the lead.
+    pub accuracy_window_s: f64,
+    /// Stack depths of the throughput runs.
+    pub depths: Vec<u32>,
+    /// Rates tried, rising, in the throughput runs.
+    pub throughput_rates_hz: Vec<u32>,
+    /// Seconds each profiler samples in a throughput run.
+    pub throughput_s: u32,
+    /// Share of rate × duration a profiler must collect to sustain a rate.
+    pub sustain_share: f64,
+}
+
+impl Plan {
+    /// The full plan, or the quick one for the smoke test.
+    pub fn new(quick: bool, reps: Option<usize>) -> Plan {
+        if quick {
+            Plan {
+                reps: reps.unwrap_or(1).max(1),
+                lead_s: 0.6,
+                window_s: 0.6,
+                slowdown_rates_hz: vec![99, 1000],
+                accuracy_rate_hz: 1000,
+                accuracy_window_s: 1.0,
+                depths: vec![100],
+                throughput_rates_hz: vec![1000],
+                throughput_s: 1,
+                sustain_share: 0.9,
+            }
+        } else {
+            Plan {
+                reps: reps.unwrap_or(5).max(1),
+                lead_s: 1.0,
+                window_s: 2.0,
+                slowdown_rates_hz: vec![99, 1000],
+                accuracy_rate_hz: 1000,
+                accuracy_window_s: 10.0,
+                depths: vec![100, 1000],
+                throughput_rates_hz: vec![100, 1000, 5000, 10_000, 20_000],
+                throughput_s: 2,
+                sustain_share: 0.9,
+            }
+        }
+    }
+
+    /// How long a profiler is told to sample in a slowdown or accuracy run: past the target's
+    /// end, which stops every profiler compared here.
+    fn attached_secs(&self, window_s: f64) -> u32 {
+        (self.lead_s + window_s).ceil() as u32 + 5
+    }
+}
+
+/// Everything measured.
+#[derive(Debug)]
+pub struct Results {
+    /// Slowdown and cost: one row per suite, profiler and rate (rate 0 for none).
+    pub slowdown: Vec<SlowRow>,
+    /// One row per suite and profiler.
+    pub accuracy: Vec<AccuracyRow>,
+    /// One row per suite, profiler and depth.
+    pub throughput: Vec<ThroughputRow>,
+    /// `kernel.perf_event_max_sample_rate` before and after the throughput runs.
+    pub perf_max_rate: (Option<u64>, Option<u64>),
+}
+
+impl Results {
+    /// Measurements that failed outright.
+    pub fn failures(&self) -> usize {
+        self.slowdown.iter().map(|r| r.errors.len()).sum::<usize>()
+            + self.accuracy.iter().filter(|r| r.result.is_err()).count()
+            + self
+                .throughput
+                .iter()
+                .flat_map(|r| &r.steps)
+                .filter(|s| matches!(s.outcome, Outcome::Failed(_)))
+                .count()
+    }
+}
+
+/// One slowdown configuration over the repetitions.
+#[derive(Debug)]
+pub struct SlowRow {
+    /// Index into the suites.
+    pub suite: usize,
+    /// The profiler.
+    pub profiler: Profiler,
+    /// Samples per second (0 for none).
+    pub rate_hz: u32,
+    /// The runs that finished (one per repetition; for none, one before the first profiled run
+    /// of each round and one after every profiled run).
+    pub runs: Vec<SlowRun>,
+    /// Why runs failed.
+    pub errors: Vec<String>,
+}
+
+/// One slowdown run.
+#[derive(Debug, Clone)]
+pub struct SlowRun {
+    /// Calls of the fixed function per wall-clock second in the window.
+    pub per_sec: f64,
+    /// Calls per second of the target's own CPU time in the window.
+    pub per_cpu_sec: f64,
+    /// The profiler's side, when there was one.
+    pub profiler: Option<Cost>,
+    /// `(per_sec, per_cpu_sec)` of the unprofiled runs just before and after (averaged): the
+    /// reference of a profiled run. For an unprofiled run, the average of the unprofiled runs
+    /// two places before and after, which measures the noise of that reference.
+    pub reference: Option<(f64, f64)>,
+}
+
+/// What a profiler spent and collected in one run.
+#[derive(Debug, Clone, Copy)]
+pub struct Cost {
+    /// User + system seconds of the profiler process, start to exit.
+    pub cpu_secs: f64,
+    /// Samples in its output.
+    pub samples: u64,
+    /// Lagged ticks (pyagent userspace).
+    pub lagged: Option<u64>,
+}
+
+impl Cost {
+    fn of(s: &Sampled) -> Cost {
+        Cost {
+            cpu_secs: s.usage.cpu_secs(),
+            samples: s.samples(),
+            lagged: s.lagged,
+        }
+    }
+}
+
+/// The accuracy of one profiler.
+#[derive(Debug)]
+pub struct AccuracyRow {
+    /// Index into the suites.
+    pub suite: usize,
+    /// The profiler.
+    pub profiler: Profiler,
+    /// The measurement, or why it failed.
+    pub result: Result<Accuracy, String>,
+}
+
+/// The hot functions of compare_accuracy.py, with the callers each must have above it
+/// (innermost first).
+pub const HOT: [(&str, &[&str]); 3] = [
+    ("hot_a", &["run"]),
+    ("hot_b", &["b1", "run"]),
+    ("hot_c", &["c3", "c2", "c1", "run"]),
+];
+
+/// Shares measured by the target itself and by a profiler.
+#[derive(Debug, Clone)]
+pub struct Accuracy {
+    /// CPU-time shares of the hot functions (`time.process_time()` in the target).
+    pub truth: [f64; 3],
+    /// Sample shares of the hot functions.
+    pub measured: [f64; 3],
+    /// Samples in one of the hot functions.
+    pub hot_samples: u64,
+    /// All samples.
+    pub samples: u64,
+    /// Share of hot samples whose hot frame carries the hot loop's line.
+    pub lines_exact: f64,
+    /// Share of hot samples whose hot frame has no line or one outside its function (the rest
+    /// of the non-exact ones are on its `def` or `return` line, where it does spend time).
+    pub lines_wrong: f64,
+    /// Share of hot samples with the right callers above the hot frame.
+    pub callers_exact: f64,
+}
+
+impl Accuracy {
+    /// Error per function, percentage points.
+    pub fn errors_pp(&self) -> [f64; 3] {
+        std::array::from_fn(|i| (self.measured[i] - self.truth[i]).abs() * 100.0)
+    }
+
+    /// The largest error, percentage points.
+    pub fn max_error_pp(&self) -> f64 {
+        self.errors_pp().into_iter().fold(0.0, f64::max)
+    }
+
+    /// One binomial standard error of the largest share, percentage points: the error a
+    /// perfect sampler shows with this many samples.
+    pub fn sigma_pp(&self) -> f64 {
+        let p = self.truth[0];
+        (p * (1.0 - p) / self.hot_samples.max(1) as f64).sqrt() * 100.0
+    }
+}
+
+/// Throughput of one profiler at one depth.
+#[derive(Debug)]
+pub struct ThroughputRow {
+    /// Index into the suites.
+    pub suite: usize,
+    /// The profiler.
+    pub profiler: Profiler,
+    /// Python frames on the target's stack.
+    pub depth: u32,
+    /// Rates tried, rising; the last failed or was the last of the plan.
+    pub steps: Vec<Step>,
+}
+
+impl ThroughputRow {
+    /// The highest rate sustained (each lower one was, too).
+    pub fn sustained_hz(&self) -> Option<u32> {
+        self.steps
+            .iter()
+            .take_while(|s| s.sustained())
+            .last()
+            .map(|s| s.rate_hz)
+    }
+
+    /// The first rate not sustained, if one was tried.
+    pub fn first_miss(&self) -> Option<&Step> {
+        self.steps.iter().find(|s| !s.sustained())
+    }
+}
+
+/// One rate tried.
+#[derive(Debug)]
+pub struct Step {
+    /// Samples per second asked for.
+    pub rate_hz: u32,
+    /// What happened.
+    pub outcome: Outcome,
+    /// Share of rate × duration required.
+    pub sustain_share: f64,
+    /// Seconds a profiler may finish late and still sustain the rate.
+    pub late_allowed_s: f64,
+}
+
+impl Step {
+    /// Whether the profiler collected enough, in time.
+    pub fn sustained(&self) -> bool {
+        match &self.outcome {
+            Outcome::Measured {
+                collected,
+                expected,
+                late_s,
+                ..
+            } => {
+                *collected as f64 >= self.sustain_share * expected && *late_s <= self.late_allowed_s
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The result of one throughput step.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The profiler ran.
+    Measured {
+        /// Samples in its output.
+        collected: u64,
+        /// Samples a profiler keeping up would have: rate × duration, for eBPF (which samples a
+        /// thread only while it is on a CPU) times the share of a CPU the target had meanwhile.
+        expected: f64,
+        /// Samples whose stack had all `depth` frames.
+        full_depth: u64,
+        /// The target's CPU seconds while the profiler ran.
+        target_cpu_secs: f64,
+        /// Lagged ticks (pyagent userspace).
+        lagged: Option<u64>,
+        /// Dropped samples (pyagent ebpf).
+        dropped: Option<u64>,
+        /// The profiler's CPU seconds.
+        cpu_secs: f64,
+        /// Seconds the profiler ran past the duration and the startup and teardown it needed at
+        /// the lowest rate: py-spy's duration is a number of samples (rate × duration), which
+        /// it keeps collecting, late, until it has them or the target exits.
+        late_s: f64,
+    },
+    /// The profiler does not accept the rate.
+    Refused(&'static str),
+    /// It failed.
+    Failed(String),
+}
+
+/// What `compare_slowdown.py` prints at exit.
+#[derive(Debug, Deserialize)]
+struct SlowdownReport {
+    per_sec: f64,
+    calls: f64,
+    cpu_secs: f64,
+}
+
+/// What `compare_accuracy.py` prints at exit.
+#[derive(Debug, Deserialize)]
+struct AccuracyReport {
+    share: std::collections::BTreeMap<String, f64>,
+    lines: std::collections::BTreeMap<String, u32>,
+    spans: std::collections::BTreeMap<String, [u32; 2]>,
+}
+
+/// Runs everything in `plan`.
+pub fn run(tools: &Tools, suites: &[Suite], plan: &Plan) -> Result<Results> {
+    let slowdown = slowdown(tools, suites, plan);
+    let accuracy = accuracy(tools, suites, plan);
+    let before = perf_max_sample_rate();
+    let throughput = throughput(tools, suites, plan);
+    Ok(Results {
+        slowdown,
+        accuracy,
+        throughput,
+        perf_max_rate: (before, perf_max_sample_rate()),
+    })
+}
+
+/// `kernel.perf_event_max_sample_rate`: the kernel lowers it when perf interrupts take long.
+pub fn perf_max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn slowdown(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<SlowRow> {
+    let mut rows = Vec::new();
+    for (suite, s) in suites.iter().enumerate() {
+        let configs = std::iter::once((Profiler::None, 0)).chain(
+            s.profilers
+                .iter()
+                .flat_map(|&p| plan.slowdown_rates_hz.iter().map(move |&r| (p, r))),
+        );
+        for (profiler, rate_hz) in configs {
+            rows.push(SlowRow {
+                suite,
+                profiler,
+                rate_hz,
+                runs: Vec::new(),
+                errors: Vec::new(),
+            });
+        }
+    }
+    let profiled = rows.iter().filter(|r| r.profiler != Profiler::None).count();
+    let total = (2 * profiled + suites.len()) * plan.reps;
+    let mut done = 0;
+    for rep in 0..plan.reps {
+        for (suite, s) in suites.iter().enumerate() {
+            let base = rows
+                .iter()
+                .position(|r| r.suite == suite && r.profiler == Profiler::None)
+                .expect("a baseline row per suite");
+            let mut order: Vec<usize> = (0..rows.len())
+                .filter(|&i| rows[i].suite == suite && i != base)
+                .collect();
+            // Round robin, rotated each round so that no configuration always follows another.
+            let len = order.len().max(1);
+            order.rotate_left(rep * 3 % len);
+            // none, A, none, B, none, ...: every profiled run sits between two unprofiled ones,
+            // which cancels the drift of a shared machine's load over the minutes of a round.
+            let mut seq: Vec<(usize, Option<SlowRun>)> = Vec::new();
+            for i in std::iter::once(base).chain(order.into_iter().flat_map(|i| [i, base])) {
+                done += 1;
+                let row = &mut rows[i];
+                let what = format!(
+                    "slowdown [{done}/{total}] rep {} {} {} {}",
+                    rep + 1,
+                    s.interp.name,
+                    row.profiler.label(),
+                    rate_label(row.rate_hz)
+                );
+                match slowdown_run(tools, &s.interp, row.profiler, row.rate_hz, plan) {
+                    Ok(r) => {
+                        eprintln!(
+                            "{what}: {:.0} calls/s{}",
+                            r.per_sec,
+                            r.profiler
+                                .map(|c| format!(
+                                    ", {} samples, {:.3} CPU s",
+                                    c.samples, c.cpu_secs
+                                ))
+                                .unwrap_or_default()
+                        );
+                        seq.push((i, Some(r)));
+                    }
+                    Err(e) => {
+                        eprintln!("{what}: failed: {e:#}");
+                        row.errors.push(format!("{e:#}"));
+                        seq.push((i, None));
+                    }
+                }
+            }
+            let at = |k: Option<usize>| {
+                k.and_then(|k| seq.get(k))
+                    .and_then(|(_, r)| r.as_ref())
+                    .map(|r| (r.per_sec, r.per_cpu_sec))
+            };
+            let mean = |a: Option<(f64, f64)>, b: Option<(f64, f64)>| match (a, b) {
+                (Some(a), Some(b)) => Some(((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0)),
+                (a, b) => a.or(b),
+            };
+            for k in 0..seq.len() {
+                let Some(mut run) = seq[k].1.clone() else {
+                    continue;
+                };
+                // Profiled runs sit at odd places, unprofiled ones at even places.
+                let (before, after) = if k % 2 == 1 {
+                    (k.checked_sub(1), Some(k + 1))
+                } else {
+                    (k.checked_sub(2), Some(k + 2))
+                };
+                run.reference = match (at(before), at(after)) {
+                    // An unprofiled run at either end has one neighbour only: no reference, so
+                    // the noise estimate uses the same two-sided average as the profiled runs.
+                    (Some(a), Some(b)) => mean(Some(a), Some(b)),
+                    (a, b) if k % 2 == 1 => mean(a, b),
+                    _ => None,
+                };
+                rows[seq[k].0].runs.push(run);
+            }
+        }
+    }
+    rows
+}
+
+/// `99 Hz`, `1 kHz`.
+pub fn rate_label(rate_hz: u32) -> String {
+    match rate_hz {
+        0 => "-".to_owned(),
+        r if r >= 1000 && r % 1000 == 0 => format!("{} kHz", r / 1000),
+        r => format!("{r} Hz"),
+    }
+}
+
+fn slowdown_run(
+    tools: &Tools,
+    interp: &Interpreter,
+    profiler: Profiler,
+    rate_hz: u32,
+    plan: &Plan,
+) -> Result<SlowRun> {
+    let args = [plan.lead_s.to_string(), plan.window_s.to_string()];
+    let (json, sampled) = profiled_run(
+        tools,
+        interp,
+        "compare_slowdown.py",
+        &args,
+        profiler,
+        rate_hz,
+        plan.attached_secs(plan.window_s),
+        plan.lead_s + plan.window_s,
+    )?;
+    let r: SlowdownReport = serde_json::from_str(&json)
+        .with_context(|| format!("compare_slowdown.py printed {json:?}"))?;
+    Ok(SlowRun {
+        per_sec: r.per_sec,
+        per_cpu_sec: r.calls / r.cpu_secs.max(1e-9),
+        profiler: sampled.as_ref().map(Cost::of),
+        reference: None,
+    })
+}
+
+/// Starts `script ARGS` on `interp`, attaches `profiler` (unless none) once it is ready, waits for
+/// the JSON line it prints before exiting, then for the profiler. Returns both.
+#[allow(clippy::too_many_arguments)]
+fn profiled_run(
+    tools: &Tools,
+    interp: &Interpreter,
+    script_name: &str,
+    args: &[String],
+    profiler: Profiler,
+    rate_hz: u32,
+    attached_secs: u32,
+    target_secs: f64,
+) -> Result<(String, Option<Sampled>)> {
+    let mut cmd = interp.script_command(&script(script_name), args)?;
+    let mut target = Proc::spawn(&mut cmd, format!("{} {script_name}", interp.name))?;
+    target.wait_line(|l| l.starts_with("ready"), READY)?;
+    let attached = match profiler {
+        Profiler::None => None,
+        p => Some(profiler::attach(
+            tools,
+            p,
+            interp,
+            target.pid(),
+            rate_hz,
+            attached_secs,
+        )?),
+    };
+    let json = target.wait_line(
+        |l| l.starts_with('{'),
+        Duration::from_secs_f64(target_secs) + SLACK,
+    )?;
+    let (usage, stderr) = target.wait(SLACK)?;
+    if !usage.success() {
+        bail!("{script_name} failed: {}", stderr.trim());
+    }
+    let sampled = attached
+        .map(|a| a.finish(Duration::from_secs(attached_secs.into()) + SLACK))
+        .transpose()?;
+    Ok((json, sampled))
+}
+
+fn accuracy(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<AccuracyRow> {
+    let mut rows = Vec::new();
+    for (suite, s) in suites.iter().enumerate() {
+        for &profiler in &s.profilers {
+            let result =
+                accuracy_run(tools, &s.interp, profiler, plan).map_err(|e| format!("{e:#}"));
+            match &result {
+                Ok(a) => eprintln!(
+                    "accuracy {} {}: {} samples, max error {:.2} points, lines {:.1}% exact",
+                    s.interp.name,
+                    profiler.label(),
+                    a.samples,
+                    a.max_error_pp(),
+                    a.lines_exact * 100.0
+                ),
+                Err(e) => eprintln!(
+                    "accuracy {} {}: failed: {e}",
+                    s.interp.name,
+                    profiler.label()
+                ),
+            }
+            rows.push(AccuracyRow {
+                suite,
+                profiler,
+                result,
+            });
+        }
+    }
+    rows
+}
+
+fn accuracy_run(
+    tools: &Tools,
+    interp: &Interpreter,
+    profiler: Profiler,
+    plan: &Plan,
+) -> Result<Accuracy> {
+    let args = [plan.lead_s.to_string(), plan.accuracy_window_s.to_string()];
+    let (json, sampled) = profiled_run(
+        tools,
+        interp,
+        "compare_accuracy.py",
+        &args,
+        profiler,
+        plan.accuracy_rate_hz,
+        plan.attached_secs(plan.accuracy_window_s),
+        plan.lead_s + plan.accuracy_window_s,
+    )?;
+    let report: AccuracyReport = serde_json::from_str(&json)
+        .with_context(|| format!("compare_accuracy.py printed {json:?}"))?;
+    let sampled = sampled.ok_or_else(|| anyhow!("no profiler"))?;
+    score(&report, &sampled)
+}
+
+/// Compares a profiler's stacks with what compare_accuracy.py measured.
+fn score(report: &AccuracyReport, sampled: &Sampled) -> Result<Accuracy> {
+    let mut truth = [0.0; 3];
+    let mut lines = [0; 3];
+    let mut spans = [[0; 2]; 3];
+    for (i, (name, _)) in HOT.iter().enumerate() {
+        truth[i] = *report
+            .share
+            .get(*name)
+            .with_context(|| format!("compare_accuracy.py reported no share for {name}"))?;
+        lines[i] = *report
+            .lines
+            .get(*name)
+            .with_context(|| format!("compare_accuracy.py reported no line for {name}"))?;
+        spans[i] = *report
+            .spans
+            .get(*name)
+            .with_context(|| format!("compare_accuracy.py reported no span for {name}"))?;
+    }
+    let (mut counts, mut exact, mut wrong, mut callers) = ([0u64; 3], 0u64, 0u64, 0u64);
+    for stack in &sampled.stacks {
+        // The innermost hot frame (they call nothing, so it is the leaf when present).
+        let hit = stack
+            .frames
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(at, f)| HOT.iter().position(|(name, _)| f.is(name)).map(|i| (at, i)));
+        let Some((at, i)) = hit else { continue };
+        counts[i] += stack.count;
+        match stack.frames[at].line {
+            Some(l) if l == lines[i] => exact += stack.count,
+            Some(l) if (spans[i][0]..=spans[i][1]).contains(&l) => {}
+            _ => wrong += stack.count,
+        }
+        let above = stack.frames[..at].iter().rev();
+        if HOT[i].1.len() <= at && above.zip(HOT[i].1).all(|(f, name)| f.is(name)) {
+            callers += stack.count;
+        }
+    }
+    let hot: u64 = counts.iter().sum();
+    if hot == 0 {
+        bail!(
+            "no sample in hot_a, hot_b or hot_c among {} samples",
+            sampled.samples()
+        );
+    }
+    Ok(Accuracy {
+        truth,
+        measured: counts.map(|c| c as f64 / hot as f64),
+        hot_samples: hot,
+        samples: sampled.samples(),
+        lines_exact: exact as f64 / hot as f64,
+        lines_wrong: wrong as f64 / hot as f64,
+        callers_exact: callers as f64 / hot as f64,
+    })
+}
+
+fn throughput(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ThroughputRow> {
+    let mut rows = Vec::new();
+    for (suite, s) in suites.iter().enumerate() {
+        for &profiler in &s.profilers {
+            // Startup and teardown: the wall time past the duration in the first run (the
+            // shallowest stack at the lowest rate, which every profiler keeps up with).
+            let mut overhead_s = None;
+            for &depth in &plan.depths {
+                let mut steps = Vec::new();
+                for &rate_hz in &plan.throughput_rates_hz {
+                    let mut outcome = match profiler.refuses(rate_hz) {
+                        Some(why) => Outcome::Refused(why),
+                        None => throughput_run(tools, &s.interp, profiler, depth, rate_hz, plan)
+                            .unwrap_or_else(|e| Outcome::Failed(format!("{e:#}"))),
+                    };
+                    if let Outcome::Measured { late_s, .. } = &mut outcome {
+                        let over = *overhead_s.get_or_insert(*late_s);
+                        *late_s = (*late_s - over).max(0.0);
+                    }
+                    let step = Step {
+                        rate_hz,
+                        outcome,
+                        sustain_share: plan.sustain_share,
+                        late_allowed_s: 0.25 * f64::from(plan.throughput_s),
+                    };
+                    eprintln!(
+                        "throughput {} {} depth {depth} {}: {}",
+                        s.interp.name,
+                        profiler.label(),
+                        rate_label(rate_hz),
+                        describe(&step)
+                    );
+                    let stop = !step.sustained();
+                    steps.push(step);
+                    if stop {
+                        break;
+                    }
+                }
+                rows.push(ThroughputRow {
+                    suite,
+                    profiler,
+                    depth,
+                    steps,
+                });
+            }
+        }
+    }
+    rows
+}
+
+/// A step in words, for progress lines and the report.
+pub fn describe(step: &Step) -> String {
+    match &step.outcome {
+        Outcome::Measured {
+            collected,
+            expected,
+            full_depth,
+            lagged,
+            dropped,
+            late_s,
+            ..
+        } => {
+            let mut s = format!(
+                "{collected} of {expected:.0} samples ({:.0}%)",
+                *collected as f64 * 100.0 / expected.max(1.0)
+            );
+            if full_depth < collected {
+                s += &format!(", {} not full depth", collected - full_depth);
+            }
+            if let Some(l) = lagged {
+                s += &format!(", {l} lagged ticks");
+            }
+            if let Some(d) = dropped.filter(|&d| d > 0) {
+                s += &format!(", {d} dropped");
+            }
+            if *late_s > step.late_allowed_s {
+                s += &format!(", {late_s:.1} s late");
+            }
+            s
+        }
+        Outcome::Refused(why) => format!("refused ({why})"),
+        Outcome::Failed(e) => format!("failed: {e}"),
+    }
+}
+
+fn throughput_run(
+    tools: &Tools,
+    interp: &Interpreter,
+    profiler: Profiler,
+    depth: u32,
+    rate_hz: u32,
+    plan: &Plan,
+) -> Result<Outcome> {
+    let secs = plan.throughput_s;
+    // Long enough for any startup, short enough that a profiler running late (py-spy's duration
+    // is a number of samples) is cut off by the target's exit soon after.
+    let lifetime = Duration::from_secs(3 * u64::from(secs) + 5);
+    let args = [depth.to_string(), lifetime.as_secs().to_string()];
+    let mut cmd = interp.script_command(&script("compare_deep.py"), &args)?;
+    let mut target = Proc::spawn(&mut cmd, format!("{} compare_deep.py {depth}", interp.name))?;
+    target.wait_line(|l| l.starts_with("ready"), READY)?;
+    let watch = CpuWatch::start(target.pid());
+    let attached = profiler::attach(tools, profiler, interp, target.pid(), rate_hz, secs)?;
+    let sampled = attached.finish(lifetime + SLACK);
+    let cpu = watch.stop();
+    drop(target);
+    let sampled = sampled?;
+    let wall_expected = f64::from(rate_hz) * f64::from(secs);
+    // The target's share of a CPU over the last `secs` seconds before the profiler exited: the
+    // sampling, since teardown (writing the output) takes milliseconds.
+    let end = cpu
+        .last()
+        .map(|c| c.0)
+        .context("no CPU reading of the target")?;
+    let start = end
+        .checked_sub(Duration::from_secs(secs.into()))
+        .context("clock too young")?;
+    let before = cpu
+        .iter()
+        .rev()
+        .find(|c| c.0 <= start)
+        .or(cpu.first())
+        .context("no CPU reading of the target")?;
+    let last = cpu.last().expect("checked above");
+    let target_cpu_secs = last.1 - before.1;
+    let on_cpu = (target_cpu_secs / (last.0 - before.0).as_secs_f64().max(1e-9)).min(1.0);
+    let expected = if profiler == Profiler::PyagentEbpf {
+        wall_expected * on_cpu
+    } else {
+        wall_expected
+    };
+    let full_depth = sampled
+        .stacks
+        .iter()
+        .filter(|s| s.frames.len() >= depth as usize)
+        .map(|s| s.count)
+        .sum();
+    Ok(Outcome::Measured {
+        collected: sampled.samples(),
+        expected,
+        full_depth,
+        target_cpu_secs,
+        lagged: sampled.lagged,
+        dropped: sampled.dropped,
+        cpu_secs: sampled.usage.cpu_secs(),
+        late_s: sampled.usage.wall.as_secs_f64() - f64::from(secs),
+    })
+}
+
+/// Reads a process's CPU time every 20 ms in a thread, until stopped.
+struct CpuWatch {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(Instant, f64)>>,
+}
+
+impl CpuWatch {
+    fn start(pid: u32) -> CpuWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut readings = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                if let Some(cpu) = util::proc_cpu_secs(pid) {
+                    readings.push((Instant::now(), cpu));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if let Some(cpu) = util::proc_cpu_secs(pid) {
+                readings.push((Instant::now(), cpu));
+            }
+            readings
+        });
+        CpuWatch { stop, thread }
+    }
+
+    /// `(when, CPU seconds)` readings, oldest first.
+    fn stop(self) -> Vec<(Instant, f64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::profiler::{Frame, Stack};
+    use super::*;
+
+    fn stack(frames: &[(&str, u32)], count: u64) -> Stack {
+        Stack {
+            frames: frames
+                .iter()
+                .map(|&(f, l)| Frame {
+                    function: f.into(),
+                    line: Some(l),
+                })
+                .collect(),
+            count,
+        }
+    }
+
+    #[test]
+    fn scores_shares_lines_and_callers() {
+        let report: AccuracyReport = serde_json::from_str(
+            r#"{"share": {"hot_a": 0.6, "hot_b": 0.3, "hot_c": 0.1},
+                "lines": {"hot_a": 24, "hot_b": 30, "hot_c": 36},
+                "spans": {"hot_a": [22, 25], "hot_b": [28, 31], "hot_c": [34, 37]}}"#,
+        )
+        .expect("fixture");
+        let m = ("<module>", 80);
+        let run = ("run", 70);
+        let sampled = Sampled {
+            usage: util::Usage {
+                status: 0,
+                user: Duration::ZERO,
+                sys: Duration::ZERO,
+                max_rss: 0,
+                wall: Duration::ZERO,
+            },
+            stacks: vec![
+                stack(&[m, run, ("hot_a", 24)], 58),
+                // entry line: right, not exact
+                stack(&[m, run, ("hot_a", 22)], 1),
+                // outside hot_a: wrong
+                stack(&[m, run, ("hot_a", 99)], 1),
+                stack(&[m, run, ("b1", 45), ("hot_b", 30)], 30),
+                // a caller missing: the share counts, the callers do not
+                stack(&[m, run, ("c1", 48), ("c3", 56), ("hot_c", 36)], 2),
+                stack(
+                    &[m, run, ("c1", 48), ("c2", 52), ("c3", 56), ("hot_c", 36)],
+                    8,
+                ),
+                // in none of the hot functions
+                stack(&[m, run], 5),
+            ],
+            lagged: None,
+            dropped: None,
+        };
+        let a = score(&report, &sampled).expect("scores");
+        assert_eq!((a.samples, a.hot_samples), (105, 100));
+        assert_eq!(a.measured, [0.6, 0.3, 0.1]);
+        assert!(a.max_error_pp() < 1e-9);
+        assert!((a.lines_exact - 0.98).abs() < 1e-9);
+        assert!((a.lines_wrong - 0.01).abs() < 1e-9);
+        assert!((a.callers_exact - 0.98).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_late_profiler_does_not_sustain_its_rate() {
+        let step = |collected, late_s| Step {
+            rate_hz: 1000,
+            outcome: Outcome::Measured {
+                collected,
+                expected: 2000.0,
+                full_depth: collected,
+                target_cpu_secs: 2.0,
+                lagged: None,
+                dropped: None,
+                cpu_secs: 0.1,
+                late_s,
+            },
+            sustain_share: 0.9,
+            late_allowed_s: 0.5,
+        };
+        assert!(step(1800, 0.0).sustained());
+        assert!(!step(1799, 0.0).sustained());
+        assert!(!step(2000, 8.0).sustained());
+    }
+}

@@ -1,0 +1,167 @@
+//! `cargo xtask bench compare --quick` end to end (issue 5), so that the benchmark cannot rot:
+//! every profiler attaches to real interpreters, and the markdown report and the SVG chart come
+//! out with a row (and a bar group) per profiler. The numbers of the quick mode are not checked:
+//! speed targets live in the benchmark's report, never in timed asserts.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The rows the report must have: (profiler, manifest name of its interpreter).
+const ROWS: &[(&str, &str)] = &[
+    ("pyagent ebpf", "py313"),
+    ("pyagent userspace", "py313"),
+    ("py-spy", "py313"),
+    ("py-spy --nonblocking", "py313"),
+    ("austin", "py313"),
+    ("pyagent ebpf", "py315"),
+    ("pyagent userspace", "py315"),
+    ("tachyon", "py315"),
+];
+
+/// Chart labels (`Profiler::short` and the interpreter).
+const BARS: &[&str] = &[
+    "pyagent ebpf (py313)",
+    "pyagent user (py313)",
+    "py-spy (py313)",
+    "py-spy nb (py313)",
+    "austin (py313)",
+    "pyagent ebpf (py315)",
+    "pyagent user (py315)",
+    "tachyon (py315)",
+];
+
+/// The report's sections with a row per profiler: slowdown, cost, accuracy, throughput.
+const SECTIONS_WITH_ROWS: usize = 4;
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Builds the pyagent binary in this test's profile (`cargo test` does not build other
+/// packages' binaries) and returns its path.
+fn pyagent_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/compare_smoke-xxxx → target/<profile>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", "pyagent", "--bin", "pyagent"]);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run cargo build: {e}"));
+    assert!(status.success(), "building the pyagent binary failed");
+    let bin = profile_dir.join("pyagent");
+    assert!(bin.exists(), "{} missing after cargo build", bin.display());
+    bin
+}
+
+/// Table rows of `md` as trimmed cells.
+fn rows(md: &str) -> Vec<Vec<&str>> {
+    md.lines()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+        .collect()
+}
+
+#[test]
+fn compare_quick_reports_every_profiler() {
+    assert!(
+        is_root(),
+        "the compare benchmark loads BPF programs and reads other processes' memory: run the \
+         tests as root"
+    );
+    let pythons = std::env::var_os("PYAGENT_PYTHONS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/pyagent/pythons"));
+    let manifest = pythons.join("manifest.json");
+    assert!(
+        manifest.exists(),
+        "{} is missing: run `cargo xtask pythons` (the interpreters and peer profilers the \
+         benchmark compares)",
+        manifest.display()
+    );
+    let agent = pyagent_bin();
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compare-smoke");
+    let _ = std::fs::remove_dir_all(&out);
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["bench", "compare", "--quick", "--agent"])
+        .arg(&agent)
+        .arg("--out-dir")
+        .arg(&out)
+        .output()
+        .expect("cannot run xtask");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "`xtask bench compare --quick` failed ({}); if an interpreter or peer profiler is \
+         missing, run `cargo xtask pythons`.\nstderr:\n{stderr}\nstdout:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout)
+    );
+
+    let md_path = out.join("compare.md");
+    let md = std::fs::read_to_string(&md_path)
+        .unwrap_or_else(|e| panic!("{} was not written: {e}", md_path.display()));
+    let table = rows(&md);
+    for &(profiler, python) in ROWS {
+        let found = table
+            .iter()
+            .filter(|r| r.len() > 2 && r[0] == profiler && r[1].ends_with(&format!("({python})")))
+            .count();
+        assert_eq!(
+            found,
+            SECTIONS_WITH_ROWS,
+            "{profiler} on {python}: expected a row in each of the {SECTIONS_WITH_ROWS} tables of \
+             {}:\n{md}",
+            md_path.display()
+        );
+    }
+    for python in ["py313", "py315"] {
+        assert!(
+            table
+                .iter()
+                .any(|r| r[0].starts_with("none (") && r[1].ends_with(&format!("({python})"))),
+            "no baseline row for {python}:\n{md}"
+        );
+        assert!(
+            table
+                .iter()
+                .any(|r| r[0] == "truth (process_time)" && r[1].ends_with(&format!("({python})"))),
+            "no accuracy truth row for {python}:\n{md}"
+        );
+    }
+    assert!(
+        md.contains("load average") && md.contains("--quick"),
+        "the report must name the load and the command:\n{md}"
+    );
+
+    let svg_path = out.join("compare.svg");
+    let svg = std::fs::read_to_string(&svg_path)
+        .unwrap_or_else(|e| panic!("{} was not written: {e}", svg_path.display()));
+    assert!(
+        svg.trim_start().starts_with("<svg"),
+        "not an SVG: {svg_path:?}"
+    );
+    for bar in BARS {
+        assert!(svg.contains(bar), "the chart has no label {bar:?}");
+    }
+    // Two bars (99 Hz and 1 kHz) per profiler, besides the background and the legend.
+    let rects = svg.matches("<rect").count();
+    assert!(
+        rects >= 2 * BARS.len(),
+        "the chart has {rects} rectangles, fewer than two bars per profiler"
+    );
+}
