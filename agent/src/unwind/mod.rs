@@ -416,10 +416,9 @@ impl Unwinder {
             Ok(Some((resolved, end)))
         })();
         self.raw = raw;
+        // A torn sample writes no anchor and leaves the stored stacks alone: the sequence check
+        // keeps them honest, and walks recorded against them may still be waiting.
         let Some((resolved, end)) = result? else {
-            if let Some(fc) = self.frame_cache.as_mut() {
-                fc.forget(key);
-            }
             return Ok(None);
         };
         let truncated = end == WalkEnd::DepthLimit;
