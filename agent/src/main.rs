@@ -383,6 +383,8 @@ fn init_logging(filter: &str) {
             tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only for people: journald, files and pipes get plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 

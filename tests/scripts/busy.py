@@ -12,7 +12,7 @@ def hot(n):  # @hot_def
     return total  # @hot_end
 
 
-def warm():
+def warm():  # @warm_def
     return hot(20000)  # @warm
 
 

@@ -26,9 +26,23 @@ fn pprof_raw(file: &Path) -> String {
 struct Agent {
     child: Child,
     rest: std::thread::JoinHandle<String>,
+    lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl Agent {
+    /// Waits until the agent logs a line containing `needle`.
+    fn wait_for_log(&self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return,
+                Ok(_) => {}
+                Err(e) => panic!("the agent never logged `{needle}` ({e:?})"),
+            }
+        }
+    }
+
     /// Waits for the agent to finish; returns its stderr after the start line.
     fn finish(mut self) -> String {
         let status = self.child.wait().expect("pyagent finishes");
@@ -66,16 +80,23 @@ fn start_agent(dir: &Path, secs: &str, extra: &[&str]) -> Agent {
             break;
         }
     }
-    // Keep reading the rest in the background so the pipe never fills.
+    // Keep reading the rest in the background so the pipe never fills; lines are also
+    // forwarded for tests that wait on what the agent logs.
+    let (tx, rx) = std::sync::mpsc::channel();
     let rest = std::thread::spawn(move || {
         let mut all = seen;
         for l in lines.lines().map_while(Result::ok) {
+            let _ = tx.send(l.clone());
             all.push_str(&l);
             all.push('\n');
         }
         all
     });
-    Agent { child, rest }
+    Agent {
+        child,
+        rest,
+        lines: rx,
+    }
 }
 
 /// The profile written for `pid` in `dir`.
@@ -115,7 +136,8 @@ fn assert_busy_profile(raw: &str, what: &str) {
             .expect("line");
         let ok = match func {
             "hot" => hot.contains(&line),
-            "warm" => line == warm,
+            // The `def` line too: a sample can land on the function's entry.
+            "warm" => line == warm || line == marker_line("busy.py", "warm_def"),
             "<module>" => line == module || line == marker_line("busy.py", "module_loop"),
             _ => false,
         };
@@ -162,12 +184,13 @@ fn process_started_later_and_process_exiting_midway() {
     let mut early =
         PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["300"]);
     early.wait_for_line("ready", Duration::from_secs(30));
-    let agent = start_agent(&dir, "8", &[]);
+    let agent = start_agent(&dir, "12", &["--log", "pyagent::discovery=info"]);
     // Started after the agent: found by a later scan.
     let mut late =
         PythonProcess::spawn(Interpreter::by_name("py315"), &script("busy.py"), &["300"]);
     late.wait_for_line("ready", Duration::from_secs(30));
-    // Let the agent sample the early process for a while (a workload span, not a sync).
+    agent.wait_for_log(&format!("pid={}", late.pid()), Duration::from_secs(10));
+    // Let the agent sample both for a while (a workload span, not a sync), then end one.
     std::thread::sleep(Duration::from_secs(2));
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(early.pid() as i32, libc::SIGTERM) };
