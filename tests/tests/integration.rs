@@ -7,6 +7,27 @@ mod cli;
 mod ebpf;
 #[path = "integration/frame_cache.rs"]
 mod frame_cache;
+use rstest_reuse::template;
+
+/// Every interpreter of the matrix (`cargo xtask pythons`): `#[apply(matrix)]` runs a test on
+/// each, as `py`.
+#[template]
+#[rstest::rstest]
+fn matrix(
+    #[values(
+        "py311-debian",
+        "py311",
+        "py312",
+        "py313",
+        "py313-static",
+        "py313t",
+        "py314",
+        "py315"
+    )]
+    py: &str,
+) {
+}
+
 #[path = "integration/resolver.rs"]
 mod resolver;
 #[path = "integration/service.rs"]

@@ -8,6 +8,9 @@ use pyagent_tests::consumers::go_pprof;
 use pyagent_tests::stacks::{marker_line, pyagent_bin, run_pyagent, script};
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
+use rstest_reuse::apply;
+
+use crate::matrix;
 
 fn stderr_of(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -69,20 +72,8 @@ fn tempfile_dir(tag: &str) -> std::path::PathBuf {
     dir
 }
 
-#[rstest]
-fn record_pprof_read_by_go_tool_pprof(
-    #[values(
-        "py311-debian",
-        "py311",
-        "py312",
-        "py313",
-        "py313-static",
-        "py313t",
-        "py314",
-        "py315"
-    )]
-    py: &str,
-) {
+#[apply(matrix)]
+fn record_pprof_read_by_go_tool_pprof(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &[]);
     p.wait_for_line("ready", Duration::from_secs(30));
@@ -187,20 +178,8 @@ fn record_collapsed_and_flamegraph(#[values("py312", "py315")] py: &str) {
     );
 }
 
-#[rstest]
-fn target_exits_while_recorded(
-    #[values(
-        "py311-debian",
-        "py311",
-        "py312",
-        "py313",
-        "py313-static",
-        "py313t",
-        "py314",
-        "py315"
-    )]
-    py: &str,
-) {
+#[apply(matrix)]
+fn target_exits_while_recorded(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
                    // busy.py with a deadline: it exits on its own after 1 s while pyagent records (no -d).
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &["1"]);

@@ -5,7 +5,9 @@ use std::time::Duration;
 use pyagent::unwind::UnwindOptions;
 use pyagent_tests::stacks::{at, sample_until, script, simple, unwinder, SimpleFrame};
 use pyagent_tests::{Interpreter, PythonProcess};
-use rstest::rstest;
+use rstest_reuse::apply;
+
+use crate::matrix;
 
 const READY: Duration = Duration::from_secs(30);
 const PARK: Duration = Duration::from_secs(10);
@@ -29,20 +31,8 @@ fn parked_stack(p: &PythonProcess, options: UnwindOptions, top: &SimpleFrame) ->
     simple(t)
 }
 
-#[rstest]
-fn nested_functions_and_methods(
-    #[values(
-        "py311-debian",
-        "py311",
-        "py312",
-        "py313",
-        "py313-static",
-        "py313t",
-        "py314",
-        "py315"
-    )]
-    py: &str,
-) {
+#[apply(matrix)]
+fn nested_functions_and_methods(py: &str) {
     let p = start(py, "nested.py", &[]);
     let expected = vec![
         at("Shop.checkout", "nested.py", "checkout"),
@@ -56,20 +46,8 @@ fn nested_functions_and_methods(
     );
 }
 
-#[rstest]
-fn deep_recursion_is_complete(
-    #[values(
-        "py311-debian",
-        "py311",
-        "py312",
-        "py313",
-        "py313-static",
-        "py313t",
-        "py314",
-        "py315"
-    )]
-    py: &str,
-) {
+#[apply(matrix)]
+fn deep_recursion_is_complete(py: &str) {
     let p = start(py, "recursion.py", &["1000"]);
     let top = at("recurse", "recursion.py", "sleep");
     for options in [
@@ -95,20 +73,8 @@ fn deep_recursion_is_complete(
     }
 }
 
-#[rstest]
-fn eight_threads_distinct_stacks(
-    #[values(
-        "py311-debian",
-        "py311",
-        "py312",
-        "py313",
-        "py313-static",
-        "py313t",
-        "py314",
-        "py315"
-    )]
-    py: &str,
-) {
+#[apply(matrix)]
+fn eight_threads_distinct_stacks(py: &str) {
     let p = start(py, "threads.py", &[]);
     let mut u = unwinder(p.pid(), UnwindOptions::default());
     let sleep = at("level", "threads.py", "sleep");
@@ -157,20 +123,8 @@ fn eight_threads_distinct_stacks(
     );
 }
 
-#[rstest]
-fn running_generator(
-    #[values(
-        "py311-debian",
-        "py311",
-        "py312",
-        "py313",
-        "py313-static",
-        "py313t",
-        "py314",
-        "py315"
-    )]
-    py: &str,
-) {
+#[apply(matrix)]
+fn running_generator(py: &str) {
     let p = start(py, "generators.py", &["generator"]);
     let expected = vec![
         at("consume", "generators.py", "consume"),
@@ -184,20 +138,8 @@ fn running_generator(
     );
 }
 
-#[rstest]
-fn running_coroutines(
-    #[values(
-        "py311-debian",
-        "py311",
-        "py312",
-        "py313",
-        "py313-static",
-        "py313t",
-        "py314",
-        "py315"
-    )]
-    py: &str,
-) {
+#[apply(matrix)]
+fn running_coroutines(py: &str) {
     let p = start(py, "generators.py", &["coroutine"]);
     let top = at("leaf", "generators.py", "leaf");
     let frames = parked_stack(&p, UnwindOptions::default(), &top);
@@ -238,20 +180,8 @@ fn second_libpython(py: &str) -> Option<String> {
     on_host.exists().then_some(path)
 }
 
-#[rstest]
-fn imported_ctypes_and_second_libpython(
-    #[values(
-        "py311-debian",
-        "py311",
-        "py312",
-        "py313",
-        "py313-static",
-        "py313t",
-        "py314",
-        "py315"
-    )]
-    py: &str,
-) {
+#[apply(matrix)]
+fn imported_ctypes_and_second_libpython(py: &str) {
     let lib = second_libpython(py);
     let args: Vec<&str> = lib.iter().map(|s| s.as_str()).collect();
     let p = start(py, "with_ctypes.py", &args);
@@ -273,20 +203,8 @@ fn imported_ctypes_and_second_libpython(
     );
 }
 
-#[rstest]
-fn native_pseudo_frame(
-    #[values(
-        "py311-debian",
-        "py311",
-        "py312",
-        "py313",
-        "py313-static",
-        "py313t",
-        "py314",
-        "py315"
-    )]
-    py: &str,
-) {
+#[apply(matrix)]
+fn native_pseudo_frame(py: &str) {
     let p = start(py, "pseudo.py", &["native"]);
     let options = UnwindOptions {
         native: true,
