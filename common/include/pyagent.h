@@ -92,12 +92,6 @@ _Static_assert(sizeof(struct pa_proc) == 56, "struct pa_proc layout");
 #define PA_SAMPLE_ANCHOR_HIT (1u << 3)
 /* Complete, and the last frame is tstate->base_frame (only with PA_PROC_BASE_FRAME). */
 #define PA_SAMPLE_REACHED_BASE (1u << 4)
-/*
- * Reserved, never set: "the program moved the anchor to this record's top frame". The program
- * cannot write the anchor (see PA_PROC_ANCHOR); the bit stays defined so that userspace that
- * tests it keeps building, and always finds it clear.
- */
-#define PA_SAMPLE_ANCHOR_WRITTEN (1u << 5)
 
 struct pa_sample_hdr {
 	/* Host (initial pid namespace) tgid and tid of the interrupted task. */

@@ -47,11 +47,6 @@ pub const SAMPLE_READ_FAILED: u32 = 1 << 2;
 pub const SAMPLE_ANCHOR_HIT: u32 = 1 << 3;
 /// [`PaSampleHdr::flags`]: complete, and the last frame is `tstate->base_frame`.
 pub const SAMPLE_REACHED_BASE: u32 = 1 << 4;
-/// [`PaSampleHdr::flags`], reserved and never set: "the program moved the anchor to this
-/// record's top frame". The BPF program cannot write user memory on our kernels
-/// (`bpf_probe_write_user` is refused under lockdown, and fails in interrupt context on any
-/// kernel), so records never carry it; see `PA_PROC_ANCHOR` in `pyagent.h`.
-pub const SAMPLE_ANCHOR_WRITTEN: u32 = 1 << 5;
 
 /// How the BPF program walks one process's frame chain (`struct pa_proc`, the value of the
 /// `pa_procs` map, keyed by host tgid). Offsets are bytes, named after `_Py_DebugOffsets`.

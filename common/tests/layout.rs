@@ -13,8 +13,7 @@ use std::process::Command;
 use pyagent_common::{
     Counter, PaFrame, PaProc, PaSampleHdr, COUNTERS, COUNTER_COUNT, FRAME_READ_BYTES, MAX_FRAMES,
     PROC_ALL, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT,
-    SAMPLE_ANCHOR_WRITTEN, SAMPLE_COMPLETE, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED,
-    SAMPLE_TRUNCATED, TSTATE_READ_BYTES,
+    SAMPLE_COMPLETE, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED, TSTATE_READ_BYTES,
 };
 
 /// (C expression, value in Rust). The probe prints each C expression's value.
@@ -86,7 +85,6 @@ fn expectations() -> Vec<(String, u64)> {
         ("PA_SAMPLE_READ_FAILED", SAMPLE_READ_FAILED),
         ("PA_SAMPLE_ANCHOR_HIT", SAMPLE_ANCHOR_HIT),
         ("PA_SAMPLE_REACHED_BASE", SAMPLE_REACHED_BASE),
-        ("PA_SAMPLE_ANCHOR_WRITTEN", SAMPLE_ANCHOR_WRITTEN),
     ] {
         push(c, r as usize);
     }

@@ -480,7 +480,6 @@ impl HostProfiler {
                 truncated: h.is_truncated(),
                 read_failed: h.read_failed(),
                 anchor_hit: h.anchor_hit(),
-                anchor_written: h.flags & common::SAMPLE_ANCHOR_WRITTEN != 0,
                 anchor: (h.anchor_frame, h.anchor_seq),
             };
             batch.push((walk, h.pid, raw));

@@ -133,11 +133,6 @@ impl FrameCache {
         );
     }
 
-    /// Drops the entry of a thread (its sample failed validation).
-    pub fn forget(&mut self, key: ThreadKey) {
-        self.entries.remove(&key);
-    }
-
     /// Ends a sample round: entries of threads not seen in it are dropped.
     pub fn end_round(&mut self) {
         let round = self.round;

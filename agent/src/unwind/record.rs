@@ -21,8 +21,6 @@ pub struct ExternalWalk {
     pub read_failed: bool,
     /// stopped right after the frame that was the anchor
     pub anchor_hit: bool,
-    /// the walker moved the anchor to the top frame (sequence unchanged)
-    pub anchor_written: bool,
     /// anchor and sequence read at the start of the walk
     pub anchor: (u64, u64),
 }
@@ -132,14 +130,6 @@ impl Unwinder {
         } else if walk.truncated {
             self.stats.truncated += 1;
         }
-        // The walker moved the anchor to this stack's top with the sequence it read: this
-        // stack is what the anchor now vouches for.
-        if walk.anchor_written && !walk.truncated {
-            if let Some(fc) = self.frame_cache.as_mut() {
-                fc.store(key, walk.anchor.1, resolved.iter().cloned());
-            }
-        }
-        let ns_tid = self.names.ns_tid_of(self.target.pid, walk.host_tid);
         let name = self
             .names
             .lookup(self.target.pid, ns_tid)
