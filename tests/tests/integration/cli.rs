@@ -62,6 +62,17 @@ fn unwritable_output_fails_before_sampling() {
     assert_one_line_error(&out, "cannot create /nonexistent-dir/x.pb.gz");
 }
 
+/// `pyagent record --pid PID ARGS -o OUT`, which must succeed; returns what it wrote.
+fn record_file(pid: &str, out: &std::path::Path, args: &[&str]) -> String {
+    let path = out.to_str().expect("utf-8");
+    let mut argv = vec!["record", "--pid", pid];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["-o", path]);
+    let run = run_pyagent(&argv);
+    assert!(run.status.success(), "{}", stderr_of(&run));
+    std::fs::read_to_string(out).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 fn tempfile_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "pyagent-test-{tag}-{}-{:?}",
@@ -138,40 +149,14 @@ fn record_collapsed_and_flamegraph(#[values("py312", "py315")] py: &str) {
     p.wait_for_line("ready", Duration::from_secs(30));
     let dir = tempfile_dir(py);
     let pid = p.pid().to_string();
-    let collapsed = dir.join("out.txt");
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &pid,
-        "-d",
-        "1",
-        "-f",
-        "collapsed",
-        "-o",
-        collapsed.to_str().expect("utf-8"),
-    ]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let text = std::fs::read_to_string(&collapsed).expect("collapsed output");
+    let text = record_file(&pid, &dir.join("out.txt"), &["-d", "1", "-f", "collapsed"]);
     let warm = marker_line("busy.py", "warm");
     assert!(
         text.lines()
             .all(|l| l.contains("warm (") && l.contains(&format!("busy.py:{warm})"))),
         "{text}"
     );
-    let svg = dir.join("out.svg");
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &pid,
-        "-d",
-        "1",
-        "-f",
-        "flamegraph",
-        "-o",
-        svg.to_str().expect("utf-8"),
-    ]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let svg = std::fs::read_to_string(&svg).expect("svg");
+    let svg = record_file(&pid, &dir.join("out.svg"), &["-d", "1", "-f", "flamegraph"]);
     assert!(
         svg.contains("<svg") && svg.contains("hot"),
         "flame graph names hot()"
