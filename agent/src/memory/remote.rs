@@ -47,6 +47,26 @@ impl RemoteMemory {
         }
     }
 
+    /// One `process_vm_readv` of several ranges, filled in order; returns the bytes read, which
+    /// stop short at the first range that is not (fully) mapped.
+    pub fn read_vectored(
+        &mut self,
+        local: &mut [IoSliceMut<'_>],
+        remote: &[RemoteIoVec],
+    ) -> Result<usize, MemoryError> {
+        if remote.is_empty() {
+            return Ok(0);
+        }
+        self.reads += 1;
+        match process_vm_readv(Pid::from_raw(self.pid as i32), local, remote) {
+            Ok(n) => {
+                self.bytes_read += n as u64;
+                Ok(n)
+            }
+            Err(e) => Err(self.error(e, remote[0].base as u64, remote[0].len)),
+        }
+    }
+
     /// Writes `data` at `addr`. The only write pyagent makes is the 3.15 frame-cache anchor.
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
         let local = [IoSlice::new(data)];

@@ -10,7 +10,8 @@ mod frame;
 mod linetable;
 mod strings;
 
-use std::collections::HashMap;
+// foldhash: these maps are looked up several times per sample, keyed by addresses.
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 pub use frame::{Frame, FrameKind};

@@ -9,7 +9,8 @@
 //! `seq == cached_seq + i`; any other value (a reused frame address, a generator resumed under
 //! another caller, a foreign writer) is a miss, never a spliced chain (the ABA problem).
 
-use std::collections::HashMap;
+// foldhash: these maps are looked up several times per sample, keyed by addresses.
+use foldhash::HashMap;
 
 use crate::symbolize::{Frame, FrameKind};
 
@@ -72,6 +73,11 @@ impl FrameCache {
         }
         e.seen = round;
         Some(&e.frames[1..])
+    }
+
+    /// The stack stored for `key`, innermost first.
+    pub fn stack(&self, key: ThreadKey) -> Option<&[CachedFrame]> {
+        self.entries.get(&key).map(|e| &e.frames[..])
     }
 
     /// Partial hit: a walk from the top reached the anchor `anchor`; returns the cached frames

@@ -12,7 +12,10 @@ mod sample;
 pub mod threads;
 pub mod walk;
 
-use std::collections::HashMap;
+// foldhash: these maps are looked up several times per sample, keyed by addresses.
+use std::sync::Arc;
+
+use foldhash::HashMap;
 
 pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};
 pub use record::{ExternalSkip, ExternalWalk};
@@ -114,15 +117,15 @@ pub struct UnwindStats {
 /// Host TIDs and thread names of a process, looked up in /proc when a new thread shows up.
 #[derive(Debug, Default)]
 struct ThreadNames {
-    by_ns_tid: HashMap<u32, (u32, Option<String>)>,
+    by_ns_tid: HashMap<u32, (u32, Option<Arc<str>>)>,
 }
 
 impl ThreadNames {
-    fn lookup(&mut self, pid: u32, ns_tid: u32) -> Option<&(u32, Option<String>)> {
+    fn lookup(&mut self, pid: u32, ns_tid: u32) -> Option<&(u32, Option<Arc<str>>)> {
         if !self.by_ns_tid.contains_key(&ns_tid) {
             self.by_ns_tid = task_ids(pid)
                 .into_iter()
-                .map(|t| (t.ns_tid, (t.host_tid, thread_name(pid, t.host_tid))))
+                .map(|t| (t.ns_tid, (t.host_tid, thread_name(pid, t.host_tid).map(Arc::from))))
                 .collect();
         }
         self.by_ns_tid.get(&ns_tid)
@@ -130,7 +133,7 @@ impl ThreadNames {
 
     /// The namespace TID of a host TID (itself outside containers).
     fn ns_tid_of(&mut self, pid: u32, host_tid: u32) -> u32 {
-        let find = |m: &HashMap<u32, (u32, Option<String>)>| {
+        let find = |m: &HashMap<u32, (u32, Option<Arc<str>>)>| {
             m.iter()
                 .find(|(_, (h, _))| *h == host_tid)
                 .map(|(ns, _)| *ns)
@@ -140,7 +143,7 @@ impl ThreadNames {
         }
         self.by_ns_tid = task_ids(pid)
             .into_iter()
-            .map(|t| (t.ns_tid, (t.host_tid, thread_name(pid, t.host_tid))))
+            .map(|t| (t.ns_tid, (t.host_tid, thread_name(pid, t.host_tid).map(Arc::from))))
             .collect();
         find(&self.by_ns_tid).unwrap_or(host_tid)
     }
@@ -193,6 +196,11 @@ impl Unwinder {
     /// Page-cache counters.
     pub fn page_cache_stats(&self) -> PageCacheStats {
         self.mem.stats()
+    }
+
+    /// `process_vm_readv` calls made so far.
+    pub fn remote_reads(&self) -> u64 {
+        self.mem.syscalls()
     }
 
     /// Code-object cache counters.
@@ -333,24 +341,36 @@ impl Unwinder {
 
         // Full hit: nothing returned past the anchor and the top frame is the anchor.
         if let Some((anchor_frame, seq)) = anchor.filter(|(a, _)| *a == t.top_frame) {
-            if let Some(tail) = self
+            let hit = self
                 .frame_cache
                 .as_mut()
-                .and_then(|fc| fc.full_hit(key, anchor_frame, seq).map(|s| s.to_vec()))
-            {
+                .and_then(|fc| fc.full_hit(key, anchor_frame, seq).map(<[_]>::len));
+            if let Some(tail_len) = hit {
                 // The top frame's line moves while it runs: always read it fresh.
                 let top = walk::read_frame(&mut self.mem, &self.target.offsets, t.top_frame)?;
-                let mut resolved = Vec::with_capacity(tail.len() + 2);
+                let mut resolved = Vec::with_capacity(2);
                 let pending_native = self.resolve(&[top], interp, &mut resolved)?;
-                if self.anchor_unchanged(t, anchor_frame, seq)? {
-                    self.stats.cache_full_hits += 1;
-                    self.stats.frames_read += 1;
-                    self.stats.frames_cached += tail.len() as u64;
-                    Self::splice_tail(&mut resolved, pending_native, tail);
-                    let frames = self.finish(interp, t, resolved);
-                    return Ok(Some(self.make_sample(t, frames, false)));
+                if !self.anchor_unchanged(t, anchor_frame, seq)? {
+                    return Ok(None);
                 }
-                return Ok(None);
+                self.stats.cache_full_hits += 1;
+                self.stats.frames_read += 1;
+                self.stats.frames_cached += tail_len as u64;
+                // Cloned straight out of the cache into the sample: the deep part of a stack is
+                // the bulk of a sample's cost once reads are down to one.
+                let mut frames = Vec::with_capacity(tail_len + 3);
+                frames.extend(self.gc_marker_without_frame(interp, t));
+                frames.extend(resolved.into_iter().map(|c| c.frame));
+                let tail = self
+                    .frame_cache
+                    .as_ref()
+                    .and_then(|fc| fc.stack(key))
+                    .map_or(&[][..], |s| &s[1..]);
+                if pending_native && tail.first().is_some_and(|c| c.addr != 0) {
+                    frames.push(Frame::pseudo(FrameKind::Native));
+                }
+                frames.extend(tail.iter().map(|c| c.frame.clone()));
+                return Ok(Some(self.make_sample(t, frames, false)));
             }
         }
 
@@ -504,9 +524,18 @@ impl Unwinder {
             return Ok(false);
         };
         let (live_frame, live_seq) = if s_off == f_off + 8 {
-            let mut b = [0u8; 16];
-            self.mem.read_uncached(t.addr + f_off, &mut b)?;
-            (b.u64_at(0), b.u64_at(8))
+            // The next sample's prefetch snapshots the pair after its pages: when everything
+            // this sample read came from that prefetch, the snapshot is the re-read.
+            let addr = t.addr + f_off;
+            self.mem.watch_next_sample(addr, 16);
+            match self.mem.watched(addr, 16) {
+                Some(b) => (b.u64_at(0), b.u64_at(8)),
+                None => {
+                    let mut b = [0u8; 16];
+                    self.mem.read_uncached(addr, &mut b)?;
+                    (b.u64_at(0), b.u64_at(8))
+                }
+            }
         } else {
             let mut b = [0u8; 8];
             self.mem.read_uncached(t.addr + f_off, &mut b)?;

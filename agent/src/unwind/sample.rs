@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use crate::symbolize::Frame;
 
 /// The stack of one thread at one instant: what the unwinder hands to aggregation.
@@ -8,7 +10,7 @@ pub struct ThreadSample {
     /// Linux thread id (in the target's PID namespace, as CPython stores it).
     pub tid: u32,
     /// Python-level thread name (`threading.Thread.name`) when it could be read.
-    pub thread_name: Option<String>,
+    pub thread_name: Option<Arc<str>>,
     /// Whether this thread held the GIL, where the version tells.
     pub holds_gil: Option<bool>,
     /// Frames, innermost first.

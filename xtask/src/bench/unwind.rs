@@ -237,6 +237,7 @@ fn ours(target: &Proc, depth: usize, frame_cache: bool, secs: f64) -> Cell {
         ));
     }
     let stats0 = u.stats();
+    let reads0 = u.remote_reads();
     let pages0 = u.page_cache_stats();
     let wall0 = Instant::now();
     let cpu0 = util::thread_cpu_time();
@@ -257,16 +258,16 @@ fn ours(target: &Proc, depth: usize, frame_cache: bool, secs: f64) -> Cell {
     let sys = (thread_sys_time() - sys0).as_secs_f64();
     let wall = wall0.elapsed().as_secs_f64();
     let st = u.stats();
+    let reads = u.remote_reads();
     let pages = u.page_cache_stats();
     let n = (st.samples - stats0.samples).max(1) as f64;
     let mut note = format!(
-        "{:.1} µs/sample ({:.0}% in the kernel), {:.1} frames read/sample, {:.1} remote reads/sample",
+        "{:.1} µs/sample ({:.0}% in the kernel), {:.1} frames read/sample, {:.2} process_vm_readv/sample ({:.1} pages)",
         cpu * 1e6 / n,
         100.0 * sys / cpu.max(1e-9),
         (st.frames_read - stats0.frames_read) as f64 / n,
-        // pages fetched + reads past the page cache; the 3.15 anchor re-check adds 2 per thread
-        (pages.misses - pages0.misses + pages.bypassed - pages0.bypassed) as f64 / n
-            + if frame_cache { 2.0 } else { 0.0 },
+        (reads - reads0) as f64 / n,
+        (pages.misses - pages0.misses + pages.prefetched - pages0.prefetched) as f64 / n,
     );
     if frame_cache {
         let _ = write!(
