@@ -214,7 +214,7 @@ pub(crate) mod tests {
         ThreadSample {
             pid,
             tid,
-            thread_name: name.map(String::from),
+            thread_name: name.map(Arc::from),
             holds_gil: None,
             frames,
             truncated: false,

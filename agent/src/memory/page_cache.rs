@@ -9,8 +9,6 @@ use super::{MemoryError, ProcessMemory, RemoteMemory};
 const PAGE: u64 = 4096;
 /// Most pages one prefetch reads (bounds the iovec arrays; a 1000-deep chain spans ~25 pages).
 const MAX_PREFETCH: usize = 128;
-/// Largest range [`PageCache::watch_next_sample`] snapshots.
-const MAX_WATCH: usize = 16;
 /// Prefetched spans are widened to this alignment, so a field next to last sample's is covered.
 const SPAN_ALIGN: usize = 64;
 
@@ -39,6 +37,8 @@ struct CachedPage {
     /// the part this sample has read (empty: unused; a prefetched page nobody reads is not
     /// prefetched again)
     used: (usize, usize),
+    /// when it was read: larger is later ([`PageCache::read_order`])
+    stamp: u64,
 }
 
 impl CachedPage {
@@ -56,10 +56,10 @@ impl CachedPage {
 ///
 /// A steady target touches the same few pages every sample (runtime, interpreter, thread states,
 /// the top of each data stack), and each `process_vm_readv` costs far more than its copy. So
-/// `begin_sample` fetches the pages the previous sample used in one vectored read, in the order
-/// they were first used, followed by the small ranges registered with
-/// [`PageCache::watch_next_sample`]: those snapshots are taken after every prefetched page, which
-/// is what the 3.15 anchor re-check needs ([`PageCache::watched`]).
+/// `begin_sample` fetches the parts of the pages the previous sample used in one vectored read,
+/// which the kernel copies in order: pages asked for with [`PageCache::fetch_first`] first, then
+/// the others in the order they were first used. [`PageCache::read_order`] tells which of two
+/// cached ranges was read first, which is what the 3.15 anchor check needs.
 #[derive(Debug)]
 pub struct PageCache {
     remote: RemoteMemory,
@@ -71,12 +71,10 @@ pub struct PageCache {
     used_order: Vec<u64>,
     /// the parts of those pages used, filled in at `begin_sample`
     used_spans: Vec<(u64, usize, usize)>,
-    /// ranges to snapshot at the end of the next prefetch
-    watch_next: Vec<(u64, usize)>,
-    /// snapshots taken by this sample's prefetch
-    watched: Vec<(u64, usize, [u8; MAX_WATCH])>,
-    /// something was read from the process after this sample's prefetch
-    read_since_prefetch: bool,
+    /// pages the next prefetch reads before the others
+    first_next: Vec<u64>,
+    /// counts reads from the process: the stamp of the next one
+    next_stamp: u64,
     stats: PageCacheStats,
 }
 
@@ -90,15 +88,14 @@ impl PageCache {
             max_pages,
             used_order: Vec::new(),
             used_spans: Vec::new(),
-            watch_next: Vec::new(),
-            watched: Vec::new(),
-            read_since_prefetch: false,
+            first_next: Vec::new(),
+            next_stamp: 0,
             stats: PageCacheStats::default(),
         }
     }
 
     /// Forgets every cached page: the next reads see the process as it is now. Fetches the parts
-    /// of the pages the previous sample used, and the watched ranges, in one read.
+    /// of the pages the previous sample used in one read.
     pub fn begin_sample(&mut self) {
         let mut want = std::mem::take(&mut self.used_spans);
         want.clear();
@@ -115,10 +112,12 @@ impl PageCache {
                     Some((*a, lo, hi.min(PAGE as usize)))
                 }),
         );
+        // Stable: the pages asked for first keep their relative order, as do the rest.
+        want.sort_by_key(|(a, _, _)| !self.first_next.contains(a));
+        self.first_next.clear();
         self.used_order.clear();
         self.drop_pages();
-        let watch = std::mem::take(&mut self.watch_next);
-        self.prefetch(&want, &watch);
+        self.prefetch(&want);
         self.used_spans = want;
     }
 
@@ -127,38 +126,44 @@ impl PageCache {
     pub fn begin_cold(&mut self) {
         self.drop_pages();
         self.used_order.clear();
-        self.watch_next.clear();
+        self.first_next.clear();
     }
 
     fn drop_pages(&mut self) {
         self.spare.extend(self.pages.drain().map(|(_, p)| p.bytes));
         self.spare.truncate(self.max_pages);
-        self.watched.clear();
-        self.read_since_prefetch = true;
     }
 
-    /// Registers a range (at most 16 bytes) to be read at the end of the next sample's prefetch.
-    pub fn watch_next_sample(&mut self, addr: u64, len: usize) {
-        if len <= MAX_WATCH && self.watch_next.len() < MAX_PREFETCH {
-            self.watch_next.push((addr, len));
+    /// Asks the next sample's prefetch to read the page holding `addr` before the others.
+    pub fn fetch_first(&mut self, addr: u64) {
+        let page = addr & !(PAGE - 1);
+        if !self.first_next.contains(&page) && self.first_next.len() < MAX_PREFETCH {
+            self.first_next.push(page);
         }
     }
 
-    /// The snapshot of a watched range, if this sample's prefetch took it and nothing has been
-    /// read from the process since: then it was read after everything this sample has seen, just
-    /// as a fresh read would be.
-    pub fn watched(&self, addr: u64, len: usize) -> Option<&[u8]> {
-        if self.read_since_prefetch {
-            return None;
+    /// When `addr..addr + len` was read from the process, if it is cached: of two ranges, the one
+    /// with the smaller value was read first (equal: in the same copy, order unknown).
+    pub fn read_order(&self, addr: u64, len: usize) -> Option<u64> {
+        let first = addr & !(PAGE - 1);
+        let last = (addr + len.max(1) as u64 - 1) & !(PAGE - 1);
+        let mut stamp = 0;
+        let mut page = first;
+        while page <= last {
+            let p = self.pages.get(&page)?;
+            stamp = stamp.max(p.stamp);
+            page += PAGE;
         }
-        self.watched
-            .iter()
-            .find(|(a, l, _)| *a == addr && *l == len)
-            .map(|(_, l, b)| &b[..*l])
+        Some(stamp)
     }
 
-    fn prefetch(&mut self, want: &[(u64, usize, usize)], watch: &[(u64, usize)]) {
-        if want.is_empty() && watch.is_empty() {
+    fn stamp(&mut self) -> u64 {
+        self.next_stamp += 1;
+        self.next_stamp
+    }
+
+    fn prefetch(&mut self, want: &[(u64, usize, usize)]) {
+        if want.is_empty() {
             return;
         }
         let mut bufs: Vec<Page> = want
@@ -169,29 +174,18 @@ impl PageCache {
                     .unwrap_or_else(|| Box::new([0u8; PAGE as usize]))
             })
             .collect();
-        let mut snaps = vec![[0u8; MAX_WATCH]; watch.len()];
         let remote: Vec<RemoteIoVec> = want
             .iter()
             .map(|&(a, lo, hi)| RemoteIoVec {
                 base: a as usize + lo,
                 len: hi - lo,
             })
-            .chain(watch.iter().map(|&(a, l)| RemoteIoVec {
-                base: a as usize,
-                len: l,
-            }))
             .collect();
         let n = {
             let mut local: Vec<IoSliceMut<'_>> = bufs
                 .iter_mut()
                 .zip(want)
                 .map(|(b, &(_, lo, hi))| IoSliceMut::new(&mut b[lo..hi]))
-                .chain(
-                    snaps
-                        .iter_mut()
-                        .zip(watch)
-                        .map(|(s, &(_, l))| IoSliceMut::new(&mut s[..l])),
-                )
                 .collect();
             // A failure here (the process exited, a page went away) is reported by the
             // on-demand read that needs the data.
@@ -202,12 +196,14 @@ impl PageCache {
         for (&(addr, lo, hi), buf) in want.iter().zip(bufs.drain(..)) {
             if done + (hi - lo) <= n {
                 self.stats.prefetched += 1;
+                let stamp = self.stamp();
                 self.pages.insert(
                     addr,
                     CachedPage {
                         bytes: buf,
                         valid: (lo, hi),
                         used: (0, 0),
+                        stamp,
                     },
                 );
             } else {
@@ -215,19 +211,11 @@ impl PageCache {
             }
             done += hi - lo;
         }
-        for (&(addr, len), snap) in watch.iter().zip(snaps) {
-            if done + len <= n {
-                self.watched.push((addr, len, snap));
-            }
-            done += len;
-        }
-        self.read_since_prefetch = false;
     }
 
     /// Reads straight from the process, never from (nor into) the cache: for values that
     /// must be fresh even within a sample, such as the frame-cache anchor re-check.
     pub fn read_uncached(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-        self.read_since_prefetch = true;
         self.remote.read(addr, buf)
     }
 
@@ -268,7 +256,6 @@ impl PageCache {
                 let used = old.as_ref().map_or((0, 0), |p| p.used);
                 let mut buf = old.map(|p| p.bytes).or_else(|| self.spare.pop());
                 let buf_ref = buf.get_or_insert_with(|| Box::new([0u8; PAGE as usize]));
-                self.read_since_prefetch = true;
                 match self.remote.read(page_addr, &mut buf_ref[..]) {
                     Ok(()) => {}
                     // Part of the page is unmapped: let the caller read its exact range.
@@ -280,12 +267,14 @@ impl PageCache {
                 }
                 self.stats.misses += 1;
                 let bytes = buf.expect("filled above");
+                let stamp = self.stamp();
                 self.pages.insert(
                     page_addr,
                     CachedPage {
                         bytes,
                         valid: (0, PAGE as usize),
                         used,
+                        stamp,
                     },
                 );
             }
@@ -309,7 +298,6 @@ impl ProcessMemory for PageCache {
         // At most two pages: anything bigger is a bulk read (line tables, strings).
         if len == 0 || last - first > PAGE {
             self.stats.bypassed += 1;
-            self.read_since_prefetch = true;
             return self.remote.read(addr, buf);
         }
         let mut done = 0usize;
@@ -321,8 +309,7 @@ impl ProcessMemory for PageCache {
                 Some(page) => buf[done..done + n].copy_from_slice(&page[in_page..in_page + n]),
                 None => {
                     self.stats.bypassed += 1;
-                    self.read_since_prefetch = true;
-                    self.remote
+                            self.remote
                         .read(page_addr + in_page as u64, &mut buf[done..done + n])?;
                 }
             }

@@ -350,7 +350,7 @@ impl Unwinder {
                 let top = walk::read_frame(&mut self.mem, &self.target.offsets, t.top_frame)?;
                 let mut resolved = Vec::with_capacity(2);
                 let pending_native = self.resolve(&[top], interp, &mut resolved)?;
-                if !self.anchor_unchanged(t, anchor_frame, seq)? {
+                if !self.top_read_before_anchor(t) && !self.anchor_unchanged(t, anchor_frame, seq)? {
                     return Ok(None);
                 }
                 self.stats.cache_full_hits += 1;
@@ -510,6 +510,23 @@ impl Unwinder {
             && frame.u64_at(f.executable) & !o.frame.executable_tag_mask == top.code)
     }
 
+    /// Whether the top frame was copied before the thread state that named it as the anchor:
+    /// then that thread state is the anchor re-check. The anchor only ever moves down the stack,
+    /// one caller per pop, each move adding 1 to the sequence, so finding the same anchor and
+    /// sequence we wrote proves the frame stayed on the stack from our write until the thread
+    /// state was copied, and so when the frame itself was copied. The next prefetch is asked to
+    /// keep that order.
+    fn top_read_before_anchor(&mut self, t: &ThreadInfo) -> bool {
+        let o = &self.target.offsets;
+        let Some(anchor_off) = o.thread_state.last_profiled_frame else {
+            return false;
+        };
+        self.mem.fetch_first(t.top_frame);
+        let frame = self.mem.read_order(t.top_frame, o.frame_read_len());
+        let anchor = self.mem.read_order(t.addr + anchor_off, 16);
+        matches!((frame, anchor), (Some(f), Some(a)) if f < a)
+    }
+
     /// Re-reads the live anchor pair, bypassing the page cache (one read when the two fields
     /// are adjacent, as in 3.15).
     fn anchor_unchanged(
@@ -524,18 +541,9 @@ impl Unwinder {
             return Ok(false);
         };
         let (live_frame, live_seq) = if s_off == f_off + 8 {
-            // The next sample's prefetch snapshots the pair after its pages: when everything
-            // this sample read came from that prefetch, the snapshot is the re-read.
-            let addr = t.addr + f_off;
-            self.mem.watch_next_sample(addr, 16);
-            match self.mem.watched(addr, 16) {
-                Some(b) => (b.u64_at(0), b.u64_at(8)),
-                None => {
-                    let mut b = [0u8; 16];
-                    self.mem.read_uncached(addr, &mut b)?;
-                    (b.u64_at(0), b.u64_at(8))
-                }
-            }
+            let mut b = [0u8; 16];
+            self.mem.read_uncached(t.addr + f_off, &mut b)?;
+            (b.u64_at(0), b.u64_at(8))
         } else {
             let mut b = [0u8; 8];
             self.mem.read_uncached(t.addr + f_off, &mut b)?;
