@@ -53,7 +53,7 @@ pub fn run(
                 samples += 1;
                 let mut seen = std::collections::HashSet::new();
                 for (i, f) in s.frames.iter().enumerate() {
-                    let key = (f.function.to_string(), f.file.to_string());
+                    let key = (f.function().to_string(), f.file().to_string());
                     let row = table.entry(key.clone()).or_default();
                     if i == 0 {
                         row.own += 1;

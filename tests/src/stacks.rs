@@ -39,8 +39,8 @@ pub fn simple(sample: &ThreadSample) -> Vec<SimpleFrame> {
         .frames
         .iter()
         .map(|f| {
-            let base = f.file.rsplit('/').next().unwrap_or(&f.file).to_string();
-            (f.function.to_string(), base, f.line)
+            let base = f.file().rsplit('/').next().unwrap_or(f.file()).to_string();
+            (f.function().to_string(), base, f.line)
         })
         .collect()
 }

@@ -3,6 +3,8 @@
 
 #[path = "integration/cli.rs"]
 mod cli;
+#[path = "integration/discovery.rs"]
+mod discovery;
 #[path = "integration/ebpf.rs"]
 mod ebpf;
 #[path = "integration/frame_cache.rs"]

@@ -196,10 +196,8 @@ pub(crate) mod tests {
     /// A Python frame for tests.
     pub(crate) fn frame(function: &str, file: &str, line: u32, first_line: u32) -> Frame {
         Frame {
-            function: Arc::from(function),
-            file: Arc::from(file),
+            code: Arc::new(crate::symbolize::CodeName::new(function, file, first_line)),
             line: Some(line),
-            first_line,
             kind: FrameKind::Python,
         }
     }

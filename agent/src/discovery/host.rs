@@ -50,7 +50,7 @@ pub struct ProcessKey {
 
 #[derive(Debug)]
 struct Known {
-    start_time: u64,
+    stat: StatIdentity,
     exe: Option<std::path::PathBuf>,
     state: ProcessState,
     first_seen: Instant,
@@ -76,11 +76,42 @@ pub struct HostScanner {
     own_pid: u32,
 }
 
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    // Fields after the comm start at field 3; start time is field 22.
-    rest.split_whitespace().nth(19)?.parse().ok()
+/// What /proc/PID/stat tells about which program a process runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StatIdentity {
+    /// field 22: a different value is a different process (PID reuse)
+    start_time: u64,
+    /// field 2: the executable's name after an exec (or a name the process gave itself)
+    comm: String,
+    /// field 28: randomized anew by every exec, even of the same file (0 when not permitted)
+    start_stack: u64,
+}
+
+impl StatIdentity {
+    fn read(pid: u32) -> Option<StatIdentity> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (head, rest) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1.to_owned();
+        // Fields after the comm start at field 3.
+        let mut fields = rest.split_whitespace();
+        let start_time = fields.nth(19)?.parse().ok()?;
+        let start_stack = fields.nth(5)?.parse().ok()?;
+        Some(StatIdentity {
+            start_time,
+            comm,
+            start_stack,
+        })
+    }
+
+    /// Whether `now` is the same process running the same program as `self`. An exec keeps
+    /// the pid and start time; it moves the stack, and it renames the process unless the new
+    /// program has the same name. Ready processes are checked by executable path instead of
+    /// name, since a Python program may rename itself (setproctitle) as often as it likes.
+    fn same_program(&self, now: &StatIdentity, by_name: bool) -> bool {
+        self.start_time == now.start_time
+            && self.start_stack == now.start_stack
+            && (!by_name || self.comm == now.comm)
+    }
 }
 
 fn classify(e: &DiscoveryError) -> Option<ProcessState> {
@@ -153,11 +184,13 @@ impl HostScanner {
         // Exits (and PID reuse: a different start time is a different process).
         let mut dropped = Vec::new();
         for (&pid, k) in &self.known {
-            let same = live.contains(&pid) && start_time(pid) == Some(k.start_time);
-            let exec_changed = same
-                && k.state == ProcessState::Ready
-                && super::procfs_util::exe_path(pid) != k.exe;
-            if !same || exec_changed {
+            // A process seen before its exec (a shell or `chroot` about to run Python) must be
+            // looked at again after it, whatever state it was given.
+            let ready = k.state == ProcessState::Ready;
+            let same = live.contains(&pid)
+                && StatIdentity::read(pid).is_some_and(|now| k.stat.same_program(&now, !ready))
+                && (!ready || super::procfs_util::exe_path(pid) == k.exe);
+            if !same {
                 dropped.push(pid);
             }
         }
@@ -176,7 +209,7 @@ impl HostScanner {
             if !retry {
                 continue;
             }
-            let Some(start) = start_time(pid) else {
+            let Some(stat) = StatIdentity::read(pid) else {
                 continue;
             };
             // Kernel threads have no maps worth reading.
@@ -184,7 +217,7 @@ impl HostScanner {
                 self.known.insert(
                     pid,
                     Known {
-                        start_time: start,
+                        stat,
                         exe: None,
                         state: ProcessState::NotPython,
                         first_seen: Instant::now(),
@@ -220,7 +253,7 @@ impl HostScanner {
             self.known.insert(
                 pid,
                 Known {
-                    start_time: start,
+                    stat,
                     exe,
                     state,
                     first_seen,

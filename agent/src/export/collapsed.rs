@@ -135,7 +135,7 @@ mod tests {
         agg.add(&sample(2, 5, None, vec![f.clone()]));
         // A different first line renders the same, so the two stacks merge into one line.
         let mut moved = f;
-        moved.first_line = 2;
+        moved.code = std::sync::Arc::new(crate::symbolize::CodeName::new("f", "a.py", 2));
         agg.add(&sample(2, 5, None, vec![moved]));
         assert_eq!(
             lines(&agg.cut()),

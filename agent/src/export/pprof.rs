@@ -123,7 +123,7 @@ struct Builder {
     strings: Vec<String>,
     string_ids: HashMap<String, i64>,
     functions: Vec<Function>,
-    function_ids: HashMap<(Arc<str>, Arc<str>, u32), u64>,
+    function_ids: HashMap<Arc<crate::symbolize::CodeName>, u64>,
     locations: Vec<Location>,
     location_ids: HashMap<(u64, i64), u64>,
 }
@@ -147,25 +147,21 @@ impl Builder {
     }
 
     fn function(&mut self, frame: &Frame) -> u64 {
-        let key = (
-            Arc::clone(&frame.function),
-            Arc::clone(&frame.file),
-            frame.first_line,
-        );
+        let key = Arc::clone(&frame.code);
         if let Some(&id) = self.function_ids.get(&key) {
             return id;
         }
         // Ids start at 1: 0 means "none" in profile.proto.
         let id = self.functions.len() as u64 + 1;
-        let name = self.string(&frame.function);
-        let filename = self.string(&frame.file);
+        let name = self.string(&frame.code.function);
+        let filename = self.string(&frame.code.file);
         self.functions.push(Function {
             id,
             name,
             // Not `name`: see the module docs (pprof would strip `<module>` to nothing).
             system_name: 0,
             filename,
-            start_line: i64::from(frame.first_line),
+            start_line: i64::from(frame.code.first_line),
         });
         self.function_ids.insert(key, id);
         id

@@ -309,7 +309,7 @@ impl ProcessMemory for PageCache {
                 Some(page) => buf[done..done + n].copy_from_slice(&page[in_page..in_page + n]),
                 None => {
                     self.stats.bypassed += 1;
-                            self.remote
+                    self.remote
                         .read(page_addr + in_page as u64, &mut buf[done..done + n])?;
                 }
             }
@@ -337,12 +337,63 @@ mod tests {
         let s = cache.stats();
         assert!(s.hits >= 2, "{s:?}");
         assert!(s.misses <= 4, "{s:?}");
-        cache.begin_sample();
-        cache.read(base + 100, &mut a).expect("readable");
-        assert!(cache.stats().misses > s.misses, "new sample re-reads");
         let mut big = vec![0u8; 10000];
         cache.read(base + 5, &mut big).expect("readable");
         assert_eq!(big[0], 5);
         assert_eq!(cache.stats().bypassed, 1);
+    }
+
+    #[test]
+    fn next_sample_prefetches_what_was_used_in_one_read_and_sees_new_values() {
+        let mut data: Vec<u8> = vec![0; 5 * PAGE as usize];
+        let base = (data.as_ptr() as u64).next_multiple_of(PAGE);
+        let start = data.as_ptr() as u64;
+        // Volatile: only the kernel reads these bytes back, which the compiler cannot see.
+        let mut poke = |page: u64, off: u64, v: u8| {
+            let i = (base - start + page * PAGE + off) as usize;
+            // SAFETY: `i` is inside `data`, which is alive and not otherwise borrowed.
+            unsafe { std::ptr::write_volatile(data.as_mut_ptr().add(i), v) };
+        };
+        let mut cache = PageCache::new(RemoteMemory::new(std::process::id()), 64);
+        let mut a = [0u8; 8];
+        // Used: page 2 (offset 200), then page 0 (offsets 100..108 and 300..308).
+        for (page, off) in [(2, 200), (0, 100), (0, 300)] {
+            cache
+                .read(base + page * PAGE + off, &mut a)
+                .expect("readable");
+        }
+        let syscalls = cache.syscalls();
+        poke(0, 300, 7);
+        poke(2, 200, 9);
+        cache.fetch_first(base);
+        cache.begin_sample();
+        assert_eq!(cache.syscalls(), syscalls + 1, "one read for both pages");
+        assert_eq!(cache.stats().prefetched, 2);
+        cache.read(base + 300, &mut a).expect("readable");
+        assert_eq!(a[0], 7, "the prefetch read the process anew");
+        cache.read(base + 2 * PAGE + 200, &mut a).expect("readable");
+        assert_eq!(a[0], 9);
+        assert_eq!(
+            cache.syscalls(),
+            syscalls + 1,
+            "both served from the prefetch"
+        );
+        // Page 0 was asked for first, so it was copied before page 2.
+        let first = cache.read_order(base + 300, 8).expect("cached");
+        let second = cache.read_order(base + 2 * PAGE + 200, 8).expect("cached");
+        assert!(first < second, "{first} < {second}");
+        // Outside the prefetched span of a page: fetched whole, and later than everything.
+        poke(0, 3000, 5);
+        cache.read(base + 3000, &mut a).expect("readable");
+        assert_eq!(a[0], 5);
+        assert_eq!(cache.syscalls(), syscalls + 2);
+        assert!(cache.read_order(base, 8).expect("cached") > second);
+        assert_eq!(cache.read_order(base + 4 * PAGE, 8), None, "never read");
+        // An unused prefetched page is not prefetched again.
+        cache.begin_sample();
+        assert_eq!(cache.stats().prefetched, 4);
+        cache.read(base + 300, &mut a).expect("readable");
+        cache.begin_sample();
+        assert_eq!(cache.stats().prefetched, 5, "page 2 went unused");
     }
 }

@@ -1,4 +1,4 @@
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 /// What a reported frame stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -11,36 +11,69 @@ pub enum FrameKind {
     Gc,
 }
 
-/// One symbolized frame, as every exporter sees it.
+/// What a frame runs: the parts of a code object a profile shows, shared by every frame of it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Frame {
+pub struct CodeName {
     /// Qualified name (`Class.method`, `outer.<locals>.inner`), or `<native>` / `<GC>`.
     pub function: Arc<str>,
     /// `co_filename` as the target sees it; `~` for pseudo-frames.
     pub file: Arc<str>,
-    /// Line being executed, `None` where the location table has none.
-    pub line: Option<u32>,
     /// `co_firstlineno`, the line where the function starts (0 for pseudo-frames).
     pub first_line: u32,
+}
+
+impl CodeName {
+    /// A code name.
+    pub fn new(function: &str, file: &str, first_line: u32) -> CodeName {
+        CodeName {
+            function: Arc::from(function),
+            file: Arc::from(file),
+            first_line,
+        }
+    }
+}
+
+/// One symbolized frame, as every exporter sees it. Cloning one is a single reference count:
+/// a sample copies a hundred of them out of the frame cache.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    /// Function, file and first line.
+    pub code: Arc<CodeName>,
+    /// Line being executed, `None` where the location table has none.
+    pub line: Option<u32>,
     /// Python frame or pseudo-frame.
     pub kind: FrameKind,
 }
 
+static NATIVE: LazyLock<Arc<CodeName>> =
+    LazyLock::new(|| Arc::new(CodeName::new("<native>", "~", 0)));
+static GC: LazyLock<Arc<CodeName>> = LazyLock::new(|| Arc::new(CodeName::new("<GC>", "~", 0)));
+static PYTHON: LazyLock<Arc<CodeName>> =
+    LazyLock::new(|| Arc::new(CodeName::new("<python>", "~", 0)));
+
 impl Frame {
     /// A `<native>` or `<GC>` pseudo-frame.
     pub fn pseudo(kind: FrameKind) -> Frame {
-        let name = match kind {
-            FrameKind::Native => "<native>",
-            FrameKind::Gc => "<GC>",
-            FrameKind::Python => "<python>",
+        let code = match kind {
+            FrameKind::Native => &NATIVE,
+            FrameKind::Gc => &GC,
+            FrameKind::Python => &PYTHON,
         };
         Frame {
-            function: Arc::from(name),
-            file: Arc::from("~"),
+            code: Arc::clone(code),
             line: None,
-            first_line: 0,
             kind,
         }
+    }
+
+    /// Qualified name.
+    pub fn function(&self) -> &str {
+        &self.code.function
+    }
+
+    /// File name.
+    pub fn file(&self) -> &str {
+        &self.code.file
     }
 }
 
@@ -48,10 +81,10 @@ impl std::fmt::Display for Frame {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.kind, self.line) {
             (FrameKind::Python, Some(line)) => {
-                write!(f, "{} ({}:{})", self.function, self.file, line)
+                write!(f, "{} ({}:{})", self.function(), self.file(), line)
             }
-            (FrameKind::Python, None) => write!(f, "{} ({})", self.function, self.file),
-            _ => write!(f, "{}", self.function),
+            (FrameKind::Python, None) => write!(f, "{} ({})", self.function(), self.file()),
+            _ => write!(f, "{}", self.function()),
         }
     }
 }

@@ -14,7 +14,7 @@ mod strings;
 use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
-pub use frame::{Frame, FrameKind};
+pub use frame::{CodeName, Frame, FrameKind};
 pub use linetable::{LineRange, LineTable};
 pub use strings::{read_bytes, read_str, ObjectError};
 
@@ -24,12 +24,8 @@ use crate::offsets::Offsets;
 /// What we keep of one code object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodeInfo {
-    /// `co_qualname`
-    pub qualname: Arc<str>,
-    /// `co_filename`
-    pub filename: Arc<str>,
-    /// `co_firstlineno`
-    pub first_line: u32,
+    /// `co_qualname`, `co_filename` and `co_firstlineno`
+    pub name: Arc<CodeName>,
     /// bytecode length in code units (`ob_size`)
     pub len_units: u64,
     /// decoded `co_linetable`
@@ -164,9 +160,11 @@ impl Symbolizer {
         let first_line = header.u32_at(c.firstlineno);
         let table = read_bytes(mem, o, header.u64_at(c.linetable))?;
         let info = Arc::new(CodeInfo {
-            qualname: read_str(mem, o, header.u64_at(c.qualname))?.into(),
-            filename: read_str(mem, o, header.u64_at(c.filename))?.into(),
-            first_line,
+            name: Arc::new(CodeName {
+                function: read_str(mem, o, header.u64_at(c.qualname))?.into(),
+                file: read_str(mem, o, header.u64_at(c.filename))?.into(),
+                first_line,
+            }),
             len_units: header.u64_at(c.ob_size),
             lines: LineTable::decode(&table, first_line),
         });
@@ -191,7 +189,7 @@ impl Symbolizer {
             self.offsets
                 .frame
                 .ip_is_prev_instr
-                .then_some(info.first_line)
+                .then_some(info.name.first_line)
         } else {
             let addrq = (ip - bytecode_base) / 2;
             if addrq < info.len_units {
@@ -201,10 +199,8 @@ impl Symbolizer {
             }
         };
         Frame {
-            function: info.qualname.clone(),
-            file: info.filename.clone(),
+            code: Arc::clone(&info.name),
             line,
-            first_line: info.first_line,
             kind: FrameKind::Python,
         }
     }

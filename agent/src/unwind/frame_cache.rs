@@ -166,10 +166,8 @@ mod tests {
         CachedFrame {
             addr,
             frame: Frame {
-                function: Arc::from(name),
-                file: Arc::from("t.py"),
+                code: Arc::new(crate::symbolize::CodeName::new(name, "t.py", 1)),
                 line: Some(1),
-                first_line: 1,
                 kind: FrameKind::Python,
             },
         }
@@ -205,7 +203,7 @@ mod tests {
         // Anchor reached at 0x20 after one departure (a_leaf returned): seq 11.
         let tail = c.splice(key, 0x20, 11).expect("one pop, seq +1");
         assert_eq!(tail.len(), 1);
-        assert_eq!(&*tail[0].frame.function, "main");
+        assert_eq!(tail[0].frame.function(), "main");
         // Same position but the sequence says something else happened: miss.
         assert!(c.splice(key, 0x20, 10).is_none());
         assert!(c.splice(key, 0x20, 13).is_none());
@@ -235,7 +233,7 @@ mod tests {
         assert_eq!(c.splice_external(key, 0x10, 12).map(|t| t.len()), Some(0));
         // Walk after it, b_leaf returned: anchor at b_parent, seq 13: the new stack.
         let tail = c.splice_external(key, 0x20, 13).expect("new stack");
-        assert_eq!(&*tail[0].frame.function, "main");
+        assert_eq!(tail[0].frame.function(), "main");
         // b_leaf still running: anchor b_leaf, seq 12 → new stack, index 0.
         assert_eq!(c.splice_external(key, 0x30, 12).map(|t| t.len()), Some(2));
         // The userspace walk (taken after our write) trusts only the current stack.
@@ -244,7 +242,7 @@ mod tests {
         // older stack (a_leaf returned once): that is exactly what it describes.
         assert_eq!(
             c.splice_external(key, 0x20, 11)
-                .map(|t| &*t[0].frame.function),
+                .map(|t| t[0].frame.function()),
             Some("main")
         );
         assert!(c.splice_external(key, 0x20, 14).is_none());

@@ -125,7 +125,12 @@ impl ThreadNames {
         if !self.by_ns_tid.contains_key(&ns_tid) {
             self.by_ns_tid = task_ids(pid)
                 .into_iter()
-                .map(|t| (t.ns_tid, (t.host_tid, thread_name(pid, t.host_tid).map(Arc::from))))
+                .map(|t| {
+                    (
+                        t.ns_tid,
+                        (t.host_tid, thread_name(pid, t.host_tid).map(Arc::from)),
+                    )
+                })
                 .collect();
         }
         self.by_ns_tid.get(&ns_tid)
@@ -143,7 +148,12 @@ impl ThreadNames {
         }
         self.by_ns_tid = task_ids(pid)
             .into_iter()
-            .map(|t| (t.ns_tid, (t.host_tid, thread_name(pid, t.host_tid).map(Arc::from))))
+            .map(|t| {
+                (
+                    t.ns_tid,
+                    (t.host_tid, thread_name(pid, t.host_tid).map(Arc::from)),
+                )
+            })
             .collect();
         find(&self.by_ns_tid).unwrap_or(host_tid)
     }
@@ -350,7 +360,9 @@ impl Unwinder {
                 let top = walk::read_frame(&mut self.mem, &self.target.offsets, t.top_frame)?;
                 let mut resolved = Vec::with_capacity(2);
                 let pending_native = self.resolve(&[top], interp, &mut resolved)?;
-                if !self.top_read_before_anchor(t) && !self.anchor_unchanged(t, anchor_frame, seq)? {
+                if !self.top_read_before_anchor(t)
+                    && !self.anchor_unchanged(t, anchor_frame, seq)?
+                {
                     return Ok(None);
                 }
                 self.stats.cache_full_hits += 1;
@@ -634,7 +646,7 @@ impl Unwinder {
             };
             // 3.13+ pushes a shim frame running `__init__` cleanup for specialised class calls;
             // it has no source and is not something the user wrote.
-            if &*info.filename == "__init__" && &*info.qualname == "__init__" {
+            if &*info.name.file == "__init__" && &*info.name.function == "__init__" {
                 continue;
             }
             if std::mem::take(&mut pending_native) {

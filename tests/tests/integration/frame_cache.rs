@@ -36,7 +36,7 @@ fn record_stacks(
     let stacks = window
         .counts
         .keys()
-        .map(|k| k.frames.iter().map(|f| f.function.to_string()).collect())
+        .map(|k| k.frames.iter().map(|f| f.function().to_string()).collect())
         .collect();
     (stacks, window.total_samples(), sampler.unwind_stats())
 }
