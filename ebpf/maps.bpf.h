@@ -39,6 +39,28 @@ struct {
 	__type(value, __u64);
 } pa_threads SEC(".maps");
 
+/* host tgid -> PA_NOTICE_* bits: processes the agent should look at again (it deletes them). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} pa_notices SEC(".maps");
+
+/* Sets `bits` in the notice of `tgid`. Not atomic: two CPUs racing on one entry may lose a bit,
+ * and a full map drops the notice; the agent's slow periodic pass covers both. */
+static __always_inline void pa_notice(__u32 tgid, __u32 bits)
+{
+	__u32 *v = bpf_map_lookup_elem(&pa_notices, &tgid);
+
+	if (v) {
+		if ((*v & bits) != bits)
+			*v |= bits;
+		return;
+	}
+	bpf_map_update_elem(&pa_notices, &tgid, &bits, BPF_NOEXIST);
+}
+
 /* Records: struct pa_sample_hdr followed by nframes x struct pa_frame. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

@@ -5,7 +5,8 @@
  *
  * In: pa_procs (tgid -> walk configuration), pa_threads (tid -> PyThreadState address).
  * Out: one pa_samples record per walk (struct pa_sample_hdr + nframes x struct pa_frame, raw
- * addresses for userspace to symbolize), pa_counters (one counter per exit, the program's log).
+ * addresses for userspace to symbolize), pa_counters (one counter per exit, the program's log),
+ * pa_notices (processes to look at again: a thread the agent has not registered, an execve).
  * Layouts: common/include/pyagent.h. GPL: bpf_probe_read_user is GPL-only.
  */
 #include <linux/bpf.h>
@@ -69,6 +70,8 @@ int pa_sample(void *ctx)
 	ts = tsp ? *tsp : 0;
 	if (!ts) {
 		pa_count(PA_CNT_NO_THREAD_STATE);
+		/* The agent re-reads this process's thread list when told, not on a timer. */
+		pa_notice(tgid, PA_NOTICE_UNKNOWN_THREAD);
 		return 0;
 	}
 	cpu = bpf_get_smp_processor_id();
@@ -175,5 +178,15 @@ int pa_sample(void *ctx)
 	pa_count_add(PA_CNT_FRAMES, n);
 	if (forced)
 		pa_count(PA_CNT_WAKEUP_FORCED);
+	return 0;
+}
+
+/* Every execve on the host: the agent re-classifies the process (a shell that became Python, a
+ * Python that became something else) instead of re-reading /proc for every process. A raw
+ * tracepoint: it attaches by name, with no tracefs mounted. */
+SEC("raw_tracepoint/sched_process_exec")
+int pa_exec(void *ctx)
+{
+	pa_notice(bpf_get_current_pid_tgid() >> 32, PA_NOTICE_EXEC);
 	return 0;
 }

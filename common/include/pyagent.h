@@ -138,6 +138,14 @@ struct pa_record {
 };
 _Static_assert(sizeof(struct pa_record) == 72 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
 
+/* ---- pa_notices: HASH host tgid -> __u32 of PA_NOTICE_* bits ------------------------------- */
+/* Processes the agent should look at again; it takes (reads and deletes) the entries. */
+
+/* A tracked process ran a thread that is not in pa_threads (new, or its thread state is). */
+#define PA_NOTICE_UNKNOWN_THREAD (1u << 0)
+/* The process called execve: it may run another program now (sched_process_exec). */
+#define PA_NOTICE_EXEC (1u << 1)
+
 /* ---- pa_counters: PERCPU_ARRAY of __u64 indexed by enum pa_counter -------------------------- */
 
 enum pa_counter {

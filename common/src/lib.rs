@@ -37,6 +37,11 @@ pub const PROC_BASE_FRAME: u32 = 1 << 2;
 /// Every defined [`PaProc::flags`] bit (`PA_PROC__ALL`).
 pub const PROC_ALL: u32 = PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME;
 
+/// `pa_notices` value bit: a tracked process ran a thread that is not in `pa_threads`.
+pub const NOTICE_UNKNOWN_THREAD: u32 = 1 << 0;
+/// `pa_notices` value bit: the process called execve.
+pub const NOTICE_EXEC: u32 = 1 << 1;
+
 /// [`PaSampleHdr::flags`]: the walk reached a frame whose `previous` is 0.
 pub const SAMPLE_COMPLETE: u32 = 1 << 0;
 /// [`PaSampleHdr::flags`]: the walk stopped at the frame-count bound.

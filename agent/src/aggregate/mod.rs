@@ -8,7 +8,10 @@
 //! sample with a new stack is counted as dropped instead of growing the map. Nothing outlives a window except
 //! the labels and the interned thread names.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+// foldhash: every sample hashes its whole stack here.
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 

@@ -74,7 +74,17 @@ pub struct HostScanner {
     pending_timeout: Duration,
     /// our own pid: never profiled
     own_pid: u32,
+    /// execs are reported ([`HostScanner::notice_exec`]): known processes are re-read only when
+    /// they exec'd, and all of them every [`FULL_CHECK_EVERY`] scans
+    exec_notices: bool,
+    /// pids that exec'd since the last scan
+    exec_noticed: HashSet<u32>,
+    scans_since_full_check: u32,
 }
+
+/// With exec notices, every this many scans all known processes are re-read anyway: a notice
+/// can be lost, and a PID reused by a fork without exec between two scans sends none.
+const FULL_CHECK_EVERY: u32 = 20;
 
 /// What /proc/PID/stat tells about which program a process runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,6 +145,22 @@ impl HostScanner {
             only: only.map(|p| p.iter().copied().collect()),
             pending_timeout: Duration::from_secs(30),
             own_pid: std::process::id(),
+            exec_notices: false,
+            exec_noticed: HashSet::new(),
+            scans_since_full_check: 0,
+        }
+    }
+
+    /// From now on execs are reported with [`HostScanner::notice_exec`] (the BPF exec
+    /// tracepoint): scans stop re-reading /proc for every known process each time.
+    pub fn use_exec_notices(&mut self) {
+        self.exec_notices = true;
+    }
+
+    /// Process `pid` called execve: the next scan looks at it again.
+    pub fn notice_exec(&mut self, pid: u32) {
+        if self.exec_notices {
+            self.exec_noticed.insert(pid);
         }
     }
 
@@ -182,13 +208,26 @@ impl HostScanner {
             .filter(|&p| p != self.own_pid)
             .collect();
         // Exits (and PID reuse: a different start time is a different process).
+        let full_check = !self.exec_notices || self.scans_since_full_check + 1 >= FULL_CHECK_EVERY;
+        self.scans_since_full_check = if full_check {
+            0
+        } else {
+            self.scans_since_full_check + 1
+        };
+        let noticed = std::mem::take(&mut self.exec_noticed);
         let mut dropped = Vec::new();
         for (&pid, k) in &self.known {
+            if !live.contains(&pid) {
+                dropped.push(pid);
+                continue;
+            }
+            if !full_check && !noticed.contains(&pid) {
+                continue;
+            }
             // A process seen before its exec (a shell or `chroot` about to run Python) must be
             // looked at again after it, whatever state it was given.
             let ready = k.state == ProcessState::Ready;
-            let same = live.contains(&pid)
-                && StatIdentity::read(pid).is_some_and(|now| k.stat.same_program(&now, !ready))
+            let same = StatIdentity::read(pid).is_some_and(|now| k.stat.same_program(&now, !ready))
                 && (!ready || super::procfs_util::exe_path(pid) == k.exe);
             if !same {
                 dropped.push(pid);

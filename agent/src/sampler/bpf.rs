@@ -8,6 +8,11 @@
 //! later by `unwind`/`symbolize`) through [`BpfSampler::drain`], the program's counters, and
 //! its cost from the kernel's BPF statistics. Caches nothing: the maps are the state.
 //!
+//! The program also leaves notices ([`BpfSampler::take_notices`]): processes that ran a thread
+//! the caller has not registered, and, from a second program on the `sched_process_exec`
+//! tracepoint, every process that called execve. The caller re-reads just those instead of
+//! polling every process.
+//!
 //! [`pa_proc_for`] builds the [`PaProc`] of a process from its [`Offsets`]. The program reads
 //! the 3.15 frame-cache anchor but never writes it: `bpf_probe_write_user` is refused under
 //! kernel lockdown (forced on our machines) and fails in interrupt context anyway (see
@@ -23,7 +28,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
-use aya::programs::{PerfEvent, ProgramError};
+use aya::programs::{PerfEvent, ProgramError, RawTracePoint};
 use aya::sys::{enable_stats, Stats};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use common::{
@@ -37,6 +42,8 @@ use crate::offsets::Offsets;
 static SAMPLER_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
 
 const PROGRAM: &str = "pa_sample";
+const EXEC_PROGRAM: &str = "pa_exec";
+const MAP_NOTICES: &str = "pa_notices";
 const MAP_PROCS: &str = "pa_procs";
 const MAP_THREADS: &str = "pa_threads";
 const MAP_SAMPLES: &str = "pa_samples";
@@ -158,6 +165,9 @@ pub struct BpfSampler {
     threads: HashMap<MapData, u32, u64>,
     ring: RingBuf<MapData>,
     counters: PerCpuArray<MapData, u64>,
+    notices: HashMap<MapData, u32, u32>,
+    /// the exec program is attached
+    exec_notices: bool,
     /// Holds the program and its perf-event links: dropping it detaches.
     ebpf: Ebpf,
     /// Keeps the kernel's run-time statistics on while it lives.
@@ -238,6 +248,20 @@ impl BpfSampler {
             }
         }
 
+        let exec: &mut RawTracePoint = ebpf
+            .program_mut(EXEC_PROGRAM)
+            .ok_or(BpfError::Missing("program pa_exec"))?
+            .try_into()
+            .map_err(|e| program_error("loading the exec program", e))?;
+        exec.load()
+            .map_err(|e| program_error("loading the exec program", e))?;
+        // Without it the caller polls /proc for execs as before: worth a warning, not a failure.
+        let exec_notices = attach
+            && exec
+                .attach("sched_process_exec")
+                .inspect_err(|e| tracing::warn!("no exec notices (polling /proc instead): {e}"))
+                .is_ok();
+
         let procs =
             HashMap::try_from(take_map(&mut ebpf, MAP_PROCS)?).map_err(map_error(MAP_PROCS))?;
         let threads =
@@ -246,11 +270,15 @@ impl BpfSampler {
             RingBuf::try_from(take_map(&mut ebpf, MAP_SAMPLES)?).map_err(map_error(MAP_SAMPLES))?;
         let counters = PerCpuArray::try_from(take_map(&mut ebpf, MAP_COUNTERS)?)
             .map_err(map_error(MAP_COUNTERS))?;
+        let notices =
+            HashMap::try_from(take_map(&mut ebpf, MAP_NOTICES)?).map_err(map_error(MAP_NOTICES))?;
         Ok(BpfSampler {
             procs,
             threads,
             ring,
             counters,
+            notices,
+            exec_notices,
             ebpf,
             stats,
             cpus,
@@ -293,6 +321,26 @@ impl BpfSampler {
             .iter()
             .collect::<Result<_, _>>()
             .map_err(map_error(MAP_THREADS))
+    }
+
+    /// Whether execs are noticed (the `sched_process_exec` program is attached).
+    pub fn notices_execs(&self) -> bool {
+        self.exec_notices
+    }
+
+    /// Takes the notices left since the last call: (host tgid, `NOTICE_*` bits) for each process
+    /// that ran an unregistered thread or called execve.
+    pub fn take_notices(&mut self) -> Vec<(u32, u32)> {
+        let pids: Vec<u32> = self.notices.keys().filter_map(Result::ok).collect();
+        pids.into_iter()
+            .filter_map(|pid| {
+                // Read, then delete: a bit set in between is lost, and the caller's slow
+                // periodic pass covers it.
+                let bits = self.notices.get(&pid, 0).ok()?;
+                let _ = self.notices.remove(&pid);
+                Some((pid, bits))
+            })
+            .collect()
     }
 
     /// Hands every record now in the ring buffer to `f`, oldest first; returns how many. A

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::SampleRecord;
+use common::{SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
 use crate::aggregate::{Aggregator, ProfileWindow};
 use crate::discovery::{HostScanner, PythonTarget};
@@ -145,7 +145,13 @@ pub struct HostStats {
     pub incomplete: u64,
     /// thread-map refreshes that failed
     pub refresh_failed: u64,
+    /// thread-map refreshes made
+    pub refreshes: u64,
 }
+
+/// Every process's thread list is re-read at least this often, whatever the BPF program
+/// reports: a thread state replaced under a known thread id sends no notice.
+const THREAD_REFRESH_INTERVAL: Duration = Duration::from_secs(2);
 
 struct BpfProcess {
     unwinder: Unwinder,
@@ -153,6 +159,7 @@ struct BpfProcess {
     threads: HashSet<u32>,
     /// interpreter of each thread state, from the last refresh
     interp_of: HashMap<u64, InterpreterInfo>,
+    last_refresh: Instant,
 }
 
 enum Backend {
@@ -219,8 +226,14 @@ impl HostProfiler {
                 }
             },
         };
+        let mut scanner = HostScanner::new(config.pids.as_deref());
+        if let Backend::Bpf { sampler, .. } = &backend {
+            if sampler.notices_execs() {
+                scanner.use_exec_notices();
+            }
+        }
         Ok(HostProfiler {
-            scanner: HostScanner::new(config.pids.as_deref()),
+            scanner,
             config,
             backend,
             profiles: HashMap::new(),
@@ -335,6 +348,7 @@ impl HostProfiler {
                         unwinder,
                         threads: HashSet::new(),
                         interp_of: HashMap::new(),
+                        last_refresh: Instant::now(),
                     },
                 );
             }
@@ -381,6 +395,8 @@ impl HostProfiler {
             return;
         };
         let Some(p) = procs.get_mut(&pid) else { return };
+        self.stats.refreshes += 1;
+        p.last_refresh = Instant::now();
         let refreshed = if p.unwinder.frame_cache_enabled() {
             p.unwinder.refresh_anchors()
         } else {
@@ -431,18 +447,43 @@ impl HostProfiler {
             Backend::Bpf { .. } => {
                 // Records first: on 3.15 they were walked against the anchors and cached stacks
                 // of the last refresh, which the next refresh replaces.
-                self.drain_records();
-                let pids: Vec<u32> = self.profiles.keys().copied().collect();
-                for pid in pids {
+                let sampled = self.drain_records();
+                let Backend::Bpf { sampler, procs } = &mut self.backend else {
+                    return;
+                };
+                let mut unknown_thread = HashSet::new();
+                for (pid, bits) in sampler.take_notices() {
+                    if bits & NOTICE_EXEC != 0 {
+                        self.scanner.notice_exec(pid);
+                    }
+                    if bits & NOTICE_UNKNOWN_THREAD != 0 {
+                        unknown_thread.insert(pid);
+                    }
+                }
+                // Re-read a thread list only when it matters: the program met a thread it
+                // cannot walk; a 3.15 process was sampled (its anchors move the next BPF walks'
+                // stopping points up to now); or the slow pass is due.
+                let due: Vec<u32> = procs
+                    .iter()
+                    .filter(|(pid, p)| {
+                        unknown_thread.contains(pid)
+                            || (p.unwinder.frame_cache_enabled() && sampled.contains(pid))
+                            || p.last_refresh.elapsed() >= THREAD_REFRESH_INTERVAL
+                    })
+                    .map(|(pid, _)| *pid)
+                    .collect();
+                for pid in due {
                     self.refresh_threads(pid);
                 }
             }
         }
     }
 
-    fn drain_records(&mut self) {
+    /// Resolves the records in the ring buffer; returns the pids that had some.
+    fn drain_records(&mut self) -> HashSet<u32> {
+        let mut sampled = HashSet::new();
         let Backend::Bpf { sampler, procs } = &mut self.backend else {
-            return;
+            return sampled;
         };
         let mut batch: Vec<(ExternalWalk, u32, Vec<RawFrame>)> = Vec::new();
         let stop = self.stop_ktime_ns;
@@ -491,6 +532,22 @@ impl HostProfiler {
                 self.stats.untracked += 1;
                 continue;
             };
+            if sampled.insert(pid) {
+                // Fresh pages, code-object cache generation and interpreter state for this
+                // batch (one read on a steady process); the thread map is left alone.
+                match p.unwinder.begin_batch() {
+                    Ok(interpreters) => {
+                        p.interp_of.clear();
+                        for (interp, threads) in interpreters {
+                            p.interp_of.extend(threads.iter().map(|t| (t.addr, interp)));
+                        }
+                    }
+                    Err(e) => {
+                        self.stats.refresh_failed += 1;
+                        tracing::debug!(pid, "reading the interpreters failed: {e}");
+                    }
+                }
+            }
             let Some(interp) = p.interp_of.get(&walk.tstate).copied() else {
                 self.stats.untracked += 1;
                 continue;
@@ -510,6 +567,7 @@ impl HostProfiler {
                 }
             }
         }
+        sampled
     }
 
     /// Runs until `stop` is set or `until` passes, scanning, sampling and draining on
