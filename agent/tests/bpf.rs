@@ -13,8 +13,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{
-    Counter, PaFrame, PaProc, PaSampleHdr, MAX_FRAMES, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
-    SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED,
+    Counter, PaFrame, PaProc, PaSampleHdr, MAX_FRAMES, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD,
+    PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE,
+    SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED,
 };
 use pyagent::sampler::bpf::{BpfConfig, BpfSampler};
 
@@ -488,6 +489,50 @@ fn early_exits_are_counted() {
         ..proc315(0)
     };
     wait_for_counter(&proc, ts.addr(), Counter::ReadFailCframe);
+}
+
+/// Polls the notices until one for `pid` has `bit`.
+fn wait_for_notice(s: &mut BpfSampler, pid: u32, bit: u32) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if s.take_notices()
+            .iter()
+            .any(|&(p, bits)| p == pid && bits & bit != 0)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no notice {bit:#x} for pid {pid}; counters: {:?}",
+            counters(s)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn notices_name_unregistered_threads_and_execs() {
+    let mut s = load(&config());
+    assert!(s.notices_execs(), "the exec tracepoint attached");
+    // A tracked process running a thread the agent has not registered.
+    let _spinner = Spinner::start();
+    let pid = std::process::id();
+    s.track_process(pid, &proc315(0)).expect("track_process");
+    wait_for_notice(&mut s, pid, NOTICE_UNKNOWN_THREAD);
+    // Any process that calls execve, tracked or not.
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("run true");
+    let child_pid = child.id();
+    child.wait().expect("wait for true");
+    wait_for_notice(&mut s, child_pid, NOTICE_EXEC);
+    // Taken notices are gone.
+    s.untrack_process(pid).expect("untrack");
+    let left = s.take_notices();
+    assert!(
+        left.iter().all(|&(p, _)| p != child_pid),
+        "taken twice: {left:?}"
+    );
 }
 
 #[test]

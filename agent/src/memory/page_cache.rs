@@ -69,8 +69,8 @@ pub struct PageCache {
     max_pages: usize,
     /// pages used in this sample, in order of first use: the next sample's prefetch
     used_order: Vec<u64>,
-    /// the parts of those pages used, filled in at `begin_sample`
-    used_spans: Vec<(u64, usize, usize)>,
+    /// what the next `begin_sample` prefetches: (page, start, end) of used parts
+    plan: Vec<(u64, usize, usize)>,
     /// pages the next prefetch reads before the others
     first_next: Vec<u64>,
     /// counts reads from the process: the stamp of the next one
@@ -87,7 +87,7 @@ impl PageCache {
             spare: Vec::new(),
             max_pages,
             used_order: Vec::new(),
-            used_spans: Vec::new(),
+            plan: Vec::new(),
             first_next: Vec::new(),
             next_stamp: 0,
             stats: PageCacheStats::default(),
@@ -97,36 +97,43 @@ impl PageCache {
     /// Forgets every cached page: the next reads see the process as it is now. Fetches the parts
     /// of the pages the previous sample used in one read.
     pub fn begin_sample(&mut self) {
-        let mut want = std::mem::take(&mut self.used_spans);
-        want.clear();
-        want.extend(
-            self.used_order
-                .iter()
-                .take(MAX_PREFETCH.min(self.max_pages))
-                .filter_map(|a| {
-                    let p = self.pages.get(a)?;
-                    // Pages cost far more than bytes, but copying only what was used still
-                    // saves a fifth of the syscall on a steady target.
-                    let lo = p.used.0 / SPAN_ALIGN * SPAN_ALIGN;
-                    let hi = p.used.1.div_ceil(SPAN_ALIGN) * SPAN_ALIGN;
-                    Some((*a, lo, hi.min(PAGE as usize)))
-                }),
-        );
+        self.carry_used();
+        let mut want = std::mem::take(&mut self.plan);
         // Stable: the pages asked for first keep their relative order, as do the rest.
         want.sort_by_key(|(a, _, _)| !self.first_next.contains(a));
         self.first_next.clear();
-        self.used_order.clear();
         self.drop_pages();
         self.prefetch(&want);
-        self.used_spans = want;
+        want.clear();
+        self.plan = want;
     }
 
-    /// Forgets every cached page and what the previous sample used, without reading anything:
-    /// for one-off batches whose pages say nothing about the next one.
-    pub fn begin_cold(&mut self) {
+    /// Forgets every cached page without reading anything; what the previous sample used is
+    /// still prefetched by the next [`PageCache::begin_sample`]. For a batch that will most
+    /// likely read nothing.
+    pub fn begin_without_prefetch(&mut self) {
+        self.carry_used();
         self.drop_pages();
-        self.used_order.clear();
-        self.first_next.clear();
+    }
+
+    /// Adds the used parts of this sample's pages to the next prefetch, in order of first use
+    /// (a page already planned has its part widened).
+    fn carry_used(&mut self) {
+        for a in self.used_order.drain(..) {
+            let Some(p) = self.pages.get(&a) else {
+                continue;
+            };
+            // Pages cost far more than bytes, but copying only what was used still saves a
+            // fifth of the syscall on a steady target.
+            let lo = p.used.0 / SPAN_ALIGN * SPAN_ALIGN;
+            let hi = (p.used.1.div_ceil(SPAN_ALIGN) * SPAN_ALIGN).min(PAGE as usize);
+            let room = self.plan.len() < MAX_PREFETCH.min(self.max_pages);
+            match self.plan.iter_mut().find(|e| e.0 == a) {
+                Some(e) => *e = (a, e.1.min(lo), e.2.max(hi)),
+                None if room => self.plan.push((a, lo, hi)),
+                None => {}
+            }
+        }
     }
 
     fn drop_pages(&mut self) {
@@ -395,5 +402,14 @@ mod tests {
         cache.read(base + 300, &mut a).expect("readable");
         cache.begin_sample();
         assert_eq!(cache.stats().prefetched, 5, "page 2 went unused");
+        // Dropping pages without a prefetch reads nothing; what was used is prefetched later.
+        cache.read(base + 300, &mut a).expect("readable");
+        let before = cache.syscalls();
+        cache.begin_without_prefetch();
+        assert_eq!(cache.syscalls(), before);
+        assert_eq!(cache.read_order(base + 300, 8), None, "pages dropped");
+        cache.begin_sample();
+        assert_eq!(cache.syscalls(), before + 1);
+        assert_eq!(cache.stats().prefetched, 6);
     }
 }

@@ -149,17 +149,26 @@ pub struct HostStats {
     pub refreshes: u64,
 }
 
+/// A process's records are resolved against interpreter state and a code-object cache validated
+/// at most this long ago. Re-validating every drain cost one remote read per process per drain:
+/// most of the agent's time with many processes. A code object freed and another allocated at
+/// its address within this window is shown under the old name until then (py-spy never
+/// re-validates).
+const RECORD_VALIDATE_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Every process's thread list is re-read at least this often, whatever the BPF program
 /// reports: a thread state replaced under a known thread id sends no notice.
-const THREAD_REFRESH_INTERVAL: Duration = Duration::from_secs(2);
+const THREAD_REFRESH_INTERVAL: Duration = Duration::from_secs(5);
 
 struct BpfProcess {
     unwinder: Unwinder,
     /// host TIDs registered in the thread map
-    threads: HashSet<u32>,
+    threads: HashMap<u32, u64>,
     /// interpreter of each thread state, from the last refresh
     interp_of: HashMap<u64, InterpreterInfo>,
     last_refresh: Instant,
+    /// when the interpreter state and code-object cache were last validated
+    last_validated: Instant,
 }
 
 enum Backend {
@@ -346,9 +355,10 @@ impl HostProfiler {
                     pid,
                     BpfProcess {
                         unwinder,
-                        threads: HashSet::new(),
+                        threads: HashMap::new(),
                         interp_of: HashMap::new(),
                         last_refresh: Instant::now(),
+                        last_validated: Instant::now(),
                     },
                 );
             }
@@ -372,7 +382,7 @@ impl HostProfiler {
         match &mut self.backend {
             Backend::Bpf { sampler, procs } => {
                 if let Some(p) = procs.remove(&pid) {
-                    for tid in p.threads {
+                    for tid in p.threads.into_keys() {
                         let _ = sampler.remove_thread(tid);
                     }
                 }
@@ -397,6 +407,7 @@ impl HostProfiler {
         let Some(p) = procs.get_mut(&pid) else { return };
         self.stats.refreshes += 1;
         p.last_refresh = Instant::now();
+        p.last_validated = p.last_refresh;
         let refreshed = if p.unwinder.frame_cache_enabled() {
             p.unwinder.refresh_anchors()
         } else {
@@ -410,7 +421,7 @@ impl HostProfiler {
                 return;
             }
         };
-        let mut now = HashSet::new();
+        let mut now = HashMap::new();
         p.interp_of.clear();
         for (interp, threads) in interpreters {
             for t in threads {
@@ -418,12 +429,14 @@ impl HostProfiler {
                 let Some(host_tid) = p.unwinder.host_tid(t.native_thread_id) else {
                     continue;
                 };
-                if sampler.set_thread(host_tid, t.addr).is_ok() {
-                    now.insert(host_tid);
+                // One map update per new or moved thread, not per thread per refresh.
+                let known = p.threads.get(&host_tid) == Some(&t.addr);
+                if known || sampler.set_thread(host_tid, t.addr).is_ok() {
+                    now.insert(host_tid, t.addr);
                 }
             }
         }
-        for gone in p.threads.difference(&now) {
+        for gone in p.threads.keys().filter(|tid| !now.contains_key(tid)) {
             let _ = sampler.remove_thread(*gone);
         }
         p.threads = now;
@@ -533,18 +546,23 @@ impl HostProfiler {
                 continue;
             };
             if sampled.insert(pid) {
-                // Fresh pages, code-object cache generation and interpreter state for this
-                // batch (one read on a steady process); the thread map is left alone.
-                match p.unwinder.begin_batch() {
-                    Ok(interpreters) => {
-                        p.interp_of.clear();
-                        for (interp, threads) in interpreters {
-                            p.interp_of.extend(threads.iter().map(|t| (t.addr, interp)));
+                if p.last_validated.elapsed() < RECORD_VALIDATE_INTERVAL {
+                    p.unwinder.begin_cached_batch();
+                } else {
+                    // Fresh pages, code-object cache generation and interpreter state (one read
+                    // on a steady process); the thread map is left alone.
+                    p.last_validated = Instant::now();
+                    match p.unwinder.begin_batch() {
+                        Ok(interpreters) => {
+                            p.interp_of.clear();
+                            for (interp, threads) in interpreters {
+                                p.interp_of.extend(threads.iter().map(|t| (t.addr, interp)));
+                            }
                         }
-                    }
-                    Err(e) => {
-                        self.stats.refresh_failed += 1;
-                        tracing::debug!(pid, "reading the interpreters failed: {e}");
+                        Err(e) => {
+                            self.stats.refresh_failed += 1;
+                            tracing::debug!(pid, "reading the interpreters failed: {e}");
+                        }
                     }
                 }
             }

@@ -50,6 +50,13 @@ impl Unwinder {
         Ok(interpreters)
     }
 
+    /// Starts a batch of records without reading anything: the code-object cache stays as the
+    /// last [`Unwinder::begin_batch`] validated it, and cached pages are dropped, so whatever
+    /// the batch must read (a code object not seen before) is read fresh.
+    pub fn begin_cached_batch(&mut self) {
+        self.mem.begin_without_prefetch();
+    }
+
     /// Like [`Unwinder::begin_batch`], and also walks every thread in userspace through the
     /// 3.15 frame cache, which stores each thread's stack and moves its anchor to the top frame
     /// right after the walk. BPF walks that stop at that anchor are spliced onto these stacks,
