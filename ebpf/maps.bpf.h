@@ -74,26 +74,33 @@ struct {
 	__type(value, struct pa_scratch);
 } pa_scratch SEC(".maps");
 
+/* The program's log: one entry per CPU holding every counter, so a run looks its counters up
+ * once instead of once per counter. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, PA_CNT__COUNT);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, __u64[PA_CNT__COUNT]);
 } pa_counters SEC(".maps");
 
-/* Adds `n` to counter `id` on this CPU. Plain add: a perf_event program never nests on a CPU. */
-static __always_inline void pa_count_add(enum pa_counter id, __u64 n)
+/* This CPU's counters (NULL only if the map is broken: then nothing is counted). */
+static __always_inline __u64 *pa_counters_here(void)
 {
-	__u32 key = id;
-	__u64 *v = bpf_map_lookup_elem(&pa_counters, &key);
+	__u32 zero = 0;
 
-	if (v)
-		*v += n;
+	return bpf_map_lookup_elem(&pa_counters, &zero);
 }
 
-static __always_inline void pa_count(enum pa_counter id)
+/* Adds `n` to counter `id`. Plain add: a perf_event program never nests on a CPU. */
+static __always_inline void pa_count_add(__u64 *cnt, enum pa_counter id, __u64 n)
 {
-	pa_count_add(id, 1);
+	if (cnt)
+		cnt[id] += n;
+}
+
+static __always_inline void pa_count(__u64 *cnt, enum pa_counter id)
+{
+	pa_count_add(cnt, id, 1);
 }
 
 #endif /* PA_MAPS_BPF_H */

@@ -55,21 +55,22 @@ int pa_sample(void *ctx)
 	struct pa_walk w = {};
 	__u64 *tsp, ts, cur, len, rb_flags = BPF_RB_NO_WAKEUP;
 	int forced = 0;
+	__u64 *cnt = pa_counters_here();
 
-	pa_count(PA_CNT_RUNS);
+	pa_count(cnt, PA_CNT_RUNS);
 	if (tid == 0) {
-		pa_count(PA_CNT_IDLE);
+		pa_count(cnt, PA_CNT_IDLE);
 		return 0;
 	}
 	p = bpf_map_lookup_elem(&pa_procs, &tgid);
 	if (!p) {
-		pa_count(PA_CNT_NOT_TRACKED);
+		pa_count(cnt, PA_CNT_NOT_TRACKED);
 		return 0;
 	}
 	tsp = bpf_map_lookup_elem(&pa_threads, &tid);
 	ts = tsp ? *tsp : 0;
 	if (!ts) {
-		pa_count(PA_CNT_NO_THREAD_STATE);
+		pa_count(cnt, PA_CNT_NO_THREAD_STATE);
 		/* The agent re-reads this process's thread list when told, not on a timer. */
 		pa_notice(tgid, PA_NOTICE_UNKNOWN_THREAD);
 		return 0;
@@ -77,7 +78,7 @@ int pa_sample(void *ctx)
 	cpu = bpf_get_smp_processor_id();
 	s = bpf_map_lookup_elem(&pa_scratch, &cpu);
 	if (!s) {
-		pa_count(PA_CNT_NO_SCRATCH);
+		pa_count(cnt, PA_CNT_NO_SCRATCH);
 		return 0;
 	}
 
@@ -100,11 +101,11 @@ int pa_sample(void *ctx)
 	      !pa_ts_off_ok(p->thread_state_last_profiled_frame_seq, lo))) ||
 	    ((flags & PA_PROC_BASE_FRAME) && !pa_ts_off_ok(p->thread_state_base_frame, lo)) ||
 	    !pa_frame_offsets_ok(&w)) {
-		pa_count(PA_CNT_BAD_CONFIG);
+		pa_count(cnt, PA_CNT_BAD_CONFIG);
 		return 0;
 	}
 	if (bpf_probe_read_user(s->tstate, PA_TSTATE_READ_BYTES, (const void *)(ts + lo))) {
-		pa_count(PA_CNT_READ_FAIL_TSTATE);
+		pa_count(cnt, PA_CNT_READ_FAIL_TSTATE);
 		return 0;
 	}
 	cur = pa_ts_field(s, p->thread_state_current_frame - lo);
@@ -112,12 +113,12 @@ int pa_sample(void *ctx)
 		/* 3.11/3.12: tstate->cframe->current_frame. */
 		if (cur && bpf_probe_read_user(&cur, sizeof(cur),
 					       (const void *)(cur + p->cframe_current_frame))) {
-			pa_count(PA_CNT_READ_FAIL_CFRAME);
+			pa_count(cnt, PA_CNT_READ_FAIL_CFRAME);
 			return 0;
 		}
 	}
 	if (!cur) {
-		pa_count(PA_CNT_NO_CURRENT_FRAME);
+		pa_count(cnt, PA_CNT_NO_CURRENT_FRAME);
 		return 0;
 	}
 
@@ -155,12 +156,12 @@ int pa_sample(void *ctx)
 	flags = w.flags;
 	if (!(flags & (PA_SAMPLE_COMPLETE | PA_SAMPLE_READ_FAILED | PA_SAMPLE_ANCHOR_HIT))) {
 		flags |= PA_SAMPLE_TRUNCATED;
-		pa_count(PA_CNT_TRUNCATED);
+		pa_count(cnt, PA_CNT_TRUNCATED);
 	}
 	if (flags & PA_SAMPLE_COMPLETE)
-		pa_count(PA_CNT_COMPLETE);
+		pa_count(cnt, PA_CNT_COMPLETE);
 	if (flags & PA_SAMPLE_ANCHOR_HIT)
-		pa_count(PA_CNT_ANCHOR_HIT);
+		pa_count(cnt, PA_CNT_ANCHOR_HIT);
 	s->rec.hdr.nframes = n;
 	s->rec.hdr.flags = flags;
 
@@ -171,13 +172,13 @@ int pa_sample(void *ctx)
 		forced = 1;
 	}
 	if (bpf_ringbuf_output(&pa_samples, &s->rec, len, rb_flags)) {
-		pa_count(PA_CNT_RINGBUF_DROPPED);
+		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
 		return 0;
 	}
-	pa_count(PA_CNT_SAMPLES_EMITTED);
-	pa_count_add(PA_CNT_FRAMES, n);
+	pa_count(cnt, PA_CNT_SAMPLES_EMITTED);
+	pa_count_add(cnt, PA_CNT_FRAMES, n);
 	if (forced)
-		pa_count(PA_CNT_WAKEUP_FORCED);
+		pa_count(cnt, PA_CNT_WAKEUP_FORCED);
 	return 0;
 }
 

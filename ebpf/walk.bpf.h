@@ -69,7 +69,7 @@ static long pa_walk_step(__u32 i, void *ctx)
 	if (bpf_probe_read_user(s->frame, PA_FRAME_READ_BYTES, (const void *)addr)) {
 		/* Not resident, unmapped or torn: the chain is cut here, never "complete". */
 		w->flags |= PA_SAMPLE_READ_FAILED;
-		pa_count(PA_CNT_READ_FAIL_FRAME);
+		pa_count(pa_counters_here(), PA_CNT_READ_FAIL_FRAME);
 		return 1;
 	}
 

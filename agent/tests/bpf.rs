@@ -670,6 +670,7 @@ fn bench_ns_per_run() {
         (10, None),
         (100, None),
         (1000, None),
+        (100, Some(1)),
         (100, Some(5)),
         (1000, Some(5)),
     ] {

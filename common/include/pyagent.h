@@ -146,7 +146,7 @@ _Static_assert(sizeof(struct pa_record) == 72 + 32 * PA_MAX_FRAMES, "struct pa_r
 /* The process called execve: it may run another program now (sched_process_exec). */
 #define PA_NOTICE_EXEC (1u << 1)
 
-/* ---- pa_counters: PERCPU_ARRAY of __u64 indexed by enum pa_counter -------------------------- */
+/* ---- pa_counters: PERCPU_ARRAY, one entry of __u64[PA_CNT__COUNT] indexed by enum pa_counter -------------------------- */
 
 enum pa_counter {
 	/* BPF program runs (every perf event). */

@@ -32,8 +32,8 @@ use aya::programs::{PerfEvent, ProgramError, RawTracePoint};
 use aya::sys::{enable_stats, Stats};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use common::{
-    Counter, CounterInfo, PaProc, ProcError, SampleRecord, COUNTERS, MAX_FRAMES, PROC_ANCHOR,
-    PROC_BASE_FRAME, PROC_CFRAME,
+    Counter, CounterInfo, PaProc, ProcError, SampleRecord, COUNTERS, COUNTER_COUNT, MAX_FRAMES,
+    PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
 };
 
 use crate::offsets::Offsets;
@@ -164,7 +164,7 @@ pub struct BpfSampler {
     procs: HashMap<MapData, u32, PaProc>,
     threads: HashMap<MapData, u32, u64>,
     ring: RingBuf<MapData>,
-    counters: PerCpuArray<MapData, u64>,
+    counters: PerCpuArray<MapData, [u64; COUNTER_COUNT]>,
     notices: HashMap<MapData, u32, u32>,
     /// the exec program is attached
     exec_notices: bool,
@@ -377,19 +377,27 @@ impl BpfSampler {
 
     /// The program's counters, summed over CPUs, in id order.
     pub fn counters(&self) -> Result<Vec<(&'static CounterInfo, u64)>, BpfError> {
-        COUNTERS
+        let sums = self.counter_sums()?;
+        Ok(COUNTERS
             .iter()
-            .map(|info| Ok((info, self.counter(info.counter)?)))
-            .collect()
+            .map(|info| (info, sums[info.counter.index() as usize]))
+            .collect())
     }
 
     /// One counter, summed over CPUs.
     pub fn counter(&self, counter: Counter) -> Result<u64, BpfError> {
-        let per_cpu = self
-            .counters
-            .get(&counter.index(), 0)
-            .map_err(map_error(MAP_COUNTERS))?;
-        Ok(per_cpu.iter().fold(0u64, |sum, v| sum.wrapping_add(*v)))
+        Ok(self.counter_sums()?[counter.index() as usize])
+    }
+
+    fn counter_sums(&self) -> Result<[u64; COUNTER_COUNT], BpfError> {
+        let per_cpu = self.counters.get(&0, 0).map_err(map_error(MAP_COUNTERS))?;
+        let mut sums = [0u64; COUNTER_COUNT];
+        for cpu in per_cpu.iter() {
+            for (sum, v) in sums.iter_mut().zip(cpu) {
+                *sum = sum.wrapping_add(*v);
+            }
+        }
+        Ok(sums)
     }
 
     /// Total run time in ns and run count of the program since load, from the kernel's BPF

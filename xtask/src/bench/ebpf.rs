@@ -5,10 +5,10 @@
 //!    the CPU DEPTH frames deep (`bench-scripts/deep.py DEPTH busy`), and reads the program's
 //!    run time and run count. Runs that exit early (idle CPU, untracked task) cost what a
 //!    baseline load with nothing tracked measures; the walk cost is what remains, per walk.
-//!    The 3.15 anchor cannot be used by the program (it would have to be written at the time of
-//!    the walk, and `bpf_probe_write_user` is refused under lockdown and fails in interrupt
-//!    context), so "with anchor" is n/a; a separate, clearly labelled column measures the walk
-//!    with an anchor preset 5 frames down — what the walk would cost if the anchor were usable.
+//!    On 3.15, "with anchor" runs as the agent does: the program stops at `last_profiled_frame`,
+//!    which this process's userspace unwinder (frame cache on) moves to each thread's top frame
+//!    every 100 ms, right after walking it (the program cannot write it: `bpf_probe_write_user`
+//!    is refused under lockdown and fails in interrupt context).
 //! 2. Agent overhead: `target/release/pyagent --all-python` at 99 Hz (ebpf, then userspace mode)
 //!    with 1, 10 and 50 busy Python processes: its CPU time (`wait4`) as % of one core over the
 //!    run and after its first scan, its peak RSS, and in ebpf mode the BPF program's own run
@@ -25,9 +25,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use common::Counter;
 use pyagent::discovery::locate_runtime;
-use pyagent::memory::RemoteMemory;
 use pyagent::sampler::bpf::{pa_proc_for, BpfConfig, BpfSampler};
-use pyagent::unwind::{walk, UnwindOptions, Unwinder};
+use pyagent::unwind::{UnwindOptions, Unwinder};
 
 use super::util::{Interpreter, Manifest, Proc, Table};
 
@@ -73,8 +72,6 @@ const READY: Duration = Duration::from_secs(60);
 const PROGRAM: &str = "pa_sample";
 /// Depth of the busy processes of the agent-overhead runs.
 const AGENT_TARGET_DEPTH: usize = 30;
-/// Where the hypothetical anchor is preset: this many frames from the top.
-const PRESET_ANCHOR_DEPTH: usize = 5;
 
 /// Runs the benchmark.
 pub fn run(args: &Args) -> Result<()> {
@@ -159,8 +156,8 @@ enum Walk {
     Untracked,
     /// whole stacks (what the agent does)
     Full,
-    /// stop at an anchor written beforehand `PRESET_ANCHOR_DEPTH` frames down (hypothetical)
-    PresetAnchor,
+    /// stop at the anchor, kept on the top frame by a userspace walk every 100 ms (the agent)
+    AgentAnchor,
 }
 
 fn bpf_cost(
@@ -189,8 +186,7 @@ fn bpf_cost(
         "frames/walk",
         "ns/run (all runs)",
         "ns/walk (est.)",
-        "with anchor",
-        "hypothetical: anchor preset 5 down, ns/walk (frames/walk)",
+        "with anchor: ns/walk (frames/walk)",
     ]);
     let mut target_line = String::new();
     for py in pythons {
@@ -198,24 +194,21 @@ fn bpf_cost(
             eprintln!("bench ebpf: {} depth {depth}", py.name);
             let full = measure(py, script, depth, Walk::Full, secs, rate)?;
             let has_anchor = py.minor() >= (3, 15);
-            let (anchor, preset) = if has_anchor {
-                eprintln!("bench ebpf: {} depth {depth}, preset anchor", py.name);
-                let p = measure(py, script, depth, Walk::PresetAnchor, secs, rate)?;
+            let (anchor, anchor_ns) = if has_anchor {
+                eprintln!("bench ebpf: {} depth {depth}, with anchor", py.name);
+                let p = measure(py, script, depth, Walk::AgentAnchor, secs, rate)?;
                 let hits = if p.anchor_hits < p.emitted {
                     format!(", {} of {} hit", p.anchor_hits, p.emitted)
                 } else {
                     String::new()
                 };
+                let ns = p.ns_per_walk(early_ns);
                 (
-                    "n/a ¹".to_owned(),
-                    format!(
-                        "{:.0} ({:.1}{hits})",
-                        p.ns_per_walk(early_ns),
-                        p.frames_per_walk()
-                    ),
+                    format!("{ns:.0} ({:.1}{hits})", p.frames_per_walk()),
+                    Some(ns),
                 )
             } else {
-                ("n/a (< 3.15)".to_owned(), "—".to_owned())
+                ("n/a (< 3.15)".to_owned(), None)
             };
             let mut walks = full.emitted.to_string();
             if full.incomplete > 0 {
@@ -227,17 +220,19 @@ fn bpf_cost(
                 format!("{:.1}", full.frames_per_walk()),
                 format!("{:.0}", full.ns_per_run()),
                 format!("{:.0}", full.ns_per_walk(early_ns)),
-                anchor,
-                preset.clone(),
+                anchor.clone(),
             ]);
-            if has_anchor && depth == 100 {
-                let ns = full.ns_per_walk(early_ns);
+            if let (Some(ns), 100) = (anchor_ns, depth) {
                 let _ = write!(
                     target_line,
-                    "- {} depth 100: with the anchor: not measurable ¹; without it {ns:.0} ns/walk ({}); \
-                     hypothetical preset anchor {preset} ns/walk",
+                    "- {} depth 100: {ns:.0} ns/walk with the anchor ({}); {:.0} without it",
                     py.name,
-                    if ns <= 2000.0 { "≤ 2 µs: met even without the anchor" } else { "> 2 µs: MISSED" },
+                    if ns <= 2000.0 {
+                        "≤ 2 µs: met"
+                    } else {
+                        "> 2 µs: MISSED"
+                    },
+                    full.ns_per_walk(early_ns),
                 );
             }
         }
@@ -264,11 +259,9 @@ fn bpf_cost(
         );
     }
     println!(
-        "\n¹ The 3.15 anchor (`last_profiled_frame`) is usable only if the profiler writes it at the \
-         time of each walk; the program cannot: `bpf_probe_write_user` is refused under kernel \
-         lockdown (forced here) and fails in interrupt context. The agent therefore walks whole \
-         stacks. The hypothetical column presets the anchor once from userspace (the busy leaf never \
-         returns, so it stays valid) to show what the walk would cost if the anchor were usable.\n"
+        "\nWith anchor (3.15): as in the agent, a userspace walk of each thread every 100 ms moves \
+         `last_profiled_frame` to its top frame, and the program stops there; the agent splices \
+         the rest from its frame cache (anchor hits / walks shown when not all hit).\n"
     );
     println!("Target (≤ 2 µs per run at depth 100 on 3.15 with the anchor):\n");
     if target_line.is_empty() {
@@ -300,13 +293,17 @@ fn measure(
     let located =
         locate_runtime(pid).with_context(|| format!("locating the runtime of {}", py.name))?;
     let offsets = located.offsets;
+    let anchored = walk == Walk::AgentAnchor;
     let mut u = Unwinder::new(
         located,
         UnwindOptions {
-            frame_cache: false,
+            frame_cache: anchored,
             ..UnwindOptions::default()
         },
     );
+    if anchored && !u.frame_cache_enabled() {
+        bail!("{} has no frame-cache anchor", py.name);
+    }
     let mut threads = Vec::new();
     for (_, list) in u.threads().context("reading the thread list")? {
         for t in list {
@@ -314,33 +311,6 @@ fn measure(
                 .host_tid(t.native_thread_id)
                 .context("thread not in /proc")?;
             threads.push((host, t));
-        }
-    }
-    if walk == Walk::PresetAnchor {
-        let off = offsets
-            .thread_state
-            .last_profiled_frame
-            .context("no anchor in this layout")?;
-        let mut mem = RemoteMemory::new(pid);
-        for (_, t) in &threads {
-            let mut raw = Vec::new();
-            walk::walk_frames(
-                &mut mem,
-                &offsets,
-                t.top_frame,
-                None,
-                PRESET_ANCHOR_DEPTH,
-                &mut raw,
-            )
-            .context("walking the target's frames")?;
-            if raw.len() < PRESET_ANCHOR_DEPTH {
-                bail!("stack of {} is only {} frames deep", py.name, raw.len());
-            }
-            mem.write(
-                t.addr + off,
-                &raw[PRESET_ANCHOR_DEPTH - 1].addr.to_le_bytes(),
-            )
-            .context("writing the anchor")?;
         }
     }
     let mut s = BpfSampler::load(&BpfConfig {
@@ -356,11 +326,12 @@ fn measure(
         for (host, t) in &threads {
             s.set_thread(*host, t.addr)?;
         }
-        s.track_process(pid, &pa_proc_for(&offsets, walk == Walk::PresetAnchor))?;
+        s.track_process(pid, &pa_proc_for(&offsets, anchored))?;
     }
     let mut incomplete = 0;
     let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
+        // The agent's cadence: drain, then (3.15) walk in userspace, which moves the anchors.
         std::thread::sleep(Duration::from_millis(100));
         s.drain(|r| {
             let h = r.header();
@@ -368,6 +339,9 @@ fn measure(
                 incomplete += 1;
             }
         });
+        if anchored {
+            u.refresh_anchors().context("refreshing the anchors")?;
+        }
     }
     let (run_ns, runs) = s.run_stats().context("BPF statistics vanished")?;
     let c = |k| s.counter(k).unwrap_or(0);
