@@ -125,7 +125,6 @@ int pa_sample(void *ctx)
 	s->rec.hdr.pid = tgid;
 	s->rec.hdr.tid = tid;
 	s->rec.hdr.tstate = ts;
-	s->rec.hdr.ktime_ns = bpf_ktime_get_ns();
 	s->rec.hdr.generation = p->generation;
 	s->rec.hdr.anchor_frame = 0;
 	s->rec.hdr.anchor_seq = 0;

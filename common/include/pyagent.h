@@ -99,8 +99,6 @@ struct pa_sample_hdr {
 	__u32 tid;
 	/* PyThreadState address from pa_threads. */
 	__u64 tstate;
-	/* bpf_ktime_get_ns() (CLOCK_MONOTONIC). */
-	__u64 ktime_ns;
 	/* pa_proc.generation at sampling time. */
 	__u64 generation;
 	/* last_profiled_frame and its sequence, read before the walk (0 without PA_PROC_ANCHOR). */
@@ -115,7 +113,7 @@ struct pa_sample_hdr {
 	__u32 flags;
 	__u32 _pad;
 };
-_Static_assert(sizeof(struct pa_sample_hdr) == 72, "struct pa_sample_hdr layout");
+_Static_assert(sizeof(struct pa_sample_hdr) == 64, "struct pa_sample_hdr layout");
 
 /* One _PyInterpreterFrame as read from the target; userspace symbolizes it later. */
 struct pa_frame {
@@ -136,7 +134,7 @@ struct pa_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_MAX_FRAMES];
 };
-_Static_assert(sizeof(struct pa_record) == 72 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+_Static_assert(sizeof(struct pa_record) == 64 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
 
 /* ---- pa_notices: HASH host tgid -> __u32 of PA_NOTICE_* bits ------------------------------- */
 /* Processes the agent should look at again; it takes (reads and deletes) the entries. */

@@ -213,8 +213,6 @@ pub struct PaSampleHdr {
     pub tid: u32,
     /// `PyThreadState` address, from `pa_threads`.
     pub tstate: u64,
-    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC).
-    pub ktime_ns: u64,
     /// [`PaProc::generation`] at sampling time.
     pub generation: u64,
     /// `last_profiled_frame` read before the walk (0 without [`PROC_ANCHOR`]).
@@ -234,19 +232,18 @@ pub struct PaSampleHdr {
 }
 
 const _: () = {
-    assert!(size_of::<PaSampleHdr>() == 72);
+    assert!(size_of::<PaSampleHdr>() == 64);
     assert!(offset_of!(PaSampleHdr, pid) == 0);
     assert!(offset_of!(PaSampleHdr, tid) == 4);
     assert!(offset_of!(PaSampleHdr, tstate) == 8);
-    assert!(offset_of!(PaSampleHdr, ktime_ns) == 16);
-    assert!(offset_of!(PaSampleHdr, generation) == 24);
-    assert!(offset_of!(PaSampleHdr, anchor_frame) == 32);
-    assert!(offset_of!(PaSampleHdr, anchor_seq) == 40);
-    assert!(offset_of!(PaSampleHdr, base_frame) == 48);
-    assert!(offset_of!(PaSampleHdr, cpu) == 56);
-    assert!(offset_of!(PaSampleHdr, nframes) == 60);
-    assert!(offset_of!(PaSampleHdr, flags) == 64);
-    assert!(offset_of!(PaSampleHdr, _pad) == 68);
+    assert!(offset_of!(PaSampleHdr, generation) == 16);
+    assert!(offset_of!(PaSampleHdr, anchor_frame) == 24);
+    assert!(offset_of!(PaSampleHdr, anchor_seq) == 32);
+    assert!(offset_of!(PaSampleHdr, base_frame) == 40);
+    assert!(offset_of!(PaSampleHdr, cpu) == 48);
+    assert!(offset_of!(PaSampleHdr, nframes) == 52);
+    assert!(offset_of!(PaSampleHdr, flags) == 56);
+    assert!(offset_of!(PaSampleHdr, _pad) == 60);
 };
 
 impl PaSampleHdr {

@@ -52,7 +52,6 @@ impl<'a> SampleRecord<'a> {
             pid: u32_at(head, offset_of!(PaSampleHdr, pid)),
             tid: u32_at(head, offset_of!(PaSampleHdr, tid)),
             tstate: u64_at(head, offset_of!(PaSampleHdr, tstate)),
-            ktime_ns: u64_at(head, offset_of!(PaSampleHdr, ktime_ns)),
             generation: u64_at(head, offset_of!(PaSampleHdr, generation)),
             anchor_frame: u64_at(head, offset_of!(PaSampleHdr, anchor_frame)),
             anchor_seq: u64_at(head, offset_of!(PaSampleHdr, anchor_seq)),
@@ -165,7 +164,6 @@ mod tests {
         }
         for x in [
             hdr.tstate,
-            hdr.ktime_ns,
             hdr.generation,
             hdr.anchor_frame,
             hdr.anchor_seq,
@@ -205,7 +203,6 @@ mod tests {
             pid: 7,
             tid: 8,
             tstate: 0xabc,
-            ktime_ns: 99,
             generation: 5,
             anchor_frame: 0x1058,
             anchor_seq: 41,
@@ -234,10 +231,10 @@ mod tests {
             RecordError::TooShort { len: 0 }
         );
         assert_eq!(
-            SampleRecord::parse(&[0; 71]).unwrap_err(),
-            RecordError::TooShort { len: 71 }
+            SampleRecord::parse(&[0; 63]).unwrap_err(),
+            RecordError::TooShort { len: 63 }
         );
-        let empty = SampleRecord::parse(&[0; 72]).expect("zero frames is valid");
+        let empty = SampleRecord::parse(&[0; 64]).expect("zero frames is valid");
         assert!(empty.is_empty() && empty.frames().next().is_none());
 
         let hdr = PaSampleHdr {
@@ -249,8 +246,8 @@ mod tests {
         assert_eq!(
             SampleRecord::parse(&bytes).unwrap_err(),
             RecordError::LengthMismatch {
-                len: 135,
-                expected: 136,
+                len: 127,
+                expected: 128,
                 nframes: 2
             }
         );

@@ -54,7 +54,6 @@ fn expectations() -> Vec<(String, u64)> {
             pid,
             tid,
             tstate,
-            ktime_ns,
             generation,
             anchor_frame,
             anchor_seq,
