@@ -647,7 +647,8 @@ impl HostProfiler {
             let w = u.stats();
             let e = m.entry("page").or_default();
             e.0 += p.hits;
-            e.1 += p.misses;
+            // Pages read from the process, one by one or in a prefetch.
+            e.1 += p.misses + p.prefetched;
             let e = m.entry("code").or_default();
             e.0 += s.hits;
             e.1 += s.misses;
