@@ -606,8 +606,7 @@ impl HostProfiler {
             }
         }
         // The run ends now: the program stops recording these processes, and what the ring
-        // buffer holds is this run's. (Untracking, not a timestamp per record: reading the
-        // clock in the program cost 0.5-0.7 µs per walk on these VMs.)
+        // buffer holds is this run's (no per-record timestamp needed to tell).
         if let Backend::Bpf { sampler, procs } = &mut self.backend {
             for pid in procs.keys() {
                 let _ = sampler.untrack_process(*pid);
