@@ -54,7 +54,7 @@ pub struct FrameCache {
 /// Most threads we keep stacks for; beyond that new threads are simply not cached.
 const MAX_THREADS: usize = 4096;
 /// Longest stack we cache.
-const MAX_CACHED_FRAMES: usize = 4096;
+pub(crate) const MAX_CACHED_FRAMES: usize = 4096;
 
 impl FrameCache {
     /// An empty cache.
@@ -137,6 +137,12 @@ impl FrameCache {
                 seen: self.round,
             },
         );
+    }
+
+    /// Drops everything stored for `key`: the anchor in the target may name a frame whose
+    /// ancestry none of the stored stacks describes.
+    pub fn forget(&mut self, key: ThreadKey) {
+        self.entries.remove(&key);
     }
 
     /// Ends a sample round: entries of threads not seen in it are dropped.

@@ -24,6 +24,10 @@ pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
 
 use crate::discovery::{task_ids, thread_name, PythonTarget};
+use std::io::IoSliceMut;
+
+use nix::sys::uio::RemoteIoVec;
+
 use crate::memory::{
     MemoryError, PageCache, PageCacheStats, ProcessMemory, RemoteMemory, StructBytes,
 };
@@ -112,6 +116,8 @@ pub struct UnwindStats {
     pub non_code_frames: u64,
     /// anchor writes made
     pub anchor_writes: u64,
+    /// anchor writes after which the walked frames had changed (the stored stack is dropped)
+    pub anchor_write_races: u64,
 }
 
 /// Host TIDs and thread names of a process, looked up in /proc when a new thread shows up.
@@ -461,8 +467,19 @@ impl Unwinder {
             if !truncated {
                 fc.store(key, seq, resolved.iter().cloned());
             }
-            if anchor_frame != t.top_frame {
-                self.write_anchor(t, t.top_frame);
+            if anchor_frame != t.top_frame && self.write_anchor(t, t.top_frame) {
+                // The write lands after the walk. If the walked frames returned and others were
+                // pushed at the same addresses in between (with the old anchor further down, no
+                // sequence moves), the new anchor names a frame of another call chain, and the
+                // stored stack would be spliced under it until that frame returns. Re-read the
+                // walked frames and the anchor pair after the write and drop the stored stack if
+                // the callers of the anchored frame are not the walked ones.
+                if !self.walk_still_live(t.addr, seq)? {
+                    self.stats.anchor_write_races += 1;
+                    if let Some(fc) = self.frame_cache.as_mut() {
+                        fc.forget(key);
+                    }
+                }
             }
         }
         let frames = self.finish(interp, t, resolved);
@@ -566,18 +583,83 @@ impl Unwinder {
         Ok(live_frame == frame && live_seq == seq)
     }
 
-    fn write_anchor(&mut self, t: &ThreadInfo, frame: u64) {
+    /// Writes the anchor; returns whether it was written.
+    fn write_anchor(&mut self, t: &ThreadInfo, frame: u64) -> bool {
         let Some(off) = self.target.offsets.thread_state.last_profiled_frame else {
-            return;
+            return false;
         };
-        if self
+        let written = self
             .mem
             .remote()
             .write(t.addr + off, &frame.to_le_bytes())
-            .is_ok()
-        {
-            self.stats.anchor_writes += 1;
+            .is_ok();
+        self.stats.anchor_writes += u64::from(written);
+        written
+    }
+
+    /// After an anchor write: whether the stored stack still describes the callers of the
+    /// frame the anchor now names. Reads the frames of the last walk (`self.raw`), then the
+    /// anchor pair, in one vectored read.
+    fn walk_still_live(&mut self, tstate: u64, seq: u64) -> Result<bool, MemoryError> {
+        let o = self.target.offsets;
+        let ts = &o.thread_state;
+        let (Some(f_off), Some(s_off)) = (ts.last_profiled_frame, ts.last_profiled_frame_seq)
+        else {
+            return Ok(true);
+        };
+        let len = o.frame_read_len();
+        // Bounded like the walk; a longer chain is not cached anyway.
+        let frames = &self.raw[..self.raw.len().min(frame_cache::MAX_CACHED_FRAMES)];
+        let mut bytes = vec![0u8; frames.len() * len + 16];
+        let mut remote: Vec<RemoteIoVec> = frames
+            .iter()
+            .map(|f| RemoteIoVec {
+                base: f.addr as usize,
+                len,
+            })
+            .collect();
+        for off in [f_off, s_off] {
+            remote.push(RemoteIoVec {
+                base: (tstate + off) as usize,
+                len: 8,
+            });
         }
+        let mut done = 0;
+        // The kernel takes at most IOV_MAX (1024) ranges per call.
+        for chunk in remote.chunks(512) {
+            let want: usize = chunk.iter().map(|r| r.len).sum();
+            let mut local: Vec<IoSliceMut<'_>> = Vec::with_capacity(chunk.len());
+            let mut rest = &mut bytes[done..done + want];
+            for r in chunk {
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut(r.len);
+                local.push(IoSliceMut::new(head));
+                rest = tail;
+            }
+            if self.mem.remote().read_vectored(&mut local, chunk)? < want {
+                return Ok(false);
+            }
+            done += want;
+        }
+        // The anchor has moved k frames down since the write (k pops, each adding 1). Consumers
+        // read the anchor frame itself fresh and take its callers from the stored stack, so what
+        // must hold is that the frames below the anchor's position are the walked ones; being
+        // callers of a frame alive since the write, they are what they were at the write.
+        let pair = &bytes[frames.len() * len..];
+        let (anchor, live_seq) = (pair.u64_at(0), pair.u64_at(8));
+        let k = live_seq.wrapping_sub(seq);
+        if k >= frames.len() as u64 {
+            return Ok(true);
+        }
+        let k = k as usize;
+        if anchor != frames[k].addr {
+            return Ok(false);
+        }
+        let f = &o.interpreter_frame;
+        Ok(frames.iter().enumerate().skip(k + 1).all(|(i, raw)| {
+            let b = &bytes[i * len..(i + 1) * len];
+            b.u64_at(f.previous) == raw.previous
+                && b.u64_at(f.executable) & !o.frame.executable_tag_mask == raw.code
+        }))
     }
 
     /// Writes 0 into every thread's anchor (at attach time).
