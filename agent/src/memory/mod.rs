@@ -1,8 +1,10 @@
 //! Memory stage: reads (and, for the 3.15 frame cache, one kind of write) of another process.
 //!
 //! In: remote addresses. Out: bytes. [`RemoteMemory`] wraps `process_vm_readv`; [`PageCache`]
-//! sits in front of it and keeps whole pages for the duration of one sample, so walking a frame
-//! chain that lives in one data-stack chunk costs a few page reads instead of one read per frame.
+//! sits in front of it and keeps pages for the duration of one sample, so walking a frame chain
+//! that lives in one data-stack chunk costs a few page reads instead of one read per frame. Each
+//! sample starts with one vectored read of what the previous sample used: on a steady target,
+//! the whole sample is that one syscall.
 //! Errors carry the decision a caller needs: [`MemoryError::Gone`] (the process exited),
 //! [`MemoryError::Denied`] (missing ptrace rights), or a fault at an address (torn read).
 
