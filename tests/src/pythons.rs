@@ -138,7 +138,10 @@ impl Interpreter {
                 target.display()
             )
         });
-        if mount_points().contains(&target) {
+        if pyagent::discovery::mount_points()
+            .unwrap_or_else(|err| panic!("cannot read /proc/self/mountinfo: {err}"))
+            .contains(&target)
+        {
             return;
         }
         let out = Command::new("mount")
@@ -177,44 +180,6 @@ fn manifest() -> &'static [Interpreter] {
     })
 }
 
-/// Mount points of this mount namespace (`/proc/self/mountinfo`, field 5, `\NNN` unescaped).
-fn mount_points() -> Vec<PathBuf> {
-    let text = fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_else(|err| panic!("cannot read /proc/self/mountinfo: {err}"));
-    text.lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| PathBuf::from(unescape_octal(field)))
-        .collect()
-}
-
-fn unescape_octal(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = bytes
-            .get(i + 1..i + 4)
-            .filter(|digits| bytes[i] == b'\\' && digits.iter().all(|c| (b'0'..=b'7').contains(c)))
-            .and_then(|digits| {
-                let value = digits
-                    .iter()
-                    .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
-                u8::try_from(value).ok()
-            });
-        match escaped {
-            Some(byte) => {
-                out.push(byte);
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,12 +205,5 @@ mod tests {
     #[should_panic(expected = "cargo xtask pythons")]
     fn unknown_interpreter_names_the_fix() {
         Interpreter::by_name("py27");
-    }
-
-    #[test]
-    fn unescapes_mountinfo_fields() {
-        assert_eq!(unescape_octal("/var/cache/a\\040b"), "/var/cache/a b");
-        assert_eq!(unescape_octal("/plain"), "/plain");
-        assert_eq!(unescape_octal("/x\\134y\\0"), "/x\\y\\0");
     }
 }

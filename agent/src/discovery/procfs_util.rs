@@ -195,3 +195,57 @@ pub fn children(pid: u32) -> Vec<u32> {
     out.dedup();
     out
 }
+
+/// Mount points of this process's mount namespace (`/proc/self/mountinfo`, field 5, with its
+/// `\NNN` escapes of space, tab, newline and backslash undone).
+pub fn mount_points() -> std::io::Result<Vec<PathBuf>> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(unescape_octal(field)))
+        .collect())
+}
+
+fn unescape_octal(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = bytes
+            .get(i + 1..i + 4)
+            .filter(|digits| bytes[i] == b'\\' && digits.iter().all(|c| (b'0'..=b'7').contains(c)))
+            .and_then(|digits| {
+                let value = digits
+                    .iter()
+                    .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
+                u8::try_from(value).ok()
+            });
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescapes_mountinfo_fields() {
+        assert_eq!(unescape_octal("/var/cache/a\\040b"), "/var/cache/a b");
+        assert_eq!(unescape_octal("/plain"), "/plain");
+        assert_eq!(unescape_octal("/x\\134y\\0"), "/x\\y\\0");
+        assert!(mount_points()
+            .expect("mountinfo")
+            .contains(&PathBuf::from("/")));
+    }
+}

@@ -144,54 +144,7 @@ fn remove_tree(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Mount points of this mount namespace, from `/proc/self/mountinfo`.
+/// Mount points of this mount namespace.
 fn mount_points() -> Result<Vec<PathBuf>> {
-    let text =
-        fs::read_to_string("/proc/self/mountinfo").context("cannot read /proc/self/mountinfo")?;
-    Ok(text
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| PathBuf::from(unescape_octal(field)))
-        .collect())
-}
-
-/// Undoes mountinfo's `\NNN` escapes of space, tab, newline and backslash.
-fn unescape_octal(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = bytes
-            .get(i + 1..i + 4)
-            .filter(|digits| bytes[i] == b'\\' && digits.iter().all(|c| (b'0'..=b'7').contains(c)))
-            .and_then(|digits| {
-                let value = digits
-                    .iter()
-                    .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
-                u8::try_from(value).ok()
-            });
-        match escaped {
-            Some(byte) => {
-                out.push(byte);
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::unescape_octal;
-
-    #[test]
-    fn unescapes_mountinfo_fields() {
-        assert_eq!(unescape_octal("/var/cache/a\\040b"), "/var/cache/a b");
-        assert_eq!(unescape_octal("/plain"), "/plain");
-        assert_eq!(unescape_octal("/x\\134y\\0"), "/x\\y\\0");
-    }
+    pyagent::discovery::mount_points().context("cannot read /proc/self/mountinfo")
 }
