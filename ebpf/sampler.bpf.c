@@ -71,8 +71,10 @@ int pa_sample(void *ctx)
 	ts = tsp ? *tsp : 0;
 	if (!ts) {
 		pa_count(cnt, PA_CNT_NO_THREAD_STATE);
-		/* The agent re-reads this process's thread list when told, not on a timer. */
-		pa_notice(tgid, PA_NOTICE_UNKNOWN_THREAD);
+		/* A thread the agent has not seen yet: it re-reads this process's thread list when
+		 * told. Threads it registered as running no Python (0) do not ask again. */
+		if (!tsp)
+			pa_notice(tgid, PA_NOTICE_UNKNOWN_THREAD);
 		return 0;
 	}
 	cpu = bpf_get_smp_processor_id();

@@ -527,7 +527,6 @@ fn notices_name_unregistered_threads_and_execs() {
     child.wait().expect("wait for true");
     wait_for_notice(&mut s, child_pid, NOTICE_EXEC);
     // Taken notices are gone.
-    s.untrack_process(pid).expect("untrack");
     let left = s.take_notices();
     assert!(
         left.iter().all(|&(p, _)| p != child_pid),

@@ -139,7 +139,8 @@ _Static_assert(sizeof(struct pa_record) == 64 + 32 * PA_MAX_FRAMES, "struct pa_r
 /* ---- pa_notices: HASH host tgid -> __u32 of PA_NOTICE_* bits ------------------------------- */
 /* Processes the agent should look at again; it takes (reads and deletes) the entries. */
 
-/* A tracked process ran a thread that is not in pa_threads (new, or its thread state is). */
+/* A tracked process ran a thread that is not in pa_threads at all (a thread registered with
+ * thread state 0, known to run no Python, sends none). */
 #define PA_NOTICE_UNKNOWN_THREAD (1u << 0)
 /* The process called execve: it may run another program now (sched_process_exec). */
 #define PA_NOTICE_EXEC (1u << 1)

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
 use crate::aggregate::{Aggregator, ProfileWindow};
-use crate::discovery::{HostScanner, PythonTarget};
+use crate::discovery::{task_ids, HostScanner, PythonTarget};
 use crate::sampler::bpf::{pa_proc_for, BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use crate::unwind::{
@@ -145,8 +145,6 @@ pub struct HostStats {
     pub incomplete: u64,
     /// thread-map refreshes that failed
     pub refresh_failed: u64,
-    /// thread-map refreshes made
-    pub refreshes: u64,
 }
 
 /// A process's records are resolved against interpreter state and a code-object cache validated
@@ -166,6 +164,7 @@ struct BpfProcess {
     threads: HashMap<u32, u64>,
     /// interpreter of each thread state, from the last refresh
     interp_of: HashMap<u64, InterpreterInfo>,
+    /// when all of its tasks were last registered
     last_refresh: Instant,
     /// when the interpreter state and code-object cache were last validated
     last_validated: Instant,
@@ -360,7 +359,7 @@ impl HostProfiler {
         );
         // Register its threads now: until then the program finds no thread state.
         if let Backend::Bpf { .. } = self.backend {
-            self.refresh_threads(pid);
+            self.refresh_threads(pid, true);
         }
     }
 
@@ -385,15 +384,17 @@ impl HostProfiler {
         }
     }
 
-    /// Re-reads a process's thread list into the BPF thread map.
-    fn refresh_threads(&mut self, pid: u32) {
+    /// Re-reads a process's thread list into the BPF thread map; with `all_tasks`, also
+    /// registers its threads without a thread state (a /proc read of every task).
+    fn refresh_threads(&mut self, pid: u32, all_tasks: bool) {
         let Backend::Bpf { sampler, procs } = &mut self.backend else {
             return;
         };
         let Some(p) = procs.get_mut(&pid) else { return };
-        self.stats.refreshes += 1;
-        p.last_refresh = Instant::now();
-        p.last_validated = p.last_refresh;
+        p.last_validated = Instant::now();
+        if all_tasks {
+            p.last_refresh = p.last_validated;
+        }
         let refreshed = if p.unwinder.frame_cache_enabled() {
             p.unwinder.refresh_anchors()
         } else {
@@ -420,6 +421,32 @@ impl HostProfiler {
                 if known || sampler.set_thread(host_tid, t.addr).is_ok() {
                     now.insert(host_tid, t.addr);
                 }
+            }
+        }
+        // The process's other threads (C extension workers, threads that never ran Python) go
+        // in as "no thread state": the program then counts their samples without asking for
+        // another refresh on every tick. One that starts running Python later is picked up by
+        // the periodic refresh.
+        let others = if all_tasks {
+            task_ids(pid)
+        } else {
+            // Keep the ones registered before.
+            p.threads
+                .iter()
+                .filter(|(_, ts)| **ts == 0)
+                .map(|(tid, _)| crate::discovery::TaskIds {
+                    host_tid: *tid,
+                    ns_tid: 0,
+                })
+                .collect()
+        };
+        for task in others {
+            if now.contains_key(&task.host_tid) {
+                continue;
+            }
+            let known = p.threads.get(&task.host_tid) == Some(&0);
+            if known || sampler.set_thread(task.host_tid, 0).is_ok() {
+                now.insert(task.host_tid, 0);
             }
         }
         for gone in p.threads.keys().filter(|tid| !now.contains_key(tid)) {
@@ -462,17 +489,17 @@ impl HostProfiler {
                 // Re-read a thread list only when it matters: the program met a thread it
                 // cannot walk; a 3.15 process was sampled (its anchors move the next BPF walks'
                 // stopping points up to now); or the slow pass is due.
-                let due: Vec<u32> = procs
+                let due: Vec<(u32, bool)> = procs
                     .iter()
-                    .filter(|(pid, p)| {
-                        unknown_thread.contains(pid)
-                            || (p.unwinder.frame_cache_enabled() && sampled.contains(pid))
-                            || p.last_refresh.elapsed() >= THREAD_REFRESH_INTERVAL
+                    .filter_map(|(pid, p)| {
+                        let full = unknown_thread.contains(pid)
+                            || p.last_refresh.elapsed() >= THREAD_REFRESH_INTERVAL;
+                        let anchors = p.unwinder.frame_cache_enabled() && sampled.contains(pid);
+                        (full || anchors).then_some((*pid, full))
                     })
-                    .map(|(pid, _)| *pid)
                     .collect();
-                for pid in due {
-                    self.refresh_threads(pid);
+                for (pid, full) in due {
+                    self.refresh_threads(pid, full);
                 }
             }
         }
