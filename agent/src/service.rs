@@ -219,7 +219,8 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         metrics.add_cache(cache, h, m);
     }
     if let Some(bpf) = p.bpf() {
-        let get = |c: Counter| bpf.counter(c).unwrap_or(0);
+        let sums = bpf.counter_sums().unwrap_or([0; common::COUNTER_COUNT]);
+        let get = |c: Counter| sums[c.index() as usize];
         let (run_ns, runs) = bpf.run_stats().unwrap_or((0, 0));
         metrics.set_bpf(run_ns, runs, get(Counter::RingbufDropped));
         let read_failures = get(Counter::ReadFailTstate)

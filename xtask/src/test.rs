@@ -34,7 +34,7 @@ pub fn ensure_build_packages(logs: &std::path::Path) -> Result<()> {
 
 /// `cargo xtask test [-- TEST ARGS]`
 pub fn run(test_args: &[String]) -> Result<()> {
-    if !nix_is_root() {
+    if !is_root() {
         bail!("the tests load BPF programs and read other processes' memory: run them as root");
     }
     let pythons = pythons::Args::prepare();
@@ -51,13 +51,7 @@ pub fn run(test_args: &[String]) -> Result<()> {
     cargo(&args)
 }
 
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }

@@ -3,8 +3,11 @@
 //! out with a row (and a bar group) per profiler. The numbers of the quick mode are not checked:
 //! speed targets live in the benchmark's report, never in timed asserts.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+
+use pyagent_tests::pythons::manifest_path;
+use pyagent_tests::stacks::pyagent_bin;
 
 /// The rows the report must have: (profiler, manifest name of its interpreter).
 const ROWS: &[(&str, &str)] = &[
@@ -33,41 +36,6 @@ const BARS: &[&str] = &[
 /// The report's sections with a row per profiler: slowdown, cost, accuracy, throughput.
 const SECTIONS_WITH_ROWS: usize = 4;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-/// Builds the pyagent binary in this test's profile (`cargo test` does not build other
-/// packages' binaries) and returns its path.
-fn pyagent_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/compare_smoke-xxxx → target/<profile>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", "pyagent", "--bin", "pyagent"]);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let status = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run cargo build: {e}"));
-    assert!(status.success(), "building the pyagent binary failed");
-    let bin = profile_dir.join("pyagent");
-    assert!(bin.exists(), "{} missing after cargo build", bin.display());
-    bin
-}
-
 /// Table rows of `md` as trimmed cells.
 fn rows(md: &str) -> Vec<Vec<&str>> {
     md.lines()
@@ -79,14 +47,12 @@ fn rows(md: &str) -> Vec<Vec<&str>> {
 #[test]
 fn compare_quick_reports_every_profiler() {
     assert!(
-        is_root(),
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() } == 0,
         "the compare benchmark loads BPF programs and reads other processes' memory: run the \
          tests as root"
     );
-    let pythons = std::env::var_os("PYAGENT_PYTHONS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/pyagent/pythons"));
-    let manifest = pythons.join("manifest.json");
+    let manifest = manifest_path();
     assert!(
         manifest.exists(),
         "{} is missing: run `cargo xtask pythons` (the interpreters and peer profilers the \

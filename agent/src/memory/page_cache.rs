@@ -23,8 +23,6 @@ pub struct PageCacheStats {
     pub misses: u64,
     /// pages fetched by prefetches (one `process_vm_readv` each)
     pub prefetched: u64,
-    /// prefetches made
-    pub prefetches: u64,
     /// reads that went straight to the process (too large, or the page was not readable whole)
     pub bypassed: u64,
 }
@@ -198,7 +196,6 @@ impl PageCache {
             // on-demand read that needs the data.
             self.remote.read_vectored(&mut local, &remote).unwrap_or(0)
         };
-        self.stats.prefetches += 1;
         let mut done = 0usize;
         for (&(addr, lo, hi), buf) in want.iter().zip(bufs.drain(..)) {
             if done + (hi - lo) <= n {

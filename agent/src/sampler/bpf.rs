@@ -384,12 +384,14 @@ impl BpfSampler {
             .collect())
     }
 
-    /// One counter, summed over CPUs.
+    /// One counter, summed over CPUs. Reads them all: for several, use
+    /// [`Self::counter_sums`] once.
     pub fn counter(&self, counter: Counter) -> Result<u64, BpfError> {
         Ok(self.counter_sums()?[counter.index() as usize])
     }
 
-    fn counter_sums(&self) -> Result<[u64; COUNTER_COUNT], BpfError> {
+    /// Every counter summed over CPUs, indexed by [`Counter::index`]: one map read.
+    pub fn counter_sums(&self) -> Result<[u64; COUNTER_COUNT], BpfError> {
         let per_cpu = self.counters.get(&0, 0).map_err(map_error(MAP_COUNTERS))?;
         let mut sums = [0u64; COUNTER_COUNT];
         for cpu in per_cpu.iter() {

@@ -143,6 +143,7 @@ impl UserspaceSampler {
             total.torn += s.torn;
             total.non_code_frames += s.non_code_frames;
             total.anchor_writes += s.anchor_writes;
+            total.anchor_write_races += s.anchor_write_races;
         }
         total
     }

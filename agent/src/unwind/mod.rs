@@ -374,8 +374,6 @@ impl Unwinder {
                 self.stats.cache_full_hits += 1;
                 self.stats.frames_read += 1;
                 self.stats.frames_cached += tail_len as u64;
-                // Cloned straight out of the cache into the sample: the deep part of a stack is
-                // the bulk of a sample's cost once reads are down to one.
                 let mut frames = Vec::with_capacity(tail_len + 3);
                 frames.extend(self.gc_marker_without_frame(interp, t));
                 frames.extend(resolved.into_iter().map(|c| c.frame));
@@ -384,10 +382,7 @@ impl Unwinder {
                     .as_ref()
                     .and_then(|fc| fc.stack(key))
                     .map_or(&[][..], |s| &s[1..]);
-                if pending_native && tail.first().is_some_and(|c| c.addr != 0) {
-                    frames.push(Frame::pseudo(FrameKind::Native));
-                }
-                frames.extend(tail.iter().map(|c| c.frame.clone()));
+                Self::append_tail(&mut frames, pending_native, tail);
                 return Ok(Some(self.make_sample(t, frames, false)));
             }
         }
@@ -754,6 +749,15 @@ impl Unwinder {
             });
         }
         out.extend(tail);
+    }
+
+    /// [`Unwinder::splice_tail`] into a sample's frames, cloned straight out of the cache: the
+    /// deep part of a stack is the bulk of a sample's cost once reads are down to one.
+    fn append_tail(out: &mut Vec<Frame>, pending_native: bool, tail: &[CachedFrame]) {
+        if pending_native && tail.first().is_some_and(|c| c.addr != 0) {
+            out.push(Frame::pseudo(FrameKind::Native));
+        }
+        out.extend(tail.iter().map(|c| c.frame.clone()));
     }
 
     /// Where the bytecode that `f.ip` points into starts: the code object's own copy, or on

@@ -113,12 +113,13 @@ impl Unwinder {
             }
         };
         self.stats.frames_read += raw.len() as u64;
+        let mut frames: Vec<_> = resolved.into_iter().map(|c| c.frame).collect();
         if walk.anchor_hit {
             let (anchor, seq) = walk.anchor;
             let tail = self
                 .frame_cache
                 .as_mut()
-                .and_then(|fc| fc.splice_external(key, anchor, seq).map(|t| t.to_vec()));
+                .and_then(|fc| fc.splice_external(key, anchor, seq));
             let Some(tail) = tail else {
                 // The walk stopped at an anchor this cache cannot vouch for: a record taken in
                 // the instant between a refresh's walk and its anchor write, or an anchor left
@@ -133,7 +134,8 @@ impl Unwinder {
                 self.stats.cache_partial_hits += 1;
             }
             self.stats.frames_cached += tail.len() as u64;
-            Self::splice_tail(&mut resolved, pending_native, tail);
+            frames.reserve(tail.len() + 1);
+            Self::append_tail(&mut frames, pending_native, tail);
         } else if walk.truncated {
             self.stats.truncated += 1;
         }
@@ -147,7 +149,7 @@ impl Unwinder {
             tid: ns_tid,
             thread_name: name,
             holds_gil,
-            frames: resolved.into_iter().map(|c| c.frame).collect(),
+            frames,
             truncated: walk.truncated,
         })
     }

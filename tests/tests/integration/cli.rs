@@ -152,8 +152,10 @@ fn record_collapsed_and_flamegraph(#[values("py312", "py315")] py: &str) {
     let text = record_file(&pid, &dir.join("out.txt"), &["-d", "1", "-f", "collapsed"]);
     let warm = marker_line("busy.py", "warm");
     assert!(
-        text.lines()
-            .all(|l| l.contains("warm (") && l.contains(&format!("busy.py:{warm})"))),
+        !text.is_empty()
+            && text
+                .lines()
+                .all(|l| l.contains("warm (") && l.contains(&format!("busy.py:{warm})"))),
         "{text}"
     );
     let svg = record_file(&pid, &dir.join("out.svg"), &["-d", "1", "-f", "flamegraph"]);

@@ -392,6 +392,10 @@ fn ebpf_frame_cache_never_mixes_chains() {
     );
     assert!(misses * 20 <= samples, "few anchor misses: {err}");
     let text = std::fs::read_to_string(&file).expect("profile");
+    assert!(
+        text.contains("a_leaf") && text.contains("b_leaf"),
+        "both chains sampled:\n{text}"
+    );
     for line in text.lines() {
         let names: Vec<&str> = line
             .rsplit_once(' ')

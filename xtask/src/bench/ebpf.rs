@@ -344,7 +344,8 @@ fn measure(
         }
     }
     let (run_ns, runs) = s.run_stats().context("BPF statistics vanished")?;
-    let c = |k| s.counter(k).unwrap_or(0);
+    let sums = s.counter_sums().unwrap_or([0; common::COUNTER_COUNT]);
+    let c = |k: Counter| sums[k.index() as usize];
     let idle = c(Counter::Idle);
     Ok(Cost {
         run_ns,
