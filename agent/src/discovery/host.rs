@@ -99,17 +99,11 @@ struct StatIdentity {
 
 impl StatIdentity {
     fn read(pid: u32) -> Option<StatIdentity> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let (head, rest) = stat.rsplit_once(')')?;
-        let comm = head.split_once('(')?.1.to_owned();
-        // Fields after the comm start at field 3.
-        let mut fields = rest.split_whitespace();
-        let start_time = fields.nth(19)?.parse().ok()?;
-        let start_stack = fields.nth(5)?.parse().ok()?;
+        let s = super::procfs_util::stat(pid)?;
         Some(StatIdentity {
-            start_time,
-            comm,
-            start_stack,
+            start_time: s.starttime,
+            comm: s.comm,
+            start_stack: s.startstack,
         })
     }
 

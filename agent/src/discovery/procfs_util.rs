@@ -119,13 +119,16 @@ pub(super) fn exe_path(pid: u32) -> Option<PathBuf> {
     Some(PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s)))
 }
 
+/// `/proc/PID/stat` of a process, if it still exists.
+pub fn stat(pid: u32) -> Option<procfs::process::Stat> {
+    procfs::process::Process::new(i32::try_from(pid).ok()?)
+        .and_then(|p| p.stat())
+        .ok()
+}
+
 /// Whether the process has exited and waits to be reaped (state Z or X).
 pub(super) fn is_zombie(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    stat.rsplit_once(')')
-        .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+    stat(pid).is_some_and(|s| matches!(s.state, 'Z' | 'X'))
 }
 
 /// `comm` of a process.

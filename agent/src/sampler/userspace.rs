@@ -287,24 +287,15 @@ impl UserspaceSampler {
 
 /// Host TIDs of the threads of `pid` that are running or runnable (state R).
 fn on_cpu_threads(pid: u32) -> HashSet<u32> {
-    let mut out = HashSet::new();
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else {
-            continue;
-        };
-        // Field 3, after the parenthesised comm (which may itself hold spaces or parens).
-        if stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('R'))
-        {
-            out.insert(tid);
-        }
-    }
-    out
+    let tasks = i32::try_from(pid)
+        .ok()
+        .and_then(|pid| procfs::process::Process::new(pid).ok())
+        .and_then(|p| p.tasks().ok());
+    tasks
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|t| t.stat().is_ok_and(|s| s.state == 'R'))
+        .map(|t| t.tid as u32)
+        .collect()
 }
