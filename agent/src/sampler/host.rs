@@ -17,7 +17,7 @@ use crate::discovery::{task_ids, HostScanner, PythonTarget};
 use crate::sampler::bpf::{pa_proc_for, BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use crate::unwind::{
-    ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, UnwindOptions, Unwinder,
+    ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, ThreadInfo, UnwindOptions, Unwinder,
 };
 
 /// Where samples come from.
@@ -168,6 +168,17 @@ struct BpfProcess {
     last_refresh: Instant,
     /// when the interpreter state and code-object cache were last validated
     last_validated: Instant,
+}
+
+impl BpfProcess {
+    /// Records which interpreter each thread state belongs to, as just read.
+    fn set_interpreters(&mut self, interpreters: &[(InterpreterInfo, Vec<ThreadInfo>)]) {
+        self.interp_of.clear();
+        for (interp, threads) in interpreters {
+            self.interp_of
+                .extend(threads.iter().map(|t| (t.addr, *interp)));
+        }
+    }
 }
 
 enum Backend {
@@ -409,10 +420,9 @@ impl HostProfiler {
             }
         };
         let mut now = HashMap::new();
-        p.interp_of.clear();
-        for (interp, threads) in interpreters {
+        p.set_interpreters(&interpreters);
+        for (_, threads) in interpreters {
             for t in threads {
-                p.interp_of.insert(t.addr, interp);
                 let Some(host_tid) = p.unwinder.host_tid(t.native_thread_id) else {
                     continue;
                 };
@@ -561,12 +571,7 @@ impl HostProfiler {
                     // on a steady process); the thread map is left alone.
                     p.last_validated = Instant::now();
                     match p.unwinder.begin_batch() {
-                        Ok(interpreters) => {
-                            p.interp_of.clear();
-                            for (interp, threads) in interpreters {
-                                p.interp_of.extend(threads.iter().map(|t| (t.addr, interp)));
-                            }
-                        }
+                        Ok(interpreters) => p.set_interpreters(&interpreters),
                         Err(e) => {
                             self.stats.refresh_failed += 1;
                             tracing::debug!(pid, "reading the interpreters failed: {e}");

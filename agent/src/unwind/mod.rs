@@ -124,34 +124,28 @@ pub struct UnwindStats {
 #[derive(Debug, Default)]
 struct ThreadNames {
     by_ns_tid: HashMap<u32, (u32, Option<Arc<str>>)>,
+    /// host TID → namespace TID, for BPF records (which carry host TIDs)
+    ns_of_host: HashMap<u32, u32>,
 }
 
 impl ThreadNames {
     fn lookup(&mut self, pid: u32, ns_tid: u32) -> Option<&(u32, Option<Arc<str>>)> {
         if !self.by_ns_tid.contains_key(&ns_tid) {
-            self.by_ns_tid = task_ids(pid)
-                .into_iter()
-                .map(|t| {
-                    (
-                        t.ns_tid,
-                        (t.host_tid, thread_name(pid, t.host_tid).map(Arc::from)),
-                    )
-                })
-                .collect();
+            self.reload(pid);
         }
         self.by_ns_tid.get(&ns_tid)
     }
 
     /// The namespace TID of a host TID (itself outside containers).
     fn ns_tid_of(&mut self, pid: u32, host_tid: u32) -> u32 {
-        let find = |m: &HashMap<u32, (u32, Option<Arc<str>>)>| {
-            m.iter()
-                .find(|(_, (h, _))| *h == host_tid)
-                .map(|(ns, _)| *ns)
-        };
-        if let Some(ns) = find(&self.by_ns_tid) {
-            return ns;
+        if !self.ns_of_host.contains_key(&host_tid) {
+            self.reload(pid);
         }
+        // A thread gone from /proc keeps its own id, without a /proc read per record.
+        *self.ns_of_host.entry(host_tid).or_insert(host_tid)
+    }
+
+    fn reload(&mut self, pid: u32) {
         self.by_ns_tid = task_ids(pid)
             .into_iter()
             .map(|t| {
@@ -161,7 +155,11 @@ impl ThreadNames {
                 )
             })
             .collect();
-        find(&self.by_ns_tid).unwrap_or(host_tid)
+        self.ns_of_host = self
+            .by_ns_tid
+            .iter()
+            .map(|(ns, (host, _))| (*host, *ns))
+            .collect();
     }
 }
 
