@@ -24,10 +24,6 @@ pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
 
 use crate::discovery::{task_ids, thread_name, PythonTarget};
-use std::io::IoSliceMut;
-
-use nix::sys::uio::RemoteIoVec;
-
 use crate::memory::{
     MemoryError, PageCache, PageCacheStats, ProcessMemory, RemoteMemory, StructBytes,
 };
@@ -523,13 +519,8 @@ impl Unwinder {
         if current != top.addr {
             return Ok(false);
         }
-        let o = self.target.offsets;
-        let mut frame = [0u8; 128];
-        let frame = &mut frame[..o.frame_read_len().min(128)];
-        self.mem.read_uncached(top.addr, frame)?;
-        let f = &o.interpreter_frame;
-        Ok(frame.u64_at(f.previous) == top.previous
-            && frame.u64_at(f.executable) & !o.frame.executable_tag_mask == top.code)
+        let live = walk::read_frame(self.mem.remote(), &self.target.offsets, top.addr)?;
+        Ok(live.same_call(top))
     }
 
     /// Whether the top frame was copied before the thread state that named it as the anchor:
@@ -562,18 +553,16 @@ impl Unwinder {
         else {
             return Ok(false);
         };
-        let (live_frame, live_seq) = if s_off == f_off + 8 {
-            let mut b = [0u8; 16];
-            self.mem.read_uncached(t.addr + f_off, &mut b)?;
-            (b.u64_at(0), b.u64_at(8))
-        } else {
-            let mut b = [0u8; 8];
-            self.mem.read_uncached(t.addr + f_off, &mut b)?;
-            let live_frame = u64::from_le_bytes(b);
-            self.mem.read_uncached(t.addr + s_off, &mut b)?;
-            (live_frame, u64::from_le_bytes(b))
-        };
-        Ok(live_frame == frame && live_seq == seq)
+        let mut b = [0u8; 16];
+        let ranges = [(t.addr + f_off, 8), (t.addr + s_off, 8)];
+        if self.mem.remote().read_ranges(&ranges, &mut b)? < b.len() {
+            return Err(MemoryError::Fault {
+                pid: self.target.pid,
+                addr: t.addr + f_off,
+                len: b.len(),
+            });
+        }
+        Ok(b.u64_at(0) == frame && b.u64_at(8) == seq)
     }
 
     /// Writes the anchor; returns whether it was written.
@@ -603,35 +592,14 @@ impl Unwinder {
         let len = o.frame_read_len();
         // Bounded like the walk; a longer chain is not cached anyway.
         let frames = &self.raw[..self.raw.len().min(frame_cache::MAX_CACHED_FRAMES)];
-        let mut bytes = vec![0u8; frames.len() * len + 16];
-        let mut remote: Vec<RemoteIoVec> = frames
+        let ranges: Vec<(u64, usize)> = frames
             .iter()
-            .map(|f| RemoteIoVec {
-                base: f.addr as usize,
-                len,
-            })
+            .map(|f| (f.addr, len))
+            .chain([(tstate + f_off, 8), (tstate + s_off, 8)])
             .collect();
-        for off in [f_off, s_off] {
-            remote.push(RemoteIoVec {
-                base: (tstate + off) as usize,
-                len: 8,
-            });
-        }
-        let mut done = 0;
-        // The kernel takes at most IOV_MAX (1024) ranges per call.
-        for chunk in remote.chunks(512) {
-            let want: usize = chunk.iter().map(|r| r.len).sum();
-            let mut local: Vec<IoSliceMut<'_>> = Vec::with_capacity(chunk.len());
-            let mut rest = &mut bytes[done..done + want];
-            for r in chunk {
-                let (head, tail) = std::mem::take(&mut rest).split_at_mut(r.len);
-                local.push(IoSliceMut::new(head));
-                rest = tail;
-            }
-            if self.mem.remote().read_vectored(&mut local, chunk)? < want {
-                return Ok(false);
-            }
-            done += want;
+        let mut bytes = vec![0u8; frames.len() * len + 16];
+        if self.mem.remote().read_ranges(&ranges, &mut bytes)? < bytes.len() {
+            return Ok(false);
         }
         // The anchor has moved k frames down since the write (k pops, each adding 1). Consumers
         // read the anchor frame itself fresh and take its callers from the stored stack, so what
@@ -647,11 +615,8 @@ impl Unwinder {
         if anchor != frames[k].addr {
             return Ok(false);
         }
-        let f = &o.interpreter_frame;
         Ok(frames.iter().enumerate().skip(k + 1).all(|(i, raw)| {
-            let b = &bytes[i * len..(i + 1) * len];
-            b.u64_at(f.previous) == raw.previous
-                && b.u64_at(f.executable) & !o.frame.executable_tag_mask == raw.code
+            walk::parse_frame(&o, raw.addr, &bytes[i * len..(i + 1) * len]).same_call(raw)
         }))
     }
 

@@ -41,11 +41,16 @@ pub fn read_frame(
     o: &Offsets,
     addr: u64,
 ) -> Result<RawFrame, MemoryError> {
-    let f = &o.interpreter_frame;
     let mut buf = [0u8; 128];
     let buf = &mut buf[..o.frame_read_len().min(128)];
     mem.read(addr, buf)?;
-    Ok(RawFrame {
+    Ok(parse_frame(o, addr, buf))
+}
+
+/// The frame at `addr` from its bytes (`Offsets::frame_read_len` of them).
+pub fn parse_frame(o: &Offsets, addr: u64, buf: &[u8]) -> RawFrame {
+    let f = &o.interpreter_frame;
+    RawFrame {
         addr,
         code: buf.u64_at(f.executable) & !o.frame.executable_tag_mask,
         ip: buf.u64_at(f.instr_ptr),
@@ -53,7 +58,14 @@ pub fn read_frame(
         owner: buf.u8_at(f.owner),
         is_entry: o.frame.is_entry.is_some_and(|off| buf.u8_at(off) != 0),
         tlbc_index: f.tlbc_index.map(|off| buf.u32_at(off)).unwrap_or(0),
-    })
+    }
+}
+
+impl RawFrame {
+    /// Whether `other` is the same frame still in the same call: same code, same caller.
+    pub fn same_call(&self, other: &RawFrame) -> bool {
+        self.code == other.code && self.previous == other.previous
+    }
 }
 
 /// Walks from `top` towards the bottom, appending to `out`; stops after `stop_at` if given.
