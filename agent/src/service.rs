@@ -149,11 +149,18 @@ pub fn run(
                 sinks.submit(&window, &meta);
                 *profiles += 1;
             }
-            services.retain(|pid, _| profiler.pids().contains(pid));
+            let live = profiler.pids();
+            services.retain(|pid, _| live.contains(pid));
         };
     profiler.scan();
+    // Metrics once a second, not every collection (10 a second in eBPF mode): a scrape
+    // interval is seconds anyway.
+    let mut next_metrics = Instant::now();
     profiler.run(stop, None, |p| {
-        update_metrics(p, &metrics, &mut deltas);
+        if Instant::now() >= next_metrics {
+            next_metrics = Instant::now() + METRICS_INTERVAL;
+            update_metrics(p, &metrics, &mut deltas);
+        }
         if Instant::now() >= next_cut {
             next_cut += config.interval;
             emit(p, &mut services, &mut profiles);
@@ -177,6 +184,9 @@ pub fn run(
         mode: profiler.mode_name(),
     })
 }
+
+/// How often the metrics are brought up to date.
+const METRICS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Copies the profiler's and the BPF program's counters into the metrics.
 fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas) {

@@ -182,7 +182,10 @@ mod tests {
         // Two adjacent ranges, then a distant one: filled back to back.
         let mut buf = [0u8; 24];
         let n = mem
-            .read_ranges(&[(base + 10, 8), (base + 18, 8), (base + 1000, 8)], &mut buf)
+            .read_ranges(
+                &[(base + 10, 8), (base + 18, 8), (base + 1000, 8)],
+                &mut buf,
+            )
             .expect("own memory is readable");
         assert_eq!(n, 24);
         assert_eq!(buf[..16], data[10..26]);
