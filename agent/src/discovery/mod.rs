@@ -17,7 +17,8 @@ use std::path::PathBuf;
 pub use elf::{ElfError, ElfFacts};
 pub use host::{HostScanner, ProcessState, ScanChanges};
 pub use procfs_util::{
-    children, mount_points, ns_pid, process_exists, task_ids, thread_name, MapsEntry, TaskIds,
+    children, host_tids, mount_points, ns_pid, process_exists, task_ids, thread_name, MapsEntry,
+    TaskIds,
 };
 
 use crate::memory::{MemoryError, ProcessMemory, RemoteMemory};

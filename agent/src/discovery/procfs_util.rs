@@ -165,6 +165,15 @@ pub fn ns_pid(pid: u32) -> Option<u32> {
     nspid_last(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
 }
 
+/// Host TIDs of the threads of `pid` (the task directory alone, no per-thread read).
+pub fn host_tids(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 /// Every thread of `pid` with its namespace TID.
 pub fn task_ids(pid: u32) -> Vec<TaskIds> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {

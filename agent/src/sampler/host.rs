@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
 use crate::aggregate::{Aggregator, ProfileWindow};
-use crate::discovery::{task_ids, HostScanner, PythonTarget};
+use crate::discovery::{host_tids, HostScanner, PythonTarget};
 use crate::sampler::bpf::{pa_proc_for, BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use crate::unwind::{
@@ -438,25 +438,22 @@ impl HostProfiler {
         // another refresh on every tick. One that starts running Python later is picked up by
         // the periodic refresh.
         let others = if all_tasks {
-            task_ids(pid)
+            host_tids(pid)
         } else {
             // Keep the ones registered before.
             p.threads
                 .iter()
                 .filter(|(_, ts)| **ts == 0)
-                .map(|(tid, _)| crate::discovery::TaskIds {
-                    host_tid: *tid,
-                    ns_tid: 0,
-                })
+                .map(|(tid, _)| *tid)
                 .collect()
         };
-        for task in others {
-            if now.contains_key(&task.host_tid) {
+        for tid in others {
+            if now.contains_key(&tid) {
                 continue;
             }
-            let known = p.threads.get(&task.host_tid) == Some(&0);
-            if known || sampler.set_thread(task.host_tid, 0).is_ok() {
-                now.insert(task.host_tid, 0);
+            let known = p.threads.get(&tid) == Some(&0);
+            if known || sampler.set_thread(tid, 0).is_ok() {
+                now.insert(tid, 0);
             }
         }
         for gone in p.threads.keys().filter(|tid| !now.contains_key(tid)) {
