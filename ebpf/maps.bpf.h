@@ -13,20 +13,24 @@
 
 #include "pyagent.h"
 
-/* Per-CPU scratch: read windows plus the record under construction. Not in pyagent.h: only the
- * `rec` part leaves the kernel. Too big for a PERCPU_ARRAY value (the per-CPU allocator caps a
- * value at 32 KiB), so it is an ARRAY with one slot per possible CPU, indexed by
- * bpf_get_smp_processor_id(); perf_event programs do not nest on a CPU, so a slot has one user. */
+/* Per-CPU scratch: a record of more than PA_SHORT_FRAMES frames under construction. Too big for a
+ * PERCPU_ARRAY value (the per-CPU allocator caps a value at 32 KiB), so it is an ARRAY with one
+ * slot per possible CPU, indexed by bpf_get_smp_processor_id(); perf_event programs do not nest
+ * on a CPU, so a slot has one user. */
 struct pa_scratch {
-	__u8 tstate[PA_TSTATE_READ_BYTES];
-	__u8 frame[PA_FRAME_READ_BYTES];
 	struct pa_record rec;
 };
+
+/* The two maps every walk looks up are not preallocated: preallocated elements live in a
+ * vmalloc area mapped with 4 KiB pages, allocated ones come from the slab in the kernel's
+ * directly mapped memory, so a lookup of a cold element costs one TLB miss less. Only userspace
+ * inserts, so allocation never happens in the sampling path. */
 
 /* host tgid -> walk configuration (set by userspace). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024); /* set by userspace */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
 	__type(value, struct pa_proc);
 } pa_procs SEC(".maps");
@@ -35,6 +39,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384); /* set by userspace */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
 	__type(value, __u64);
 } pa_threads SEC(".maps");

@@ -5,7 +5,7 @@
  *
  * In: pa_procs (tgid -> walk configuration), pa_threads (tid -> PyThreadState address).
  * Out: one pa_samples record per walk (struct pa_sample_hdr + nframes x struct pa_frame, raw
- * addresses for userspace to symbolize), pa_counters (one counter per exit, the program's log),
+ * addresses for userspace to symbolize; a short record when the walk fits one), pa_counters (one counter per exit, the program's log),
  * pa_notices (processes to look at again: a thread the agent has not registered, an execve).
  * Layouts: common/include/pyagent.h. GPL: bpf_probe_read_user is GPL-only.
  */
@@ -37,24 +37,90 @@ static __always_inline int pa_ts_off_ok(__u32 off, __u32 lo)
 	return off >= lo && pa_ptr_off_ok(off - lo, PA_TSTATE_READ_BYTES);
 }
 
-static __always_inline __u64 pa_ts_field(const struct pa_scratch *s, __u32 rel)
+/* The word at byte offset `rel` of the thread-state window (rel checked by pa_ts_off_ok). */
+static __always_inline __u64 pa_ts_field(const __u64 *win, __u32 rel)
 {
-	/* For the verifier: rel was checked by pa_ts_off_ok. */
-	if (rel > PA_TSTATE_READ_BYTES - 8)
+	return pa_word(win, rel, PA_TSTATE_READ_BYTES / 8);
+}
+
+/* Ring-buffer flags for a record of `len` bytes: no wakeup (userspace drains on a timer) unless
+ * the unconsumed data reaches pa_wakeup_bytes. */
+static __always_inline __u64 pa_submit_flags(__u64 len, __u64 *cnt)
+{
+	if (pa_wakeup_bytes &&
+	    bpf_ringbuf_query(&pa_samples, BPF_RB_AVAIL_DATA) + len >= pa_wakeup_bytes) {
+		pa_count(cnt, PA_CNT_WAKEUP_FORCED);
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	return BPF_RB_NO_WAKEUP;
+}
+
+/* Counts how the walk ended and returns the record's flags. */
+static __always_inline __u32 pa_finish(const struct pa_walk *w, __u64 *cnt)
+{
+	__u32 flags = w->flags;
+
+	if (!pa_walk_done(w)) {
+		flags |= PA_SAMPLE_TRUNCATED;
+		pa_count(cnt, PA_CNT_TRUNCATED);
+	}
+	if (flags & PA_SAMPLE_COMPLETE)
+		pa_count(cnt, PA_CNT_COMPLETE);
+	if (flags & PA_SAMPLE_ANCHOR_HIT)
+		pa_count(cnt, PA_CNT_ANCHOR_HIT);
+	return flags;
+}
+
+static __always_inline void pa_count_emitted(__u64 *cnt, __u32 nframes)
+{
+	pa_count(cnt, PA_CNT_SAMPLES_EMITTED);
+	pa_count_add(cnt, PA_CNT_FRAMES, nframes);
+}
+
+/* A walk longer than a short record: the frames so far move to this CPU's scratch record, the
+ * walk goes on there, and the record is output with its exact length. */
+static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_record *r, __u32 max,
+					__u64 *cnt)
+{
+	__u32 cpu = r->hdr.cpu, n;
+	struct pa_scratch *s = bpf_map_lookup_elem(&pa_scratch, &cpu);
+	__u64 len;
+
+	if (!s) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		pa_count(cnt, PA_CNT_NO_SCRATCH);
 		return 0;
-	return *(const __u64 *)(s->tstate + rel);
+	}
+	__builtin_memcpy(&s->rec, r, sizeof(*r));
+	bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+	w->s = s;
+	bpf_loop(max - PA_SHORT_FRAMES, pa_walk_step, w, 0);
+
+	n = w->n;
+	/* For the verifier: bounds the record length below. */
+	if (n > PA_MAX_FRAMES)
+		n = PA_MAX_FRAMES;
+	s->rec.hdr.flags = pa_finish(w, cnt);
+	s->rec.hdr.nframes = n;
+	len = sizeof(struct pa_sample_hdr) + (__u64)n * sizeof(struct pa_frame);
+	if (bpf_ringbuf_output(&pa_samples, &s->rec, len, pa_submit_flags(len, cnt)))
+		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
+	else
+		pa_count_emitted(cnt, n);
+	return 0;
 }
 
 SEC("perf_event")
 int pa_sample(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id, cpu, flags, lo, max, n;
+	__u32 tgid = id >> 32, tid = (__u32)id, flags, lo, max;
 	const struct pa_proc *p;
-	struct pa_scratch *s;
+	struct pa_short_record *r;
 	struct pa_walk w = {};
-	__u64 *tsp, ts, cur, len, rb_flags = BPF_RB_NO_WAKEUP;
-	int forced = 0;
+	__u64 *tsp, ts, cur;
+	/* Words, so that the verifier sees variable-offset reads of it as 8-byte aligned. */
+	__u64 win[PA_TSTATE_READ_BYTES / 8];
 	__u64 *cnt = pa_counters_here();
 
 	pa_count(cnt, PA_CNT_RUNS);
@@ -75,12 +141,6 @@ int pa_sample(void *ctx)
 		 * told. Threads it registered as running no Python (0) do not ask again. */
 		if (!tsp)
 			pa_notice(tgid, PA_NOTICE_UNKNOWN_THREAD);
-		return 0;
-	}
-	cpu = bpf_get_smp_processor_id();
-	s = bpf_map_lookup_elem(&pa_scratch, &cpu);
-	if (!s) {
-		pa_count(cnt, PA_CNT_NO_SCRATCH);
 		return 0;
 	}
 
@@ -106,11 +166,11 @@ int pa_sample(void *ctx)
 		pa_count(cnt, PA_CNT_BAD_CONFIG);
 		return 0;
 	}
-	if (bpf_probe_read_user(s->tstate, PA_TSTATE_READ_BYTES, (const void *)(ts + lo))) {
+	if (bpf_probe_read_user(win, sizeof(win), (const void *)(ts + lo))) {
 		pa_count(cnt, PA_CNT_READ_FAIL_TSTATE);
 		return 0;
 	}
-	cur = pa_ts_field(s, p->thread_state_current_frame - lo);
+	cur = pa_ts_field(win, p->thread_state_current_frame - lo);
 	if (flags & PA_PROC_CFRAME) {
 		/* 3.11/3.12: tstate->cframe->current_frame. */
 		if (cur && bpf_probe_read_user(&cur, sizeof(cur),
@@ -124,62 +184,42 @@ int pa_sample(void *ctx)
 		return 0;
 	}
 
-	s->rec.hdr.pid = tgid;
-	s->rec.hdr.tid = tid;
-	s->rec.hdr.tstate = ts;
-	s->rec.hdr.generation = p->generation;
-	s->rec.hdr.anchor_frame = 0;
-	s->rec.hdr.anchor_seq = 0;
-	s->rec.hdr.base_frame = 0;
-	s->rec.hdr.cpu = cpu;
-	s->rec.hdr._pad = 0;
+	r = bpf_ringbuf_reserve(&pa_samples, sizeof(*r), 0);
+	if (!r) {
+		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
+		return 0;
+	}
+	r->hdr.pid = tgid;
+	r->hdr.tid = tid;
+	r->hdr.tstate = ts;
+	r->hdr.generation = p->generation;
+	r->hdr.anchor_frame = 0;
+	r->hdr.anchor_seq = 0;
+	r->hdr.base_frame = 0;
+	r->hdr.cpu = bpf_get_smp_processor_id();
+	r->hdr._pad = 0;
 	if (flags & PA_PROC_ANCHOR) {
-		s->rec.hdr.anchor_frame = pa_ts_field(s, p->thread_state_last_profiled_frame - lo);
-		s->rec.hdr.anchor_seq = pa_ts_field(s, p->thread_state_last_profiled_frame_seq - lo);
+		r->hdr.anchor_frame = pa_ts_field(win, p->thread_state_last_profiled_frame - lo);
+		r->hdr.anchor_seq = pa_ts_field(win, p->thread_state_last_profiled_frame_seq - lo);
 	}
 	if (flags & PA_PROC_BASE_FRAME)
-		s->rec.hdr.base_frame = pa_ts_field(s, p->thread_state_base_frame - lo);
+		r->hdr.base_frame = pa_ts_field(win, p->thread_state_base_frame - lo);
 
-	w.s = s;
 	w.frame = cur;
-	w.anchor = s->rec.hdr.anchor_frame;
-	w.base = s->rec.hdr.base_frame;
+	w.anchor = r->hdr.anchor_frame;
+	w.base = r->hdr.base_frame;
 	w.tag_mask = p->executable_tag_mask;
 	max = pa_max_frames;
 	if (max == 0 || max > PA_MAX_FRAMES)
 		max = PA_MAX_FRAMES;
-	bpf_loop(max, pa_walk_step, &w, 0);
+	pa_walk_short(&w, r->frames, max);
+	if (!pa_walk_done(&w) && w.n < max)
+		return pa_walk_long(&w, r, max, cnt);
 
-	n = w.n;
-	/* For the verifier: bounds the record length below. */
-	if (n > PA_MAX_FRAMES)
-		n = PA_MAX_FRAMES;
-	flags = w.flags;
-	if (!(flags & (PA_SAMPLE_COMPLETE | PA_SAMPLE_READ_FAILED | PA_SAMPLE_ANCHOR_HIT))) {
-		flags |= PA_SAMPLE_TRUNCATED;
-		pa_count(cnt, PA_CNT_TRUNCATED);
-	}
-	if (flags & PA_SAMPLE_COMPLETE)
-		pa_count(cnt, PA_CNT_COMPLETE);
-	if (flags & PA_SAMPLE_ANCHOR_HIT)
-		pa_count(cnt, PA_CNT_ANCHOR_HIT);
-	s->rec.hdr.nframes = n;
-	s->rec.hdr.flags = flags;
-
-	len = sizeof(struct pa_sample_hdr) + (__u64)n * sizeof(struct pa_frame);
-	if (pa_wakeup_bytes &&
-	    bpf_ringbuf_query(&pa_samples, BPF_RB_AVAIL_DATA) + len >= pa_wakeup_bytes) {
-		rb_flags = BPF_RB_FORCE_WAKEUP;
-		forced = 1;
-	}
-	if (bpf_ringbuf_output(&pa_samples, &s->rec, len, rb_flags)) {
-		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
-		return 0;
-	}
-	pa_count(cnt, PA_CNT_SAMPLES_EMITTED);
-	pa_count_add(cnt, PA_CNT_FRAMES, n);
-	if (forced)
-		pa_count(cnt, PA_CNT_WAKEUP_FORCED);
+	r->hdr.flags = pa_finish(&w, cnt);
+	r->hdr.nframes = w.n;
+	bpf_ringbuf_submit(r, pa_submit_flags(sizeof(*r), cnt));
+	pa_count_emitted(cnt, w.n);
 	return 0;
 }
 

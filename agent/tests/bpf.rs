@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{
     Counter, PaFrame, PaProc, PaSampleHdr, MAX_FRAMES, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD,
     PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE,
-    SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED,
+    SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED, SHORT_FRAMES,
 };
 use pyagent::sampler::bpf::{BpfConfig, BpfSampler};
 
@@ -410,6 +410,39 @@ fn deep_chain_is_truncated() {
     chain.check_prefix(&frames, 16);
 }
 
+/// Walks of SHORT_FRAMES frames or fewer are written into a short ring-buffer record, longer ones
+/// move to the scratch record: every walk length around the switch, each way a walk can end.
+#[test]
+fn short_and_long_records_meet_at_the_switch() {
+    let short = SHORT_FRAMES as usize;
+    for depth in [1, short - 1, short, short + 1, short + 2] {
+        let chain = Chain::new(&PY315, depth);
+        let mut ts = TState::new();
+        ts.set(72, chain.addr(0));
+        let (h, frames) = first_record(&config(), &proc315(0), ts.addr());
+        assert_eq!(h.flags, SAMPLE_COMPLETE, "depth {depth}: {h:?}");
+        chain.check_prefix(&frames, depth);
+    }
+    let chain = Chain::new(&PY315, 100);
+    for stop in [short - 1, short, short + 1] {
+        let mut ts = TState::new();
+        ts.set(72, chain.addr(0)).set(88, chain.addr(stop - 1));
+        let (h, frames) = first_record(&config(), &proc315(PROC_ANCHOR), ts.addr());
+        assert_eq!(h.flags, SAMPLE_ANCHOR_HIT, "anchor at {stop}: {h:?}");
+        chain.check_prefix(&frames, stop);
+
+        let mut ts = TState::new();
+        ts.set(72, chain.addr(0));
+        let config = BpfConfig {
+            max_frames: stop as u32,
+            ..config()
+        };
+        let (h, frames) = first_record(&config, &proc315(0), ts.addr());
+        assert_eq!(h.flags, SAMPLE_TRUNCATED, "bound {stop}: {h:?}");
+        chain.check_prefix(&frames, stop);
+    }
+}
+
 #[test]
 fn exact_depth_bound_is_complete() {
     let chain = Chain::new(&PY315, MAX_FRAMES as usize);
@@ -562,7 +595,12 @@ fn full_ring_wakes_reader_and_drops() {
         "ring buffer never became readable; counters: {:?}",
         counters(&s)
     );
-    assert!(s.counter(Counter::WakeupForced).expect("counter") > 0);
+    // Readable as soon as a record is reserved; the forced wakeup is counted at its submit.
+    let deadline = Instant::now() + DEADLINE;
+    while s.counter(Counter::WakeupForced).expect("counter") == 0 {
+        assert!(Instant::now() < deadline, "{:?}", counters(&s));
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert!(s.drain(|_| {}) > 0);
     drop((s, spinner));
 

@@ -129,6 +129,22 @@ struct pa_frame {
 };
 _Static_assert(sizeof(struct pa_frame) == 32, "struct pa_frame layout");
 
+/*
+ * Frames of a short record. The program reserves one short record in the ring buffer and walks
+ * straight into it: a walk that stops within PA_SHORT_FRAMES frames (the 3.15 anchor, shallow
+ * stacks) touches no scratch memory and is not copied. Deeper walks move to the per-CPU scratch
+ * and are output with their exact length. A short record is always PA_SHORT_RECORD_BYTES long,
+ * whatever its nframes (<= PA_SHORT_FRAMES).
+ */
+#define PA_SHORT_FRAMES 8
+
+struct pa_short_record {
+	struct pa_sample_hdr hdr;
+	struct pa_frame frames[PA_SHORT_FRAMES];
+};
+#define PA_SHORT_RECORD_BYTES (64 + 32 * PA_SHORT_FRAMES)
+_Static_assert(sizeof(struct pa_short_record) == PA_SHORT_RECORD_BYTES, "struct pa_short_record layout");
+
 /* The largest record: header plus PA_MAX_FRAMES frames. */
 struct pa_record {
 	struct pa_sample_hdr hdr;

@@ -294,6 +294,13 @@ const _: () = {
     assert!(offset_of!(PaFrame, _pad) == 28);
 };
 
+/// Frames of a short record (`PA_SHORT_FRAMES`): walks that stop within this many frames are
+/// written straight into a ring-buffer reservation of [`SHORT_RECORD_BYTES`].
+pub const SHORT_FRAMES: u32 = 8;
+/// Bytes of every short record (`PA_SHORT_RECORD_BYTES`), whatever its frame count.
+pub const SHORT_RECORD_BYTES: usize =
+    size_of::<PaSampleHdr>() + SHORT_FRAMES as usize * size_of::<PaFrame>();
+
 /// Bytes of the largest record (`sizeof(struct pa_record)`): header plus [`MAX_FRAMES`] frames.
 pub const RECORD_MAX_BYTES: usize =
     size_of::<PaSampleHdr>() + MAX_FRAMES as usize * size_of::<PaFrame>();

@@ -3,7 +3,7 @@
 
 use std::mem::{offset_of, size_of};
 
-use crate::{PaFrame, PaSampleHdr, MAX_FRAMES};
+use crate::{PaFrame, PaSampleHdr, MAX_FRAMES, SHORT_FRAMES, SHORT_RECORD_BYTES};
 
 const HDR: usize = size_of::<PaSampleHdr>();
 const FRAME: usize = size_of::<PaFrame>();
@@ -43,7 +43,9 @@ pub struct SampleRecord<'a> {
 }
 
 impl<'a> SampleRecord<'a> {
-    /// Parses a record: a `struct pa_sample_hdr` followed by exactly `nframes` `struct pa_frame`.
+    /// Parses a record: a `struct pa_sample_hdr` followed by exactly `nframes` `struct pa_frame`,
+    /// or a short record ([`SHORT_RECORD_BYTES`] whatever its `nframes`, at most
+    /// [`SHORT_FRAMES`]), whose unused frame slots are ignored.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, RecordError> {
         let Some((head, frames)) = bytes.split_first_chunk::<HDR>() else {
             return Err(RecordError::TooShort { len: bytes.len() });
@@ -67,14 +69,18 @@ impl<'a> SampleRecord<'a> {
             });
         }
         let expected = HDR + hdr.nframes as usize * FRAME;
-        if bytes.len() != expected {
+        let short = bytes.len() == SHORT_RECORD_BYTES && hdr.nframes <= SHORT_FRAMES;
+        if bytes.len() != expected && !short {
             return Err(RecordError::LengthMismatch {
                 len: bytes.len(),
                 expected,
                 nframes: hdr.nframes,
             });
         }
-        Ok(SampleRecord { hdr, frames })
+        Ok(SampleRecord {
+            hdr,
+            frames: &frames[..expected - HDR],
+        })
     }
 
     /// The header.
@@ -254,6 +260,28 @@ mod tests {
         bytes.extend_from_slice(&[0; 9]);
         assert!(matches!(
             SampleRecord::parse(&bytes),
+            Err(RecordError::LengthMismatch { .. })
+        ));
+
+        // A short record: fixed length, unused slots ignored; more frames than fit is garbage.
+        let short = |n: u32| {
+            let mut b = record(
+                &PaSampleHdr {
+                    nframes: n,
+                    ..PaSampleHdr::default()
+                },
+                &frames(u64::from(n.min(SHORT_FRAMES))),
+            );
+            b.resize(SHORT_RECORD_BYTES, 0xee);
+            b
+        };
+        let two = short(2);
+        let rec = SampleRecord::parse(&two).expect("short record");
+        assert_eq!(rec.len(), 2);
+        assert_eq!(rec.frames().count(), 2);
+        assert_eq!(SampleRecord::parse(&short(SHORT_FRAMES)).unwrap().len(), 8);
+        assert!(matches!(
+            SampleRecord::parse(&short(SHORT_FRAMES + 1)),
             Err(RecordError::LengthMismatch { .. })
         ));
 

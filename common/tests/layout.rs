@@ -14,7 +14,7 @@ use pyagent_common::{
     Counter, PaFrame, PaProc, PaSampleHdr, COUNTERS, COUNTER_COUNT, FRAME_READ_BYTES, MAX_FRAMES,
     NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, PROC_ALL, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
     RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED,
-    SAMPLE_TRUNCATED, TSTATE_READ_BYTES,
+    SAMPLE_TRUNCATED, SHORT_FRAMES, SHORT_RECORD_BYTES, TSTATE_READ_BYTES,
 };
 
 /// (C expression, value in Rust). The probe prints each C expression's value.
@@ -71,9 +71,12 @@ fn expectations() -> Vec<(String, u64)> {
         [addr, executable, instr_ptr, owner, _pad]
     );
     push("sizeof(struct pa_record)", RECORD_MAX_BYTES);
+    push("sizeof(struct pa_short_record)", SHORT_RECORD_BYTES);
+    push("PA_SHORT_RECORD_BYTES", SHORT_RECORD_BYTES);
 
     for (c, r) in [
         ("PA_MAX_FRAMES", MAX_FRAMES),
+        ("PA_SHORT_FRAMES", SHORT_FRAMES),
         ("PA_FRAME_READ_BYTES", FRAME_READ_BYTES),
         ("PA_TSTATE_READ_BYTES", TSTATE_READ_BYTES),
         ("PA_PROC_CFRAME", PROC_CFRAME),

@@ -548,8 +548,18 @@ fn load_error(e: EbpfError) -> BpfError {
 
 fn program_error(during: &str, e: ProgramError) -> BpfError {
     match e {
-        ProgramError::LoadError { io_error, .. }
-        | ProgramError::SyscallError(aya::sys::SyscallError { io_error, .. })
+        // The verifier answers EACCES too when it rejects a program: with a log, that is what
+        // it is, and the log must reach the user.
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } if is_permission(&io_error) && format!("{verifier_log}").trim().is_empty() => {
+            BpfError::PermissionDenied {
+                during: during.to_owned(),
+                source: io_error,
+            }
+        }
+        ProgramError::SyscallError(aya::sys::SyscallError { io_error, .. })
             if is_permission(&io_error) =>
         {
             BpfError::PermissionDenied {

@@ -482,6 +482,16 @@ impl Table {
     }
 }
 
+/// The `q` quantile (0..=1) of non-empty `v`, interpolating between neighbours (`q` = 0.5: the
+/// median).
+pub fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let pos = q.clamp(0.0, 1.0) * (s.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    s[lo] + (s[hi] - s[lo]) * (pos - lo as f64)
+}
+
 /// A rate with a thousands unit (`12.3k`, `1.20M`).
 pub fn si(v: f64) -> String {
     match v {
