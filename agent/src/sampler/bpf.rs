@@ -70,6 +70,9 @@ pub struct BpfConfig {
     /// Turn on the kernel's BPF run-time statistics for [`BpfSampler::run_stats`] (needs
     /// CAP_SYS_ADMIN; without it, statistics are silently unavailable).
     pub enable_stats: bool,
+    /// Sample only this host thread (on whichever CPU it runs) instead of every CPU. For
+    /// measuring the program's cost per walk: no runs on idle CPUs or other tasks.
+    pub only_thread: Option<u32>,
 }
 
 impl Default for BpfConfig {
@@ -83,6 +86,7 @@ impl Default for BpfConfig {
             max_processes: 1024,
             max_threads: 16384,
             enable_stats: true,
+            only_thread: None,
         }
     }
 }
@@ -236,15 +240,33 @@ impl BpfSampler {
         if attach {
             cpus = aya::util::online_cpus()
                 .map_err(|(path, source)| BpfError::Cpus { path, source })?;
-            for &cpu in &cpus {
+            let scopes: Vec<(PerfEventScope, String)> = match config.only_thread {
+                Some(tid) => vec![(
+                    PerfEventScope::OneProcess {
+                        pid: tid,
+                        cpu: None,
+                    },
+                    format!("attaching to thread {tid}"),
+                )],
+                None => cpus
+                    .iter()
+                    .map(|&cpu| {
+                        (
+                            PerfEventScope::AllProcessesOneCpu { cpu },
+                            format!("attaching to cpu {cpu}"),
+                        )
+                    })
+                    .collect(),
+            };
+            for (scope, during) in scopes {
                 program
                     .attach(
                         PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                        PerfEventScope::AllProcessesOneCpu { cpu },
+                        scope,
                         SamplePolicy::Frequency(config.rate_hz),
                         false,
                     )
-                    .map_err(|e| program_error(&format!("attaching to cpu {cpu}"), e))?;
+                    .map_err(|e| program_error(&during, e))?;
             }
         }
 

@@ -3,8 +3,9 @@
 //! 1. ns per BPF run. This process loads the sampler ([`BpfSampler`], kernel run-time statistics
 //!    on) at `--bpf-rate` Hz per CPU, tracks one real Python process whose only thread loops on
 //!    the CPU DEPTH frames deep (`bench-scripts/deep.py DEPTH busy`), and reads the program's
-//!    run time and run count. Runs that exit early (idle CPU, untracked task) cost what a
-//!    baseline load with nothing tracked measures; the walk cost is what remains, per walk.
+//!    run time and run count. The perf event follows the target's thread alone, so that every
+//!    run is a walk; a baseline load on every CPU with nothing tracked measures an early exit
+//!    (idle CPU, untracked task). Both are medians over 100 ms intervals.
 //!    On 3.15, "with anchor" runs as the agent does: the program stops at `last_profiled_frame`,
 //!    which this process's userspace unwinder (frame cache on) moves to each thread's top frame
 //!    every 100 ms, right after walking it (the program cannot write it: `bpf_probe_write_user`
@@ -213,8 +214,7 @@ fn bpf_cost(
         "python, depth",
         "walks",
         "frames/walk",
-        "ns/run (all runs)",
-        "ns/walk (est.): median [quartiles]",
+        "ns/walk: median [quartiles]",
         "with anchor: ns/walk (frames/walk)",
     ]);
     let mut target_line = String::new();
@@ -247,7 +247,6 @@ fn bpf_cost(
                 format!("{} {depth}", py.name),
                 walks,
                 format!("{:.1}", full.frames_per_walk()),
-                format!("{:.0}", full.ns_per_run()),
                 quartiles(full.ns_per_walk(early_ns)),
                 anchor.clone(),
             ]);
@@ -274,10 +273,10 @@ fn bpf_cost(
     t.print();
     println!(
         "\nEarly exit (idle CPU or untracked task): {early_ns:.0} ns/run, median of 100 ms intervals \
-         ({} runs, {} of them on an idle CPU, {} tracked nothing). \"ns/walk (est.)\" = (run time \
-         − early exits × that) / runs that reached the tracked thread, per 100 ms interval: the \
-         median and quartiles over the intervals (steal time and other tenants' cache traffic \
-         come in bursts here; whole-run means differ by ±30%). Targets: `deep.py DEPTH busy` (one thread looping on \
+         ({} runs on every CPU, {} of them on an idle CPU, {} tracked nothing). Walks: the perf \
+         event follows the target's thread alone, so every run is a walk; ns/walk per 100 ms \
+         interval, the median and quartiles over the intervals (steal time and other tenants' \
+         cache traffic come in bursts here; whole-run means differ by ±30%). Targets: `deep.py DEPTH busy` (one thread looping on \
          the CPU DEPTH Python frames deep; frames/walk adds the interpreter's own frames: the C-entry shim, and 3.15's base frame).",
         baseline.runs, baseline.idle, baseline.early - baseline.idle
     );
@@ -348,9 +347,16 @@ fn measure(
             threads.push((host, t));
         }
     }
+    // Walks are measured on the target's thread alone, so that every run is a walk; the
+    // baseline samples every CPU, as the agent does.
+    let only_thread = match walk {
+        Walk::Untracked => None,
+        _ => Some(threads.first().context("the target has no thread")?.0),
+    };
     let mut s = BpfSampler::load(&BpfConfig {
         rate_hz: rate,
         enable_stats: true,
+        only_thread,
         ..BpfConfig::default()
     })
     .context("loading the BPF sampler (needs root)")?;
