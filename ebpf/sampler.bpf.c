@@ -24,6 +24,9 @@ const volatile __u32 pa_max_frames = PA_MAX_FRAMES;
  * userspace then drains on a timer). Waking per record costs 2-3 µs on these VMs. */
 const volatile __u64 pa_wakeup_bytes = 0;
 
+/* Benchmarks only: return right after stage PA_STAGE_* (0: run everything). */
+const volatile __u32 pa_stop_after = 0;
+
 char LICENSE[] SEC("license") = "GPL";
 
 static __always_inline __u32 pa_min(__u32 a, __u32 b)
@@ -124,6 +127,8 @@ int pa_sample(void *ctx)
 	__u64 *cnt = pa_counters_here();
 
 	pa_count(cnt, PA_CNT_RUNS);
+	if (pa_stop_after == PA_STAGE_COUNTED)
+		return 0;
 	if (tid == 0) {
 		pa_count(cnt, PA_CNT_IDLE);
 		return 0;
@@ -133,6 +138,8 @@ int pa_sample(void *ctx)
 		pa_count(cnt, PA_CNT_NOT_TRACKED);
 		return 0;
 	}
+	if (pa_stop_after == PA_STAGE_PROCESS)
+		return 0;
 	tsp = bpf_map_lookup_elem(&pa_threads, &tid);
 	ts = tsp ? *tsp : 0;
 	if (!ts) {
@@ -143,6 +150,9 @@ int pa_sample(void *ctx)
 			pa_notice(tgid, PA_NOTICE_UNKNOWN_THREAD);
 		return 0;
 	}
+
+	if (pa_stop_after == PA_STAGE_THREAD)
+		return 0;
 
 	/* One read of the thread state covers current_frame (or cframe), base_frame and the
 	 * anchor pair: 3.15 keeps them at 72..104. */
@@ -184,6 +194,8 @@ int pa_sample(void *ctx)
 		return 0;
 	}
 
+	if (pa_stop_after == PA_STAGE_THREAD_STATE)
+		return 0;
 	r = bpf_ringbuf_reserve(&pa_samples, sizeof(*r), 0);
 	if (!r) {
 		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
@@ -205,6 +217,10 @@ int pa_sample(void *ctx)
 	if (flags & PA_PROC_BASE_FRAME)
 		r->hdr.base_frame = pa_ts_field(win, p->thread_state_base_frame - lo);
 
+	if (pa_stop_after == PA_STAGE_RESERVED) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		return 0;
+	}
 	w.frame = cur;
 	w.anchor = r->hdr.anchor_frame;
 	w.base = r->hdr.base_frame;
@@ -213,6 +229,10 @@ int pa_sample(void *ctx)
 	if (max == 0 || max > PA_MAX_FRAMES)
 		max = PA_MAX_FRAMES;
 	pa_walk_short(&w, r->frames, max);
+	if (pa_stop_after == PA_STAGE_SHORT_WALK) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		return 0;
+	}
 	if (!pa_walk_done(&w) && w.n < max)
 		return pa_walk_long(&w, r, max, cnt);
 

@@ -331,6 +331,19 @@ fn verifier_accepts_every_knob() {
             assert!(s.cpus().is_empty());
         }
     }
+    for stop_after in (1..=common::STAGE_LAST).chain([0]) {
+        let cfg = BpfConfig {
+            stop_after,
+            ..config()
+        };
+        BpfSampler::load_detached(&cfg)
+            .unwrap_or_else(|e| panic!("stop_after {stop_after}: {}", error_chain(&e)));
+    }
+    assert!(BpfSampler::load_detached(&BpfConfig {
+        stop_after: common::STAGE_LAST + 1,
+        ..config()
+    })
+    .is_err());
     let s = load(&config());
     assert!(!s.cpus().is_empty());
     eprintln!("program size: {:?}", s.program_size());

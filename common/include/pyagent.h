@@ -152,6 +152,20 @@ struct pa_record {
 };
 _Static_assert(sizeof(struct pa_record) == 64 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
 
+/* ---- Stages, for measuring what each part of a run costs -------------------------------- */
+/*
+ * With the knob pa_stop_after set to one of these, the program returns right after that stage
+ * (a reserved record is discarded). 0, the default, runs everything; the verifier drops the
+ * checks of a knob that is 0, so they cost nothing there.
+ */
+#define PA_STAGE_COUNTED 1 /* run counted (the per-CPU counters looked up) */
+#define PA_STAGE_PROCESS 2 /* process found in pa_procs */
+#define PA_STAGE_THREAD 3 /* thread state found in pa_threads */
+#define PA_STAGE_THREAD_STATE 4 /* thread-state window read, current frame known */
+#define PA_STAGE_RESERVED 5 /* short record reserved, header filled */
+#define PA_STAGE_SHORT_WALK 6 /* the first PA_SHORT_FRAMES frames walked */
+#define PA_STAGE__LAST PA_STAGE_SHORT_WALK
+
 /* ---- pa_notices: HASH host tgid -> __u32 of PA_NOTICE_* bits ------------------------------- */
 /* Processes the agent should look at again; it takes (reads and deletes) the entries. */
 

@@ -301,6 +301,31 @@ pub const SHORT_FRAMES: u32 = 8;
 pub const SHORT_RECORD_BYTES: usize =
     size_of::<PaSampleHdr>() + SHORT_FRAMES as usize * size_of::<PaFrame>();
 
+/// The stages of a run, for [`STAGES`]: with the loader's `stop_after` knob set to one, the
+/// program returns right after it (`PA_STAGE_*`).
+pub const STAGE_COUNTED: u32 = 1;
+/// Process found in `pa_procs`.
+pub const STAGE_PROCESS: u32 = 2;
+/// Thread state found in `pa_threads`.
+pub const STAGE_THREAD: u32 = 3;
+/// Thread-state window read, current frame known.
+pub const STAGE_THREAD_STATE: u32 = 4;
+/// Short record reserved in the ring buffer, header filled.
+pub const STAGE_RESERVED: u32 = 5;
+/// The first [`SHORT_FRAMES`] frames walked.
+pub const STAGE_SHORT_WALK: u32 = 6;
+/// The last stage (`PA_STAGE__LAST`).
+pub const STAGE_LAST: u32 = STAGE_SHORT_WALK;
+/// Every stage with what it adds, in run order.
+pub const STAGES: [(u32, &str); 6] = [
+    (STAGE_COUNTED, "count the run"),
+    (STAGE_PROCESS, "look up the process"),
+    (STAGE_THREAD, "look up the thread"),
+    (STAGE_THREAD_STATE, "read the thread state"),
+    (STAGE_RESERVED, "reserve the record"),
+    (STAGE_SHORT_WALK, "walk the frames"),
+];
+
 /// Bytes of the largest record (`sizeof(struct pa_record)`): header plus [`MAX_FRAMES`] frames.
 pub const RECORD_MAX_BYTES: usize =
     size_of::<PaSampleHdr>() + MAX_FRAMES as usize * size_of::<PaFrame>();

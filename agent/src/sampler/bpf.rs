@@ -51,6 +51,7 @@ const MAP_SCRATCH: &str = "pa_scratch";
 const MAP_COUNTERS: &str = "pa_counters";
 const KNOB_MAX_FRAMES: &str = "pa_max_frames";
 const KNOB_WAKEUP_BYTES: &str = "pa_wakeup_bytes";
+const KNOB_STOP_AFTER: &str = "pa_stop_after";
 
 /// How to load the sampler.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +74,9 @@ pub struct BpfConfig {
     /// Sample only this host thread (on whichever CPU it runs) instead of every CPU. For
     /// measuring the program's cost per walk: no runs on idle CPUs or other tasks.
     pub only_thread: Option<u32>,
+    /// Benchmarks only: the program returns right after this stage (`common::STAGES`), so
+    /// that the cost of each part of a run can be measured; 0 runs everything.
+    pub stop_after: u32,
 }
 
 impl Default for BpfConfig {
@@ -87,6 +91,7 @@ impl Default for BpfConfig {
             max_threads: 16384,
             enable_stats: true,
             only_thread: None,
+            stop_after: 0,
         }
     }
 }
@@ -213,6 +218,7 @@ impl BpfSampler {
         let mut ebpf = EbpfLoader::new()
             .override_global(KNOB_MAX_FRAMES, &config.max_frames, true)
             .override_global(KNOB_WAKEUP_BYTES, &config.wakeup_bytes, true)
+            .override_global(KNOB_STOP_AFTER, &config.stop_after, true)
             .map_max_entries(MAP_SAMPLES, config.ring_bytes)
             .map_max_entries(MAP_SCRATCH, nr_cpus)
             .map_max_entries(MAP_PROCS, config.max_processes)
@@ -528,6 +534,9 @@ fn validate(config: &BpfConfig) -> Result<(), BpfError> {
         return Err(BpfError::InvalidConfig(
             "max_processes and max_threads must be positive",
         ));
+    }
+    if config.stop_after > common::STAGE_LAST {
+        return Err(BpfError::InvalidConfig("stop_after must name a stage"));
     }
     Ok(())
 }

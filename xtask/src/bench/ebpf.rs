@@ -63,6 +63,10 @@ pub struct Args {
     /// Only one part: `cost` (ns per run) or `agent` (agent overhead).
     #[arg(long)]
     only: Option<String>,
+    /// Also measure each stage of an anchored depth-100 walk on 3.15 (the program stops after
+    /// stage N: what each part of a run costs).
+    #[arg(long)]
+    stages: bool,
     /// Run in this build even if it is a debug build.
     #[arg(long)]
     no_release: bool,
@@ -108,6 +112,9 @@ pub fn run(args: &Args) -> Result<()> {
             .map(|n| manifest.interpreter(n))
             .collect::<Result<_>>()?;
         bpf_cost(&pythons, &args.depths, &script, seconds, args.bpf_rate)?;
+        if args.stages {
+            stage_costs(&pythons, &script, seconds, args.bpf_rate)?;
+        }
     }
     if args.only.as_deref() != Some("cost") {
         let agent = util::release_binary("pyagent")?;
@@ -207,7 +214,7 @@ fn bpf_cost(
         "bench ebpf: early-exit baseline ({} busy, untracked)",
         base_py.name
     );
-    let baseline = measure(base_py, script, 100, Walk::Untracked, secs, rate)?;
+    let baseline = measure(base_py, script, 100, Walk::Untracked, 0, secs, rate)?;
     let early_ns = baseline.median_ns_per_run();
 
     let mut t = Table::new(&[
@@ -221,11 +228,11 @@ fn bpf_cost(
     for py in pythons {
         for &depth in depths {
             eprintln!("bench ebpf: {} depth {depth}", py.name);
-            let full = measure(py, script, depth, Walk::Full, secs, rate)?;
+            let full = measure(py, script, depth, Walk::Full, 0, secs, rate)?;
             let has_anchor = py.minor() >= (3, 15);
             let (anchor, anchor_ns) = if has_anchor {
                 eprintln!("bench ebpf: {} depth {depth}, with anchor", py.name);
-                let p = measure(py, script, depth, Walk::AgentAnchor, secs, rate)?;
+                let p = measure(py, script, depth, Walk::AgentAnchor, 0, secs, rate)?;
                 let hits = if p.anchor_hits < p.emitted {
                     format!(", {} of {} hit", p.anchor_hits, p.emitted)
                 } else {
@@ -302,6 +309,46 @@ fn bpf_cost(
     Ok(())
 }
 
+/// What each stage of an anchored depth-100 walk adds, on every 3.15 interpreter given.
+fn stage_costs(pythons: &[&Interpreter], script: &Path, secs: f64, rate: u64) -> Result<()> {
+    const DEPTH: usize = 100;
+    for py in pythons.iter().filter(|p| p.minor() >= (3, 15)) {
+        let mut t = Table::new(&[
+            "the program stops after",
+            "ns/run: median [quartiles]",
+            "added by the stage",
+        ]);
+        let mut prev = 0.0;
+        let stages = common::STAGES
+            .iter()
+            .copied()
+            .chain([(0, "submit the record (the whole run)")]);
+        for (stage, what) in stages {
+            eprintln!(
+                "bench ebpf: {} depth {DEPTH}, with anchor, stage {stage}",
+                py.name
+            );
+            let c = measure(py, script, DEPTH, Walk::AgentAnchor, stage, secs, rate)?;
+            let q = c.ns_per_walk(0.0);
+            t.row(vec![
+                format!("{stage}: {what}"),
+                quartiles(q),
+                format!("{:+.0}", q[1] - prev),
+            ]);
+            prev = q[1];
+        }
+        println!(
+            "\n## Cost by stage: {} depth {DEPTH} with the anchor\n\nThe perf event follows the \
+             target's thread; with the loader's `stop_after` knob the program returns right \
+             after stage N (a reserved record is discarded). Each row is a separate load of \
+             {secs} s, so neighbouring rows can differ by the noise of the quartiles.\n",
+            py.name
+        );
+        t.print();
+    }
+    Ok(())
+}
+
 fn quartiles([q1, m, q3]: [f64; 3]) -> String {
     format!("{m:.0} [{q1:.0}, {q3:.0}]")
 }
@@ -313,6 +360,7 @@ fn measure(
     script: &Path,
     depth: usize,
     walk: Walk,
+    stop_after: u32,
     secs: f64,
     rate: u64,
 ) -> Result<Cost> {
@@ -357,6 +405,7 @@ fn measure(
         rate_hz: rate,
         enable_stats: true,
         only_thread,
+        stop_after,
         ..BpfConfig::default()
     })
     .context("loading the BPF sampler (needs root)")?;
