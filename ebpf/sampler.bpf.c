@@ -124,8 +124,11 @@ int pa_sample(void *ctx)
 	__u64 *tsp, ts, cur;
 	/* Words, so that the verifier sees variable-offset reads of it as 8-byte aligned. */
 	__u64 win[PA_TSTATE_READ_BYTES / 8];
-	__u64 *cnt = pa_counters_here();
+	__u64 *cnt;
 
+	if (pa_stop_after == PA_STAGE_ENTERED)
+		return 0;
+	cnt = pa_counters_here();
 	pa_count(cnt, PA_CNT_RUNS);
 	if (pa_stop_after == PA_STAGE_COUNTED)
 		return 0;

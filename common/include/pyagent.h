@@ -158,12 +158,13 @@ _Static_assert(sizeof(struct pa_record) == 64 + 32 * PA_MAX_FRAMES, "struct pa_r
  * (a reserved record is discarded). 0, the default, runs everything; the verifier drops the
  * checks of a knob that is 0, so they cost nothing there.
  */
-#define PA_STAGE_COUNTED 1 /* run counted (the per-CPU counters looked up) */
-#define PA_STAGE_PROCESS 2 /* process found in pa_procs */
-#define PA_STAGE_THREAD 3 /* thread state found in pa_threads */
-#define PA_STAGE_THREAD_STATE 4 /* thread-state window read, current frame known */
-#define PA_STAGE_RESERVED 5 /* short record reserved, header filled */
-#define PA_STAGE_SHORT_WALK 6 /* the first PA_SHORT_FRAMES frames walked */
+#define PA_STAGE_ENTERED 1 /* nothing done yet: what running any program costs */
+#define PA_STAGE_COUNTED 2 /* run counted (the per-CPU counters looked up) */
+#define PA_STAGE_PROCESS 3 /* process found in pa_procs */
+#define PA_STAGE_THREAD 4 /* thread state found in pa_threads */
+#define PA_STAGE_THREAD_STATE 5 /* thread-state window read, current frame known */
+#define PA_STAGE_RESERVED 6 /* short record reserved, header filled */
+#define PA_STAGE_SHORT_WALK 7 /* the first PA_SHORT_FRAMES frames walked */
 #define PA_STAGE__LAST PA_STAGE_SHORT_WALK
 
 /* ---- pa_notices: HASH host tgid -> __u32 of PA_NOTICE_* bits ------------------------------- */

@@ -302,22 +302,25 @@ pub const SHORT_RECORD_BYTES: usize =
     size_of::<PaSampleHdr>() + SHORT_FRAMES as usize * size_of::<PaFrame>();
 
 /// The stages of a run, for [`STAGES`]: with the loader's `stop_after` knob set to one, the
-/// program returns right after it (`PA_STAGE_*`).
-pub const STAGE_COUNTED: u32 = 1;
+/// program returns right after it (`PA_STAGE_*`). Entered, nothing done yet.
+pub const STAGE_ENTERED: u32 = 1;
+/// Run counted (the per-CPU counters looked up).
+pub const STAGE_COUNTED: u32 = 2;
 /// Process found in `pa_procs`.
-pub const STAGE_PROCESS: u32 = 2;
+pub const STAGE_PROCESS: u32 = 3;
 /// Thread state found in `pa_threads`.
-pub const STAGE_THREAD: u32 = 3;
+pub const STAGE_THREAD: u32 = 4;
 /// Thread-state window read, current frame known.
-pub const STAGE_THREAD_STATE: u32 = 4;
+pub const STAGE_THREAD_STATE: u32 = 5;
 /// Short record reserved in the ring buffer, header filled.
-pub const STAGE_RESERVED: u32 = 5;
+pub const STAGE_RESERVED: u32 = 6;
 /// The first [`SHORT_FRAMES`] frames walked.
-pub const STAGE_SHORT_WALK: u32 = 6;
+pub const STAGE_SHORT_WALK: u32 = 7;
 /// The last stage (`PA_STAGE__LAST`).
 pub const STAGE_LAST: u32 = STAGE_SHORT_WALK;
 /// Every stage with what it adds, in run order.
-pub const STAGES: [(u32, &str); 6] = [
+pub const STAGES: [(u32, &str); 7] = [
+    (STAGE_ENTERED, "enter the program"),
     (STAGE_COUNTED, "count the run"),
     (STAGE_PROCESS, "look up the process"),
     (STAGE_THREAD, "look up the thread"),
