@@ -521,12 +521,12 @@ impl HostProfiler {
         let mut batch: Vec<(ExternalWalk, u32, Vec<RawFrame>)> = Vec::new();
         sampler.drain(|rec: SampleRecord<'_>| {
             let h = rec.header();
-            let frames: Vec<_> = rec.frames().collect();
-            let mut raw = Vec::with_capacity(frames.len());
-            for (i, f) in frames.iter().enumerate() {
+            let mut raw = Vec::with_capacity(rec.len());
+            let mut frames = rec.frames().peekable();
+            while let Some(f) = frames.next() {
                 // `previous` is the next recorded frame; past the last one it is only known to
                 // be NULL when the walk was complete.
-                let previous = match frames.get(i + 1) {
+                let previous = match frames.peek() {
                     Some(next) => next.addr,
                     None if h.is_complete() => 0,
                     None => u64::MAX,
