@@ -44,6 +44,55 @@ struct {
 	__type(value, __u64);
 } pa_threads SEC(".maps");
 
+/* Direct-mapped tables in front of pa_procs and pa_threads (pyagent.h says how they are kept). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PA_PROC_SLOTS);
+	__type(key, __u32);
+	__type(value, struct pa_proc_slot);
+} pa_proc_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PA_THREAD_SLOTS);
+	__type(key, __u32);
+	__type(value, struct pa_thread_slot);
+} pa_thread_slots SEC(".maps");
+
+_Static_assert((PA_PROC_SLOTS & (PA_PROC_SLOTS - 1)) == 0, "PA_PROC_SLOTS is a power of two");
+_Static_assert((PA_THREAD_SLOTS & (PA_THREAD_SLOTS - 1)) == 0, "PA_THREAD_SLOTS is a power of two");
+
+/* The walk configuration of tracked process `tgid`, or NULL. */
+static __always_inline const struct pa_proc *pa_find_proc(__u32 tgid)
+{
+	__u32 i = tgid & (PA_PROC_SLOTS - 1);
+	const struct pa_proc_slot *e = bpf_map_lookup_elem(&pa_proc_slots, &i);
+
+	if (!e)
+		return NULL;
+	if (e->tgid == tgid)
+		return &e->proc;
+	if (e->tgid != PA_SLOT_SHARED)
+		return NULL;
+	return bpf_map_lookup_elem(&pa_procs, &tgid);
+}
+
+/* The PyThreadState address of registered thread `tid` (0: runs no Python), or NULL when the
+ * agent has not registered it. */
+static __always_inline const __u64 *pa_find_thread(__u32 tid)
+{
+	__u32 i = tid & (PA_THREAD_SLOTS - 1);
+	const struct pa_thread_slot *e = bpf_map_lookup_elem(&pa_thread_slots, &i);
+
+	if (!e)
+		return NULL;
+	if (e->tid == tid)
+		return &e->tstate;
+	if (e->tid != PA_SLOT_SHARED)
+		return NULL;
+	return bpf_map_lookup_elem(&pa_threads, &tid);
+}
+
 /* host tgid -> PA_NOTICE_* bits: processes the agent should look at again (it deletes them). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

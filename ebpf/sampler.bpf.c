@@ -3,7 +3,8 @@
  * sampler.bpf.c: on each cpu-clock tick, record the CPython frame chain of the interrupted
  * thread, if userspace tracks its process and thread.
  *
- * In: pa_procs (tgid -> walk configuration), pa_threads (tid -> PyThreadState address).
+ * In: pa_procs (tgid -> walk configuration), pa_threads (tid -> PyThreadState address), each
+ * behind a direct-mapped array (pa_proc_slots, pa_thread_slots) that answers most lookups.
  * Out: one pa_samples record per walk (struct pa_sample_hdr + nframes x struct pa_frame, raw
  * addresses for userspace to symbolize; a short record when the walk fits one), pa_counters (one counter per exit, the program's log),
  * pa_notices (processes to look at again: a thread the agent has not registered, an execve).
@@ -121,7 +122,8 @@ int pa_sample(void *ctx)
 	const struct pa_proc *p;
 	struct pa_short_record *r;
 	struct pa_walk w = {};
-	__u64 *tsp, ts, cur;
+	const __u64 *tsp;
+	__u64 ts, cur;
 	/* Words, so that the verifier sees variable-offset reads of it as 8-byte aligned. */
 	__u64 win[PA_TSTATE_READ_BYTES / 8];
 	__u64 *cnt;
@@ -136,14 +138,14 @@ int pa_sample(void *ctx)
 		pa_count(cnt, PA_CNT_IDLE);
 		return 0;
 	}
-	p = bpf_map_lookup_elem(&pa_procs, &tgid);
+	p = pa_find_proc(tgid);
 	if (!p) {
 		pa_count(cnt, PA_CNT_NOT_TRACKED);
 		return 0;
 	}
 	if (pa_stop_after == PA_STAGE_PROCESS)
 		return 0;
-	tsp = bpf_map_lookup_elem(&pa_threads, &tid);
+	tsp = pa_find_thread(tid);
 	ts = tsp ? *tsp : 0;
 	if (!ts) {
 		pa_count(cnt, PA_CNT_NO_THREAD_STATE);

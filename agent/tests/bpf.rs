@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use common::{
     Counter, PaFrame, PaProc, PaSampleHdr, MAX_FRAMES, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD,
-    PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE,
-    SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED, SHORT_FRAMES,
+    PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE,
+    SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED, SHORT_FRAMES, THREAD_SLOTS,
 };
 use pyagent::sampler::bpf::{BpfConfig, BpfSampler};
 
@@ -253,30 +253,71 @@ fn first_record(config: &BpfConfig, proc: &PaProc, tstate: u64) -> (PaSampleHdr,
     let pid = std::process::id();
     s.track_process(pid, proc).expect("track_process");
     s.set_thread(spinner.tid, tstate).expect("set_thread");
+    let (h, frames) = next_record(&mut s, spinner.tid);
+    assert_eq!(h.tstate, tstate);
+    assert_eq!(h.generation, proc.generation);
+    (h, frames)
+}
+
+/// The first record of this process's thread `tid` drained from `s`.
+fn next_record(s: &mut BpfSampler, tid: u32) -> (PaSampleHdr, Vec<PaFrame>) {
+    let pid = std::process::id();
     let deadline = Instant::now() + DEADLINE;
     loop {
         let mut got = None;
         s.drain(|rec| {
             let h = rec.header();
-            if got.is_none() && h.pid == pid && h.tid == spinner.tid {
+            if got.is_none() && h.pid == pid && h.tid == tid {
                 got = Some((*h, rec.frames().collect::<Vec<_>>()));
             }
         });
         if let Some((h, frames)) = got {
-            assert_eq!(h.tstate, tstate);
-            assert_eq!(h.generation, proc.generation);
             assert_eq!(h.nframes as usize, frames.len());
             assert_eq!(s.malformed_records(), 0);
             return (h, frames);
         }
         assert!(
             Instant::now() < deadline,
-            "no record for tid {} within {DEADLINE:?}; counters: {:?}",
-            spinner.tid,
-            counters(&s)
+            "no record for tid {tid} within {DEADLINE:?}; counters: {:?}",
+            counters(s)
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// A process or thread whose direct-mapped slot it shares with another is found through the
+/// hash map; when the other leaves, the slot holds it again; when it leaves, nothing does.
+#[test]
+fn shared_slots_fall_back_to_the_hash_maps() {
+    let chain = Chain::new(&PY315, 20);
+    let mut ts = TState::new();
+    ts.set(72, chain.addr(0));
+    let mut s = load(&config());
+    let spinner = Spinner::start();
+    let pid = std::process::id();
+    // Same slots as the real process and thread, keys no real task has (pid_max is 2^22).
+    let (other_pid, other_tid) = (pid + PROC_SLOTS * 1024, spinner.tid + THREAD_SLOTS * 1024);
+    let proc = proc315(0);
+    s.track_process(pid, &proc).expect("track");
+    s.track_process(other_pid, &proc).expect("track other");
+    s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
+    s.set_thread(other_tid, 0x1000).expect("set other thread");
+    let check = |s: &mut BpfSampler| {
+        let (h, frames) = next_record(s, spinner.tid);
+        assert_eq!((h.tstate, h.flags), (ts.addr(), SAMPLE_COMPLETE), "{h:?}");
+        chain.check_prefix(&frames, 20);
+    };
+    check(&mut s);
+
+    s.untrack_process(other_pid).expect("untrack other");
+    s.remove_thread(other_tid).expect("remove other thread");
+    s.drain(|_| {});
+    check(&mut s);
+
+    // Gone from the slot and the hash map: the program reports a thread it does not know.
+    s.remove_thread(spinner.tid).expect("remove thread");
+    let _ = s.take_notices();
+    wait_for_notice(&mut s, pid, NOTICE_UNKNOWN_THREAD);
 }
 
 fn counters(s: &BpfSampler) -> Vec<(&'static str, u64)> {

@@ -80,6 +80,33 @@ _Static_assert(sizeof(struct pa_proc) == 56, "struct pa_proc layout");
 
 /* ---- pa_threads: host tid (__u32) -> PyThreadState address (__u64) -------------------------- */
 
+/* ---- pa_proc_slots, pa_thread_slots: direct-mapped ARRAYs in front of the two hash maps ---- */
+/*
+ * Slot `tgid % PA_PROC_SLOTS` (`tid % PA_THREAD_SLOTS`) holds the one tracked process (thread)
+ * that falls in it, an empty key (0) when none does, or PA_SLOT_SHARED when several do: only
+ * then does the program look in the hash map. An array slot is one inlined load where a hash
+ * lookup is a call, a hash and two cold cache lines. The key is the last field: userspace
+ * zeroes a slot before writing a new occupant, and the kernel copies a value upwards, so a
+ * reader that sees the key sees the value written before it.
+ */
+#define PA_PROC_SLOTS 4096
+#define PA_THREAD_SLOTS 4096
+#define PA_SLOT_SHARED 0xffffffffu
+
+struct pa_proc_slot {
+	struct pa_proc proc;
+	__u32 tgid;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct pa_proc_slot) == 64, "struct pa_proc_slot layout");
+
+struct pa_thread_slot {
+	__u64 tstate;
+	__u32 tid;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct pa_thread_slot) == 16, "struct pa_thread_slot layout");
+
 /* ---- pa_samples ring buffer: struct pa_sample_hdr, then nframes x struct pa_frame ----------- */
 
 /* The walk reached a frame whose `previous` is 0. */

@@ -333,9 +333,59 @@ pub const STAGES: [(u32, &str); 7] = [
 pub const RECORD_MAX_BYTES: usize =
     size_of::<PaSampleHdr>() + MAX_FRAMES as usize * size_of::<PaFrame>();
 
+/// Slots of the direct-mapped process table (`PA_PROC_SLOTS`): slot `tgid % PROC_SLOTS`.
+pub const PROC_SLOTS: u32 = 4096;
+/// Slots of the direct-mapped thread table (`PA_THREAD_SLOTS`): slot `tid % THREAD_SLOTS`.
+pub const THREAD_SLOTS: u32 = 4096;
+/// The key of a slot several keys fall in (`PA_SLOT_SHARED`): the program looks in the hash map.
+pub const SLOT_SHARED: u32 = u32::MAX;
+
+/// One slot of `pa_proc_slots` (`struct pa_proc_slot`): a process's walk configuration, its
+/// key last (empty: 0, several: [`SLOT_SHARED`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaProcSlot {
+    /// The walk configuration (meaningful when `tgid` is a process's).
+    pub proc: PaProc,
+    /// Host tgid, 0 or [`SLOT_SHARED`].
+    pub tgid: u32,
+    /// Zero.
+    pub _pad: u32,
+}
+
+/// One slot of `pa_thread_slots` (`struct pa_thread_slot`): a thread's `PyThreadState`, its key
+/// last (empty: 0, several: [`SLOT_SHARED`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaThreadSlot {
+    /// `PyThreadState` address (0: a thread known to run no Python).
+    pub tstate: u64,
+    /// Host tid, 0 or [`SLOT_SHARED`].
+    pub tid: u32,
+    /// Zero.
+    pub _pad: u32,
+}
+
+const _: () = {
+    assert!(size_of::<PaProcSlot>() == 64);
+    assert!(offset_of!(PaProcSlot, proc) == 0);
+    assert!(offset_of!(PaProcSlot, tgid) == 56);
+    assert!(offset_of!(PaProcSlot, _pad) == 60);
+    assert!(size_of::<PaThreadSlot>() == 16);
+    assert!(offset_of!(PaThreadSlot, tstate) == 0);
+    assert!(offset_of!(PaThreadSlot, tid) == 8);
+    assert!(offset_of!(PaThreadSlot, _pad) == 12);
+};
+
 // Safety: `#[repr(C)]`, only integer fields, no implicit padding (sizes asserted above).
 #[cfg(feature = "userspace")]
 unsafe impl aya::Pod for PaProc {}
+// Safety: as above.
+#[cfg(feature = "userspace")]
+unsafe impl aya::Pod for PaProcSlot {}
+// Safety: as above.
+#[cfg(feature = "userspace")]
+unsafe impl aya::Pod for PaThreadSlot {}
 // Safety: as above.
 #[cfg(feature = "userspace")]
 unsafe impl aya::Pod for PaSampleHdr {}

@@ -26,17 +26,20 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-use aya::maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, ProgramError, RawTracePoint};
 use aya::sys::{enable_stats, Stats};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use common::{
-    Counter, CounterInfo, PaProc, ProcError, SampleRecord, COUNTERS, COUNTER_COUNT, MAX_FRAMES,
-    PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
+    Counter, CounterInfo, PaProc, PaProcSlot, PaThreadSlot, ProcError, SampleRecord, COUNTERS,
+    COUNTER_COUNT, MAX_FRAMES, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS, SLOT_SHARED,
+    THREAD_SLOTS,
 };
 
 use crate::offsets::Offsets;
+
+use super::slots::{SlotContent, SlotIndex};
 
 /// The compiled sampler (`ebpf/sampler.bpf.c`), built by `build.rs`.
 static SAMPLER_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
@@ -46,6 +49,8 @@ const EXEC_PROGRAM: &str = "pa_exec";
 const MAP_NOTICES: &str = "pa_notices";
 const MAP_PROCS: &str = "pa_procs";
 const MAP_THREADS: &str = "pa_threads";
+const MAP_PROC_SLOTS: &str = "pa_proc_slots";
+const MAP_THREAD_SLOTS: &str = "pa_thread_slots";
 const MAP_SAMPLES: &str = "pa_samples";
 const MAP_SCRATCH: &str = "pa_scratch";
 const MAP_COUNTERS: &str = "pa_counters";
@@ -172,6 +177,10 @@ pub struct ProgramSize {
 pub struct BpfSampler {
     procs: HashMap<MapData, u32, PaProc>,
     threads: HashMap<MapData, u32, u64>,
+    proc_slots: Array<MapData, PaProcSlot>,
+    thread_slots: Array<MapData, PaThreadSlot>,
+    proc_index: SlotIndex<PaProc>,
+    thread_index: SlotIndex<u64>,
     ring: RingBuf<MapData>,
     counters: PerCpuArray<MapData, [u64; COUNTER_COUNT]>,
     notices: HashMap<MapData, u32, u32>,
@@ -294,6 +303,10 @@ impl BpfSampler {
             HashMap::try_from(take_map(&mut ebpf, MAP_PROCS)?).map_err(map_error(MAP_PROCS))?;
         let threads =
             HashMap::try_from(take_map(&mut ebpf, MAP_THREADS)?).map_err(map_error(MAP_THREADS))?;
+        let proc_slots = Array::try_from(take_map(&mut ebpf, MAP_PROC_SLOTS)?)
+            .map_err(map_error(MAP_PROC_SLOTS))?;
+        let thread_slots = Array::try_from(take_map(&mut ebpf, MAP_THREAD_SLOTS)?)
+            .map_err(map_error(MAP_THREAD_SLOTS))?;
         let ring =
             RingBuf::try_from(take_map(&mut ebpf, MAP_SAMPLES)?).map_err(map_error(MAP_SAMPLES))?;
         let counters = PerCpuArray::try_from(take_map(&mut ebpf, MAP_COUNTERS)?)
@@ -303,6 +316,10 @@ impl BpfSampler {
         Ok(BpfSampler {
             procs,
             threads,
+            proc_slots,
+            thread_slots,
+            proc_index: SlotIndex::new(PROC_SLOTS),
+            thread_index: SlotIndex::new(THREAD_SLOTS),
             ring,
             counters,
             notices,
@@ -319,14 +336,21 @@ impl BpfSampler {
     pub fn track_process(&mut self, tgid: u32, proc: &PaProc) -> Result<(), BpfError> {
         proc.validate()
             .map_err(|source| BpfError::InvalidProc { pid: tgid, source })?;
+        // The hash map first: a slot that turns shared sends the program there.
         self.procs
             .insert(tgid, *proc, 0)
-            .map_err(map_error(MAP_PROCS))
+            .map_err(map_error(MAP_PROCS))?;
+        let (slot, content) = self.proc_index.insert(tgid, *proc);
+        self.write_proc_slot(slot, content)
     }
 
     /// Stops walking process `tgid`; absent is fine. Its threads stay in the thread map until
     /// [`Self::remove_thread`].
     pub fn untrack_process(&mut self, tgid: u32) -> Result<(), BpfError> {
+        // The slot first: it must not name a process the hash map no longer has.
+        if let Some((slot, content)) = self.proc_index.remove(tgid) {
+            self.write_proc_slot(slot, content)?;
+        }
         ignore_absent(self.procs.remove(&tgid)).map_err(map_error(MAP_PROCS))
     }
 
@@ -334,12 +358,52 @@ impl BpfSampler {
     pub fn set_thread(&mut self, tid: u32, tstate_addr: u64) -> Result<(), BpfError> {
         self.threads
             .insert(tid, tstate_addr, 0)
-            .map_err(map_error(MAP_THREADS))
+            .map_err(map_error(MAP_THREADS))?;
+        let (slot, content) = self.thread_index.insert(tid, tstate_addr);
+        self.write_thread_slot(slot, content)
     }
 
     /// Forgets host thread `tid`; absent is fine.
     pub fn remove_thread(&mut self, tid: u32) -> Result<(), BpfError> {
+        if let Some((slot, content)) = self.thread_index.remove(tid) {
+            self.write_thread_slot(slot, content)?;
+        }
         ignore_absent(self.threads.remove(&tid)).map_err(map_error(MAP_THREADS))
+    }
+
+    /// A new occupant is written over a zeroed slot, so that a reader sees its key only with
+    /// its value (pyagent.h: the key is the last field).
+    fn write_proc_slot(&mut self, slot: u32, content: SlotContent<PaProc>) -> Result<(), BpfError> {
+        let value = match content {
+            SlotContent::Empty => PaProcSlot::default(),
+            SlotContent::Shared => PaProcSlot {
+                tgid: SLOT_SHARED,
+                ..PaProcSlot::default()
+            },
+            SlotContent::One(tgid, proc) => PaProcSlot {
+                proc,
+                tgid,
+                _pad: 0,
+            },
+        };
+        overwrite_slot(&mut self.proc_slots, slot, value, MAP_PROC_SLOTS)
+    }
+
+    /// As [`Self::write_proc_slot`], for the thread table.
+    fn write_thread_slot(&mut self, slot: u32, content: SlotContent<u64>) -> Result<(), BpfError> {
+        let value = match content {
+            SlotContent::Empty => PaThreadSlot::default(),
+            SlotContent::Shared => PaThreadSlot {
+                tid: SLOT_SHARED,
+                ..PaThreadSlot::default()
+            },
+            SlotContent::One(tid, tstate) => PaThreadSlot {
+                tstate,
+                tid,
+                _pad: 0,
+            },
+        };
+        overwrite_slot(&mut self.thread_slots, slot, value, MAP_THREAD_SLOTS)
     }
 
     /// Every (host tid, `PyThreadState` address) in the thread map, to reconcile with the
@@ -537,6 +601,21 @@ fn validate(config: &BpfConfig) -> Result<(), BpfError> {
     }
     if config.stop_after > common::STAGE_LAST {
         return Err(BpfError::InvalidConfig("stop_after must name a stage"));
+    }
+    Ok(())
+}
+
+/// Zeroes `slot`, then writes `value` unless it is the zero value (see
+/// [`BpfSampler::write_proc_slot`]).
+fn overwrite_slot<T: aya::Pod + Default + PartialEq>(
+    array: &mut Array<MapData, T>,
+    slot: u32,
+    value: T,
+    name: &'static str,
+) -> Result<(), BpfError> {
+    array.set(slot, T::default(), 0).map_err(map_error(name))?;
+    if value != T::default() {
+        array.set(slot, value, 0).map_err(map_error(name))?;
     }
     Ok(())
 }

@@ -9,4 +9,5 @@
 pub mod blocking;
 pub mod bpf;
 pub mod host;
+pub mod slots;
 pub mod userspace;
