@@ -393,6 +393,19 @@ pub fn proc_cpu_secs(pid: u32) -> Option<f64> {
     Some(ticks as f64 / hz as f64)
 }
 
+/// Time the live threads of `pid` have run on a CPU, in seconds, to the nanosecond (the sum of
+/// `/proc/PID/task/*/schedstat`; threads that already exited are not counted).
+pub fn proc_cpu_secs_precise(pid: u32) -> Option<f64> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let Ok(text) = std::fs::read_to_string(task.ok()?.path().join("schedstat")) else {
+            continue;
+        };
+        ns += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(ns as f64 / 1e9)
+}
+
 /// Resident set size of a live process now (`VmRSS` in `/proc/PID/status`), bytes.
 pub fn proc_rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
