@@ -21,25 +21,20 @@ struct pa_scratch {
 	struct pa_record rec;
 };
 
-/* The two maps every walk looks up are not preallocated: preallocated elements live in a
- * vmalloc area mapped with 4 KiB pages, allocated ones come from the slab in the kernel's
- * directly mapped memory, so a lookup of a cold element costs one TLB miss less. Only userspace
- * inserts, so allocation never happens in the sampling path. */
-
-/* host tgid -> walk configuration (set by userspace). */
+/* host tgid -> walk configuration (set by userspace). Read only for a shared pa_proc_slots
+ * slot. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024); /* set by userspace */
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
 	__type(value, struct pa_proc);
 } pa_procs SEC(".maps");
 
-/* host tid -> PyThreadState address (set by userspace from the interpreter's thread list). */
+/* host tid -> PyThreadState address (set by userspace from the interpreter's thread list). Read
+ * only for a shared pa_thread_slots slot. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384); /* set by userspace */
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
 	__type(value, __u64);
 } pa_threads SEC(".maps");

@@ -6,8 +6,9 @@
  * In: pa_procs (tgid -> walk configuration), pa_threads (tid -> PyThreadState address), each
  * behind a direct-mapped array (pa_proc_slots, pa_thread_slots) that answers most lookups.
  * Out: one pa_samples record per walk (struct pa_sample_hdr + nframes x struct pa_frame, raw
- * addresses for userspace to symbolize; a short record when the walk fits one), pa_counters (one counter per exit, the program's log),
- * pa_notices (processes to look at again: a thread the agent has not registered, an execve).
+ * addresses for userspace to symbolize; a short record when the walk fits one), pa_counters
+ * (one counter per exit, the program's log), pa_notices (processes to look at again: a thread
+ * the agent has not registered, an execve).
  * Layouts: common/include/pyagent.h. GPL: bpf_probe_read_user is GPL-only.
  */
 #include <linux/bpf.h>

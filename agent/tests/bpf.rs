@@ -259,11 +259,38 @@ fn first_record(config: &BpfConfig, proc: &PaProc, tstate: u64) -> (PaSampleHdr,
     (h, frames)
 }
 
+/// Polls `done` every 10 ms until it gives a value; fails after [`DEADLINE`] naming `what`
+/// and the program's counters.
+fn wait_until<T>(
+    s: &mut BpfSampler,
+    what: &str,
+    mut done: impl FnMut(&mut BpfSampler) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = done(s) {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {DEADLINE:?}; counters: {:?}",
+            counters(s)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits until `counter` is positive.
+fn wait_for_count(s: &mut BpfSampler, counter: Counter) {
+    wait_until(s, &format!("{counter:?} stayed 0"), |s| {
+        (s.counter(counter).expect("counter") > 0).then_some(())
+    });
+}
+
 /// The first record of this process's thread `tid` drained from `s`.
 fn next_record(s: &mut BpfSampler, tid: u32) -> (PaSampleHdr, Vec<PaFrame>) {
     let pid = std::process::id();
-    let deadline = Instant::now() + DEADLINE;
-    loop {
+    let (h, frames) = wait_until(s, &format!("no record for tid {tid}"), |s| {
         let mut got = None;
         s.drain(|rec| {
             let h = rec.header();
@@ -271,18 +298,11 @@ fn next_record(s: &mut BpfSampler, tid: u32) -> (PaSampleHdr, Vec<PaFrame>) {
                 got = Some((*h, rec.frames().collect::<Vec<_>>()));
             }
         });
-        if let Some((h, frames)) = got {
-            assert_eq!(h.nframes as usize, frames.len());
-            assert_eq!(s.malformed_records(), 0);
-            return (h, frames);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no record for tid {tid} within {DEADLINE:?}; counters: {:?}",
-            counters(s)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        got
+    });
+    assert_eq!(h.nframes as usize, frames.len());
+    assert_eq!(s.malformed_records(), 0);
+    (h, frames)
 }
 
 /// A process or thread whose direct-mapped slot it shares with another is found through the
@@ -335,15 +355,7 @@ fn wait_for_counter(proc: &PaProc, tstate: u64, counter: Counter) {
     s.track_process(std::process::id(), proc)
         .expect("track_process");
     s.set_thread(spinner.tid, tstate).expect("set_thread");
-    let deadline = Instant::now() + DEADLINE;
-    while s.counter(counter).expect("counter") == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{counter:?} stayed 0; counters: {:?}",
-            counters(&s)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_count(&mut s, counter);
     assert_eq!(
         s.counter(Counter::SamplesEmitted).expect("counter"),
         0,
@@ -550,11 +562,7 @@ fn broken_chain_is_read_failed() {
     s.track_process(std::process::id(), &proc315(0))
         .expect("track");
     s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
-    let deadline = Instant::now() + DEADLINE;
-    while s.counter(Counter::ReadFailFrame).expect("counter") == 0 {
-        assert!(Instant::now() < deadline, "{:?}", counters(&s));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_count(&mut s, Counter::ReadFailFrame);
     assert_eq!(s.counter(Counter::Complete).expect("counter"), 0);
 }
 
@@ -580,21 +588,12 @@ fn early_exits_are_counted() {
 
 /// Polls the notices until one for `pid` has `bit`.
 fn wait_for_notice(s: &mut BpfSampler, pid: u32, bit: u32) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if s.take_notices()
+    wait_until(s, &format!("no notice {bit:#x} for pid {pid}"), |s| {
+        s.take_notices()
             .iter()
             .any(|&(p, bits)| p == pid && bits & bit != 0)
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no notice {bit:#x} for pid {pid}; counters: {:?}",
-            counters(s)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+            .then_some(())
+    });
 }
 
 #[test]
@@ -650,11 +649,7 @@ fn full_ring_wakes_reader_and_drops() {
         counters(&s)
     );
     // Readable as soon as a record is reserved; the forced wakeup is counted at its submit.
-    let deadline = Instant::now() + DEADLINE;
-    while s.counter(Counter::WakeupForced).expect("counter") == 0 {
-        assert!(Instant::now() < deadline, "{:?}", counters(&s));
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for_count(&mut s, Counter::WakeupForced);
     assert!(s.drain(|_| {}) > 0);
     drop((s, spinner));
 
@@ -667,11 +662,7 @@ fn full_ring_wakes_reader_and_drops() {
     s.track_process(std::process::id(), &proc315(0))
         .expect("track");
     s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
-    let deadline = Instant::now() + DEADLINE;
-    while s.counter(Counter::RingbufDropped).expect("counter") == 0 {
-        assert!(Instant::now() < deadline, "{:?}", counters(&s));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_count(&mut s, Counter::RingbufDropped);
     assert_eq!(s.counter(Counter::SamplesEmitted).expect("counter"), 0);
     drop(spinner);
 }

@@ -187,8 +187,8 @@ _Static_assert(sizeof(struct pa_record) == 64 + 32 * PA_MAX_FRAMES, "struct pa_r
  */
 #define PA_STAGE_ENTERED 1 /* nothing done yet: what running any program costs */
 #define PA_STAGE_COUNTED 2 /* run counted (the per-CPU counters looked up) */
-#define PA_STAGE_PROCESS 3 /* process found in pa_procs */
-#define PA_STAGE_THREAD 4 /* thread state found in pa_threads */
+#define PA_STAGE_PROCESS 3 /* process found (pa_proc_slots, or pa_procs for a shared slot) */
+#define PA_STAGE_THREAD 4 /* thread state found (pa_thread_slots, or pa_threads) */
 #define PA_STAGE_THREAD_STATE 5 /* thread-state window read, current frame known */
 #define PA_STAGE_RESERVED 6 /* short record reserved, header filled */
 #define PA_STAGE_SHORT_WALK 7 /* the first PA_SHORT_FRAMES frames walked */
@@ -203,7 +203,7 @@ _Static_assert(sizeof(struct pa_record) == 64 + 32 * PA_MAX_FRAMES, "struct pa_r
 /* The process called execve: it may run another program now (sched_process_exec). */
 #define PA_NOTICE_EXEC (1u << 1)
 
-/* ---- pa_counters: PERCPU_ARRAY, one entry of __u64[PA_CNT__COUNT] indexed by enum pa_counter -------------------------- */
+/* ---- pa_counters: PERCPU_ARRAY, one entry of __u64[PA_CNT__COUNT] by enum pa_counter ---- */
 
 enum pa_counter {
 	/* BPF program runs (every perf event). */

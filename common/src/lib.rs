@@ -306,9 +306,9 @@ pub const SHORT_RECORD_BYTES: usize =
 pub const STAGE_ENTERED: u32 = 1;
 /// Run counted (the per-CPU counters looked up).
 pub const STAGE_COUNTED: u32 = 2;
-/// Process found in `pa_procs`.
+/// Process found (`pa_proc_slots`, or `pa_procs` for a shared slot).
 pub const STAGE_PROCESS: u32 = 3;
-/// Thread state found in `pa_threads`.
+/// Thread state found (`pa_thread_slots`, or `pa_threads` for a shared slot).
 pub const STAGE_THREAD: u32 = 4;
 /// Thread-state window read, current frame known.
 pub const STAGE_THREAD_STATE: u32 = 5;

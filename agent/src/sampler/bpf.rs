@@ -33,8 +33,7 @@ use aya::sys::{enable_stats, Stats};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use common::{
     Counter, CounterInfo, PaProc, PaProcSlot, PaThreadSlot, ProcError, SampleRecord, COUNTERS,
-    COUNTER_COUNT, MAX_FRAMES, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS, SLOT_SHARED,
-    THREAD_SLOTS,
+    COUNTER_COUNT, MAX_FRAMES, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS, THREAD_SLOTS,
 };
 
 use crate::offsets::Offsets;
@@ -332,10 +331,13 @@ impl BpfSampler {
     }
 
     /// Starts walking the Python threads of host process `tgid` with `proc`'s offsets (replaces
-    /// an earlier configuration).
+    /// an earlier configuration; the same one again costs nothing).
     pub fn track_process(&mut self, tgid: u32, proc: &PaProc) -> Result<(), BpfError> {
         proc.validate()
             .map_err(|source| BpfError::InvalidProc { pid: tgid, source })?;
+        if self.proc_index.get(tgid) == Some(*proc) {
+            return Ok(());
+        }
         // The hash map first: a slot that turns shared sends the program there.
         self.procs
             .insert(tgid, *proc, 0)
@@ -354,8 +356,12 @@ impl BpfSampler {
         ignore_absent(self.procs.remove(&tgid)).map_err(map_error(MAP_PROCS))
     }
 
-    /// Records that host thread `tid` runs on the `PyThreadState` at `tstate_addr`.
+    /// Records that host thread `tid` runs on the `PyThreadState` at `tstate_addr` (0: runs no
+    /// Python). The same address again costs nothing.
     pub fn set_thread(&mut self, tid: u32, tstate_addr: u64) -> Result<(), BpfError> {
+        if self.thread_index.get(tid) == Some(tstate_addr) {
+            return Ok(());
+        }
         self.threads
             .insert(tid, tstate_addr, 0)
             .map_err(map_error(MAP_THREADS))?;
@@ -371,38 +377,21 @@ impl BpfSampler {
         ignore_absent(self.threads.remove(&tid)).map_err(map_error(MAP_THREADS))
     }
 
-    /// A new occupant is written over a zeroed slot, so that a reader sees its key only with
-    /// its value (pyagent.h: the key is the last field).
     fn write_proc_slot(&mut self, slot: u32, content: SlotContent<PaProc>) -> Result<(), BpfError> {
-        let value = match content {
-            SlotContent::Empty => PaProcSlot::default(),
-            SlotContent::Shared => PaProcSlot {
-                tgid: SLOT_SHARED,
-                ..PaProcSlot::default()
-            },
-            SlotContent::One(tgid, proc) => PaProcSlot {
-                proc,
-                tgid,
-                _pad: 0,
-            },
-        };
+        let value = content.into_slot(|tgid, proc| PaProcSlot {
+            proc,
+            tgid,
+            _pad: 0,
+        });
         overwrite_slot(&mut self.proc_slots, slot, value, MAP_PROC_SLOTS)
     }
 
-    /// As [`Self::write_proc_slot`], for the thread table.
     fn write_thread_slot(&mut self, slot: u32, content: SlotContent<u64>) -> Result<(), BpfError> {
-        let value = match content {
-            SlotContent::Empty => PaThreadSlot::default(),
-            SlotContent::Shared => PaThreadSlot {
-                tid: SLOT_SHARED,
-                ..PaThreadSlot::default()
-            },
-            SlotContent::One(tid, tstate) => PaThreadSlot {
-                tstate,
-                tid,
-                _pad: 0,
-            },
-        };
+        let value = content.into_slot(|tid, tstate| PaThreadSlot {
+            tstate,
+            tid,
+            _pad: 0,
+        });
         overwrite_slot(&mut self.thread_slots, slot, value, MAP_THREAD_SLOTS)
     }
 
@@ -605,8 +594,8 @@ fn validate(config: &BpfConfig) -> Result<(), BpfError> {
     Ok(())
 }
 
-/// Zeroes `slot`, then writes `value` unless it is the zero value (see
-/// [`BpfSampler::write_proc_slot`]).
+/// Zeroes `slot`, then writes `value` unless it is the zero value: a reader then sees a new
+/// occupant's key only with its value (pyagent.h: the key is the last field).
 fn overwrite_slot<T: aya::Pod + Default + PartialEq>(
     array: &mut Array<MapData, T>,
     slot: u32,

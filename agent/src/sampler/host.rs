@@ -426,9 +426,8 @@ impl HostProfiler {
                 let Some(host_tid) = p.unwinder.host_tid(t.native_thread_id) else {
                     continue;
                 };
-                // One map update per new or moved thread, not per thread per refresh.
-                let known = p.threads.get(&host_tid) == Some(&t.addr);
-                if known || sampler.set_thread(host_tid, t.addr).is_ok() {
+                // The sampler writes nothing for a thread that has not moved.
+                if sampler.set_thread(host_tid, t.addr).is_ok() {
                     now.insert(host_tid, t.addr);
                 }
             }
@@ -451,8 +450,7 @@ impl HostProfiler {
             if now.contains_key(&tid) {
                 continue;
             }
-            let known = p.threads.get(&tid) == Some(&0);
-            if known || sampler.set_thread(tid, 0).is_ok() {
+            if sampler.set_thread(tid, 0).is_ok() {
                 now.insert(tid, 0);
             }
         }

@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use common::SLOT_SHARED;
+
 /// What one slot must hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotContent<V> {
@@ -17,6 +19,18 @@ pub enum SlotContent<V> {
     One(u32, V),
     /// Several keys: look in the hash map.
     Shared,
+}
+
+impl<V: Default> SlotContent<V> {
+    /// The slot value to write: `occupied(key, value)` builds one holding `key`; empty is the
+    /// zero value, shared holds [`SLOT_SHARED`] with a default value.
+    pub fn into_slot<S: Default>(self, occupied: impl FnOnce(u32, V) -> S) -> S {
+        match self {
+            SlotContent::Empty => S::default(),
+            SlotContent::One(key, value) => occupied(key, value),
+            SlotContent::Shared => occupied(SLOT_SHARED, V::default()),
+        }
+    }
 }
 
 /// Every key per slot of one table.
@@ -39,6 +53,15 @@ impl<V: Copy> SlotIndex<V> {
     /// The slot `key` falls in.
     pub fn slot_of(&self, key: u32) -> u32 {
         key & (self.slots - 1)
+    }
+
+    /// The value of `key`, if it is in the table.
+    pub fn get(&self, key: u32) -> Option<V> {
+        self.members
+            .get(&self.slot_of(key))?
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
     }
 
     /// Adds `key` or replaces its value; returns its slot and what the slot must hold now.
@@ -83,11 +106,16 @@ mod tests {
     fn a_slot_holds_its_one_key_or_says_shared() {
         let mut t = SlotIndex::new(8);
         assert_eq!(t.insert(3, 'a'), (3, SlotContent::One(3, 'a')));
+        assert_eq!((t.get(3), t.get(11)), (Some('a'), None));
         // Same key, new value.
         assert_eq!(t.insert(3, 'b'), (3, SlotContent::One(3, 'b')));
         // 11 falls in slot 3 too.
         assert_eq!(t.insert(11, 'c'), (3, SlotContent::Shared));
         assert_eq!(t.insert(19, 'd'), (3, SlotContent::Shared));
+        assert_eq!(
+            (t.get(3), t.get(11), t.get(19)),
+            (Some('b'), Some('c'), Some('d'))
+        );
         assert_eq!(t.remove(3), Some((3, SlotContent::Shared)));
         assert_eq!(t.remove(19), Some((3, SlotContent::One(11, 'c'))));
         assert_eq!(t.remove(19), None);
@@ -96,5 +124,13 @@ mod tests {
         // Other slots are independent.
         assert_eq!(t.insert(4, 'e'), (4, SlotContent::One(4, 'e')));
         assert_eq!(t.insert(5, 'f'), (5, SlotContent::One(5, 'f')));
+    }
+
+    #[test]
+    fn slot_values_of_each_content() {
+        let make = |key: u32, value: u64| (key, value);
+        assert_eq!(SlotContent::Empty.into_slot(make), (0, 0));
+        assert_eq!(SlotContent::One(7, 9).into_slot(make), (7, 9));
+        assert_eq!(SlotContent::Shared.into_slot(make), (SLOT_SHARED, 0));
     }
 }

@@ -139,44 +139,25 @@ struct Cost {
     anchor_hits: u64,
     /// records whose walk did not end cleanly (read failure, truncated)
     incomplete: u64,
-    /// (run ns, runs, early exits) of each 100 ms drain interval
-    windows: Vec<(u64, u64, u64)>,
+    /// (run ns, runs) of each 100 ms drain interval
+    windows: Vec<(u64, u64)>,
 }
 
 impl Cost {
-    fn ns_per_run(&self) -> f64 {
-        self.run_ns as f64 / self.runs.max(1) as f64
-    }
-
-    /// Median over the intervals of ns per run (the early-exit baseline).
-    fn median_ns_per_run(&self) -> f64 {
+    /// ns per run: the quartiles over the intervals. Steal time and other tenants' cache
+    /// traffic come in bursts on these VMs (±30% between whole-run means); the median interval
+    /// is what the program costs when they leave it alone. Walks are measured on the target's
+    /// thread alone, so there every run is a walk.
+    fn ns_per_run(&self) -> [f64; 3] {
         let v: Vec<f64> = self
             .windows
             .iter()
             .filter(|w| w.1 > 0)
-            .map(|&(ns, runs, _)| ns as f64 / runs as f64)
+            .map(|&(ns, runs)| ns as f64 / runs as f64)
             .collect();
         if v.is_empty() {
-            return self.ns_per_run();
-        }
-        util::quantile(&v, 0.5)
-    }
-
-    /// Cost per run that went past the early exits, given what an early exit costs: the
-    /// quartiles over the intervals. Steal time and other tenants' cache traffic come in bursts
-    /// on these VMs (±30% between whole-run means); the median interval is what the program
-    /// costs when it is not interrupted by them.
-    fn ns_per_walk(&self, early_ns: f64) -> [f64; 3] {
-        let v: Vec<f64> = self
-            .windows
-            .iter()
-            .filter(|w| w.1 > w.2)
-            .map(|&(ns, runs, early)| {
-                (ns as f64 - early as f64 * early_ns).max(0.0) / (runs - early) as f64
-            })
-            .collect();
-        if v.is_empty() {
-            return [0.0; 3];
+            let mean = self.run_ns as f64 / self.runs.max(1) as f64;
+            return [mean; 3];
         }
         [0.25, 0.5, 0.75].map(|q| util::quantile(&v, q))
     }
@@ -215,7 +196,7 @@ fn bpf_cost(
         base_py.name
     );
     let baseline = measure(base_py, script, 100, Walk::Untracked, 0, secs, rate)?;
-    let early_ns = baseline.median_ns_per_run();
+    let early_ns = baseline.ns_per_run()[1];
 
     let mut t = Table::new(&[
         "python, depth",
@@ -238,7 +219,7 @@ fn bpf_cost(
                 } else {
                     String::new()
                 };
-                let q = p.ns_per_walk(early_ns);
+                let q = p.ns_per_run();
                 (
                     format!("{} ({:.1}{hits})", quartiles(q), p.frames_per_walk()),
                     Some(q[1]),
@@ -254,7 +235,7 @@ fn bpf_cost(
                 format!("{} {depth}", py.name),
                 walks,
                 format!("{:.1}", full.frames_per_walk()),
-                quartiles(full.ns_per_walk(early_ns)),
+                quartiles(full.ns_per_run()),
                 anchor.clone(),
             ]);
             if let (Some(ns), 100) = (anchor_ns, depth) {
@@ -267,7 +248,7 @@ fn bpf_cost(
                     } else {
                         "> 2 µs: MISSED"
                     },
-                    full.ns_per_walk(early_ns)[1],
+                    full.ns_per_run()[1],
                 );
             }
         }
@@ -329,7 +310,7 @@ fn stage_costs(pythons: &[&Interpreter], script: &Path, secs: f64, rate: u64) ->
                 py.name
             );
             let c = measure(py, script, DEPTH, Walk::AgentAnchor, stage, secs, rate)?;
-            let q = c.ns_per_walk(0.0);
+            let q = c.ns_per_run();
             t.row(vec![
                 format!("{stage}: {what}"),
                 quartiles(q),
@@ -419,14 +400,8 @@ fn measure(
         s.track_process(pid, &pa_proc_for(&offsets, anchored))?;
     }
     let mut incomplete = 0;
-    let early_of = |sums: &[u64; common::COUNTER_COUNT]| {
-        [Counter::Idle, Counter::NotTracked, Counter::NoThreadState]
-            .iter()
-            .map(|k| sums[k.index() as usize])
-            .sum::<u64>()
-    };
     let mut windows = Vec::new();
-    let mut last = (0, 0, 0);
+    let mut last = (0, 0);
     let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
         // The agent's cadence: drain, then (3.15) walk in userspace, which moves the anchors.
@@ -441,9 +416,8 @@ fn measure(
             u.refresh_anchors().context("refreshing the anchors")?;
         }
         let (ns, runs) = s.run_stats().context("BPF statistics vanished")?;
-        let early = early_of(&s.counter_sums()?);
-        windows.push((ns - last.0, runs - last.1, early - last.2));
-        last = (ns, runs, early);
+        windows.push((ns - last.0, runs - last.1));
+        last = (ns, runs);
     }
     let (run_ns, runs) = s.run_stats().context("BPF statistics vanished")?;
     let sums = s.counter_sums().unwrap_or([0; common::COUNTER_COUNT]);
@@ -452,7 +426,7 @@ fn measure(
     Ok(Cost {
         run_ns,
         runs,
-        early: early_of(&sums),
+        early: idle + c(Counter::NotTracked) + c(Counter::NoThreadState),
         idle,
         emitted: c(Counter::SamplesEmitted),
         frames: c(Counter::Frames),
