@@ -42,8 +42,10 @@ pub fn run(test_args: &[String]) -> Result<()> {
     ensure_build_packages(&logs)?;
     pythons::host::ensure_installed(&logs, "packages", TEST_PACKAGES)?;
     pythons::run(&pythons)?;
-    cargo(&["build", "--workspace", "--all-targets"])?;
-    let mut args = vec!["test", "--workspace", "--no-fail-fast"];
+    // `--all-features` so that xtask's in-process benches (the `agent-lib` feature) are built and
+    // tested too: `cargo xtask` itself runs without them.
+    cargo(&["build", "--workspace", "--all-targets", "--all-features"])?;
+    let mut args = vec!["test", "--workspace", "--all-features", "--no-fail-fast"];
     if !test_args.is_empty() {
         args.push("--");
         args.extend(test_args.iter().map(String::as_str));

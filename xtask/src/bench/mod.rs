@@ -9,6 +9,8 @@
 pub mod compare;
 pub mod ebpf;
 pub mod unwind;
+// Parts of it serve only the in-process benches, which the toolchain-only build leaves out.
+#[cfg_attr(not(feature = "agent-lib"), allow(dead_code))]
 pub mod util;
 
 use anyhow::Result;

@@ -515,33 +515,53 @@ pub fn si(v: f64) -> String {
     }
 }
 
-/// Benchmarks measure optimised code: from a debug build (what `cargo xtask` runs), build the
-/// release `xtask` (and `also`, e.g. `pyagent`) and replace this process with the release
-/// `xtask` and the same arguments. Returns (and the bench runs here) in a release build, or when
+/// Which optional parts the re-run `xtask` is built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Features {
+    /// The toolchain-only build (`bench compare` drives release binaries).
+    None,
+    /// The in-process benches: they link the agent library, whose build script needs clang.
+    AgentLib,
+}
+
+/// Benchmarks measure optimised code: from a debug build (what `cargo xtask` runs), install what
+/// the agent's build needs, build the release `xtask` with `features` (and `also`, e.g.
+/// `pyagent`) and replace this process with it and the same arguments. Returns (and the bench
+/// runs here) in a release build that has `features`, or in a debug build that has them when
 /// `stay` is set.
-pub fn reexec_release(also: &[&str], stay: bool) -> Result<()> {
-    if !cfg!(debug_assertions) || stay {
+pub fn reexec_release(also: &[&str], features: Features, stay: bool) -> Result<()> {
+    let has_features = features == Features::None || cfg!(feature = "agent-lib");
+    if has_features && (!cfg!(debug_assertions) || stay) {
         return Ok(());
     }
-    let mut args = vec!["build", "--release", "--quiet", "-p", "xtask"];
+    let logs = crate::pythons::Args::prepare().dir().join("logs");
+    test::ensure_build_packages(&logs)?;
+    let profile = if stay { "debug" } else { "release" };
+    let mut args = vec!["build", "--quiet", "-p", "xtask"];
+    if !stay {
+        args.push("--release");
+    }
+    if features == Features::AgentLib {
+        args.extend(["--features", "xtask/agent-lib"]);
+    }
     for p in also {
         args.extend(["-p", p]);
     }
     eprintln!(
-        "bench: building the release xtask (`cargo {}`) and running the bench from it",
+        "bench: building the {profile} xtask (`cargo {}`) and running the bench from it",
         args.join(" ")
     );
     test::cargo(&args)?;
     let exe = std::env::current_exe().context("cannot find this executable")?;
-    let release = exe
+    let built = exe
         .parent()
         .and_then(Path::parent)
-        .map(|t| t.join("release").join("xtask"))
+        .map(|t| t.join(profile).join("xtask"))
         .ok_or_else(|| anyhow!("cannot find the target directory from {}", exe.display()))?;
-    let err = Command::new(&release)
+    let err = Command::new(&built)
         .args(std::env::args_os().skip(1))
         .exec();
-    Err(err).with_context(|| format!("cannot run {}", release.display()))
+    Err(err).with_context(|| format!("cannot run {}", built.display()))
 }
 
 /// The release binary `name` next to this (release) executable, or an error naming the build.

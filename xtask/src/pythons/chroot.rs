@@ -144,7 +144,11 @@ fn remove_tree(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Mount points of this mount namespace.
+/// Mount points of this mount namespace. procfs keeps the kernel's octal escapes (`\\040` for a
+/// space); the paths compared here are this tool's own, which have none.
 fn mount_points() -> Result<Vec<PathBuf>> {
-    pyagent::discovery::mount_points().context("cannot read /proc/self/mountinfo")
+    let mounts = procfs::process::Process::myself()
+        .and_then(|me| me.mountinfo())
+        .context("cannot read /proc/self/mountinfo")?;
+    Ok(mounts.into_iter().map(|m| m.mount_point).collect())
 }
