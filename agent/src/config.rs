@@ -1098,12 +1098,13 @@ name = "billing-worker"
         let config = ServiceConfig::from_overrides(layer).unwrap();
         assert_eq!(config.interval, Duration::from_secs(10));
         assert_eq!(config.rate_hz, 19);
-        assert_eq!(config.service_names.len(), 2);
+        // As the .deb installs it: files only, no example naming rule.
+        assert!(config.service_names.is_empty());
         assert_eq!(
             config.output_dir.as_deref(),
             Some(Path::new("/var/lib/pyagent/profiles"))
         );
-        assert!(config.pyroscope().is_some());
+        assert!(config.pyroscope().is_none());
 
         // The ConfigMap's `pyagent.toml: |` block: the lines indented by four spaces after it.
         let daemonset = include_str!("../../deploy/kubernetes/daemonset.yaml");

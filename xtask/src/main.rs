@@ -4,6 +4,7 @@
 mod agent;
 mod bench;
 mod pythons;
+mod rootfs;
 mod test;
 
 use std::process::ExitCode;
@@ -37,6 +38,8 @@ enum Task {
     },
     /// Benchmarks that print tables.
     Bench(bench::BenchArgs),
+    /// Make (once) and print the cached tarball of a minimal bookworm root file system.
+    Rootfs,
 }
 
 fn main() -> ExitCode {
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Task::Test { args } => test::run(&args),
         Task::Agent { args } => agent::run(&args),
         Task::Bench(args) => bench::run(&args),
+        Task::Rootfs => rootfs::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,7 +14,9 @@
 //! slow parts (two builds, the chroot, the venv) run in parallel threads.
 
 mod chroot;
-mod cmd;
+/// The Debian archive debootstrap fetches from (here and for the rootfs tarball).
+pub use chroot::MIRROR;
+pub(crate) mod cmd;
 pub mod host;
 mod peers;
 mod probe;

@@ -18,7 +18,7 @@ use super::cmd::{self, say, Log};
 use super::{Layout, Provider, Spec};
 
 const TAG: &str = "sid-chroot";
-const MIRROR: &str = "http://deb.debian.org/debian";
+pub const MIRROR: &str = "http://deb.debian.org/debian";
 /// Written into the tree once debootstrap has finished; a tree without it is started over.
 const STAMP: &str = ".pyagent-debootstrap-done";
 /// apt configuration written into the chroot.
