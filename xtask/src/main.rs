@@ -3,6 +3,7 @@
 
 mod agent;
 mod bench;
+mod dist;
 mod pythons;
 mod rootfs;
 mod test;
@@ -38,6 +39,8 @@ enum Task {
     },
     /// Benchmarks that print tables.
     Bench(bench::BenchArgs),
+    /// Build the release artifacts into target/dist/: the .deb and the OCI image archive.
+    Dist,
     /// Make (once) and print the cached tarball of a minimal bookworm root file system.
     Rootfs,
 }
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Task::Agent { args } => agent::run(&args),
         Task::Bench(args) => bench::run(&args),
         Task::Rootfs => rootfs::run(),
+        Task::Dist => dist::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

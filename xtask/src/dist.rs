@@ -1,0 +1,222 @@
+//! `cargo xtask dist`: the release artifacts a fleet installs, in `target/dist/`:
+//! - `pyagent_<version>_amd64.deb` (cargo-deb, from `[package.metadata.deb]` in
+//!   `agent/Cargo.toml`): the binary with its BPF object embedded, the systemd unit, the config
+//!   file and a man page (help2man, from the binary's own `--help`);
+//! - `pyagent_<version>_oci.tar`: an OCI image archive of `localhost/pyagent:<version>` (the name
+//!   `deploy/kubernetes/daemonset.yaml` uses), built by podman from `deploy/Containerfile` on the
+//!   cached bookworm minbase root (`cargo xtask rootfs`): no image registry is needed.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::pythons::cmd::{say, Log};
+use crate::pythons::host::ensure_installed;
+use crate::{pythons, rootfs, test};
+
+const TAG: &str = "dist";
+/// help2man writes the man page; podman builds and saves the image.
+const DIST_PACKAGES: &[&str] = &["help2man", "podman", "crun", "catatonit"];
+/// The cargo-deb release the `.deb` is built with, installed with `cargo install` if missing.
+const CARGO_DEB_VERSION: &str = "3.8.0";
+/// The agent's version: the workspace's, which xtask shares.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// What the image is called, locally and in the DaemonSet.
+pub const IMAGE_NAME: &str = "localhost/pyagent";
+/// Parts of the minbase root the agent never reads at run time, left out of the image.
+const IMAGE_PRUNE: &[&str] = &[
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/info",
+    "usr/share/locale",
+    "var/cache/apt",
+    "var/lib/apt/lists",
+];
+
+/// The artifacts' paths.
+pub struct Artifacts {
+    pub deb: PathBuf,
+    pub image: PathBuf,
+}
+
+/// The workspace's `target/dist`.
+pub fn dist_dir() -> PathBuf {
+    workspace_root().join("target").join("dist")
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
+}
+
+/// The artifacts' paths, built or not.
+pub fn artifacts() -> Artifacts {
+    let dist = dist_dir();
+    Artifacts {
+        deb: dist.join(format!("pyagent_{VERSION}_amd64.deb")),
+        image: dist.join(format!("pyagent_{VERSION}_oci.tar")),
+    }
+}
+
+/// `cargo xtask dist`
+pub fn run() -> Result<()> {
+    let built = build()?;
+    for path in [&built.deb, &built.image] {
+        let size = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        println!("{} ({:.1} MiB)", path.display(), size as f64 / 1048576.0);
+    }
+    Ok(())
+}
+
+/// Builds both artifacts.
+pub fn build() -> Result<Artifacts> {
+    let logs = pythons::Args::prepare().dir().join("logs");
+    test::ensure_build_packages(&logs)?;
+    ensure_installed(&logs, TAG, DIST_PACKAGES)?;
+    let log = Log::new(TAG, &logs, TAG)?;
+    let root = workspace_root();
+    test::cargo(&["build", "--release", "--quiet", "-p", "pyagent"])?;
+    let binary = root.join("target/release/pyagent");
+    let dist = dist_dir();
+    fs::create_dir_all(&dist).with_context(|| format!("cannot create {}", dist.display()))?;
+    let out = artifacts();
+
+    man_page(&log, &binary, &dist.join("man"))?;
+    ensure_cargo_deb(&log)?;
+    say(TAG, format_args!("building {}", out.deb.display()));
+    let out_deb = out.deb.to_str().context("the dist path is not UTF-8")?;
+    test::cargo(&[
+        "deb",
+        "-p",
+        "pyagent",
+        "--no-build",
+        "--quiet",
+        "--output",
+        out_deb,
+    ])?;
+
+    image(&log, &binary, &dist, &out.image)?;
+    Ok(out)
+}
+
+/// `man/pyagent.1.gz` from the binary's `--help` and its subcommands' `--help`.
+fn man_page(log: &Log, binary: &Path, dir: &Path) -> Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // help2man reads one program's --help; the subcommands' own are added as a section.
+    let mut include = String::from("[COMMANDS]\n");
+    for sub in ["dump", "record", "top"] {
+        let help = Command::new(binary)
+            .args([sub, "--help"])
+            .output()
+            .with_context(|| format!("cannot run {} {sub} --help", binary.display()))?;
+        include.push_str(&format!(
+            ".SS \"pyagent {sub}\"\n.nf\n{}\n.fi\n",
+            String::from_utf8_lossy(&help.stdout).replace('\\', "\\\\")
+        ));
+    }
+    let include_path = dir.join("commands.h2m");
+    fs::write(&include_path, include)
+        .with_context(|| format!("cannot write {}", include_path.display()))?;
+    let page = dir.join("pyagent.1");
+    log.run(
+        Command::new("help2man")
+            .args(["--no-info", "--section=1", "--name"])
+            .arg("system-wide sampling profiler for CPython")
+            .arg("--include")
+            .arg(&include_path)
+            .arg("--output")
+            .arg(&page)
+            .arg(binary),
+    )?;
+    log.run(Command::new("gzip").args(["-9nf"]).arg(&page))
+}
+
+/// Installs cargo-deb with cargo unless the pinned release is there.
+fn ensure_cargo_deb(log: &Log) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let installed = Command::new(&cargo)
+        .args(["deb", "--version"])
+        .output()
+        .is_ok_and(|out| {
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains(CARGO_DEB_VERSION)
+        });
+    if installed {
+        return Ok(());
+    }
+    log.run(Command::new(&cargo).args([
+        "install",
+        "--locked",
+        "--quiet",
+        "cargo-deb",
+        "--version",
+        CARGO_DEB_VERSION,
+    ]))
+}
+
+/// Builds `localhost/pyagent:VERSION` from `deploy/Containerfile` and saves it as an OCI archive.
+fn image(log: &Log, binary: &Path, dist: &Path, archive: &Path) -> Result<()> {
+    let context = dist.join("image-context");
+    if context.exists() {
+        fs::remove_dir_all(&context)
+            .with_context(|| format!("cannot remove {}", context.display()))?;
+    }
+    let tree = context.join("rootfs");
+    fs::create_dir_all(&tree).with_context(|| format!("cannot create {}", tree.display()))?;
+    log.run(
+        Command::new("tar")
+            .arg("-C")
+            .arg(&tree)
+            .arg("-xf")
+            .arg(rootfs::minbase_tarball()?),
+    )?;
+    for part in IMAGE_PRUNE {
+        let path = tree.join(part);
+        if path.exists() {
+            fs::remove_dir_all(&path)
+                .with_context(|| format!("cannot remove {}", path.display()))?;
+        }
+    }
+    log.run(
+        Command::new("tar")
+            .arg("-C")
+            .arg(&tree)
+            .args(["--numeric-owner", "-cf"])
+            .arg(context.join("rootfs.tar"))
+            .arg("."),
+    )?;
+    fs::remove_dir_all(&tree).with_context(|| format!("cannot remove {}", tree.display()))?;
+    let root = workspace_root();
+    for (from, to) in [
+        (binary.to_owned(), "pyagent"),
+        (root.join("deploy/pyagent.toml"), "pyagent.toml"),
+    ] {
+        fs::copy(&from, context.join(to))
+            .with_context(|| format!("cannot copy {} into the image context", from.display()))?;
+    }
+    let tag = format!("{IMAGE_NAME}:{VERSION}");
+    say(TAG, format_args!("building the image {tag}"));
+    log.run(
+        Command::new("podman")
+            .args(["build", "--quiet", "--network=none", "--tag", &tag, "--file"])
+            .arg(root.join("deploy/Containerfile"))
+            .arg(&context),
+    )?;
+    if archive.exists() {
+        fs::remove_file(archive).with_context(|| format!("cannot remove {}", archive.display()))?;
+    }
+    log.run(
+        Command::new("podman")
+            .args(["save", "--quiet", "--format", "oci-archive", "--output"])
+            .arg(archive)
+            .arg(&tag),
+    )?;
+    fs::remove_dir_all(&context).with_context(|| format!("cannot remove {}", context.display()))?;
+    if !archive.exists() {
+        bail!("podman save wrote no {}", archive.display());
+    }
+    Ok(())
+}
