@@ -5,6 +5,8 @@
 mod cli;
 #[path = "integration/discovery.rs"]
 mod discovery;
+#[path = "integration/dist.rs"]
+mod dist;
 #[path = "integration/ebpf.rs"]
 mod ebpf;
 #[path = "integration/frame_cache.rs"]

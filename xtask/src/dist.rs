@@ -201,7 +201,14 @@ fn image(log: &Log, binary: &Path, dist: &Path, archive: &Path) -> Result<()> {
     say(TAG, format_args!("building the image {tag}"));
     log.run(
         Command::new("podman")
-            .args(["build", "--quiet", "--network=none", "--tag", &tag, "--file"])
+            .args([
+                "build",
+                "--quiet",
+                "--network=none",
+                "--tag",
+                &tag,
+                "--file",
+            ])
             .arg(root.join("deploy/Containerfile"))
             .arg(&context),
     )?;

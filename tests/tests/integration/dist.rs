@@ -1,0 +1,278 @@
+//! The release artifacts of `cargo xtask dist`, installed as a fleet would: the `.deb` into a
+//! fresh bookworm root (debootstrap minbase), the OCI image under podman with the DaemonSet's
+//! capabilities next to a Python process in a second container.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use pyagent_tests::consumers::go_pprof;
+use pyagent_tests::stacks::{host_wide_lock, script};
+use pyagent_tests::{Interpreter, PythonProcess};
+
+/// The agent's version, which names both artifacts and the image tag.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
+        .to_owned()
+}
+
+/// Runs `cargo xtask ARGS` and returns its stdout; panics with its stderr on failure.
+fn xtask(args: &[&str]) -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["run", "--quiet", "-p", "xtask", "--"])
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .expect("cannot run cargo");
+    assert!(
+        out.status.success(),
+        "cargo xtask {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The artifacts, built once per test run (so that the tests never install stale ones).
+fn artifacts() -> &'static (PathBuf, PathBuf) {
+    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        xtask(&["dist"]);
+        let dist = workspace_root().join("target/dist");
+        let deb = dist.join(format!("pyagent_{VERSION}_amd64.deb"));
+        let image = dist.join(format!("pyagent_{VERSION}_oci.tar"));
+        for path in [&deb, &image] {
+            assert!(path.exists(), "cargo xtask dist made no {}", path.display());
+        }
+        (deb, image)
+    })
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A bookworm minbase root unpacked from `cargo xtask rootfs`'s tarball, with the host's /proc
+/// mounted (the same PID namespace, as on a host the `.deb` is installed on); unmounted and
+/// removed on drop.
+struct FreshRoot(PathBuf);
+
+impl FreshRoot {
+    fn new(name: &str) -> FreshRoot {
+        let tarball = xtask(&["rootfs"]);
+        let tarball = tarball.lines().last().expect("the tarball's path").trim();
+        let dir = PathBuf::from(format!("/var/tmp/pyagent-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the root");
+        let root = FreshRoot(dir);
+        run(Command::new("tar")
+            .arg("-C")
+            .arg(&root.0)
+            .args(["-xf", tarball]));
+        run(Command::new("mount")
+            .args(["-t", "proc", "proc"])
+            .arg(root.0.join("proc")));
+        root
+    }
+
+    fn chroot(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("chroot");
+        cmd.arg(&self.0)
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        cmd
+    }
+}
+
+impl Drop for FreshRoot {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.0.join("proc"))
+            .status();
+        let _ = Command::new("rm")
+            .args(["-rf", "--one-file-system"])
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn deb_installs_into_a_fresh_root_and_dumps_a_host_python() {
+    let (deb, _) = artifacts();
+    let root = FreshRoot::new("deb");
+    std::fs::copy(deb, root.0.join("tmp/pyagent.deb")).expect("copy the .deb");
+    run(&mut root.chroot(&["dpkg", "-i", "/tmp/pyagent.deb"]));
+
+    for (path, mode) in [
+        ("usr/bin/pyagent", 0o755),
+        ("lib/systemd/system/pyagent.service", 0o644),
+        ("etc/pyagent/pyagent.toml", 0o600),
+        ("usr/share/man/man1/pyagent.1.gz", 0o644),
+    ] {
+        let meta = std::fs::metadata(root.0.join(path))
+            .unwrap_or_else(|e| panic!("the .deb installed no /{path}: {e}"));
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777,
+            mode,
+            "/{path}"
+        );
+    }
+    let unit = std::fs::read_to_string(root.0.join("lib/systemd/system/pyagent.service"))
+        .expect("the unit");
+    assert!(
+        unit.contains("ExecStart=/usr/bin/pyagent --all-python --config /etc/pyagent/pyagent.toml"),
+        "{unit}"
+    );
+    let conffiles =
+        run(&mut root.chroot(&["dpkg-query", "--showformat=${Conffiles}", "-W", "pyagent"]));
+    assert!(
+        String::from_utf8_lossy(&conffiles.stdout).contains("/etc/pyagent/pyagent.toml"),
+        "the config file is a conffile (kept on upgrade)"
+    );
+    // The installed config is valid: the agent reads it (and exits at once: nothing to profile
+    // for 0 s is refused, so ask for its help instead of running it).
+    let man = run(&mut root.chroot(&["sh", "-c", "gzip -dc /usr/share/man/man1/pyagent.1.gz"]));
+    let man = String::from_utf8_lossy(&man.stdout);
+    assert!(
+        man.contains(".TH PYAGENT") && man.contains("pyagent record"),
+        "{man}"
+    );
+
+    let mut target =
+        PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
+    target.wait_for_line("ready", Duration::from_secs(30));
+    let pid = target.pid().to_string();
+    let dump = run(&mut root.chroot(&["/usr/bin/pyagent", "dump", "--pid", &pid]));
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    assert!(dump.contains("warm") && dump.contains("busy.py"), "{dump}");
+}
+
+/// A container of the test: removed (with `--force`, so also when running) on drop.
+struct Container(String);
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args(["rm", "--force", "--time", "0", &self.0])
+            .output();
+    }
+}
+
+/// What `podman inspect --format FORMAT NAME` prints.
+fn inspect(name: &str, format: &str) -> String {
+    let out = run(Command::new("podman").args(["inspect", "--format", format, name]));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn image_profiles_a_python_in_another_container_with_the_daemonsets_capabilities() {
+    let (_, image) = artifacts();
+    let _serial = host_wide_lock();
+    run(Command::new("podman")
+        .args(["load", "--quiet", "--input"])
+        .arg(image));
+    let tag = format!("localhost/pyagent:{VERSION}");
+    let daemonset =
+        std::fs::read_to_string(workspace_root().join("deploy/kubernetes/daemonset.yaml"))
+            .expect("daemonset.yaml");
+    assert!(
+        daemonset.contains(&format!("image: {tag}")),
+        "the DaemonSet runs {tag}"
+    );
+
+    // The target: a pyenv CPython (read-only from the host) in a container of its own, based on
+    // the agent's image for its glibc.
+    let python = Interpreter::by_name("py312");
+    let pyenv = python.host_path();
+    let pyenv_root = pyenv
+        .ancestors()
+        .find(|p| p.file_name().is_some_and(|n| n == "versions"))
+        .and_then(Path::parent)
+        .expect("a pyenv interpreter")
+        .to_owned();
+    let scripts = script("busy.py").parent().expect("scripts").to_owned();
+    let name = format!("pyagent-test-target-{}", std::process::id());
+    let target = Container(name.clone());
+    run(Command::new("podman")
+        .args(["run", "--detach", "--network=none", "--name", &name])
+        .arg(format!("--volume={}:{0}:ro", pyenv_root.display()))
+        .arg(format!("--volume={}:/scripts:ro", scripts.display()))
+        .arg("--entrypoint")
+        .arg(&pyenv)
+        .args([&tag, "-u", "/scripts/busy.py", "120"]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !String::from_utf8_lossy(&run(Command::new("podman").args(["logs", &name])).stdout)
+        .contains("ready")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the target container never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let target_pid = inspect(&target.0, "{{.State.Pid}}");
+    let container_id = inspect(&target.0, "{{.Id}}");
+
+    // The agent: host PID namespace, exactly the DaemonSet's capabilities, a read-only root, the
+    // kernel's BTF mounted read-only, podman's default seccomp profile.
+    let out_dir = PathBuf::from(format!("/var/tmp/pyagent-image-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out_dir);
+    std::fs::create_dir_all(&out_dir).expect("output dir");
+    let agent_name = format!("pyagent-test-agent-{}", std::process::id());
+    let _agent = Container(agent_name.clone());
+    let agent = run(Command::new("podman")
+        .args([
+            "run",
+            "--name",
+            &agent_name,
+            "--pid=host",
+            "--network=none",
+            "--read-only",
+        ])
+        .args([
+            "--cap-drop=ALL",
+            "--cap-add=CAP_BPF,CAP_PERFMON,CAP_SYS_PTRACE,CAP_DAC_READ_SEARCH",
+        ])
+        .args([
+            "--volume=/sys/kernel/btf:/sys/kernel/btf:ro",
+            "--tmpfs=/tmp",
+        ])
+        .arg(format!("--volume={}:/out", out_dir.display()))
+        .args([&tag, "--all-python", "--duration", "5", "--output", "/out"]));
+    let stderr = String::from_utf8_lossy(&agent.stderr);
+    assert!(
+        stderr.contains("ebpf"),
+        "the image's agent samples with eBPF: {stderr}"
+    );
+
+    let profile = std::fs::read_dir(&out_dir)
+        .expect("output dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().contains(&format!("-{target_pid}-")))
+        .unwrap_or_else(|| panic!("no profile of the target (PID {target_pid}): {stderr}"));
+    let raw = go_pprof(&["-raw"], &profile);
+    assert!(raw.contains(" hot ") && raw.contains("busy.py"), "{raw}");
+    assert!(
+        raw.contains(&format!("container_id:[{container_id}]")),
+        "{raw}"
+    );
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
