@@ -147,8 +147,6 @@ fn deb_installs_into_a_fresh_root_and_dumps_a_host_python() {
         String::from_utf8_lossy(&conffiles.stdout).contains("/etc/pyagent/pyagent.toml"),
         "the config file is a conffile (kept on upgrade)"
     );
-    // The installed config is valid: the agent reads it (and exits at once: nothing to profile
-    // for 0 s is refused, so ask for its help instead of running it).
     let man = run(&mut root.chroot(&["sh", "-c", "gzip -dc /usr/share/man/man1/pyagent.1.gz"]));
     let man = String::from_utf8_lossy(&man.stdout);
     assert!(
