@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use pyagent::config::values::{parse_duration, parse_rate_hz, ValueError};
+use pyagent::config::values::{parse_duration, parse_rate_hz, parse_whole_number, ValueError};
 use pyagent::export::Format;
 
 /// pyagent: a sampling profiler for CPython 3.11–3.15.
@@ -87,7 +87,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Process to watch.
-    #[arg(long, short)]
+    #[arg(long, short, value_parser = parse_whole_number::<u32>)]
     pub pid: u32,
     /// Samples per second (1 to 10000).
     #[arg(long, short, default_value_t = 100, value_parser = parse_rate_hz, allow_hyphen_values = true)]
@@ -123,7 +123,7 @@ pub struct FrameArgs {
 #[derive(Debug, Args)]
 pub struct DumpArgs {
     /// Process to inspect.
-    #[arg(long, short)]
+    #[arg(long, short, value_parser = parse_whole_number::<u32>)]
     pub pid: u32,
     #[command(flatten)]
     pub frames: FrameArgs,
@@ -221,7 +221,7 @@ pub struct HostArgs {
 #[derive(Debug, Args)]
 pub struct RecordArgs {
     /// Process to sample.
-    #[arg(long, short)]
+    #[arg(long, short, value_parser = parse_whole_number::<u32>)]
     pub pid: u32,
     /// How long to sample, in seconds (`30`, `1.5`) or with a unit (`500ms`, `2m`) (default:
     /// until the process exits or Ctrl-C).

@@ -1,10 +1,10 @@
 //! The continuous-profiling service's configuration, validated.
 //!
 //! In come up to three layers, each an [`Overrides`] (every setting optional): a TOML file (`--config
-//! FILE`, [`file`]), the agent's `PYAGENT_*` environment variables ([`env`]), and the command-line
+//! FILE`, `file.rs`), the agent's `PYAGENT_*` environment variables (`env.rs`), and the command-line
 //! flags (parsed by the binary, which passes them here as an `Overrides`; this module knows nothing of
 //! clap). A later layer wins per setting: file < environment < flags, over the defaults. Out comes one
-//! [`ServiceConfig`] of typed values ([`validate`]d), or the first problem as a one-line
+//! [`ServiceConfig`] of typed values (checked by `validate.rs`), or the first problem as a one-line
 //! [`ConfigError`] naming the key (`interval: must be between 1s and 1h`). Unknown keys in the file
 //! are errors (a typo must not silently fall back to a default).
 //!
@@ -34,10 +34,10 @@
 //!
 //! The `[[service_name]]` rules are applied by [`crate::discovery::service_name`].
 
-pub mod env;
-pub mod file;
+mod env;
+mod file;
 mod overrides;
-pub mod validate;
+mod validate;
 pub mod values;
 
 use std::net::SocketAddr;
