@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use pyagent::config::values::{parse_duration, parse_rate_hz, parse_whole_number, ValueError};
+use pyagent::config::values::{
+    parse_duration, parse_rate_hz, parse_socket_addr, parse_whole_number, ValueError,
+};
 use pyagent::export::Format;
 
 /// pyagent: a sampling profiler for CPython 3.11–3.15.
@@ -190,7 +192,7 @@ pub struct HostArgs {
     #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     pub interval: Option<Duration>,
     /// Service mode: address of the Prometheus /metrics endpoint [default: 127.0.0.1:9464].
-    #[arg(long)]
+    #[arg(long, value_parser = parse_socket_addr)]
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Service mode: Grafana Pyroscope base URL to upload profiles to.
     #[arg(long)]

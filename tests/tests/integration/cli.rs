@@ -396,6 +396,8 @@ fn bad_flag_values_are_one_line() {
     }
     let out = run_pyagent(&["--all-python", "--rate", "-5"]);
     assert_one_line_error(&out, "--rate: not a whole number: \"-5\"");
+    let out = run_pyagent(&["--all-python", "--metrics-addr", "localhost"]);
+    assert_one_line_error(&out, "--metrics-addr: not an address with a port");
     let out = run_pyagent(&["dump", "--pid", "abc"]);
     assert_one_line_error(&out, "--pid: not a whole number: \"abc\"");
 }
