@@ -156,76 +156,34 @@ mod tests {
     type Row = (&'static [&'static str], Option<&'static str>, &'static str);
 
     /// Command lines → names. The rule set below names `-A tasks` processes `billing-worker`.
+    // One row a line: the table reads as a table.
+    #[rustfmt::skip]
     const CASES: &[Row] = &[
         (&["python", "x.py"], None, "x"),
         // -W and -X take a value: "ignore" and "dev" are not scripts.
         (&["python", "-W", "ignore", "x.py"], None, "x"),
         (&["python", "-X", "dev", "-m", "pkg.mod"], None, "pkg.mod"),
         (&["python", "-m", "module"], None, "module"),
-        (
-            &["python", "-c", "import time; time.sleep(9)"],
-            None,
-            "python",
-        ),
+        (&["python", "-c", "import time; time.sleep(9)"], None, "python"),
         (&["python", "-u", "script.py", "arg"], None, "script"),
-        (
-            &["/usr/bin/python3.12", "/srv/app/manage.py", "runserver"],
-            None,
-            "manage",
-        ),
+        (&["/usr/bin/python3.12", "/srv/app/manage.py", "runserver"], None, "manage"),
         (&["gunicorn", "app:app"], None, "gunicorn"),
         // The target's own PYAGENT_SERVICE wins over everything, a rule included.
         (&["python3", "x.py"], Some(" billing "), "billing"),
-        (
-            &["python3", "-m", "celery", "-A", "tasks", "worker"],
-            Some("billing"),
-            "billing",
-        ),
+        (&["python3", "-m", "celery", "-A", "tasks", "worker"], Some("billing"), "billing"),
         // An empty PYAGENT_SERVICE is not a name.
         (&["python3", "x.py"], Some(" "), "x"),
         // The operator's rule wins over the command line.
-        (
-            &["python3", "-m", "celery", "-A", "tasks", "worker"],
-            None,
-            "billing-worker",
-        ),
+        (&["python3", "-m", "celery", "-A", "tasks", "worker"], None, "billing-worker"),
         // Options as CPython parses them.
         (&["python3", "-m", "gunicorn", "app:app"], None, "gunicorn"),
-        (
-            &["/usr/bin/python3.12", "-u", "-mhttp.server", "8000"],
-            None,
-            "http.server",
-        ),
-        (
-            &[
-                "python3",
-                "-X",
-                "dev",
-                "-W",
-                "error",
-                "-OO",
-                "/srv/billing/worker.py",
-            ],
-            None,
-            "worker",
-        ),
-        (
-            &["python3", "-Wignore", "-Xfrozen_modules=off", "app.py"],
-            None,
-            "app",
-        ),
+        (&["/usr/bin/python3.12", "-u", "-mhttp.server", "8000"], None, "http.server"),
+        (&["python3", "-X", "dev", "-W", "error", "-OO", "/srv/billing/worker.py"], None, "worker"),
+        (&["python3", "-Wignore", "-Xfrozen_modules=off", "app.py"], None, "app"),
         (&["python3", "-uW", "ignore", "app.py"], None, "app"),
         (&["python3", "-I", "-m", "celery", "worker"], None, "celery"),
-        (
-            &["/usr/bin/python3", "/usr/local/bin/celery", "-A", "app"],
-            None,
-            "celery",
-        ),
-        (
-            &["python3", "--check-hash-based-pycs", "never", "run.py"],
-            None,
-            "run",
-        ),
+        (&["/usr/bin/python3", "/usr/local/bin/celery", "-A", "app"], None, "celery"),
+        (&["python3", "--check-hash-based-pycs", "never", "run.py"], None, "run"),
         (&["python3", "--help-all"], None, "python3"),
         (&["python3", "--", "-odd-name.py"], None, "-odd-name"),
         (&["python3", "-m"], None, "python3"),
