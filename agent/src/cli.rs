@@ -1,9 +1,18 @@
 //! Command-line flags (clap). Only this file knows about clap; it turns flags into the
 //! library's configuration types.
+//!
+//! Values are read by the library's parsers ([`pyagent::config::values`]), the ones the config
+//! file and the `PYAGENT_*` variables use: a duration flag takes `30`, `1.5`, `500ms` or `2m` the
+//! way `interval = ...` does, and a rate is checked against the one range every sampler accepts.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use pyagent::config::values::{
+    parse_duration, parse_rate_hz, parse_socket_addr, parse_whole_number, ValueError,
+};
 use pyagent::export::Format;
 
 /// pyagent: a sampling profiler for CPython 3.11–3.15.
@@ -29,6 +38,42 @@ pub struct Cli {
     pub log: Option<String>,
 }
 
+impl Cli {
+    /// The process's arguments. A value that does not parse (`--interval ten`, `--rate 0`) is one
+    /// line on stderr and exit status 1, like all bad input; other usage errors and `--help` are
+    /// clap's own.
+    pub fn parse_args() -> Cli {
+        Cli::try_parse().unwrap_or_else(|err| match bad_value_line(&err) {
+            Some(line) => {
+                eprintln!("pyagent: {line}");
+                std::process::exit(1);
+            }
+            None => err.exit(),
+        })
+    }
+}
+
+/// `--interval: not a duration (...): "-5s"` for an error of a flag's value parser, else `None`.
+fn bad_value_line(err: &clap::Error) -> Option<String> {
+    if err.kind() != ErrorKind::ValueValidation {
+        return None;
+    }
+    // "--interval <INTERVAL>": the flag without its placeholder.
+    let flag = match err.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => arg.split_whitespace().next()?.to_owned(),
+        _ => return None,
+    };
+    let reason = std::error::Error::source(err)?;
+    if reason.is::<ValueError>() {
+        // Our parsers' messages end with the value already.
+        return Some(format!("{flag}: {reason}"));
+    }
+    match err.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(value)) => Some(format!("{flag}: {reason}: {value:?}")),
+        _ => Some(format!("{flag}: {reason}")),
+    }
+}
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -44,10 +89,10 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Process to watch.
-    #[arg(long, short)]
+    #[arg(long, short, value_parser = parse_whole_number::<u32>)]
     pub pid: u32,
-    /// Samples per second.
-    #[arg(long, short, default_value_t = 100)]
+    /// Samples per second (1 to 10000).
+    #[arg(long, short, default_value_t = 100, value_parser = parse_rate_hz, allow_hyphen_values = true)]
     pub rate: u32,
     /// Also count threads that are not running on a CPU.
     #[arg(long)]
@@ -80,7 +125,7 @@ pub struct FrameArgs {
 #[derive(Debug, Args)]
 pub struct DumpArgs {
     /// Process to inspect.
-    #[arg(long, short)]
+    #[arg(long, short, value_parser = parse_whole_number::<u32>)]
     pub pid: u32,
     #[command(flatten)]
     pub frames: FrameArgs,
@@ -135,18 +180,19 @@ pub struct HostArgs {
     /// Profile every CPython process on the host, including ones started later.
     #[arg(long)]
     pub all_python: bool,
-    /// Seconds to profile, then write one file per process into --output and exit. Without it,
-    /// run as a service until SIGTERM, cutting a profile per process every --interval.
-    #[arg(long, short)]
-    pub duration: Option<f64>,
+    /// How long to profile, in seconds (`30`, `1.5`) or with a unit (`500ms`, `2m`), then write
+    /// one file per process into --output and exit. Without it, run as a service until SIGTERM,
+    /// cutting a profile per process every --interval.
+    #[arg(long, short, value_parser = parse_duration, allow_hyphen_values = true)]
+    pub duration: Option<Duration>,
     /// Service mode: TOML configuration file (flags override it, it overrides PYAGENT_* vars).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Service mode: profile length, e.g. `10s`, `1m` [default: 10s].
-    #[arg(long)]
-    pub interval: Option<String>,
+    /// Service mode: profile length, in seconds (`10`) or with a unit (`10s`, `1m`) [default: 10s].
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
+    pub interval: Option<Duration>,
     /// Service mode: address of the Prometheus /metrics endpoint [default: 127.0.0.1:9464].
-    #[arg(long)]
+    #[arg(long, value_parser = parse_socket_addr)]
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Service mode: Grafana Pyroscope base URL to upload profiles to.
     #[arg(long)]
@@ -157,8 +203,8 @@ pub struct HostArgs {
     /// Service mode: tenant (X-Scope-OrgID) for Pyroscope.
     #[arg(long)]
     pub pyroscope_tenant: Option<String>,
-    /// Samples per second (per CPU with eBPF) [default: 99 with --duration, else 19].
-    #[arg(long, short)]
+    /// Samples per second (per CPU with eBPF; 1 to 10000) [default: 99 with --duration, else 19].
+    #[arg(long, short, value_parser = parse_rate_hz, allow_hyphen_values = true)]
     pub rate: Option<u32>,
     /// Output format of the per-process files.
     #[arg(long, short, value_enum, default_value_t = FormatArg::Pprof)]
@@ -177,13 +223,14 @@ pub struct HostArgs {
 #[derive(Debug, Args)]
 pub struct RecordArgs {
     /// Process to sample.
-    #[arg(long, short)]
+    #[arg(long, short, value_parser = parse_whole_number::<u32>)]
     pub pid: u32,
-    /// Seconds to sample (default: until the process exits or Ctrl-C).
-    #[arg(long, short)]
-    pub duration: Option<f64>,
-    /// Samples per second.
-    #[arg(long, short, default_value_t = 99)]
+    /// How long to sample, in seconds (`30`, `1.5`) or with a unit (`500ms`, `2m`) (default:
+    /// until the process exits or Ctrl-C).
+    #[arg(long, short, value_parser = parse_duration, allow_hyphen_values = true)]
+    pub duration: Option<Duration>,
+    /// Samples per second (1 to 10000).
+    #[arg(long, short, default_value_t = 99, value_parser = parse_rate_hz, allow_hyphen_values = true)]
     pub rate: u32,
     /// Also sample child processes, as they start.
     #[arg(long)]

@@ -6,12 +6,11 @@ mod top;
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
 use pyagent::aggregate::Aggregator;
 use pyagent::discovery::locate_runtime;
+use pyagent::discovery::service_name::service_name;
 use pyagent::export;
 use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::{UnwindOptions, Unwinder};
@@ -95,12 +94,9 @@ fn dump(args: &DumpArgs) -> Result<()> {
 }
 
 fn record(args: &RecordArgs) -> Result<()> {
-    if args.rate == 0 || args.rate > 10_000 {
-        bail!("--rate must be between 1 and 10000 samples per second");
-    }
     let config = UserspaceConfig {
         rate_hz: args.rate,
-        duration: args.duration.map(Duration::from_secs_f64),
+        duration: args.duration,
         subprocesses: args.subprocesses,
         blocking: args.blocking,
         idle: args.idle,
@@ -162,24 +158,12 @@ fn record(args: &RecordArgs) -> Result<()> {
     Ok(())
 }
 
-/// Service name of a process for file names: `PYAGENT_SERVICE`, else the script or module.
+/// The start of a `--all-python --duration` file's name: the process's service name (the one the
+/// service labels it with), reduced to characters that are safe in a file name.
 fn file_stem_for(info: &ProcessInfo) -> String {
-    let name = info.service_env.clone().unwrap_or_else(|| {
-        let args = &info.cmdline;
-        let module = args
-            .iter()
-            .position(|a| a == "-m")
-            .and_then(|i| args.get(i + 1));
-        let script = args.iter().skip(1).find(|a| !a.starts_with('-'));
-        module
-            .or(script)
-            .map(|s| {
-                let base = s.rsplit('/').next().unwrap_or(s);
-                base.strip_suffix(".py").unwrap_or(base).to_string()
-            })
-            .unwrap_or_else(|| "python".into())
-    });
-    name.chars()
+    // This mode reads no config file, so there are no operator rules to apply.
+    service_name(info.identity(), &[])
+        .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
                 c
@@ -212,10 +196,6 @@ fn host_profiler(
 
 /// The service configuration: file, then environment, then flags.
 fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
-    let interval = match &args.interval {
-        Some(text) => Some(pyagent::config::parse_duration("interval", text)?),
-        None => None,
-    };
     let pyroscope_api = match &args.pyroscope_api {
         Some(api) => Some(
             api.parse()
@@ -224,7 +204,7 @@ fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
         None => None,
     };
     let flags = Overrides {
-        interval,
+        interval: args.interval,
         rate_hz: args.rate,
         mode: args.mode.map(Into::into),
         metrics_addr: args.metrics_addr,
@@ -265,14 +245,11 @@ fn all_python(args: &HostArgs) -> Result<()> {
     };
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let rate = args.rate.unwrap_or(99);
-    if rate == 0 || rate > 10_000 {
-        bail!("--rate must be between 1 and 10000 samples per second");
-    }
     let mut profiler = host_profiler(args.mode.unwrap_or(ModeArg::Auto), rate, None, &args.frames)?;
     install_stop_handlers();
     // The first scan parses every Python binary on the host: the duration starts after it.
     profiler.scan();
-    let until = std::time::Instant::now() + Duration::from_secs_f64(duration);
+    let until = std::time::Instant::now() + duration;
     eprintln!(
         "pyagent: profiling every CPython process ({} mode, {rate} Hz, {} found so far)",
         profiler.mode_name(),
@@ -326,9 +303,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         .with_context(|| format!("cannot create {}", args.output.display()))?;
     let mut profiler = host_profiler(args.mode, args.rate, Some(vec![args.pid]), &args.frames)?;
     install_stop_handlers();
-    let until = args
-        .duration
-        .map(|d| std::time::Instant::now() + Duration::from_secs_f64(d));
+    let until = args.duration.map(|d| std::time::Instant::now() + d);
     let pid = args.pid;
     let mut scanned = false;
     profiler.run(&STOP, until, |p| {
@@ -389,7 +364,7 @@ fn init_logging(filter: &str) {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     let service_mode = cli.command.is_none() && cli.host.all_python && cli.host.duration.is_none();
     let result = if service_mode {
         // The config may name the log filter, so it is read before logging starts.

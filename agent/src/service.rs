@@ -14,6 +14,7 @@ use common::Counter;
 
 use crate::config::ServiceConfig;
 use crate::discovery::container::{container_id, pod_uid};
+use crate::discovery::service_name::service_name;
 use crate::export::metrics::{serve, AgentMetrics, MetricsError, ProcessState};
 use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
 use crate::sampler::host::{HostConfig, HostError, HostProfiler, HostStats, ProcessInfo};
@@ -124,14 +125,7 @@ pub fn run(
             for (info, mut window) in profiler.cut() {
                 let service = services
                     .entry(info.pid)
-                    .or_insert_with(|| {
-                        let env: HashMap<String, String> = info
-                            .service_env
-                            .iter()
-                            .map(|v| ("PYAGENT_SERVICE".to_string(), v.clone()))
-                            .collect();
-                        config.service_name_for(info.pid, &env, &info.cmdline)
-                    })
+                    .or_insert_with(|| service_name(info.identity(), &config.service_names))
                     .clone();
                 window.labels = process_labels(&info, &service, &host);
                 let gil = profiler.take_gil_samples(info.pid);

@@ -11,6 +11,7 @@ pub mod container;
 mod elf;
 pub mod host;
 mod procfs_util;
+pub mod service_name;
 
 use std::path::PathBuf;
 

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use common::{SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
 use crate::aggregate::{Aggregator, ProfileWindow};
+use crate::discovery::service_name::{ProcessIdentity, SERVICE_ENV};
 use crate::discovery::{host_tids, HostScanner, PythonTarget};
 use crate::sampler::bpf::{pa_proc_for, BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
@@ -99,6 +100,15 @@ pub struct ProcessInfo {
 }
 
 impl ProcessInfo {
+    /// What its service name is made of (see [`crate::discovery::service_name`]).
+    pub fn identity(&self) -> ProcessIdentity<'_> {
+        ProcessIdentity {
+            pid: self.pid,
+            cmdline: &self.cmdline,
+            service_env: self.service_env.as_deref(),
+        }
+    }
+
     fn of(target: &PythonTarget) -> ProcessInfo {
         let pid = target.pid;
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
@@ -113,7 +123,8 @@ impl ProcessInfo {
             .ok()
             .and_then(|env| {
                 env.split(|&c| c == 0).find_map(|kv| {
-                    kv.strip_prefix(b"PYAGENT_SERVICE=")
+                    kv.strip_prefix(SERVICE_ENV.as_bytes())
+                        .and_then(|rest| rest.strip_prefix(b"="))
                         .map(|v| String::from_utf8_lossy(v).into_owned())
                 })
             });

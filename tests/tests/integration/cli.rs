@@ -326,3 +326,78 @@ fn top_shows_the_hot_function(#[values("py311-debian", "py313t", "py315")] py: &
         "{text}"
     );
 }
+
+/// Every duration flag takes plain seconds and units alike, through the config's own parser: a
+/// form that parses gets past the flags (and fails later, on the missing output), and a bad one
+/// is one line naming the flag, whether the value is joined with `=` or not.
+#[test]
+fn duration_flags_take_seconds_and_units() {
+    let needle_for = |interval: &str| match interval {
+        // Below the interval's 1 s minimum: refused by the config's validation.
+        "500ms" => "interval: must be between 1s and 1h",
+        // Accepted: the next problem is that profiles go nowhere.
+        _ => "output.dir: set output.dir or pyroscope.url",
+    };
+    for interval in ["2", "2s", "500ms", "1.5", "1m30s"] {
+        let out = run_pyagent(&["--all-python", "--interval", interval]);
+        assert_one_line_error(&out, needle_for(interval));
+        let joined = format!("--interval={interval}");
+        let out = run_pyagent(&["--all-python", &joined]);
+        assert_one_line_error(&out, needle_for(interval));
+    }
+    for duration in ["2", "2s", "500ms", "0.5"] {
+        let out = run_pyagent(&["--all-python", "--duration", duration]);
+        assert_one_line_error(&out, "--all-python needs --output DIR");
+    }
+    // PYAGENT_INTERVAL goes through the same parser.
+    let out = Command::new(pyagent_bin())
+        .args(["--all-python"])
+        .env("PYAGENT_INTERVAL", "2")
+        .output()
+        .expect("run pyagent");
+    assert_one_line_error(&out, "output.dir: set output.dir or pyroscope.url");
+}
+
+#[test]
+fn bad_flag_values_are_one_line() {
+    for args in [
+        &["--all-python", "--interval", "-5s"][..],
+        &["--all-python", "--interval=-5s"],
+        &["--all-python", "--interval", "ten"],
+        &["--all-python", "-d", "-1"],
+        &["record", "--pid", "1", "-o", "/dev/null", "-d", "-5s"],
+        &[
+            "record",
+            "--pid",
+            "1",
+            "-o",
+            "/dev/null",
+            "--duration=5 parsecs",
+        ],
+    ] {
+        let out = run_pyagent(args);
+        assert_one_line_error(&out, "not a duration");
+        let err = stderr_of(&out);
+        assert!(
+            err.starts_with("pyagent: --interval: ") || err.starts_with("pyagent: --duration: "),
+            "names the flag: {err}"
+        );
+    }
+    for args in [
+        &["--all-python", "--rate", "0"][..],
+        &["record", "--pid", "1", "-o", "/dev/null", "--rate", "10001"],
+        &["top", "--pid", "1", "-r", "0"],
+    ] {
+        let out = run_pyagent(args);
+        assert_one_line_error(
+            &out,
+            "--rate: must be between 1 and 10000 samples per second",
+        );
+    }
+    let out = run_pyagent(&["--all-python", "--rate", "-5"]);
+    assert_one_line_error(&out, "--rate: not a whole number: \"-5\"");
+    let out = run_pyagent(&["--all-python", "--metrics-addr", "localhost"]);
+    assert_one_line_error(&out, "--metrics-addr: not an address with a port");
+    let out = run_pyagent(&["dump", "--pid", "abc"]);
+    assert_one_line_error(&out, "--pid: not a whole number: \"abc\"");
+}

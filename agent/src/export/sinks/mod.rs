@@ -34,7 +34,7 @@ pub use request::{ingest_name, ingest_query, push_body, push_labels};
 /// What a profile is about, beyond its samples: who, when, and the labels to file it under.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProfileMeta {
-    /// Service name (see [`crate::config::service_name`]); Pyroscope's `service_name`.
+    /// Service name (see [`crate::discovery::service_name`]); Pyroscope's `service_name`.
     pub service: String,
     /// Host PID of the process (the first one, when a window covers several).
     pub pid: u32,

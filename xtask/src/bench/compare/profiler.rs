@@ -63,8 +63,9 @@ impl Profiler {
 
     /// Why the profiler refuses `rate_hz`, if it does.
     pub fn refuses(self, rate_hz: u32) -> Option<&'static str> {
-        // `pyagent record` bails on --rate above 10000 (agent/src/main.rs, `record`).
-        (self.is_pyagent() && rate_hz > 10_000).then_some("pyagent accepts --rate up to 10000")
+        // `pyagent record --rate` accepts the samplers' one range (its flag parser refuses others).
+        (self.is_pyagent() && !pyagent::config::RATE_HZ.contains(&rate_hz))
+            .then_some("pyagent accepts --rate 1 to 10000")
     }
 }
 

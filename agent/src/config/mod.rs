@@ -1,0 +1,352 @@
+//! The continuous-profiling service's configuration, validated.
+//!
+//! In come up to three layers, each an [`Overrides`] (every setting optional): a TOML file (`--config
+//! FILE`, `file.rs`), the agent's `PYAGENT_*` environment variables (`env.rs`), and the command-line
+//! flags (parsed by the binary, which passes them here as an `Overrides`; this module knows nothing of
+//! clap). A later layer wins per setting: file < environment < flags, over the defaults. Out comes one
+//! [`ServiceConfig`] of typed values (checked by `validate.rs`), or the first problem as a one-line
+//! [`ConfigError`] naming the key (`interval: must be between 1s and 1h`). Unknown keys in the file
+//! are errors (a typo must not silently fall back to a default).
+//!
+//! | TOML key | environment | default |
+//! | --- | --- | --- |
+//! | `interval` | `PYAGENT_INTERVAL` | `10s` |
+//! | `rate_hz` | `PYAGENT_RATE_HZ` | `19` |
+//! | `mode` (`auto`, `ebpf`, `userspace`) | `PYAGENT_MODE` | `auto` |
+//! | `metrics_addr` | `PYAGENT_METRICS_ADDR` | `127.0.0.1:9464` |
+//! | `log` (tracing `EnvFilter`) | `PYAGENT_LOG` | `info` |
+//! | `output.dir` | `PYAGENT_OUTPUT_DIR` | none |
+//! | `output.max_bytes` (`1GiB`, `500MB`, bytes) | `PYAGENT_OUTPUT_MAX_BYTES` | `1GiB` |
+//! | `output.max_age` | `PYAGENT_OUTPUT_MAX_AGE` | `7d` |
+//! | `pyroscope.url` | `PYAGENT_PYROSCOPE_URL` | none |
+//! | `pyroscope.api` (`push`, `ingest`) | `PYAGENT_PYROSCOPE_API` | `push` |
+//! | `pyroscope.tenant` | `PYAGENT_PYROSCOPE_TENANT` | none |
+//! | `pyroscope.basic_auth_user` | `PYAGENT_PYROSCOPE_BASIC_AUTH_USER` | none |
+//! | `pyroscope.basic_auth_password` | `PYAGENT_PYROSCOPE_BASIC_AUTH_PASSWORD` | none |
+//! | `pyroscope.bearer_token` | `PYAGENT_PYROSCOPE_BEARER_TOKEN` | none |
+//! | `[[service_name]]` `contains`, `name` | `PYAGENT_SERVICE_NAMES` (`text=name,...`) | none |
+//!
+//! Durations, sizes and rates are read by [`values`], the parsers the flags use too: a plain number
+//! is seconds (`interval = 2`, `"2"`, `"2s"` and `--interval 2` are the same), or a number and a unit
+//! (`500ms`, `10s`, `5m`, `2h`, `7d`, combined as `1h30m`). At least one of `output.dir` and
+//! `pyroscope.url` must be set. With both, profiles are uploaded and the directory keeps what could
+//! not be (a spill directory).
+//!
+//! The `[[service_name]]` rules are applied by [`crate::discovery::service_name`].
+
+mod env;
+mod file;
+mod overrides;
+mod validate;
+pub mod values;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use crate::discovery::service_name::ServiceNameRule;
+use crate::export::sinks::{Auth, DirectoryLimits, PyroscopeApi, PyroscopeConfig};
+pub use crate::sampler::host::Mode;
+pub use env::ENV_PREFIX;
+pub use overrides::Overrides;
+pub use values::{ValueError, RATE_HZ};
+
+/// Why the configuration is unusable. Each message is one line and names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The read error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, has an unknown key or a value of the wrong type.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with the line, on one line.
+        message: String,
+    },
+    /// A setting has an invalid value.
+    #[error("{key}: {message}")]
+    Invalid {
+        /// The TOML key (`output.max_age`) or environment variable (`PYAGENT_INTERVAL`).
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// `key: message`, the error of a value that cannot be used.
+fn invalid(key: &str, message: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        message: message.to_string(),
+    }
+}
+
+/// The validated configuration of the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceConfig {
+    /// Length of one profile window (1 s to 1 h).
+    pub interval: Duration,
+    /// Samples per second per thread (in [`RATE_HZ`]; 19 by default, off the round numbers periodic
+    /// work runs at).
+    pub rate_hz: u32,
+    /// Sampling mode (the sampler's own type).
+    pub mode: Mode,
+    /// Address of the metrics server.
+    pub metrics_addr: SocketAddr,
+    /// Log filter (tracing `EnvFilter` syntax).
+    pub log: String,
+    /// Directory for profile files (archive without Pyroscope, spill directory with it).
+    pub output_dir: Option<PathBuf>,
+    /// Bounds of the output directory.
+    pub output_limits: DirectoryLimits,
+    /// Pyroscope base URL; `None`: no upload.
+    pub pyroscope_url: Option<String>,
+    /// Pyroscope API.
+    pub pyroscope_api: PyroscopeApi,
+    /// Credentials for Pyroscope.
+    pub pyroscope_auth: Option<Auth>,
+    /// `X-Scope-OrgID` for Pyroscope.
+    pub pyroscope_tenant: Option<String>,
+    /// Operator rules naming services, tried in order.
+    pub service_names: Vec<ServiceNameRule>,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> ServiceConfig {
+        ServiceConfig {
+            interval: Duration::from_secs(10),
+            rate_hz: 19,
+            mode: Mode::Auto,
+            metrics_addr: crate::export::metrics::DEFAULT_METRICS_ADDR
+                .parse()
+                .expect("the default metrics address parses"),
+            log: "info".to_owned(),
+            output_dir: None,
+            output_limits: DirectoryLimits::default(),
+            pyroscope_url: None,
+            pyroscope_api: PyroscopeApi::default(),
+            pyroscope_auth: None,
+            pyroscope_tenant: None,
+            service_names: Vec::new(),
+        }
+    }
+}
+
+impl ServiceConfig {
+    /// Loads the file (if any), then the `PYAGENT_*` variables of `env`, then `flags`, and validates.
+    pub fn load<I, K, V>(
+        file: Option<&Path>,
+        env: I,
+        flags: &Overrides,
+    ) -> Result<ServiceConfig, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let file = match file {
+            Some(path) => Overrides::from_file(path)?,
+            None => Overrides::default(),
+        };
+        let env = Overrides::from_env(env)?;
+        ServiceConfig::from_overrides(flags.clone().over(env.over(file)))
+    }
+
+    /// The defaults with `layer` applied, validated.
+    pub fn from_overrides(layer: Overrides) -> Result<ServiceConfig, ConfigError> {
+        let defaults = ServiceConfig::default();
+        let auth = match (
+            layer.pyroscope_basic_auth_user,
+            layer.pyroscope_basic_auth_password,
+            layer.pyroscope_bearer_token,
+        ) {
+            (Some(_), _, Some(_)) => {
+                return Err(invalid(
+                    "pyroscope.bearer_token",
+                    "cannot be combined with pyroscope.basic_auth_user",
+                ))
+            }
+            (Some(user), Some(password), None) => Some(Auth::Basic { user, password }),
+            (Some(_), None, None) => {
+                return Err(invalid(
+                    "pyroscope.basic_auth_password",
+                    "required with pyroscope.basic_auth_user",
+                ))
+            }
+            (None, Some(_), _) => {
+                return Err(invalid(
+                    "pyroscope.basic_auth_user",
+                    "required with pyroscope.basic_auth_password",
+                ))
+            }
+            (None, None, token) => token.map(Auth::Bearer),
+        };
+        let config = ServiceConfig {
+            interval: layer.interval.unwrap_or(defaults.interval),
+            rate_hz: layer.rate_hz.unwrap_or(defaults.rate_hz),
+            mode: layer.mode.unwrap_or(defaults.mode),
+            metrics_addr: layer.metrics_addr.unwrap_or(defaults.metrics_addr),
+            log: layer.log.unwrap_or(defaults.log),
+            output_dir: layer.output_dir,
+            output_limits: DirectoryLimits {
+                max_bytes: layer
+                    .output_max_bytes
+                    .unwrap_or(defaults.output_limits.max_bytes),
+                max_age: layer
+                    .output_max_age
+                    .unwrap_or(defaults.output_limits.max_age),
+            },
+            pyroscope_url: layer.pyroscope_url,
+            pyroscope_api: layer.pyroscope_api.unwrap_or(defaults.pyroscope_api),
+            pyroscope_auth: auth,
+            pyroscope_tenant: layer.pyroscope_tenant,
+            service_names: layer.service_names.unwrap_or_default(),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The Pyroscope sink's configuration, when uploads are configured.
+    pub fn pyroscope(&self) -> Option<PyroscopeConfig> {
+        let url = self.pyroscope_url.as_ref()?;
+        let mut config = PyroscopeConfig::new(url.clone(), self.pyroscope_api);
+        config.auth = self.pyroscope_auth.clone();
+        config.tenant = self.pyroscope_tenant.clone();
+        Some(config)
+    }
+}
+
+/// A file setting most keys, shared by the tests of the layers.
+#[cfg(test)]
+const FILE_EXAMPLE: &str = r#"
+interval = "30s"
+rate_hz = 49
+mode = "userspace"
+log = "pyagent=debug"
+
+[output]
+dir = "/var/lib/pyagent/profiles"
+max_bytes = "2GiB"
+max_age = "2d"
+
+[pyroscope]
+url = "http://pyroscope:4040"
+api = "ingest"
+tenant = "team-a"
+basic_auth_user = "agent"
+basic_auth_password = "from-file"
+
+[[service_name]]
+contains = "celery"
+name = "billing-worker"
+"#;
+
+/// The error of a refused configuration, as the binary prints it; it must be one line.
+#[cfg(test)]
+fn err_line(result: Result<ServiceConfig, ConfigError>) -> String {
+    let err = result.expect_err("the configuration must be refused");
+    let line = format!("{:#}", anyhow::Error::new(err));
+    assert!(!line.contains('\n'), "not one line: {line}");
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_need_a_destination() {
+        let line = err_line(ServiceConfig::from_overrides(Overrides::default()));
+        assert!(line.starts_with("output.dir: "), "{line}");
+        let config = ServiceConfig::from_overrides(Overrides {
+            output_dir: Some("/tmp/p".into()),
+            ..Overrides::default()
+        })
+        .unwrap();
+        assert_eq!(config.interval, Duration::from_secs(10));
+        assert_eq!(config.rate_hz, 19);
+        assert_eq!(config.mode, Mode::Auto);
+        assert_eq!(config.metrics_addr.to_string(), "127.0.0.1:9464");
+        assert_eq!(config.output_limits, DirectoryLimits::default());
+        assert!(config.pyroscope().is_none());
+    }
+
+    #[test]
+    fn precedence_is_file_then_env_then_flags() {
+        let dir = std::env::temp_dir().join(format!("pyagent-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pyagent.toml");
+        std::fs::write(&path, FILE_EXAMPLE).unwrap();
+        let env = [
+            ("PYAGENT_INTERVAL", "20s"),
+            ("PYAGENT_RATE_HZ", "99"),
+            ("PYAGENT_PYROSCOPE_BASIC_AUTH_PASSWORD", "from-env"),
+            ("PYAGENT_OUTPUT_MAX_AGE", "1h30m"),
+            ("HOME", "/root"),
+            ("PYAGENT_SERVICE", "ignored: names targets, not the agent"),
+        ];
+        let flags = Overrides {
+            interval: Some(Duration::from_secs(5)),
+            metrics_addr: Some("0.0.0.0:9999".parse().unwrap()),
+            ..Overrides::default()
+        };
+        let config = ServiceConfig::load(Some(&path), env, &flags).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        // Flags over env over file.
+        assert_eq!(config.interval, Duration::from_secs(5));
+        // Env over file.
+        assert_eq!(config.rate_hz, 99);
+        assert_eq!(config.output_limits.max_age, Duration::from_secs(5400));
+        assert_eq!(
+            config.pyroscope_auth,
+            Some(Auth::Basic {
+                user: "agent".into(),
+                password: "from-env".into()
+            })
+        );
+        // File over defaults.
+        assert_eq!(config.mode, Mode::Userspace);
+        assert_eq!(config.output_limits.max_bytes, 2 << 30);
+        assert_eq!(config.metrics_addr.to_string(), "0.0.0.0:9999");
+    }
+
+    /// The shipped examples load: `deploy/pyagent.toml`, and the TOML in the Kubernetes ConfigMap.
+    #[test]
+    fn deploy_examples_are_valid() {
+        let example = Path::new("deploy/pyagent.toml");
+        let layer =
+            Overrides::from_toml(include_str!("../../../deploy/pyagent.toml"), example).unwrap();
+        let config = ServiceConfig::from_overrides(layer).unwrap();
+        assert_eq!(config.interval, Duration::from_secs(10));
+        assert_eq!(config.rate_hz, 19);
+        // As the .deb installs it: files only, no example naming rule.
+        assert!(config.service_names.is_empty());
+        assert_eq!(
+            config.output_dir.as_deref(),
+            Some(Path::new("/var/lib/pyagent/profiles"))
+        );
+        assert!(config.pyroscope().is_none());
+
+        // The ConfigMap's `pyagent.toml: |` block: the lines indented by four spaces after it.
+        let daemonset = include_str!("../../../deploy/kubernetes/daemonset.yaml");
+        let block: String = daemonset
+            .lines()
+            .skip_while(|line| line.trim() != "pyagent.toml: |")
+            .skip(1)
+            .take_while(|line| line.is_empty() || line.starts_with("    "))
+            .map(|line| format!("{}\n", line.get(4..).unwrap_or("")))
+            .collect();
+        assert!(block.contains("[pyroscope]"), "{block}");
+        let layer = Overrides::from_toml(&block, Path::new("daemonset.yaml")).unwrap();
+        let config = ServiceConfig::from_overrides(layer).unwrap();
+        assert_eq!(config.metrics_addr.to_string(), "0.0.0.0:9464");
+    }
+}
