@@ -257,14 +257,18 @@ fn image_profiles_a_python_in_another_container_with_the_daemonsets_capabilities
         .args([&tag, "--all-python", "--duration", "5", "--output", "/out"]));
     let stderr = String::from_utf8_lossy(&agent.stderr);
     assert!(
-        stderr.contains("ebpf"),
+        stderr.contains("ebpf mode"),
         "the image's agent samples with eBPF: {stderr}"
     );
 
     let profile = std::fs::read_dir(&out_dir)
         .expect("output dir")
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.to_string_lossy().contains(&format!("-{target_pid}-")))
+        // `--duration` names a profile SERVICE-PID.pb.gz.
+        .find(|p| {
+            p.to_string_lossy()
+                .ends_with(&format!("-{target_pid}.pb.gz"))
+        })
         .unwrap_or_else(|| panic!("no profile of the target (PID {target_pid}): {stderr}"));
     let raw = go_pprof(&["-raw"], &profile);
     assert!(raw.contains(" hot ") && raw.contains("busy.py"), "{raw}");
