@@ -63,12 +63,15 @@ impl Profiler {
 
     /// Why the profiler refuses `rate_hz`, if it does.
     pub fn refuses(self, rate_hz: u32) -> Option<&'static str> {
-        // `pyagent record --rate` accepts the samplers' one range, `pyagent::config::RATE_HZ` (its
-        // flag parser refuses others); repeated here because xtask does not link the agent.
-        (self.is_pyagent() && !(1..=10_000).contains(&rate_hz))
+        // `pyagent record --rate` accepts the samplers' one range (its flag parser refuses others).
+        (self.is_pyagent() && !PYAGENT_RATE_HZ.contains(&rate_hz))
             .then_some("pyagent accepts --rate 1 to 10000")
     }
 }
+
+/// `pyagent::config::RATE_HZ`, repeated because xtask does not link the agent (a test of the
+/// `agent-lib` build checks that they agree).
+const PYAGENT_RATE_HZ: std::ops::RangeInclusive<u32> = 1..=10_000;
 
 /// Where the programs are.
 #[derive(Debug)]
@@ -361,6 +364,12 @@ fn colon_frame(e: &str) -> Frame {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "agent-lib")]
+    #[test]
+    fn rate_range_is_the_agents() {
+        assert_eq!(PYAGENT_RATE_HZ, pyagent::config::RATE_HZ);
+    }
 
     fn f(function: &str, line: u32) -> Frame {
         Frame {
