@@ -6,14 +6,18 @@
 //! directory is brought back within [`DirectoryLimits`]: files older than `max_age` go first, then the
 //! oldest files until the total is at most `max_bytes` (the newest file always stays, even when it alone is
 //! larger). Only this sink's files (`*.pb.gz`, not hidden) are counted or deleted.
+//!
+//! The directory is read once, at start, into a [`DirectoryIndex`]; writes and bounds use the index, so
+//! their cost does not grow with the number of files.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
+use super::index::{DirectoryIndex, IndexedFile};
 use super::{EncodedProfile, ProfileMeta, SinkError};
 use crate::export::metrics::{EvictReason, FailureReason, SinkMetrics};
 
@@ -51,16 +55,12 @@ pub struct DirectorySink {
     dir: PathBuf,
     limits: DirectoryLimits,
     metrics: SinkMetrics,
-    /// Serializes write + eviction (the caller's thread and the upload thread both write).
-    lock: Mutex<()>,
+    /// The files, read once at start; the lock also serializes write + eviction (the caller's thread and
+    /// the upload thread both write).
+    index: Mutex<DirectoryIndex>,
+    /// Times the directory itself was listed (once per start: everything else uses the index).
+    scans: AtomicU64,
     warned: AtomicBool,
-}
-
-/// One profile file, as eviction sees it.
-struct Entry {
-    path: PathBuf,
-    len: u64,
-    modified: SystemTime,
 }
 
 impl DirectorySink {
@@ -92,14 +92,26 @@ impl DirectorySink {
             dir,
             limits,
             metrics,
-            lock: Mutex::new(()),
+            index: Mutex::new(DirectoryIndex::default()),
+            scans: AtomicU64::new(0),
             warned: AtomicBool::new(false),
         };
-        sink.remove_stale_temporaries();
-        if let Err(err) = sink.enforce_limits() {
-            tracing::warn!("cannot apply the limits of {}: {err}", sink.dir.display());
-        }
+        let index = sink.scan().map_err(|source| SinkError::Unwritable {
+            dir: sink.dir.clone(),
+            source,
+        })?;
+        *sink.lock() = index;
+        sink.enforce_limits();
         Ok(sink)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DirectoryIndex> {
+        self.index.lock().expect("directory index poisoned")
+    }
+
+    /// How many times the directory was listed since the sink started (one: the start).
+    pub fn directory_scans(&self) -> u64 {
+        self.scans.load(Ordering::Relaxed)
     }
 
     /// The directory written to.
@@ -150,28 +162,30 @@ impl DirectorySink {
     pub fn write(&self, profile: &EncodedProfile) -> Result<PathBuf, SinkError> {
         self.metrics.submitted();
         let path = self.path_for(&profile.meta);
+        let name = DirectorySink::file_name(&profile.meta);
         let started = Instant::now();
-        let _guard = self.lock.lock().expect("directory sink lock poisoned");
+        let mut index = self.lock();
         match write_atomically(&self.dir, &path, &profile.bytes) {
-            Ok(()) => self.metrics.success(profile.bytes.len(), started.elapsed()),
+            Ok(written) => {
+                self.metrics.success(profile.bytes.len(), started.elapsed());
+                index.insert(&name, written);
+            }
             Err(source) => {
                 self.metrics
                     .failure(FailureReason::Write, started.elapsed());
                 return Err(SinkError::Write { path, source });
             }
         }
-        if let Err(err) = self.enforce_limits_locked() {
-            tracing::debug!("cannot apply the limits of {}: {err}", self.dir.display());
-        }
+        self.enforce_limits_locked(&mut index);
         Ok(path)
     }
 
     /// Writes a profile an upload sink could not deliver. When the file is already there (the directory
     /// also archives every profile), nothing is written again.
     pub fn spill(&self, profile: &EncodedProfile) -> Result<PathBuf, SinkError> {
-        let path = self.path_for(&profile.meta);
-        if path.exists() {
-            return Ok(path);
+        let name = DirectorySink::file_name(&profile.meta);
+        if self.lock().contains(&name) {
+            return Ok(self.dir.join(name));
         }
         self.write(profile)
     }
@@ -192,59 +206,76 @@ impl DirectorySink {
         }
     }
 
-    /// The profile files, oldest first (by modification time, then name).
-    pub fn files(&self) -> io::Result<Vec<PathBuf>> {
-        Ok(self
-            .entries()?
-            .into_iter()
-            .map(|entry| entry.path)
-            .collect())
+    /// The profile files, oldest first (by modification time, then name), as the index knows them.
+    pub fn files(&self) -> Vec<PathBuf> {
+        self.lock()
+            .oldest_first()
+            .map(|(name, _)| self.dir.join(name))
+            .collect()
     }
 
     /// Deletes files past `max_age`, then the oldest until the total is within `max_bytes`.
-    pub fn enforce_limits(&self) -> io::Result<()> {
-        let _guard = self.lock.lock().expect("directory sink lock poisoned");
-        self.enforce_limits_locked()
+    pub fn enforce_limits(&self) {
+        let mut index = self.lock();
+        self.enforce_limits_locked(&mut index);
     }
 
-    fn enforce_limits_locked(&self) -> io::Result<()> {
-        let mut entries = self.entries()?;
+    fn enforce_limits_locked(&self, index: &mut DirectoryIndex) {
         let now = SystemTime::now();
-        let mut too_old = 0;
-        entries.retain(|entry| {
-            let age = now.duration_since(entry.modified).unwrap_or_default();
-            if age > self.limits.max_age && remove(&entry.path) {
-                too_old += 1;
-                return false;
-            }
-            true
-        });
-        self.metrics.evicted(EvictReason::Age, too_old);
-
-        let mut total: u64 = entries.iter().map(|entry| entry.len).sum();
-        let mut too_big = 0;
-        // The newest file (last) always stays.
-        let keep = entries.len().saturating_sub(1);
-        for entry in &entries[..keep] {
-            if total <= self.limits.max_bytes {
-                break;
-            }
-            if remove(&entry.path) {
-                total -= entry.len;
-                too_big += 1;
+        let too_old: Vec<String> = index
+            .oldest_first()
+            .take_while(|(_, file)| {
+                now.duration_since(file.modified).unwrap_or_default() > self.limits.max_age
+            })
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let mut evicted = 0;
+        for name in too_old {
+            if remove(&self.dir.join(&name)) {
+                index.remove(&name);
+                evicted += 1;
             }
         }
-        self.metrics.evicted(EvictReason::Size, too_big);
-        Ok(())
+        self.metrics.evicted(EvictReason::Age, evicted);
+
+        // Oldest first, and the newest file (last) always stays. A file that cannot be deleted is
+        // skipped (still counted in the total), so the walk ends.
+        let mut evicted = 0;
+        let mut skipped = 0;
+        while index.total_bytes() > self.limits.max_bytes && index.len() > skipped + 1 {
+            let Some(name) = index
+                .oldest_first()
+                .nth(skipped)
+                .map(|(name, _)| name.to_owned())
+            else {
+                break;
+            };
+            if remove(&self.dir.join(&name)) {
+                index.remove(&name);
+                evicted += 1;
+            } else {
+                skipped += 1;
+            }
+        }
+        self.metrics.evicted(EvictReason::Size, evicted);
     }
 
-    fn entries(&self) -> io::Result<Vec<Entry>> {
-        let mut entries = Vec::new();
+    /// Lists the directory: this sink's files (`*.pb.gz`, not hidden), and removes the temporary files a
+    /// crash left behind. Runs once, at start.
+    fn scan(&self) -> io::Result<DirectoryIndex> {
+        self.scans.fetch_add(1, Ordering::Relaxed);
+        let mut index = DirectoryIndex::default();
         for item in fs::read_dir(&self.dir)? {
             let item = item?;
             let name = item.file_name();
             let Some(name) = name.to_str() else { continue };
-            if name.starts_with('.') || !name.ends_with(SUFFIX) {
+            if name.starts_with('.') {
+                if name.contains(TMP_MARK) {
+                    let _ = fs::remove_file(item.path());
+                }
+                continue;
+            }
+            if !name.ends_with(SUFFIX) {
                 continue;
             }
             // A file deleted meanwhile (by another agent, or by hand) is simply skipped.
@@ -252,30 +283,17 @@ impl DirectorySink {
             if !meta.is_file() {
                 continue;
             }
-            entries.push(Entry {
-                path: item.path(),
-                len: meta.len(),
-                modified: meta.modified()?,
-            });
+            index.insert(
+                name,
+                IndexedFile {
+                    len: meta.len(),
+                    modified: meta.modified()?,
+                },
+            );
         }
-        entries.sort_by(|a, b| a.modified.cmp(&b.modified).then(a.path.cmp(&b.path)));
-        Ok(entries)
-    }
-
-    fn remove_stale_temporaries(&self) {
-        let Ok(items) = fs::read_dir(&self.dir) else {
-            return;
-        };
-        for item in items.flatten() {
-            let name = item.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with('.') && name.contains(TMP_MARK) {
-                let _ = fs::remove_file(item.path());
-            }
-        }
+        Ok(index)
     }
 }
-
 /// `err` and its causes on one line (`a: b: c`), as `main` prints errors.
 fn anyhow_like(err: &dyn std::error::Error) -> String {
     let mut line = err.to_string();
@@ -300,8 +318,9 @@ fn remove(path: &Path) -> bool {
     }
 }
 
-/// Writes `bytes` to a temporary file in `dir`, syncs it and renames it to `path`.
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// Writes `bytes` to a temporary file in `dir`, syncs it and renames it to `path`; returns its size and
+/// modification time (from the file itself, not the directory).
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<IndexedFile> {
     let name = path
         .file_name()
         .and_then(|name| name.to_str())
@@ -311,10 +330,15 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
         let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
+        let meta = file.metadata()?;
         drop(file);
         fs::rename(&tmp, path)?;
         // Make the rename itself durable.
-        File::open(dir)?.sync_all()
+        File::open(dir)?.sync_all()?;
+        Ok(IndexedFile {
+            len: meta.len(),
+            modified: meta.modified()?,
+        })
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -367,7 +391,6 @@ mod tests {
 
     fn names(sink: &DirectorySink) -> Vec<String> {
         sink.files()
-            .unwrap()
             .iter()
             .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
             .collect()
@@ -376,6 +399,20 @@ mod tests {
     fn set_age(path: &Path, age: Duration) {
         let file = OpenOptions::new().write(true).open(path).unwrap();
         file.set_modified(SystemTime::now() - age).unwrap();
+    }
+
+    /// Ages a file the sink wrote, on disk and in its index (which is not re-read).
+    fn age_file(sink: &DirectorySink, path: &Path, age: Duration) {
+        set_age(path, age);
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let len = fs::metadata(path).unwrap().len();
+        sink.lock().insert(
+            name,
+            IndexedFile {
+                len,
+                modified: fs::metadata(path).unwrap().modified().unwrap(),
+            },
+        );
     }
 
     #[test]
@@ -432,10 +469,10 @@ mod tests {
         for (i, start) in [1_000u64, 2_000, 3_000].into_iter().enumerate() {
             let path = sink.write(&profile("web", 1, start, 100)).unwrap();
             // Distinct, increasing modification times without waiting.
-            set_age(&path, Duration::from_secs(100 - i as u64 * 10));
+            age_file(&sink, &path, Duration::from_secs(100 - i as u64 * 10));
         }
         // The third write pushed the total to 300 > 250 before its mtime was set; apply again to be sure.
-        sink.enforce_limits().unwrap();
+        sink.enforce_limits();
         assert_eq!(names(&sink), ["web-1-2000.pb.gz", "web-1-3000.pb.gz"]);
         assert_eq!(sink.metrics().evictions(EvictReason::Size), 1);
 
@@ -456,7 +493,7 @@ mod tests {
         let sink =
             DirectorySink::create(&dir.0, limits, SinkMetrics::detached("directory")).unwrap();
         let old = sink.write(&profile("web", 1, 1_000, 10)).unwrap();
-        set_age(&old, Duration::from_secs(3600));
+        age_file(&sink, &old, Duration::from_secs(3600));
         sink.write(&profile("web", 1, 2_000, 10)).unwrap();
         assert_eq!(names(&sink), ["web-1-2000.pb.gz"]);
         assert_eq!(sink.metrics().evictions(EvictReason::Age), 1);
@@ -468,6 +505,46 @@ mod tests {
         let again =
             DirectorySink::create(&dir.0, limits, SinkMetrics::detached("directory")).unwrap();
         assert_eq!(names(&again), ["web-1-2000.pb.gz"]);
+    }
+
+    /// Reliability issue, defect 5: every write listed and stat'ed the whole directory, so with 20,000 old
+    /// files the agent's CPU was 16 times that of an empty directory. The directory is read once, at start;
+    /// writes and both bounds use the index from then on.
+    #[test]
+    fn output_directory_is_scanned_once_not_per_write() {
+        let dir = TempDir::new("dirsink-scans");
+        const OLD_FILES: u64 = 3_000;
+        for i in 0..OLD_FILES {
+            let path = dir.0.join(format!("old-1-{i}.pb.gz"));
+            fs::write(&path, [0u8; 10]).unwrap();
+            // The old files are older than anything written now, oldest first by number.
+            set_age(&path, Duration::from_secs(10_000 - i));
+        }
+        let limits = DirectoryLimits {
+            // Room for every old file plus 10 new ones of 10 bytes: then the oldest go.
+            max_bytes: (OLD_FILES + 10) * 10,
+            max_age: Duration::from_secs(3600 * 24),
+        };
+        let sink =
+            DirectorySink::create(&dir.0, limits, SinkMetrics::detached("directory")).unwrap();
+        assert_eq!(sink.files().len() as u64, OLD_FILES);
+        for start in 0..30 {
+            sink.write(&profile("new", 2, start, 10)).unwrap();
+        }
+        assert_eq!(
+            sink.directory_scans(),
+            1,
+            "the directory was listed again after the start"
+        );
+        // The bounds still hold, through the index: the 20 oldest files went, and only those.
+        assert_eq!(sink.metrics().evictions(EvictReason::Size), 20);
+        let names = names(&sink);
+        assert_eq!(names.len() as u64, OLD_FILES + 10);
+        assert_eq!(names[0], "old-1-20.pb.gz");
+        assert!(!dir.0.join("old-1-19.pb.gz").exists());
+        assert!(dir.0.join("old-1-20.pb.gz").exists());
+        let on_disk = fs::read_dir(&dir.0).unwrap().count() as u64;
+        assert_eq!(on_disk, OLD_FILES + 10);
     }
 
     #[test]

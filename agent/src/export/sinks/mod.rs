@@ -15,6 +15,7 @@
 //! [`PyroscopeConfig::queue_capacity`]) and the files on disk (bounded by [`DirectoryLimits`]).
 
 mod directory;
+mod index;
 mod pyroscope;
 mod request;
 
