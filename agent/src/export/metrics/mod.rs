@@ -24,7 +24,7 @@ use prometheus::{
 
 pub use server::{serve, MetricsError, MetricsServer, DEFAULT_METRICS_ADDR};
 use sink::SinkFamilies;
-pub use sink::{DropReason, EvictReason, FailureReason, SinkMetrics};
+pub use sink::{DropReason, EvictReason, FailureReason, SinkMetrics, SpoolOutcome};
 
 /// Distinct `service` label values kept before new services are counted as `other`.
 pub const DEFAULT_MAX_SERVICES: usize = 100;

@@ -116,6 +116,40 @@ impl EvictReason {
     }
 }
 
+/// How a spilled profile left the spool (`pyagent_spool_settled_total{outcome}`). Together with the
+/// profiles still pending, these account for every profile spilled (or found spilled at start) once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SpoolOutcome {
+    /// Uploaded after all.
+    Delivered,
+    /// Deleted by the directory's bounds (size or age) before it could be delivered.
+    Expired,
+    /// The store refused it for good (4xx); the file is kept but no longer offered.
+    Rejected,
+    /// The file vanished or carries no metadata to upload it with (written by an older version).
+    Unreadable,
+}
+
+impl SpoolOutcome {
+    /// Every outcome, in the order they are exported.
+    pub const ALL: [SpoolOutcome; 4] = [
+        SpoolOutcome::Delivered,
+        SpoolOutcome::Expired,
+        SpoolOutcome::Rejected,
+        SpoolOutcome::Unreadable,
+    ];
+
+    /// The `outcome` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpoolOutcome::Delivered => "delivered",
+            SpoolOutcome::Expired => "expired",
+            SpoolOutcome::Rejected => "rejected",
+            SpoolOutcome::Unreadable => "unreadable",
+        }
+    }
+}
+
 /// The metric families shared by all sinks, each with a `sink` label.
 pub(super) struct SinkFamilies {
     submitted: IntCounterVec,
@@ -128,6 +162,9 @@ pub(super) struct SinkFamilies {
     latency: HistogramVec,
     queue: IntGaugeVec,
     evictions: IntCounterVec,
+    spool_recovered: IntCounterVec,
+    spool_settled: IntCounterVec,
+    spool_pending: IntGaugeVec,
 }
 
 impl SinkFamilies {
@@ -200,6 +237,24 @@ impl SinkFamilies {
                 "pyagent_directory_evictions_total",
                 "Profile files the directory sink deleted to stay within its bounds, by reason (size, age).",
                 &["sink", "reason"],
+            ),
+            spool_recovered: counter_vec(
+                registry,
+                "pyagent_spool_recovered_total",
+                "Spilled profiles found in the spool directory at start, left by an earlier run.",
+                &["sink"],
+            ),
+            spool_settled: counter_vec(
+                registry,
+                "pyagent_spool_settled_total",
+                "Spilled profiles that left the spool, by outcome (delivered, expired, rejected, unreadable).",
+                &["sink", "outcome"],
+            ),
+            spool_pending: gauge_vec(
+                registry,
+                "pyagent_spool_pending",
+                "Spilled profiles waiting in the spool directory for the store.",
+                &["sink"],
             ),
         }
     }
@@ -314,6 +369,54 @@ impl SinkMetrics {
             .evictions
             .with_label_values(&[self.sink.as_str(), reason.as_str()])
             .inc_by(n);
+    }
+
+    /// `n` spilled profiles were found at start.
+    pub fn spool_recovered(&self, n: u64) {
+        self.families
+            .spool_recovered
+            .with_label_values(&[self.sink.as_str()])
+            .inc_by(n);
+    }
+
+    /// `n` spilled profiles left the spool with `outcome`.
+    pub fn spool_settled(&self, outcome: SpoolOutcome, n: u64) {
+        self.families
+            .spool_settled
+            .with_label_values(&[self.sink.as_str(), outcome.as_str()])
+            .inc_by(n);
+    }
+
+    /// Sets the number of spilled profiles waiting.
+    pub fn set_spool_pending(&self, n: usize) {
+        self.families
+            .spool_pending
+            .with_label_values(&[self.sink.as_str()])
+            .set(saturating_i64(n as u64));
+    }
+
+    /// Spilled profiles found at start so far.
+    pub fn spool_recovered_count(&self) -> u64 {
+        self.families
+            .spool_recovered
+            .with_label_values(&[self.sink.as_str()])
+            .get()
+    }
+
+    /// Spilled profiles that left the spool with `outcome` so far.
+    pub fn spool_settled_count(&self, outcome: SpoolOutcome) -> u64 {
+        self.families
+            .spool_settled
+            .with_label_values(&[self.sink.as_str(), outcome.as_str()])
+            .get()
+    }
+
+    /// Spilled profiles waiting, as last set.
+    pub fn spool_pending(&self) -> i64 {
+        self.families
+            .spool_pending
+            .with_label_values(&[self.sink.as_str()])
+            .get()
     }
 
     /// Profiles handed to the sink so far.

@@ -9,6 +9,13 @@
 //!
 //! The directory is read once, at start, into a [`DirectoryIndex`]; writes and bounds use the index, so
 //! their cost does not grow with the number of files.
+//!
+//! A directory has one of two [`DirectoryRole`]s. An archive keeps every profile. A spool holds the
+//! profiles the upload sink could not deliver: a write-ahead buffer, every file in it waits for the store
+//! (including files an earlier run left), the upload sink takes them oldest profile first
+//! ([`DirectorySink::next_pending`]) and a delivered file is deleted ([`DirectorySink::settle`]). Every
+//! spilled profile leaves the spool once, counted by [`SpoolOutcome`]: delivered, expired (deleted by the
+//! bounds first), rejected by the store, or unreadable.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -18,8 +25,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::index::{DirectoryIndex, IndexedFile};
+use super::stored::{self, StoredProfileError};
 use super::{EncodedProfile, ProfileMeta, SinkError};
-use crate::export::metrics::{EvictReason, FailureReason, SinkMetrics};
+use crate::export::metrics::{EvictReason, FailureReason, SinkMetrics, SpoolOutcome};
 
 /// Suffix of the files this sink writes.
 const SUFFIX: &str = ".pb.gz";
@@ -49,11 +57,39 @@ impl Default for DirectoryLimits {
     }
 }
 
+/// What a directory is for; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectoryRole {
+    /// Every profile is kept (until the bounds delete it).
+    Archive,
+    /// Only undelivered profiles, each waiting for the store; delivered ones are deleted.
+    Spool,
+}
+
+/// What becomes of a spilled profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpillFate {
+    /// Offered to the store again when it is back.
+    Redeliver,
+    /// Only kept: the store refused it for good.
+    Keep,
+}
+
+/// A spilled profile taken from the spool: its file name and, if the file could be read, the profile.
+#[derive(Debug)]
+pub struct PendingProfile {
+    /// The file's name in the directory (for [`DirectorySink::settle`]).
+    pub name: String,
+    /// The profile, ready to upload.
+    pub profile: Result<EncodedProfile, StoredProfileError>,
+}
+
 /// Writes profiles to one directory; see the module docs.
 #[derive(Debug)]
 pub struct DirectorySink {
     dir: PathBuf,
     limits: DirectoryLimits,
+    role: DirectoryRole,
     metrics: SinkMetrics,
     /// The files, read once at start; the lock also serializes write + eviction (the caller's thread and
     /// the upload thread both write).
@@ -65,10 +101,11 @@ pub struct DirectorySink {
 
 impl DirectorySink {
     /// Creates `dir` if needed, checks that a file can be written there, removes temporary files a crash
-    /// left behind and applies `limits` once.
+    /// left behind and applies `limits` once. As a spool, every file found is pending.
     pub fn create(
         dir: impl Into<PathBuf>,
         limits: DirectoryLimits,
+        role: DirectoryRole,
         metrics: SinkMetrics,
     ) -> Result<DirectorySink, SinkError> {
         let dir = dir.into();
@@ -91,18 +128,34 @@ impl DirectorySink {
         let sink = DirectorySink {
             dir,
             limits,
+            role,
             metrics,
             index: Mutex::new(DirectoryIndex::default()),
             scans: AtomicU64::new(0),
             warned: AtomicBool::new(false),
         };
-        let index = sink.scan().map_err(|source| SinkError::Unwritable {
+        let mut index = sink.scan().map_err(|source| SinkError::Unwritable {
             dir: sink.dir.clone(),
             source,
         })?;
+        if role == DirectoryRole::Spool {
+            let names: Vec<String> = index
+                .oldest_first()
+                .map(|(name, _)| name.to_owned())
+                .collect();
+            for name in &names {
+                index.mark_pending(name);
+            }
+            sink.metrics.spool_recovered(names.len() as u64);
+        }
         *sink.lock() = index;
         sink.enforce_limits();
         Ok(sink)
+    }
+
+    /// What the directory is for.
+    pub fn role(&self) -> DirectoryRole {
+        self.role
     }
 
     fn lock(&self) -> MutexGuard<'_, DirectoryIndex> {
@@ -180,14 +233,64 @@ impl DirectorySink {
         Ok(path)
     }
 
-    /// Writes a profile an upload sink could not deliver. When the file is already there (the directory
-    /// also archives every profile), nothing is written again.
-    pub fn spill(&self, profile: &EncodedProfile) -> Result<PathBuf, SinkError> {
+    /// Writes a profile an upload sink could not deliver, pending delivery unless `fate` is
+    /// [`SpillFate::Keep`]. When the file is already there (the directory also archives every profile),
+    /// it is not written again.
+    pub fn spill(&self, profile: &EncodedProfile, fate: SpillFate) -> Result<PathBuf, SinkError> {
         let name = DirectorySink::file_name(&profile.meta);
-        if self.lock().contains(&name) {
-            return Ok(self.dir.join(name));
+        let written = {
+            let index = self.lock();
+            index.contains(&name)
+        };
+        let path = if written {
+            self.dir.join(&name)
+        } else {
+            self.write(profile)?
+        };
+        if fate == SpillFate::Redeliver {
+            let mut index = self.lock();
+            // False when the bounds deleted the file at once (it alone exceeds them): counted then.
+            if index.mark_pending(&name) {
+                self.metrics.set_spool_pending(index.pending_len());
+            } else {
+                self.metrics.spool_settled(SpoolOutcome::Expired, 1);
+            }
         }
-        self.write(profile)
+        Ok(path)
+    }
+
+    /// Spilled profiles waiting for the store.
+    pub fn pending_len(&self) -> usize {
+        self.lock().pending_len()
+    }
+
+    /// The oldest spilled profile waiting for the store, read from its file; it stays pending until
+    /// [`settle`](DirectorySink::settle)d.
+    pub fn next_pending(&self) -> Option<PendingProfile> {
+        let name = self.lock().oldest_pending()?.to_owned();
+        // Read outside the lock: writers need not wait for it.
+        let profile = fs::read(self.dir.join(&name))
+            .map_err(StoredProfileError::Read)
+            .and_then(stored::decode);
+        Some(PendingProfile { name, profile })
+    }
+
+    /// `name` left the spool with `outcome`: a delivered file is deleted from a spool (kept in an
+    /// archive), any other is kept but no longer offered. Counted once, unless it had already left
+    /// (deleted by the bounds meanwhile, counted as expired then).
+    pub fn settle(&self, name: &str, outcome: SpoolOutcome) {
+        let mut index = self.lock();
+        if !index.unmark_pending(name) {
+            return;
+        }
+        if outcome == SpoolOutcome::Delivered
+            && self.role == DirectoryRole::Spool
+            && remove(&self.dir.join(name))
+        {
+            index.remove(name);
+        }
+        self.metrics.spool_settled(outcome, 1);
+        self.metrics.set_spool_pending(index.pending_len());
     }
 
     /// Writes `profile`, logging the first failure (later ones only count).
@@ -230,9 +333,12 @@ impl DirectorySink {
             .map(|(name, _)| name.to_owned())
             .collect();
         let mut evicted = 0;
+        let mut expired = 0;
         for name in too_old {
             if remove(&self.dir.join(&name)) {
-                index.remove(&name);
+                if let Some((_, true)) = index.remove(&name) {
+                    expired += 1;
+                }
                 evicted += 1;
             }
         }
@@ -251,13 +357,18 @@ impl DirectorySink {
                 break;
             };
             if remove(&self.dir.join(&name)) {
-                index.remove(&name);
+                if let Some((_, true)) = index.remove(&name) {
+                    expired += 1;
+                }
                 evicted += 1;
             } else {
                 skipped += 1;
             }
         }
         self.metrics.evicted(EvictReason::Size, evicted);
+        // Spilled profiles deleted before the store took them.
+        self.metrics.spool_settled(SpoolOutcome::Expired, expired);
+        self.metrics.set_spool_pending(index.pending_len());
     }
 
     /// Lists the directory: this sink's files (`*.pb.gz`, not hidden), and removes the temporary files a
@@ -437,6 +548,7 @@ mod tests {
         let sink = DirectorySink::create(
             &dir.0,
             DirectoryLimits::default(),
+            DirectoryRole::Archive,
             SinkMetrics::detached("directory"),
         )
         .unwrap();
@@ -453,7 +565,7 @@ mod tests {
         assert_eq!(sink.metrics().successes(), 1);
         assert_eq!(sink.metrics().bytes(), 64);
         // A spill of a profile already archived writes nothing again.
-        sink.spill(&p).unwrap();
+        sink.spill(&p, SpillFate::Redeliver).unwrap();
         assert_eq!(sink.metrics().successes(), 1);
     }
 
@@ -464,8 +576,13 @@ mod tests {
             max_bytes: 250,
             max_age: Duration::from_secs(3600),
         };
-        let sink =
-            DirectorySink::create(&dir.0, limits, SinkMetrics::detached("directory")).unwrap();
+        let sink = DirectorySink::create(
+            &dir.0,
+            limits,
+            DirectoryRole::Archive,
+            SinkMetrics::detached("directory"),
+        )
+        .unwrap();
         for (i, start) in [1_000u64, 2_000, 3_000].into_iter().enumerate() {
             let path = sink.write(&profile("web", 1, start, 100)).unwrap();
             // Distinct, increasing modification times without waiting.
@@ -490,8 +607,13 @@ mod tests {
             max_bytes: 1 << 20,
             max_age: Duration::from_secs(60),
         };
-        let sink =
-            DirectorySink::create(&dir.0, limits, SinkMetrics::detached("directory")).unwrap();
+        let sink = DirectorySink::create(
+            &dir.0,
+            limits,
+            DirectoryRole::Archive,
+            SinkMetrics::detached("directory"),
+        )
+        .unwrap();
         let old = sink.write(&profile("web", 1, 1_000, 10)).unwrap();
         age_file(&sink, &old, Duration::from_secs(3600));
         sink.write(&profile("web", 1, 2_000, 10)).unwrap();
@@ -502,8 +624,13 @@ mod tests {
         let stale = dir.0.join("api-3-5.pb.gz");
         fs::write(&stale, b"x").unwrap();
         set_age(&stale, Duration::from_secs(3600));
-        let again =
-            DirectorySink::create(&dir.0, limits, SinkMetrics::detached("directory")).unwrap();
+        let again = DirectorySink::create(
+            &dir.0,
+            limits,
+            DirectoryRole::Archive,
+            SinkMetrics::detached("directory"),
+        )
+        .unwrap();
         assert_eq!(names(&again), ["web-1-2000.pb.gz"]);
     }
 
@@ -525,8 +652,13 @@ mod tests {
             max_bytes: (OLD_FILES + 10) * 10,
             max_age: Duration::from_secs(3600 * 24),
         };
-        let sink =
-            DirectorySink::create(&dir.0, limits, SinkMetrics::detached("directory")).unwrap();
+        let sink = DirectorySink::create(
+            &dir.0,
+            limits,
+            DirectoryRole::Archive,
+            SinkMetrics::detached("directory"),
+        )
+        .unwrap();
         assert_eq!(sink.files().len() as u64, OLD_FILES);
         for start in 0..30 {
             sink.write(&profile("new", 2, start, 10)).unwrap();
@@ -557,6 +689,7 @@ mod tests {
         let err = DirectorySink::create(
             &target,
             DirectoryLimits::default(),
+            DirectoryRole::Archive,
             SinkMetrics::detached("directory"),
         )
         .unwrap_err();
@@ -580,6 +713,7 @@ mod tests {
             let err = DirectorySink::create(
                 &ro,
                 DirectoryLimits::default(),
+                DirectoryRole::Archive,
                 SinkMetrics::detached("directory"),
             )
             .unwrap_err();

@@ -4,14 +4,28 @@
 //! goes through this index, so a write costs the same whether the directory holds ten files or a hundred
 //! thousand (re-reading it after each write made the agent's CPU grow with the directory). Files are
 //! ordered oldest first (modification time, then name), which is the order both bounds delete in.
-//! What the index does not see: files other programs add after the start (they are neither counted nor
+//! The index also knows which files are spilled profiles still waiting for the store (pending), oldest
+//! first, so the upload sink can deliver them in order. What the index does not see: files other programs add after the start (they are neither counted nor
 //! deleted until the next start) and files others delete (found missing when this sink deletes them).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::SystemTime;
 
 /// Where a file sits in the oldest-first order.
 type Key = (SystemTime, String);
+
+/// Where a pending file sits in the delivery order: the start of its profile (from the name
+/// `<service>-<pid>-<start unix ms>.pb.gz`; 0 when the name has no such number), then the name.
+type PendingKey = (u128, String);
+
+fn pending_key(name: &str) -> PendingKey {
+    let start_ms = name
+        .strip_suffix(".pb.gz")
+        .and_then(|stem| stem.rsplit('-').next())
+        .and_then(|start| start.parse().ok())
+        .unwrap_or(0);
+    (start_ms, name.to_owned())
+}
 
 /// One profile file as the index knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,16 +36,17 @@ pub(super) struct IndexedFile {
     pub modified: SystemTime,
 }
 
-/// The profile files of one directory, by age and by name, and their total size.
+/// The profile files of one directory, by age and by name, their total size, and which are pending.
 #[derive(Debug, Default)]
 pub(super) struct DirectoryIndex {
     by_age: BTreeMap<Key, u64>,
     modified_by_name: HashMap<String, SystemTime>,
+    pending: BTreeSet<PendingKey>,
     total_bytes: u64,
 }
 
 impl DirectoryIndex {
-    /// Records `name`, replacing what was known of a file of the same name.
+    /// Records `name` (not pending), replacing what was known of a file of the same name.
     pub fn insert(&mut self, name: &str, file: IndexedFile) {
         self.remove(name);
         self.by_age
@@ -40,12 +55,36 @@ impl DirectoryIndex {
         self.total_bytes = self.total_bytes.saturating_add(file.len);
     }
 
-    /// Forgets `name`; returns what was known of it.
-    pub fn remove(&mut self, name: &str) -> Option<IndexedFile> {
+    /// Forgets `name`; returns what was known of it and whether it was pending.
+    pub fn remove(&mut self, name: &str) -> Option<(IndexedFile, bool)> {
         let modified = self.modified_by_name.remove(name)?;
         let len = self.by_age.remove(&(modified, name.to_owned()))?;
+        let was_pending = self.pending.remove(&pending_key(name));
         self.total_bytes -= len;
-        Some(IndexedFile { len, modified })
+        Some((IndexedFile { len, modified }, was_pending))
+    }
+
+    /// Marks `name` as a spilled profile waiting for the store; false if `name` is unknown.
+    pub fn mark_pending(&mut self, name: &str) -> bool {
+        self.modified_by_name.contains_key(name) && {
+            self.pending.insert(pending_key(name));
+            true
+        }
+    }
+
+    /// `name` is no longer waiting; returns whether it was.
+    pub fn unmark_pending(&mut self, name: &str) -> bool {
+        self.pending.remove(&pending_key(name))
+    }
+
+    /// The pending file whose profile started first.
+    pub fn oldest_pending(&self) -> Option<&str> {
+        self.pending.first().map(|(_, name)| name.as_str())
+    }
+
+    /// Number of pending files.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
     }
 
     /// Whether `name` is known.
@@ -106,10 +145,28 @@ mod tests {
         assert_eq!(names, ["a", "b", "c"]);
         assert_eq!(index.total_bytes(), 112);
 
-        assert_eq!(index.remove("a"), Some(at(20, 7)));
+        assert_eq!(index.remove("a"), Some((at(20, 7), false)));
         assert_eq!(index.remove("a"), None);
         assert!(!index.contains("a"));
         assert_eq!(index.len(), 2);
         assert_eq!(index.total_bytes(), 105);
+    }
+
+    #[test]
+    fn pending_files_come_oldest_first() {
+        let mut index = DirectoryIndex::default();
+        // Spilled in another order than they were taken: the profile's start decides.
+        index.insert("web-1-300.pb.gz", at(10, 1));
+        index.insert("web-1-1000.pb.gz", at(20, 1));
+        index.insert("web-1-20.pb.gz", at(30, 1));
+        assert!(index.mark_pending("web-1-1000.pb.gz"));
+        assert!(index.mark_pending("web-1-20.pb.gz"));
+        assert!(!index.mark_pending("unknown"));
+        assert_eq!(index.oldest_pending(), Some("web-1-20.pb.gz"));
+        assert!(index.unmark_pending("web-1-20.pb.gz"));
+        assert_eq!(index.oldest_pending(), Some("web-1-1000.pb.gz"));
+        assert_eq!(index.remove("web-1-1000.pb.gz"), Some((at(20, 1), true)));
+        assert_eq!(index.oldest_pending(), None);
+        assert_eq!(index.pending_len(), 0);
     }
 }
