@@ -17,7 +17,7 @@
 //! spilled profile leaves the spool once, counted by [`SpoolOutcome`]: delivered, expired (deleted by the
 //! bounds first), rejected by the store, or unreadable.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,13 +27,11 @@ use std::time::{Duration, Instant, SystemTime};
 use super::index::{DirectoryIndex, IndexedFile};
 use super::stored::{self, StoredProfileError};
 use super::{EncodedProfile, ProfileMeta, SinkError};
+use crate::export::atomic_file::{self, TMP_MARK};
 use crate::export::metrics::{EvictReason, FailureReason, SinkMetrics, SpoolOutcome};
 
 /// Suffix of the files this sink writes.
 const SUFFIX: &str = ".pb.gz";
-
-/// Marks temporary files (`.<final name>.tmp-<random>`), removed at start if a crash left them behind.
-const TMP_MARK: &str = ".tmp-";
 
 /// Longest service name kept in a file name.
 const MAX_SERVICE_CHARS: usize = 100;
@@ -218,7 +216,7 @@ impl DirectorySink {
         let name = DirectorySink::file_name(&profile.meta);
         let started = Instant::now();
         let mut index = self.lock();
-        match write_atomically(&self.dir, &path, &profile.bytes) {
+        match write_atomically(&path, &profile.bytes) {
             Ok(written) => {
                 self.metrics.success(profile.bytes.len(), started.elapsed());
                 index.insert(&name, written);
@@ -429,32 +427,14 @@ fn remove(path: &Path) -> bool {
     }
 }
 
-/// Writes `bytes` to a temporary file in `dir`, syncs it and renames it to `path`; returns its size and
-/// modification time (from the file itself, not the directory).
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<IndexedFile> {
-    let name = path
-        .file_name()
-        .and_then(|name| name.to_str())
-        .expect("profile file names are UTF-8");
-    let tmp = dir.join(format!(".{name}{TMP_MARK}{:016x}", rand::random::<u64>()));
-    let result = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        let meta = file.metadata()?;
-        drop(file);
-        fs::rename(&tmp, path)?;
-        // Make the rename itself durable.
-        File::open(dir)?.sync_all()?;
-        Ok(IndexedFile {
-            len: meta.len(),
-            modified: meta.modified()?,
-        })
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+/// Writes `bytes` to `path` atomically; returns its size and modification time (from the file itself,
+/// not the directory).
+fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<IndexedFile> {
+    let meta = atomic_file::write_atomically(path, |out| out.write_all(bytes))?;
+    Ok(IndexedFile {
+        len: meta.len(),
+        modified: meta.modified()?,
+    })
 }
 
 #[cfg(test)]
