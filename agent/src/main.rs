@@ -227,12 +227,13 @@ fn service(config: &ServiceConfig, frames: &FrameArgs) -> Result<()> {
     install_stop_handlers();
     let report = pyagent::service::run(config, unwind_options(frames), &STOP)?;
     eprintln!(
-        "pyagent: stopped ({} mode): {} profiles, {} delivered, {} spilled to disk, {} dropped",
+        "pyagent: stopped ({} mode): {} profiles, at shutdown {} delivered and {} spilled to disk; {} dropped in all, {} failed writes",
         report.mode,
         report.profiles,
         report.shutdown.delivered,
         report.shutdown.spilled,
-        report.shutdown.dropped
+        report.dropped,
+        report.write_failures
     );
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! The counters every sink keeps (delivered, failed by reason, retried, spilled, dropped, bytes, latency,
 //! queue length), as one family per counter with a `sink` label, and the reasons they are counted by.
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Registry};
@@ -71,17 +72,20 @@ pub enum DropReason {
     SpillFailed,
     /// The window could not be encoded as pprof.
     Encode,
+    /// Writing the profile's file failed (directory sink, archiving).
+    WriteFailed,
 }
 
 impl DropReason {
     /// Every reason, in the order they are exported.
-    pub const ALL: [DropReason; 6] = [
+    pub const ALL: [DropReason; 7] = [
         DropReason::QueueFull,
         DropReason::RetriesExhausted,
         DropReason::Rejected,
         DropReason::Shutdown,
         DropReason::SpillFailed,
         DropReason::Encode,
+        DropReason::WriteFailed,
     ];
 
     /// The `reason` label value.
@@ -93,6 +97,7 @@ impl DropReason {
             DropReason::Shutdown => "shutdown",
             DropReason::SpillFailed => "spill_failed",
             DropReason::Encode => "encode",
+            DropReason::WriteFailed => "write_failed",
         }
     }
 }
@@ -150,6 +155,31 @@ impl SpoolOutcome {
     }
 }
 
+/// Which sinks are failing right now, and why: what `/healthz` reports. A sink sets its problem when a
+/// delivery fails and clears it when one succeeds.
+#[derive(Debug, Clone, Default)]
+pub struct SinkHealth(Arc<Mutex<BTreeMap<String, String>>>);
+
+impl SinkHealth {
+    /// The failing sinks, each as `sink: what failed`, sorted by sink.
+    pub fn problems(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .expect("sink health poisoned")
+            .iter()
+            .map(|(sink, problem)| format!("{sink}: {problem}"))
+            .collect()
+    }
+
+    fn set(&self, sink: &str, problem: Option<String>) {
+        let mut problems = self.0.lock().expect("sink health poisoned");
+        match problem {
+            Some(problem) => problems.insert(sink.to_owned(), problem),
+            None => problems.remove(sink),
+        };
+    }
+}
+
 /// The metric families shared by all sinks, each with a `sink` label.
 pub(super) struct SinkFamilies {
     submitted: IntCounterVec,
@@ -165,6 +195,7 @@ pub(super) struct SinkFamilies {
     spool_recovered: IntCounterVec,
     spool_settled: IntCounterVec,
     spool_pending: IntGaugeVec,
+    health: SinkHealth,
 }
 
 impl SinkFamilies {
@@ -250,6 +281,7 @@ impl SinkFamilies {
                 "Spilled profiles that left the spool, by outcome (delivered, expired, rejected, unreadable).",
                 &["sink", "outcome"],
             ),
+            health: SinkHealth::default(),
             spool_pending: gauge_vec(
                 registry,
                 "pyagent_spool_pending",
@@ -369,6 +401,21 @@ impl SinkMetrics {
             .evictions
             .with_label_values(&[self.sink.as_str(), reason.as_str()])
             .inc_by(n);
+    }
+
+    /// The sink is failing: `problem` says how (shown by `/healthz` until [`healthy`](Self::healthy)).
+    pub fn unhealthy(&self, problem: impl Into<String>) {
+        self.families.health.set(&self.sink, Some(problem.into()));
+    }
+
+    /// The sink works (again).
+    pub fn healthy(&self) {
+        self.families.health.set(&self.sink, None);
+    }
+
+    /// The health of every sink sharing these families.
+    pub(super) fn health(&self) -> SinkHealth {
+        self.families.health.clone()
     }
 
     /// `n` spilled profiles were found at start.

@@ -28,7 +28,7 @@ use super::index::{DirectoryIndex, IndexedFile};
 use super::stored::{self, StoredProfileError};
 use super::{EncodedProfile, ProfileMeta, SinkError};
 use crate::export::atomic_file::{self, TMP_MARK};
-use crate::export::metrics::{EvictReason, FailureReason, SinkMetrics, SpoolOutcome};
+use crate::export::metrics::{DropReason, EvictReason, FailureReason, SinkMetrics, SpoolOutcome};
 
 /// Suffix of the files this sink writes.
 const SUFFIX: &str = ".pb.gz";
@@ -216,15 +216,25 @@ impl DirectorySink {
         let name = DirectorySink::file_name(&profile.meta);
         let started = Instant::now();
         let mut index = self.lock();
-        match write_atomically(&path, &profile.bytes) {
+        let result = match write_atomically(&path, &profile.bytes) {
+            // Someone deleted the directory (a cleanup script, a hand): make it again and retry once.
+            Err(err) if err.kind() == io::ErrorKind::NotFound && !self.dir.is_dir() => self
+                .recreate(&mut index)
+                .and_then(|()| write_atomically(&path, &profile.bytes)),
+            result => result,
+        };
+        match result {
             Ok(written) => {
                 self.metrics.success(profile.bytes.len(), started.elapsed());
+                self.metrics.healthy();
                 index.insert(&name, written);
             }
             Err(source) => {
                 self.metrics
                     .failure(FailureReason::Write, started.elapsed());
-                return Err(SinkError::Write { path, source });
+                let err = SinkError::Write { path, source };
+                self.metrics.unhealthy(anyhow_like(&err));
+                return Err(err);
             }
         }
         self.enforce_limits_locked(&mut index);
@@ -291,9 +301,26 @@ impl DirectorySink {
         self.metrics.set_spool_pending(index.pending_len());
     }
 
-    /// Writes `profile`, logging the first failure (later ones only count).
+    /// Makes the directory again after it was deleted; the files it held are gone with it (spilled
+    /// ones count as expired).
+    fn recreate(&self, index: &mut DirectoryIndex) -> io::Result<()> {
+        fs::create_dir_all(&self.dir)?;
+        tracing::warn!(
+            "output directory {} was deleted; created it again",
+            self.dir.display()
+        );
+        let lost = index.pending_len() as u64;
+        *index = DirectoryIndex::default();
+        self.metrics.spool_settled(SpoolOutcome::Expired, lost);
+        self.metrics.set_spool_pending(0);
+        Ok(())
+    }
+
+    /// Archives `profile`; a failed write loses it, so it is counted as dropped (and the first failure
+    /// logged: later ones are counted, and shown by `/healthz` while they last).
     pub(crate) fn submit(&self, profile: &EncodedProfile) {
         if let Err(err) = self.write(profile) {
+            self.metrics.drop_profile(DropReason::WriteFailed);
             self.warn_once(&err);
         }
     }
