@@ -12,6 +12,7 @@ use pyagent::aggregate::Aggregator;
 use pyagent::discovery::locate_runtime;
 use pyagent::discovery::service_name::service_name;
 use pyagent::export;
+use pyagent::export::atomic_file::write_atomically;
 use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::{UnwindOptions, Unwinder};
 
@@ -226,12 +227,13 @@ fn service(config: &ServiceConfig, frames: &FrameArgs) -> Result<()> {
     install_stop_handlers();
     let report = pyagent::service::run(config, unwind_options(frames), &STOP)?;
     eprintln!(
-        "pyagent: stopped ({} mode): {} profiles, {} delivered, {} spilled to disk, {} dropped",
+        "pyagent: stopped ({} mode): {} profiles, at shutdown {} delivered and {} spilled to disk; {} dropped in all, {} failed writes",
         report.mode,
         report.profiles,
         report.shutdown.delivered,
         report.shutdown.spilled,
-        report.shutdown.dropped
+        report.dropped,
+        report.write_failures
     );
     Ok(())
 }
@@ -257,7 +259,10 @@ fn all_python(args: &HostArgs) -> Result<()> {
     );
     profiler.run(&STOP, Some(until), |_| {});
     let format: export::Format = args.format.into();
+    // Each file is written atomically (a kill or a full disk leaves no empty or truncated profile), and
+    // one failed file does not stop the others.
     let mut written = 0;
+    let mut failed = 0;
     for (info, window) in profiler.cut() {
         let path = dir.join(format!(
             "{}-{}.{}",
@@ -265,14 +270,16 @@ fn all_python(args: &HostArgs) -> Result<()> {
             info.pid,
             format.extension()
         ));
-        let mut w = BufWriter::new(
-            File::create(&path).with_context(|| format!("cannot create {}", path.display()))?,
-        );
-        export::write(format, &window, &mut w)
-            .with_context(|| format!("writing {}", path.display()))?;
-        w.flush()
-            .with_context(|| format!("writing {}", path.display()))?;
-        written += 1;
+        let fill = |mut out: &mut dyn Write| {
+            export::write(format, &window, &mut out).map_err(std::io::Error::other)
+        };
+        match write_atomically(&path, fill) {
+            Ok(_) => written += 1,
+            Err(err) => {
+                failed += 1;
+                eprintln!("pyagent: cannot write {}: {err}", path.display());
+            }
+        }
     }
     let s = profiler.stats();
     let states: Vec<String> = profiler
@@ -281,7 +288,7 @@ fn all_python(args: &HostArgs) -> Result<()> {
         .map(|(k, v)| format!("{v} {k}"))
         .collect();
     eprintln!(
-        "pyagent: {} mode, wrote {written} profiles to {} ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete; processes: {})",
+        "pyagent: {} mode, wrote {written} profiles to {}, {failed} failed ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete; processes: {})",
         profiler.mode_name(),
         dir.display(),
         s.samples,
@@ -291,6 +298,12 @@ fn all_python(args: &HostArgs) -> Result<()> {
         s.incomplete,
         states.join(", ")
     );
+    if failed > 0 {
+        bail!(
+            "{failed} of {} profiles could not be written",
+            written + failed
+        );
+    }
     Ok(())
 }
 

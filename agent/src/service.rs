@@ -15,7 +15,7 @@ use common::Counter;
 use crate::config::ServiceConfig;
 use crate::discovery::container::{container_id, pod_uid};
 use crate::discovery::service_name::service_name;
-use crate::export::metrics::{serve, AgentMetrics, MetricsError, ProcessState};
+use crate::export::metrics::{serve, AgentMetrics, FailureReason, MetricsError, ProcessState};
 use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
 use crate::sampler::host::{HostConfig, HostError, HostProfiler, HostStats, ProcessInfo};
 use crate::unwind::UnwindOptions;
@@ -41,6 +41,10 @@ pub struct ServiceReport {
     pub profiles: u64,
     /// what the sinks did at shutdown
     pub shutdown: ShutdownReport,
+    /// profiles lost over the whole run, by any sink for any reason (write failures included)
+    pub dropped: u64,
+    /// failed file writes over the whole run
+    pub write_failures: u64,
     /// sampler backend used
     pub mode: &'static str,
 }
@@ -164,20 +168,35 @@ pub fn run(
     emit(&mut profiler, &mut services, &mut profiles);
     update_metrics(&profiler, &metrics, &mut deltas);
     let shutdown = sinks.shutdown(Duration::from_secs(10));
+    // The whole run's losses, not only the shutdown's: a write failure at every interval must show here.
+    let dropped = SINKS
+        .iter()
+        .map(|sink| metrics.sink(sink).dropped_total())
+        .sum();
+    let write_failures = SINKS
+        .iter()
+        .map(|sink| metrics.sink(sink).failures(FailureReason::Write))
+        .sum();
     tracing::info!(
         profiles,
         delivered = shutdown.delivered,
         spilled = shutdown.spilled,
-        dropped = shutdown.dropped,
+        dropped,
+        write_failures,
         "pyagent service stopped"
     );
     server.shutdown();
     Ok(ServiceReport {
         profiles,
         shutdown,
+        dropped,
+        write_failures,
         mode: profiler.mode_name(),
     })
 }
+
+/// The names the sinks count under (see [`SinkSet::start`]).
+const SINKS: [&str; 3] = ["directory", "pyroscope", "encode"];
 
 /// How often the metrics are brought up to date.
 const METRICS_INTERVAL: Duration = Duration::from_secs(1);

@@ -9,6 +9,8 @@ mod discovery;
 mod dist;
 #[path = "integration/ebpf.rs"]
 mod ebpf;
+#[path = "integration/export.rs"]
+mod export;
 #[path = "integration/frame_cache.rs"]
 mod frame_cache;
 use rstest_reuse::template;

@@ -5,6 +5,7 @@
 //! SVG flame graph drawn from those ([`flamegraph`]). Every format is deterministic: the same window gives
 //! the same bytes. Nothing is cached between windows.
 
+pub mod atomic_file;
 pub mod collapsed;
 pub mod flamegraph;
 pub mod metrics;

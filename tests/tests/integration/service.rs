@@ -347,3 +347,74 @@ fn works_with_exactly_the_unit_capabilities() {
         "{err}"
     );
 }
+
+/// Reliability issue, defect 7: write failures were nearly silent: one warning, then a counter; /healthz
+/// stayed 200; the final line said "0 dropped" while profiles were never written; a deleted output
+/// directory was not recreated. Now the directory comes back, a failing sink turns /healthz to 503, and
+/// the final line counts what was lost.
+#[test]
+fn service_write_failures_recreate_the_directory_fail_health_and_count_drops() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let svc = Service::start("write-failures", "1s");
+    let ours = format!("busy-{}-", p.pid());
+    let has_ours = |svc: &Service| {
+        svc.profiles()
+            .iter()
+            .any(|f| f.to_string_lossy().contains(&ours))
+    };
+    wait_for("a first profile", Duration::from_secs(60), || {
+        has_ours(&svc).then_some(())
+    });
+
+    // Deleted by hand: made again, and written to again.
+    std::fs::remove_dir_all(&svc.dir).expect("delete the output directory");
+    wait_for(
+        "the output directory to be recreated with a new profile",
+        Duration::from_secs(60),
+        || has_ours(&svc).then_some(()),
+    );
+    let (status, _) = http_get(svc.port, "/healthz").expect("healthz");
+    assert_eq!(status, 200);
+
+    // Replaced by a file: every write fails, and health says so.
+    std::fs::remove_dir_all(&svc.dir).expect("delete the output directory");
+    std::fs::write(&svc.dir, b"not a directory").expect("a file in its place");
+    let body = wait_for(
+        "/healthz to report the failure",
+        Duration::from_secs(60),
+        || http_get(svc.port, "/healthz").filter(|(s, _)| *s == 503),
+    )
+    .1;
+    assert!(body.contains("directory: cannot write profile"), "{body}");
+    let dropped = wait_for("drops to be counted", Duration::from_secs(60), || {
+        let (_, metrics) = http_get(svc.port, "/metrics")?;
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("pyagent_sink_dropped_total{")
+                    && l.contains("reason=\"write_failed\"")
+                    && l.contains("sink=\"directory\"")
+            })
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .filter(|&n| n >= 2)
+    });
+    let dir = svc.dir.clone();
+    let (status, stderr) = svc.terminate();
+    let _ = std::fs::remove_file(&dir);
+    assert!(status.success(), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    let in_all: u64 = last
+        .split(" dropped in all")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no drop count in the final line: {last}"));
+    assert!(
+        in_all >= dropped,
+        "the final line counts every drop ({dropped} scraped before): {last}"
+    );
+    assert!(!last.contains(" 0 failed writes"), "{last}");
+}

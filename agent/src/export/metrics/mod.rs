@@ -24,7 +24,7 @@ use prometheus::{
 
 pub use server::{serve, MetricsError, MetricsServer, DEFAULT_METRICS_ADDR};
 use sink::SinkFamilies;
-pub use sink::{DropReason, EvictReason, FailureReason, SinkMetrics};
+pub use sink::{DropReason, EvictReason, FailureReason, SinkHealth, SinkMetrics, SpoolOutcome};
 
 /// Distinct `service` label values kept before new services are counted as `other`.
 pub const DEFAULT_MAX_SERVICES: usize = 100;
@@ -387,6 +387,11 @@ impl AgentMetrics {
                 .with_label_values(&[service.as_str(), version])
                 .set(1);
         }
+    }
+
+    /// Which sinks are failing (for `/healthz`).
+    pub fn sink_health(&self) -> SinkHealth {
+        self.sink("health").health()
     }
 
     /// The counters of one sink (`directory`, `pyroscope`), labelled `sink="<name>"`.

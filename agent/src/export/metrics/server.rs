@@ -18,7 +18,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use prost::Message;
 use tiny_http::{Header, Method, Request, Response, Server};
 
-use super::AgentMetrics;
+use super::{AgentMetrics, SinkHealth};
 
 /// Where the metrics server listens unless configured otherwise (9464: the port OpenTelemetry's Prometheus
 /// exporter uses, free on most hosts).
@@ -137,9 +137,10 @@ pub fn serve(addr: SocketAddr, metrics: &AgentMetrics) -> Result<MetricsServer, 
         let stop = Arc::clone(&stop);
         let profiles = Arc::clone(&profiles);
         let registry = metrics.registry().clone();
+        let health = metrics.sink_health();
         thread::Builder::new()
             .name("pyagent-metrics".into())
-            .spawn(move || accept(&server, &registry, &stop, &profiles))
+            .spawn(move || accept(&server, &registry, &health, &stop, &profiles))
             .map_err(|source| MetricsError::Start {
                 addr: local,
                 source: Box::new(source),
@@ -188,6 +189,7 @@ impl Drop for MetricsServer {
 fn accept(
     server: &Server,
     registry: &Registry,
+    health: &SinkHealth,
     stop: &Arc<Stop>,
     profiles: &Mutex<Vec<JoinHandle<()>>>,
 ) {
@@ -204,7 +206,7 @@ fn accept(
         let (path, query) = split_url(request.url());
         match (request.method(), path) {
             (Method::Get, "/metrics") => respond(request, metrics_response(registry)),
-            (Method::Get, "/healthz") => respond(request, Response::from_string("ok")),
+            (Method::Get, "/healthz") => respond(request, health_response(health)),
             (Method::Get, "/debug/pprof/profile") => match profile_seconds(&query) {
                 Ok(seconds) => {
                     let stop = Arc::clone(stop);
@@ -229,6 +231,17 @@ fn accept(
 }
 
 type BoxedResponse = Response<io::Cursor<Vec<u8>>>;
+
+/// 200 `ok`, or 503 naming each failing sink: profiles are being lost, which an orchestrator and an
+/// operator should see without reading counters.
+fn health_response(health: &SinkHealth) -> BoxedResponse {
+    let problems = health.problems();
+    if problems.is_empty() {
+        text(200, "ok")
+    } else {
+        text(503, &format!("failing: {}\n", problems.join("; ")))
+    }
+}
 
 fn respond(request: Request, response: BoxedResponse) {
     if let Err(err) = request.respond(response) {

@@ -1,8 +1,9 @@
 //! The counters every sink keeps (delivered, failed by reason, retried, spilled, dropped, bytes, latency,
 //! queue length), as one family per counter with a `sink` label, and the reasons they are counted by.
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Registry};
@@ -71,17 +72,20 @@ pub enum DropReason {
     SpillFailed,
     /// The window could not be encoded as pprof.
     Encode,
+    /// Writing the profile's file failed (directory sink, archiving).
+    WriteFailed,
 }
 
 impl DropReason {
     /// Every reason, in the order they are exported.
-    pub const ALL: [DropReason; 6] = [
+    pub const ALL: [DropReason; 7] = [
         DropReason::QueueFull,
         DropReason::RetriesExhausted,
         DropReason::Rejected,
         DropReason::Shutdown,
         DropReason::SpillFailed,
         DropReason::Encode,
+        DropReason::WriteFailed,
     ];
 
     /// The `reason` label value.
@@ -93,6 +97,7 @@ impl DropReason {
             DropReason::Shutdown => "shutdown",
             DropReason::SpillFailed => "spill_failed",
             DropReason::Encode => "encode",
+            DropReason::WriteFailed => "write_failed",
         }
     }
 }
@@ -116,6 +121,65 @@ impl EvictReason {
     }
 }
 
+/// How a spilled profile left the spool (`pyagent_spool_settled_total{outcome}`). Together with the
+/// profiles still pending, these account for every profile spilled (or found spilled at start) once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SpoolOutcome {
+    /// Uploaded after all.
+    Delivered,
+    /// Deleted by the directory's bounds (size or age) before it could be delivered.
+    Expired,
+    /// The store refused it for good (4xx); the file is kept but no longer offered.
+    Rejected,
+    /// The file vanished or carries no metadata to upload it with (written by an older version).
+    Unreadable,
+}
+
+impl SpoolOutcome {
+    /// Every outcome, in the order they are exported.
+    pub const ALL: [SpoolOutcome; 4] = [
+        SpoolOutcome::Delivered,
+        SpoolOutcome::Expired,
+        SpoolOutcome::Rejected,
+        SpoolOutcome::Unreadable,
+    ];
+
+    /// The `outcome` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpoolOutcome::Delivered => "delivered",
+            SpoolOutcome::Expired => "expired",
+            SpoolOutcome::Rejected => "rejected",
+            SpoolOutcome::Unreadable => "unreadable",
+        }
+    }
+}
+
+/// Which sinks are failing right now, and why: what `/healthz` reports. A sink sets its problem when a
+/// delivery fails and clears it when one succeeds.
+#[derive(Debug, Clone, Default)]
+pub struct SinkHealth(Arc<Mutex<BTreeMap<String, String>>>);
+
+impl SinkHealth {
+    /// The failing sinks, each as `sink: what failed`, sorted by sink.
+    pub fn problems(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .expect("sink health poisoned")
+            .iter()
+            .map(|(sink, problem)| format!("{sink}: {problem}"))
+            .collect()
+    }
+
+    fn set(&self, sink: &str, problem: Option<String>) {
+        let mut problems = self.0.lock().expect("sink health poisoned");
+        match problem {
+            Some(problem) => problems.insert(sink.to_owned(), problem),
+            None => problems.remove(sink),
+        };
+    }
+}
+
 /// The metric families shared by all sinks, each with a `sink` label.
 pub(super) struct SinkFamilies {
     submitted: IntCounterVec,
@@ -128,6 +192,10 @@ pub(super) struct SinkFamilies {
     latency: HistogramVec,
     queue: IntGaugeVec,
     evictions: IntCounterVec,
+    spool_recovered: IntCounterVec,
+    spool_settled: IntCounterVec,
+    spool_pending: IntGaugeVec,
+    health: SinkHealth,
 }
 
 impl SinkFamilies {
@@ -200,6 +268,25 @@ impl SinkFamilies {
                 "pyagent_directory_evictions_total",
                 "Profile files the directory sink deleted to stay within its bounds, by reason (size, age).",
                 &["sink", "reason"],
+            ),
+            spool_recovered: counter_vec(
+                registry,
+                "pyagent_spool_recovered_total",
+                "Spilled profiles found in the spool directory at start, left by an earlier run.",
+                &["sink"],
+            ),
+            spool_settled: counter_vec(
+                registry,
+                "pyagent_spool_settled_total",
+                "Spilled profiles that left the spool, by outcome (delivered, expired, rejected, unreadable).",
+                &["sink", "outcome"],
+            ),
+            health: SinkHealth::default(),
+            spool_pending: gauge_vec(
+                registry,
+                "pyagent_spool_pending",
+                "Spilled profiles waiting in the spool directory for the store.",
+                &["sink"],
             ),
         }
     }
@@ -314,6 +401,69 @@ impl SinkMetrics {
             .evictions
             .with_label_values(&[self.sink.as_str(), reason.as_str()])
             .inc_by(n);
+    }
+
+    /// The sink is failing: `problem` says how (shown by `/healthz` until [`healthy`](Self::healthy)).
+    pub fn unhealthy(&self, problem: impl Into<String>) {
+        self.families.health.set(&self.sink, Some(problem.into()));
+    }
+
+    /// The sink works (again).
+    pub fn healthy(&self) {
+        self.families.health.set(&self.sink, None);
+    }
+
+    /// The health of every sink sharing these families.
+    pub(super) fn health(&self) -> SinkHealth {
+        self.families.health.clone()
+    }
+
+    /// `n` spilled profiles were found at start.
+    pub fn spool_recovered(&self, n: u64) {
+        self.families
+            .spool_recovered
+            .with_label_values(&[self.sink.as_str()])
+            .inc_by(n);
+    }
+
+    /// `n` spilled profiles left the spool with `outcome`.
+    pub fn spool_settled(&self, outcome: SpoolOutcome, n: u64) {
+        self.families
+            .spool_settled
+            .with_label_values(&[self.sink.as_str(), outcome.as_str()])
+            .inc_by(n);
+    }
+
+    /// Sets the number of spilled profiles waiting.
+    pub fn set_spool_pending(&self, n: usize) {
+        self.families
+            .spool_pending
+            .with_label_values(&[self.sink.as_str()])
+            .set(saturating_i64(n as u64));
+    }
+
+    /// Spilled profiles found at start so far.
+    pub fn spool_recovered_count(&self) -> u64 {
+        self.families
+            .spool_recovered
+            .with_label_values(&[self.sink.as_str()])
+            .get()
+    }
+
+    /// Spilled profiles that left the spool with `outcome` so far.
+    pub fn spool_settled_count(&self, outcome: SpoolOutcome) -> u64 {
+        self.families
+            .spool_settled
+            .with_label_values(&[self.sink.as_str(), outcome.as_str()])
+            .get()
+    }
+
+    /// Spilled profiles waiting, as last set.
+    pub fn spool_pending(&self) -> i64 {
+        self.families
+            .spool_pending
+            .with_label_values(&[self.sink.as_str()])
+            .get()
     }
 
     /// Profiles handed to the sink so far.

@@ -6,22 +6,32 @@
 //! directory is brought back within [`DirectoryLimits`]: files older than `max_age` go first, then the
 //! oldest files until the total is at most `max_bytes` (the newest file always stays, even when it alone is
 //! larger). Only this sink's files (`*.pb.gz`, not hidden) are counted or deleted.
+//!
+//! The directory is read once, at start, into a [`DirectoryIndex`]; writes and bounds use the index, so
+//! their cost does not grow with the number of files.
+//!
+//! A directory has one of two [`DirectoryRole`]s. An archive keeps every profile. A spool holds the
+//! profiles the upload sink could not deliver: a write-ahead buffer, every file in it waits for the store
+//! (including files an earlier run left), the upload sink takes them oldest profile first
+//! ([`DirectorySink::next_pending`]) and a delivered file is deleted ([`DirectorySink::settle`]). Every
+//! spilled profile leaves the spool once, counted by [`SpoolOutcome`]: delivered, expired (deleted by the
+//! bounds first), rejected by the store, or unreadable.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
+use super::index::{DirectoryIndex, IndexedFile};
+use super::stored::{self, StoredProfileError};
 use super::{EncodedProfile, ProfileMeta, SinkError};
-use crate::export::metrics::{EvictReason, FailureReason, SinkMetrics};
+use crate::export::atomic_file::{self, TMP_MARK};
+use crate::export::metrics::{DropReason, EvictReason, FailureReason, SinkMetrics, SpoolOutcome};
 
 /// Suffix of the files this sink writes.
 const SUFFIX: &str = ".pb.gz";
-
-/// Marks temporary files (`.<final name>.tmp-<random>`), removed at start if a crash left them behind.
-const TMP_MARK: &str = ".tmp-";
 
 /// Longest service name kept in a file name.
 const MAX_SERVICE_CHARS: usize = 100;
@@ -45,30 +55,55 @@ impl Default for DirectoryLimits {
     }
 }
 
+/// What a directory is for; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectoryRole {
+    /// Every profile is kept (until the bounds delete it).
+    Archive,
+    /// Only undelivered profiles, each waiting for the store; delivered ones are deleted.
+    Spool,
+}
+
+/// What becomes of a spilled profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpillFate {
+    /// Offered to the store again when it is back.
+    Redeliver,
+    /// Only kept: the store refused it for good.
+    Keep,
+}
+
+/// A spilled profile taken from the spool: its file name and, if the file could be read, the profile.
+#[derive(Debug)]
+pub struct PendingProfile {
+    /// The file's name in the directory (for [`DirectorySink::settle`]).
+    pub name: String,
+    /// The profile, ready to upload.
+    pub profile: Result<EncodedProfile, StoredProfileError>,
+}
+
 /// Writes profiles to one directory; see the module docs.
 #[derive(Debug)]
 pub struct DirectorySink {
     dir: PathBuf,
     limits: DirectoryLimits,
+    role: DirectoryRole,
     metrics: SinkMetrics,
-    /// Serializes write + eviction (the caller's thread and the upload thread both write).
-    lock: Mutex<()>,
+    /// The files, read once at start; the lock also serializes write + eviction (the caller's thread and
+    /// the upload thread both write).
+    index: Mutex<DirectoryIndex>,
+    /// Times the directory itself was listed (once per start: everything else uses the index).
+    scans: AtomicU64,
     warned: AtomicBool,
-}
-
-/// One profile file, as eviction sees it.
-struct Entry {
-    path: PathBuf,
-    len: u64,
-    modified: SystemTime,
 }
 
 impl DirectorySink {
     /// Creates `dir` if needed, checks that a file can be written there, removes temporary files a crash
-    /// left behind and applies `limits` once.
+    /// left behind and applies `limits` once. As a spool, every file found is pending.
     pub fn create(
         dir: impl Into<PathBuf>,
         limits: DirectoryLimits,
+        role: DirectoryRole,
         metrics: SinkMetrics,
     ) -> Result<DirectorySink, SinkError> {
         let dir = dir.into();
@@ -91,15 +126,43 @@ impl DirectorySink {
         let sink = DirectorySink {
             dir,
             limits,
+            role,
             metrics,
-            lock: Mutex::new(()),
+            index: Mutex::new(DirectoryIndex::default()),
+            scans: AtomicU64::new(0),
             warned: AtomicBool::new(false),
         };
-        sink.remove_stale_temporaries();
-        if let Err(err) = sink.enforce_limits() {
-            tracing::warn!("cannot apply the limits of {}: {err}", sink.dir.display());
+        let mut index = sink.scan().map_err(|source| SinkError::Unwritable {
+            dir: sink.dir.clone(),
+            source,
+        })?;
+        if role == DirectoryRole::Spool {
+            let names: Vec<String> = index
+                .oldest_first()
+                .map(|(name, _)| name.to_owned())
+                .collect();
+            for name in &names {
+                index.mark_pending(name);
+            }
+            sink.metrics.spool_recovered(names.len() as u64);
         }
+        *sink.lock() = index;
+        sink.enforce_limits();
         Ok(sink)
+    }
+
+    /// What the directory is for.
+    pub fn role(&self) -> DirectoryRole {
+        self.role
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DirectoryIndex> {
+        self.index.lock().expect("directory index poisoned")
+    }
+
+    /// How many times the directory was listed since the sink started (one: the start).
+    pub fn directory_scans(&self) -> u64 {
+        self.scans.load(Ordering::Relaxed)
     }
 
     /// The directory written to.
@@ -150,35 +213,114 @@ impl DirectorySink {
     pub fn write(&self, profile: &EncodedProfile) -> Result<PathBuf, SinkError> {
         self.metrics.submitted();
         let path = self.path_for(&profile.meta);
+        let name = DirectorySink::file_name(&profile.meta);
         let started = Instant::now();
-        let _guard = self.lock.lock().expect("directory sink lock poisoned");
-        match write_atomically(&self.dir, &path, &profile.bytes) {
-            Ok(()) => self.metrics.success(profile.bytes.len(), started.elapsed()),
+        let mut index = self.lock();
+        let result = match write_atomically(&path, &profile.bytes) {
+            // Someone deleted the directory (a cleanup script, a hand): make it again and retry once.
+            Err(err) if err.kind() == io::ErrorKind::NotFound && !self.dir.is_dir() => self
+                .recreate(&mut index)
+                .and_then(|()| write_atomically(&path, &profile.bytes)),
+            result => result,
+        };
+        match result {
+            Ok(written) => {
+                self.metrics.success(profile.bytes.len(), started.elapsed());
+                self.metrics.healthy();
+                index.insert(&name, written);
+            }
             Err(source) => {
                 self.metrics
                     .failure(FailureReason::Write, started.elapsed());
-                return Err(SinkError::Write { path, source });
+                let err = SinkError::Write { path, source };
+                self.metrics.unhealthy(anyhow_like(&err));
+                return Err(err);
             }
         }
-        if let Err(err) = self.enforce_limits_locked() {
-            tracing::debug!("cannot apply the limits of {}: {err}", self.dir.display());
+        self.enforce_limits_locked(&mut index);
+        Ok(path)
+    }
+
+    /// Writes a profile an upload sink could not deliver, pending delivery unless `fate` is
+    /// [`SpillFate::Keep`]. When the file is already there (the directory also archives every profile),
+    /// it is not written again.
+    pub fn spill(&self, profile: &EncodedProfile, fate: SpillFate) -> Result<PathBuf, SinkError> {
+        let name = DirectorySink::file_name(&profile.meta);
+        let written = {
+            let index = self.lock();
+            index.contains(&name)
+        };
+        let path = if written {
+            self.dir.join(&name)
+        } else {
+            self.write(profile)?
+        };
+        if fate == SpillFate::Redeliver {
+            let mut index = self.lock();
+            // False when the bounds deleted the file at once (it alone exceeds them): counted then.
+            if index.mark_pending(&name) {
+                self.metrics.set_spool_pending(index.pending_len());
+            } else {
+                self.metrics.spool_settled(SpoolOutcome::Expired, 1);
+            }
         }
         Ok(path)
     }
 
-    /// Writes a profile an upload sink could not deliver. When the file is already there (the directory
-    /// also archives every profile), nothing is written again.
-    pub fn spill(&self, profile: &EncodedProfile) -> Result<PathBuf, SinkError> {
-        let path = self.path_for(&profile.meta);
-        if path.exists() {
-            return Ok(path);
-        }
-        self.write(profile)
+    /// Spilled profiles waiting for the store.
+    pub fn pending_len(&self) -> usize {
+        self.lock().pending_len()
     }
 
-    /// Writes `profile`, logging the first failure (later ones only count).
+    /// The oldest spilled profile waiting for the store, read from its file; it stays pending until
+    /// [`settle`](DirectorySink::settle)d.
+    pub fn next_pending(&self) -> Option<PendingProfile> {
+        let name = self.lock().oldest_pending()?.to_owned();
+        // Read outside the lock: writers need not wait for it.
+        let profile = fs::read(self.dir.join(&name))
+            .map_err(StoredProfileError::Read)
+            .and_then(stored::decode);
+        Some(PendingProfile { name, profile })
+    }
+
+    /// `name` left the spool with `outcome`: a delivered file is deleted from a spool (kept in an
+    /// archive), any other is kept but no longer offered. Counted once, unless it had already left
+    /// (deleted by the bounds meanwhile, counted as expired then).
+    pub fn settle(&self, name: &str, outcome: SpoolOutcome) {
+        let mut index = self.lock();
+        if !index.unmark_pending(name) {
+            return;
+        }
+        if outcome == SpoolOutcome::Delivered
+            && self.role == DirectoryRole::Spool
+            && remove(&self.dir.join(name))
+        {
+            index.remove(name);
+        }
+        self.metrics.spool_settled(outcome, 1);
+        self.metrics.set_spool_pending(index.pending_len());
+    }
+
+    /// Makes the directory again after it was deleted; the files it held are gone with it (spilled
+    /// ones count as expired).
+    fn recreate(&self, index: &mut DirectoryIndex) -> io::Result<()> {
+        fs::create_dir_all(&self.dir)?;
+        tracing::warn!(
+            "output directory {} was deleted; created it again",
+            self.dir.display()
+        );
+        let lost = index.pending_len() as u64;
+        *index = DirectoryIndex::default();
+        self.metrics.spool_settled(SpoolOutcome::Expired, lost);
+        self.metrics.set_spool_pending(0);
+        Ok(())
+    }
+
+    /// Archives `profile`; a failed write loses it, so it is counted as dropped (and the first failure
+    /// logged: later ones are counted, and shown by `/healthz` while they last).
     pub(crate) fn submit(&self, profile: &EncodedProfile) {
         if let Err(err) = self.write(profile) {
+            self.metrics.drop_profile(DropReason::WriteFailed);
             self.warn_once(&err);
         }
     }
@@ -192,59 +334,84 @@ impl DirectorySink {
         }
     }
 
-    /// The profile files, oldest first (by modification time, then name).
-    pub fn files(&self) -> io::Result<Vec<PathBuf>> {
-        Ok(self
-            .entries()?
-            .into_iter()
-            .map(|entry| entry.path)
-            .collect())
+    /// The profile files, oldest first (by modification time, then name), as the index knows them.
+    pub fn files(&self) -> Vec<PathBuf> {
+        self.lock()
+            .oldest_first()
+            .map(|(name, _)| self.dir.join(name))
+            .collect()
     }
 
     /// Deletes files past `max_age`, then the oldest until the total is within `max_bytes`.
-    pub fn enforce_limits(&self) -> io::Result<()> {
-        let _guard = self.lock.lock().expect("directory sink lock poisoned");
-        self.enforce_limits_locked()
+    pub fn enforce_limits(&self) {
+        let mut index = self.lock();
+        self.enforce_limits_locked(&mut index);
     }
 
-    fn enforce_limits_locked(&self) -> io::Result<()> {
-        let mut entries = self.entries()?;
+    fn enforce_limits_locked(&self, index: &mut DirectoryIndex) {
         let now = SystemTime::now();
-        let mut too_old = 0;
-        entries.retain(|entry| {
-            let age = now.duration_since(entry.modified).unwrap_or_default();
-            if age > self.limits.max_age && remove(&entry.path) {
-                too_old += 1;
-                return false;
-            }
-            true
-        });
-        self.metrics.evicted(EvictReason::Age, too_old);
-
-        let mut total: u64 = entries.iter().map(|entry| entry.len).sum();
-        let mut too_big = 0;
-        // The newest file (last) always stays.
-        let keep = entries.len().saturating_sub(1);
-        for entry in &entries[..keep] {
-            if total <= self.limits.max_bytes {
-                break;
-            }
-            if remove(&entry.path) {
-                total -= entry.len;
-                too_big += 1;
+        let too_old: Vec<String> = index
+            .oldest_first()
+            .take_while(|(_, file)| {
+                now.duration_since(file.modified).unwrap_or_default() > self.limits.max_age
+            })
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let mut evicted = 0;
+        let mut expired = 0;
+        for name in too_old {
+            if remove(&self.dir.join(&name)) {
+                if let Some((_, true)) = index.remove(&name) {
+                    expired += 1;
+                }
+                evicted += 1;
             }
         }
-        self.metrics.evicted(EvictReason::Size, too_big);
-        Ok(())
+        self.metrics.evicted(EvictReason::Age, evicted);
+
+        // Oldest first, and the newest file (last) always stays. A file that cannot be deleted is
+        // skipped (still counted in the total), so the walk ends.
+        let mut evicted = 0;
+        let mut skipped = 0;
+        while index.total_bytes() > self.limits.max_bytes && index.len() > skipped + 1 {
+            let Some(name) = index
+                .oldest_first()
+                .nth(skipped)
+                .map(|(name, _)| name.to_owned())
+            else {
+                break;
+            };
+            if remove(&self.dir.join(&name)) {
+                if let Some((_, true)) = index.remove(&name) {
+                    expired += 1;
+                }
+                evicted += 1;
+            } else {
+                skipped += 1;
+            }
+        }
+        self.metrics.evicted(EvictReason::Size, evicted);
+        // Spilled profiles deleted before the store took them.
+        self.metrics.spool_settled(SpoolOutcome::Expired, expired);
+        self.metrics.set_spool_pending(index.pending_len());
     }
 
-    fn entries(&self) -> io::Result<Vec<Entry>> {
-        let mut entries = Vec::new();
+    /// Lists the directory: this sink's files (`*.pb.gz`, not hidden), and removes the temporary files a
+    /// crash left behind. Runs once, at start.
+    fn scan(&self) -> io::Result<DirectoryIndex> {
+        self.scans.fetch_add(1, Ordering::Relaxed);
+        let mut index = DirectoryIndex::default();
         for item in fs::read_dir(&self.dir)? {
             let item = item?;
             let name = item.file_name();
             let Some(name) = name.to_str() else { continue };
-            if name.starts_with('.') || !name.ends_with(SUFFIX) {
+            if name.starts_with('.') {
+                if name.contains(TMP_MARK) {
+                    let _ = fs::remove_file(item.path());
+                }
+                continue;
+            }
+            if !name.ends_with(SUFFIX) {
                 continue;
             }
             // A file deleted meanwhile (by another agent, or by hand) is simply skipped.
@@ -252,30 +419,17 @@ impl DirectorySink {
             if !meta.is_file() {
                 continue;
             }
-            entries.push(Entry {
-                path: item.path(),
-                len: meta.len(),
-                modified: meta.modified()?,
-            });
+            index.insert(
+                name,
+                IndexedFile {
+                    len: meta.len(),
+                    modified: meta.modified()?,
+                },
+            );
         }
-        entries.sort_by(|a, b| a.modified.cmp(&b.modified).then(a.path.cmp(&b.path)));
-        Ok(entries)
-    }
-
-    fn remove_stale_temporaries(&self) {
-        let Ok(items) = fs::read_dir(&self.dir) else {
-            return;
-        };
-        for item in items.flatten() {
-            let name = item.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with('.') && name.contains(TMP_MARK) {
-                let _ = fs::remove_file(item.path());
-            }
-        }
+        Ok(index)
     }
 }
-
 /// `err` and its causes on one line (`a: b: c`), as `main` prints errors.
 fn anyhow_like(err: &dyn std::error::Error) -> String {
     let mut line = err.to_string();
@@ -300,26 +454,14 @@ fn remove(path: &Path) -> bool {
     }
 }
 
-/// Writes `bytes` to a temporary file in `dir`, syncs it and renames it to `path`.
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let name = path
-        .file_name()
-        .and_then(|name| name.to_str())
-        .expect("profile file names are UTF-8");
-    let tmp = dir.join(format!(".{name}{TMP_MARK}{:016x}", rand::random::<u64>()));
-    let result = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, path)?;
-        // Make the rename itself durable.
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+/// Writes `bytes` to `path` atomically; returns its size and modification time (from the file itself,
+/// not the directory).
+fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<IndexedFile> {
+    let meta = atomic_file::write_atomically(path, |out| out.write_all(bytes))?;
+    Ok(IndexedFile {
+        len: meta.len(),
+        modified: meta.modified()?,
+    })
 }
 
 #[cfg(test)]
@@ -367,7 +509,6 @@ mod tests {
 
     fn names(sink: &DirectorySink) -> Vec<String> {
         sink.files()
-            .unwrap()
             .iter()
             .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
             .collect()
@@ -376,6 +517,20 @@ mod tests {
     fn set_age(path: &Path, age: Duration) {
         let file = OpenOptions::new().write(true).open(path).unwrap();
         file.set_modified(SystemTime::now() - age).unwrap();
+    }
+
+    /// Ages a file the sink wrote, on disk and in its index (which is not re-read).
+    fn age_file(sink: &DirectorySink, path: &Path, age: Duration) {
+        set_age(path, age);
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let len = fs::metadata(path).unwrap().len();
+        sink.lock().insert(
+            name,
+            IndexedFile {
+                len,
+                modified: fs::metadata(path).unwrap().modified().unwrap(),
+            },
+        );
     }
 
     #[test]
@@ -400,6 +555,7 @@ mod tests {
         let sink = DirectorySink::create(
             &dir.0,
             DirectoryLimits::default(),
+            DirectoryRole::Archive,
             SinkMetrics::detached("directory"),
         )
         .unwrap();
@@ -416,7 +572,7 @@ mod tests {
         assert_eq!(sink.metrics().successes(), 1);
         assert_eq!(sink.metrics().bytes(), 64);
         // A spill of a profile already archived writes nothing again.
-        sink.spill(&p).unwrap();
+        sink.spill(&p, SpillFate::Redeliver).unwrap();
         assert_eq!(sink.metrics().successes(), 1);
     }
 
@@ -427,15 +583,20 @@ mod tests {
             max_bytes: 250,
             max_age: Duration::from_secs(3600),
         };
-        let sink =
-            DirectorySink::create(&dir.0, limits, SinkMetrics::detached("directory")).unwrap();
+        let sink = DirectorySink::create(
+            &dir.0,
+            limits,
+            DirectoryRole::Archive,
+            SinkMetrics::detached("directory"),
+        )
+        .unwrap();
         for (i, start) in [1_000u64, 2_000, 3_000].into_iter().enumerate() {
             let path = sink.write(&profile("web", 1, start, 100)).unwrap();
             // Distinct, increasing modification times without waiting.
-            set_age(&path, Duration::from_secs(100 - i as u64 * 10));
+            age_file(&sink, &path, Duration::from_secs(100 - i as u64 * 10));
         }
         // The third write pushed the total to 300 > 250 before its mtime was set; apply again to be sure.
-        sink.enforce_limits().unwrap();
+        sink.enforce_limits();
         assert_eq!(names(&sink), ["web-1-2000.pb.gz", "web-1-3000.pb.gz"]);
         assert_eq!(sink.metrics().evictions(EvictReason::Size), 1);
 
@@ -453,10 +614,15 @@ mod tests {
             max_bytes: 1 << 20,
             max_age: Duration::from_secs(60),
         };
-        let sink =
-            DirectorySink::create(&dir.0, limits, SinkMetrics::detached("directory")).unwrap();
+        let sink = DirectorySink::create(
+            &dir.0,
+            limits,
+            DirectoryRole::Archive,
+            SinkMetrics::detached("directory"),
+        )
+        .unwrap();
         let old = sink.write(&profile("web", 1, 1_000, 10)).unwrap();
-        set_age(&old, Duration::from_secs(3600));
+        age_file(&sink, &old, Duration::from_secs(3600));
         sink.write(&profile("web", 1, 2_000, 10)).unwrap();
         assert_eq!(names(&sink), ["web-1-2000.pb.gz"]);
         assert_eq!(sink.metrics().evictions(EvictReason::Age), 1);
@@ -465,9 +631,59 @@ mod tests {
         let stale = dir.0.join("api-3-5.pb.gz");
         fs::write(&stale, b"x").unwrap();
         set_age(&stale, Duration::from_secs(3600));
-        let again =
-            DirectorySink::create(&dir.0, limits, SinkMetrics::detached("directory")).unwrap();
+        let again = DirectorySink::create(
+            &dir.0,
+            limits,
+            DirectoryRole::Archive,
+            SinkMetrics::detached("directory"),
+        )
+        .unwrap();
         assert_eq!(names(&again), ["web-1-2000.pb.gz"]);
+    }
+
+    /// Reliability issue, defect 5: every write listed and stat'ed the whole directory, so with 20,000 old
+    /// files the agent's CPU was 16 times that of an empty directory. The directory is read once, at start;
+    /// writes and both bounds use the index from then on.
+    #[test]
+    fn output_directory_is_scanned_once_not_per_write() {
+        let dir = TempDir::new("dirsink-scans");
+        const OLD_FILES: u64 = 3_000;
+        for i in 0..OLD_FILES {
+            let path = dir.0.join(format!("old-1-{i}.pb.gz"));
+            fs::write(&path, [0u8; 10]).unwrap();
+            // The old files are older than anything written now, oldest first by number.
+            set_age(&path, Duration::from_secs(10_000 - i));
+        }
+        let limits = DirectoryLimits {
+            // Room for every old file plus 10 new ones of 10 bytes: then the oldest go.
+            max_bytes: (OLD_FILES + 10) * 10,
+            max_age: Duration::from_secs(3600 * 24),
+        };
+        let sink = DirectorySink::create(
+            &dir.0,
+            limits,
+            DirectoryRole::Archive,
+            SinkMetrics::detached("directory"),
+        )
+        .unwrap();
+        assert_eq!(sink.files().len() as u64, OLD_FILES);
+        for start in 0..30 {
+            sink.write(&profile("new", 2, start, 10)).unwrap();
+        }
+        assert_eq!(
+            sink.directory_scans(),
+            1,
+            "the directory was listed again after the start"
+        );
+        // The bounds still hold, through the index: the 20 oldest files went, and only those.
+        assert_eq!(sink.metrics().evictions(EvictReason::Size), 20);
+        let names = names(&sink);
+        assert_eq!(names.len() as u64, OLD_FILES + 10);
+        assert_eq!(names[0], "old-1-20.pb.gz");
+        assert!(!dir.0.join("old-1-19.pb.gz").exists());
+        assert!(dir.0.join("old-1-20.pb.gz").exists());
+        let on_disk = fs::read_dir(&dir.0).unwrap().count() as u64;
+        assert_eq!(on_disk, OLD_FILES + 10);
     }
 
     #[test]
@@ -480,6 +696,7 @@ mod tests {
         let err = DirectorySink::create(
             &target,
             DirectoryLimits::default(),
+            DirectoryRole::Archive,
             SinkMetrics::detached("directory"),
         )
         .unwrap_err();
@@ -503,6 +720,7 @@ mod tests {
             let err = DirectorySink::create(
                 &ro,
                 DirectoryLimits::default(),
+                DirectoryRole::Archive,
                 SinkMetrics::detached("directory"),
             )
             .unwrap_err();

@@ -15,8 +15,10 @@
 //! [`PyroscopeConfig::queue_capacity`]) and the files on disk (bounded by [`DirectoryLimits`]).
 
 mod directory;
+mod index;
 mod pyroscope;
 mod request;
+mod stored;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -27,9 +29,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::aggregate::ProfileWindow;
 use crate::export::metrics::{AgentMetrics, DropReason, SinkMetrics};
 
-pub use directory::{DirectoryLimits, DirectorySink};
+pub use directory::{DirectoryLimits, DirectoryRole, DirectorySink};
 pub use pyroscope::{Auth, PyroscopeApi, PyroscopeConfig, PyroscopeSink};
 pub use request::{ingest_name, ingest_query, push_body, push_labels};
+pub use stored::StoredProfileError;
 
 /// What a profile is about, beyond its samples: who, when, and the labels to file it under.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,14 +81,14 @@ pub struct EncodedProfile {
 }
 
 impl EncodedProfile {
-    /// Encodes `window` as gzipped pprof.
+    /// Encodes `window` as gzipped pprof, with `meta` in the gzip header (see [`stored`]) so that a
+    /// spilled file can be uploaded later.
     pub fn encode(window: &ProfileWindow, meta: &ProfileMeta) -> io::Result<EncodedProfile> {
-        let mut bytes = Vec::new();
-        crate::export::pprof::write(window, &mut bytes)?;
         // Rounded to the nearest hertz; 0 for a window without a period.
         let sample_rate_hz = (1_000_000_000 + window.period_ns / 2)
             .checked_div(window.period_ns)
             .map_or(0, |hz| u32::try_from(hz).unwrap_or(u32::MAX));
+        let bytes = stored::encode(window, meta, sample_rate_hz)?;
         Ok(EncodedProfile {
             meta: Arc::new(meta.clone()),
             bytes: bytes.into(),
@@ -163,8 +166,9 @@ impl SinkSet {
     }
 
     /// Starts the sinks a service configuration asks for: the directory (if `output_dir`), archiving
-    /// every profile when there is no upload and only the spills when there is, and the upload sink (if
-    /// `pyroscope`), spilling into that directory. Counters go to `metrics` (`sink="directory"`,
+    /// every profile when there is no upload, and holding the spills (a write-ahead buffer the upload
+    /// sink delivers from) when there is; and the upload sink (if `pyroscope`), spilling into that
+    /// directory. Counters go to `metrics` (`sink="directory"`,
     /// `sink="pyroscope"`, encode failures under `sink="encode"`).
     pub fn start(
         output_dir: Option<&Path>,
@@ -174,11 +178,19 @@ impl SinkSet {
     ) -> Result<SinkSet, SinkError> {
         let mut set = SinkSet::new().with_encode_metrics(metrics.sink("encode"));
         let directory = match output_dir {
-            Some(dir) => Some(Arc::new(DirectorySink::create(
-                dir,
-                limits,
-                metrics.sink("directory"),
-            )?)),
+            Some(dir) => {
+                let role = if pyroscope.is_some() {
+                    DirectoryRole::Spool
+                } else {
+                    DirectoryRole::Archive
+                };
+                Some(Arc::new(DirectorySink::create(
+                    dir,
+                    limits,
+                    role,
+                    metrics.sink("directory"),
+                )?))
+            }
             None => None,
         };
         if let Some(directory) = &directory {

@@ -8,6 +8,11 @@
 //! other 4xx means the store will never take this profile. Either way a profile that is not delivered is
 //! spilled to the directory (or, without one, dropped) — and counted.
 //!
+//! Spilled profiles are not left behind: the directory is a spool (see [`super::directory`]), and when the
+//! queue is empty the thread offers the store the oldest spilled profile, one attempt at a time. A failure
+//! means the store is still down: the next try waits a backoff (growing like the retries'); a delivery
+//! means it is back, and the next spilled profile follows at once. Live profiles go first.
+//!
 //! Shutdown: once [`shutdown`](PyroscopeSink::shutdown) starts, the thread stops backing off: each
 //! remaining profile gets one attempt, and after the first failure the rest are spilled without trying.
 //! Shortly before the deadline whatever is still queued or in flight is spilled by the shutdown itself, so
@@ -23,10 +28,10 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 
-use super::directory::DirectorySink;
+use super::directory::{DirectorySink, PendingProfile, SpillFate};
 use super::request::{self, INGEST_PATH, PUSH_PATH};
 use super::{EncodedProfile, ShutdownReport, SinkError};
-use crate::export::metrics::{DropReason, FailureReason, SinkMetrics};
+use crate::export::metrics::{DropReason, FailureReason, SinkMetrics, SpoolOutcome};
 
 /// Which Pyroscope API to upload through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -168,6 +173,13 @@ enum Outcome {
     GaveUp(DropReason),
 }
 
+/// The spool's backoff: after a failed offer, wait before the next one.
+#[derive(Debug, Default)]
+struct SpoolRetry {
+    not_before: Option<Instant>,
+    failures: u32,
+}
+
 #[derive(Default)]
 struct State {
     queue: VecDeque<EncodedProfile>,
@@ -178,6 +190,10 @@ struct State {
     abandoned: bool,
     /// While closing, the store failed once: spill the rest without trying.
     store_failed_while_closing: bool,
+    /// A spilled profile is being offered to the store (it stays on disk meanwhile).
+    redelivering: bool,
+    /// When the spool may be offered to the store again, and how many offers in a row failed.
+    spool_retry: SpoolRetry,
     worker_done: bool,
     report: ShutdownReport,
 }
@@ -309,7 +325,8 @@ impl PyroscopeSink {
         state.abandoned = true;
         shared.changed.notify_all();
         let mut left: Vec<EncodedProfile> = state.queue.drain(..).collect();
-        let stuck = state.in_flight.is_some();
+        // A spilled profile being offered is safe on disk; its request may hang like any other.
+        let stuck = state.in_flight.is_some() || state.redelivering;
         left.extend(state.in_flight.take());
         for profile in &left {
             shared.spill_or_drop(&mut state, profile, DropReason::Shutdown);
@@ -360,8 +377,14 @@ impl Shared {
     /// Spills `profile` to the directory, or counts it dropped for `reason` without one.
     fn spill_or_drop(&self, state: &mut State, profile: &EncodedProfile, reason: DropReason) {
         let closing = state.closing;
+        // A profile the store refused for good is kept, not offered again.
+        let fate = if reason == DropReason::Rejected {
+            SpillFate::Keep
+        } else {
+            SpillFate::Redeliver
+        };
         match &self.spill {
-            Some(directory) => match directory.spill(profile) {
+            Some(directory) => match directory.spill(profile, fate) {
                 Ok(_) => {
                     self.metrics.spill();
                     if closing {
@@ -553,10 +576,18 @@ fn classify(err: ureq::Error) -> Failure {
     }
 }
 
+/// What the upload thread does next.
+enum Work {
+    /// A live profile from the queue.
+    Live(EncodedProfile),
+    /// The oldest spilled profile.
+    Spooled(PendingProfile),
+}
+
 /// The upload thread.
 fn run(shared: &Shared) {
     loop {
-        let profile = {
+        let work = {
             let mut state = shared.lock();
             loop {
                 if state.abandoned || (state.closing && state.queue.is_empty()) {
@@ -567,27 +598,114 @@ fn run(shared: &Shared) {
                 if let Some(profile) = state.queue.pop_front() {
                     shared.metrics.set_queue_length(state.queue.len());
                     state.in_flight = Some(profile.clone());
-                    break profile;
+                    break Work::Live(profile);
                 }
-                state = shared.changed.wait(state).expect("upload state poisoned");
-            }
-        };
-        let outcome = shared.deliver(&profile);
-        let mut state = shared.lock();
-        // None: the shutdown took the profile (and spilled it) while we were busy.
-        if state.in_flight.take().is_some() {
-            match outcome {
-                Some(Outcome::Delivered(elapsed)) => {
-                    shared.metrics.success(profile.bytes.len(), elapsed);
-                    if state.closing {
-                        state.report.delivered += 1;
+                // The queue is empty: the spool's turn, unless it is backing off or shutting down.
+                let now = Instant::now();
+                let wait = match state.spool_retry.not_before {
+                    Some(at) if at > now => Some(at - now),
+                    _ => None,
+                };
+                if wait.is_none() && !state.closing {
+                    if let Some(pending) = shared.spill.as_ref().and_then(|d| d.next_pending()) {
+                        state.redelivering = true;
+                        break Work::Spooled(pending);
                     }
                 }
-                Some(Outcome::GaveUp(reason)) => shared.spill_or_drop(&mut state, &profile, reason),
-                None => shared.spill_or_drop(&mut state, &profile, DropReason::Shutdown),
+                state = match wait {
+                    Some(wait) => {
+                        shared
+                            .changed
+                            .wait_timeout(state, wait)
+                            .expect("upload state poisoned")
+                            .0
+                    }
+                    None => shared.changed.wait(state).expect("upload state poisoned"),
+                };
             }
+        };
+        match work {
+            Work::Live(profile) => deliver_live(shared, &profile),
+            Work::Spooled(pending) => redeliver(shared, pending),
         }
         shared.changed.notify_all();
+    }
+}
+
+/// Delivers one queued profile (with retries), or spills it.
+fn deliver_live(shared: &Shared, profile: &EncodedProfile) {
+    let outcome = shared.deliver(profile);
+    let mut state = shared.lock();
+    match &outcome {
+        // The store is up: the spool may follow at once.
+        Some(Outcome::Delivered(_)) => state.spool_retry = SpoolRetry::default(),
+        // The store is down: the spool waits too.
+        Some(Outcome::GaveUp(_)) => state.spool_retry = shared.spool_backoff(&state.spool_retry),
+        None => {}
+    }
+    // None: the shutdown took the profile (and spilled it) while we were busy.
+    if state.in_flight.take().is_some() {
+        match outcome {
+            Some(Outcome::Delivered(elapsed)) => {
+                shared.metrics.success(profile.bytes.len(), elapsed);
+                if state.closing {
+                    state.report.delivered += 1;
+                }
+            }
+            Some(Outcome::GaveUp(reason)) => shared.spill_or_drop(&mut state, profile, reason),
+            None => shared.spill_or_drop(&mut state, profile, DropReason::Shutdown),
+        }
+    }
+}
+
+/// Offers one spilled profile to the store, once.
+fn redeliver(shared: &Shared, pending: PendingProfile) {
+    let Some(directory) = &shared.spill else {
+        return;
+    };
+    let outcome = match &pending.profile {
+        Err(err) => {
+            tracing::warn!(
+                "cannot upload spilled profile {}: {}",
+                directory.dir().join(&pending.name).display(),
+                err
+            );
+            Some(SpoolOutcome::Unreadable)
+        }
+        Ok(profile) => {
+            let started = Instant::now();
+            match shared.send(profile) {
+                Ok(()) => Some(SpoolOutcome::Delivered),
+                Err(failure) => {
+                    shared.metrics.failure(failure.reason, started.elapsed());
+                    shared.log_failure(&failure);
+                    // Retryable: still pending, the store is down.
+                    (!failure.retryable).then_some(SpoolOutcome::Rejected)
+                }
+            }
+        }
+    };
+    let mut state = shared.lock();
+    state.redelivering = false;
+    match outcome {
+        Some(SpoolOutcome::Delivered) => state.spool_retry = SpoolRetry::default(),
+        None => state.spool_retry = shared.spool_backoff(&state.spool_retry),
+        Some(_) => {}
+    }
+    if let Some(outcome) = outcome {
+        directory.settle(&pending.name, outcome);
+    }
+}
+
+impl Shared {
+    /// The spool's next backoff after one more failure: jittered, growing like the retries' bound.
+    fn spool_backoff(&self, retry: &SpoolRetry) -> SpoolRetry {
+        let failures = retry.failures.saturating_add(1);
+        let bound = self.config.backoff_bound(failures);
+        SpoolRetry {
+            not_before: Some(Instant::now() + bound.mul_f64(rand::random::<f64>())),
+            failures,
+        }
     }
 }
 

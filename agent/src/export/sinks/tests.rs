@@ -18,7 +18,7 @@ use prost::Message;
 use super::*;
 use crate::aggregate::tests::{frame, sample};
 use crate::aggregate::Aggregator;
-use crate::export::metrics::{AgentMetrics, FailureReason};
+use crate::export::metrics::{AgentMetrics, FailureReason, SpoolOutcome};
 
 /// How the receiver answers one request.
 #[derive(Debug, Clone, Copy)]
@@ -26,6 +26,8 @@ enum Reply {
     Status(u16),
     /// Read the request, never answer (until the receiver is dropped).
     Hang,
+    /// The status the test last set ([`Receiver::set_status`]): a store that goes down and comes back.
+    Current,
 }
 
 /// One request as the receiver saw it.
@@ -36,6 +38,8 @@ struct Captured {
     query: Vec<(String, String)>,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
+    /// The status the receiver answered with (0: none, the request hangs).
+    answered: u16,
 }
 
 impl Captured {
@@ -53,6 +57,7 @@ struct Receiver {
     server: Arc<tiny_http::Server>,
     requests: mpsc::Receiver<Captured>,
     thread: Option<JoinHandle<()>>,
+    current: Arc<std::sync::atomic::AtomicU16>,
 }
 
 impl Receiver {
@@ -65,8 +70,10 @@ impl Receiver {
             .expect("the receiver listens on TCP");
         let (sender, requests) = mpsc::channel();
         let mut script: VecDeque<Reply> = script.iter().copied().collect();
+        let current = Arc::new(std::sync::atomic::AtomicU16::new(200));
         let thread = {
             let server = Arc::clone(&server);
+            let current = Arc::clone(&current);
             thread::spawn(move || {
                 let mut held = Vec::new();
                 for mut request in server.incoming_requests() {
@@ -77,6 +84,12 @@ impl Receiver {
                         .expect("read request body");
                     let (path, query) =
                         request.url().split_once('?').unwrap_or((request.url(), ""));
+                    let reply = match script.pop_front().unwrap_or(fallback) {
+                        Reply::Current => {
+                            Reply::Status(current.load(std::sync::atomic::Ordering::SeqCst))
+                        }
+                        reply => reply,
+                    };
                     let captured = Captured {
                         method: request.method().to_string(),
                         path: path.to_owned(),
@@ -87,16 +100,20 @@ impl Receiver {
                             .map(|h| (h.field.to_string(), h.value.to_string()))
                             .collect(),
                         body,
+                        answered: match reply {
+                            Reply::Status(status) => status,
+                            _ => 0,
+                        },
                     };
                     let _ = sender.send(captured);
-                    match script.pop_front().unwrap_or(fallback) {
+                    match reply {
                         Reply::Status(status) => {
                             let body = if status == 200 { "{}" } else { "store says no" };
                             let _ = request.respond(
                                 tiny_http::Response::from_string(body).with_status_code(status),
                             );
                         }
-                        Reply::Hang => held.push(request),
+                        Reply::Hang | Reply::Current => held.push(request),
                     }
                 }
                 drop(held);
@@ -107,7 +124,14 @@ impl Receiver {
             server,
             requests,
             thread: Some(thread),
+            current,
         }
+    }
+
+    /// The status [`Reply::Current`] answers with from now on.
+    fn set_status(&self, status: u16) {
+        self.current
+            .store(status, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn url(&self) -> String {
@@ -335,10 +359,15 @@ impl Drop for TempDir {
     }
 }
 
-fn directory(dir: &Path, metrics: &AgentMetrics) -> Arc<DirectorySink> {
+fn directory(dir: &Path, role: DirectoryRole, metrics: &AgentMetrics) -> Arc<DirectorySink> {
     Arc::new(
-        DirectorySink::create(dir, DirectoryLimits::default(), metrics.sink("directory"))
-            .expect("create the directory sink"),
+        DirectorySink::create(
+            dir,
+            DirectoryLimits::default(),
+            role,
+            metrics.sink("directory"),
+        )
+        .expect("create the directory sink"),
     )
 }
 
@@ -487,7 +516,7 @@ fn timeout_is_retried() {
 fn refused_connection_spills_to_the_directory() {
     let dir = TempDir::new("spill-refused");
     let metrics = AgentMetrics::new();
-    let spill = directory(&dir.0, &metrics);
+    let spill = directory(&dir.0, DirectoryRole::Spool, &metrics);
     let mut config = config(refused_url(), PyroscopeApi::Push);
     config.max_attempts = 3;
     let sink =
@@ -511,7 +540,8 @@ fn refused_connection_spills_to_the_directory() {
             "billing-4321-1700000020000.pb.gz",
         ]
     );
-    assert_eq!(counters.failures(FailureReason::Refused), 9);
+    // Three attempts each, and maybe offers of the spilled ones (the store is still down).
+    assert!(counters.failures(FailureReason::Refused) >= 9);
     assert_eq!(counters.retries(), 6);
     assert_eq!(counters.successes(), 0);
     assert_eq!(counters.dropped_total(), 0);
@@ -548,7 +578,7 @@ fn client_error_is_not_retried_and_spilled() {
     let receiver = Receiver::start(&[], Reply::Status(400));
     let dir = TempDir::new("spill-4xx");
     let metrics = AgentMetrics::new();
-    let spill = directory(&dir.0, &metrics);
+    let spill = directory(&dir.0, DirectoryRole::Spool, &metrics);
     let sink = PyroscopeSink::start(
         config(receiver.url(), PyroscopeApi::Ingest),
         Some(Arc::clone(&spill)),
@@ -575,7 +605,7 @@ fn full_queue_spills_and_shutdown_beats_a_hanging_store() {
     let receiver = Receiver::start(&[], Reply::Hang);
     let dir = TempDir::new("spill-full");
     let metrics = AgentMetrics::new();
-    let spill = directory(&dir.0, &metrics);
+    let spill = directory(&dir.0, DirectoryRole::Spool, &metrics);
     let mut config = config(receiver.url(), PyroscopeApi::Push);
     config.queue_capacity = 2;
     config.timeout = Duration::from_secs(60);
@@ -641,7 +671,7 @@ fn archive_and_upload_both_get_the_profile() {
     let receiver = Receiver::start(&[], Reply::Status(200));
     let dir = TempDir::new("archive");
     let metrics = AgentMetrics::new();
-    let archive = directory(&dir.0, &metrics);
+    let archive = directory(&dir.0, DirectoryRole::Archive, &metrics);
     let sink = PyroscopeSink::start(
         config(receiver.url(), PyroscopeApi::Ingest),
         Some(Arc::clone(&archive)),
@@ -702,4 +732,125 @@ fn start_archives_without_upload_and_spills_with_it() {
     upload.shutdown(Duration::from_secs(5));
     // Delivered: nothing in the spill directory.
     assert!(spilled_files(&dir.0.join("spill")).is_empty());
+}
+
+/// The `from` (window start, Unix seconds) of each request the receiver answered with 200, in order.
+fn delivered_starts(receiver: &Receiver) -> Vec<u64> {
+    receiver
+        .requests
+        .try_iter()
+        .filter(|request| request.answered == 200)
+        .map(|request| {
+            request
+                .query
+                .iter()
+                .find(|(key, _)| key == "from")
+                .and_then(|(_, value)| value.parse().ok())
+                .expect("a from parameter")
+        })
+        .collect()
+}
+
+/// Reliability issue, defect 1: with the store down, profiles beyond the queue spilled to the directory,
+/// and when the store came back only the queued ones were delivered; the spilled files stayed on disk
+/// forever. The spill directory is a write-ahead buffer: it is delivered, oldest profile first, and every
+/// profile is counted once.
+#[test]
+fn spilled_profiles_are_delivered_when_the_store_is_back() {
+    let receiver = Receiver::start(&[], Reply::Current);
+    receiver.set_status(503);
+    let dir = TempDir::new("spool-back");
+    let metrics = AgentMetrics::new();
+    let spool = directory(&dir.0, DirectoryRole::Spool, &metrics);
+    let mut config = config(receiver.url(), PyroscopeApi::Ingest);
+    config.queue_capacity = 2;
+    config.max_attempts = 1;
+    let sink =
+        PyroscopeSink::start(config, Some(Arc::clone(&spool)), metrics.sink("pyroscope")).unwrap();
+    let counters = sink.metrics().clone();
+    let sinks = SinkSet::new()
+        .with_directory(Arc::clone(&spool), false)
+        .with_pyroscope(sink);
+    const PROFILES: u64 = 12;
+    for i in 0..PROFILES {
+        let (window, meta) = window(i * 10_000);
+        sinks.submit(&window, &meta);
+    }
+    wait_for("every profile spilled", Duration::from_secs(20), || {
+        counters.spilled() == PROFILES
+    });
+    assert_eq!(spilled_files(&dir.0).len() as u64, PROFILES);
+
+    // The store is back: the spool drains, and the delivered files leave the disk.
+    receiver.set_status(200);
+    wait_for("the spool to drain", Duration::from_secs(30), || {
+        spool.pending_len() == 0
+    });
+    assert_eq!(spilled_files(&dir.0), Vec::<String>::new());
+    // Each profile reached the store once, oldest first.
+    let expected: Vec<u64> = (0..PROFILES)
+        .map(|i| (START_MS + i * 10_000) / 1000)
+        .collect();
+    assert_eq!(delivered_starts(&receiver), expected);
+
+    // Every profile counted once: spilled, then delivered from the spool.
+    let spooled = metrics.sink("directory");
+    assert_eq!(counters.submitted_count(), PROFILES);
+    assert_eq!(
+        counters.submitted_count(),
+        counters.successes() + counters.spilled() + counters.dropped_total()
+    );
+    assert_eq!(
+        spooled.spool_settled_count(SpoolOutcome::Delivered),
+        PROFILES
+    );
+    assert_eq!(spooled.spool_settled_count(SpoolOutcome::Expired), 0);
+    assert_eq!(spooled.spool_pending(), 0);
+    assert_eq!(
+        sinks.shutdown(Duration::from_secs(5)),
+        ShutdownReport::default()
+    );
+}
+
+/// Defect 1, across a restart: what one run spilled, the next delivers (and counts as recovered).
+#[test]
+fn spilled_profiles_are_delivered_by_the_next_run() {
+    let dir = TempDir::new("spool-restart");
+    {
+        let metrics = AgentMetrics::new();
+        let spool = directory(&dir.0, DirectoryRole::Spool, &metrics);
+        let mut config = config(refused_url(), PyroscopeApi::Push);
+        config.max_attempts = 1;
+        let sink = PyroscopeSink::start(config, Some(spool), metrics.sink("pyroscope")).unwrap();
+        let sinks = SinkSet::new().with_pyroscope(sink);
+        for offset in [20_000, 0, 10_000] {
+            let (window, meta) = window(offset);
+            sinks.submit(&window, &meta);
+        }
+        sinks.shutdown(Duration::from_secs(5));
+        assert_eq!(metrics.sink("pyroscope").spilled(), 3);
+    }
+    assert_eq!(spilled_files(&dir.0).len(), 3);
+
+    let receiver = Receiver::start(&[], Reply::Status(200));
+    let metrics = AgentMetrics::new();
+    let spool = directory(&dir.0, DirectoryRole::Spool, &metrics);
+    let spooled = metrics.sink("directory");
+    assert_eq!(spooled.spool_recovered_count(), 3);
+    let sink = PyroscopeSink::start(
+        config(receiver.url(), PyroscopeApi::Push),
+        Some(Arc::clone(&spool)),
+        metrics.sink("pyroscope"),
+    )
+    .unwrap();
+    wait_for("the spool to drain", Duration::from_secs(30), || {
+        spool.pending_len() == 0
+    });
+    for _ in 0..3 {
+        // The labels and the profile survived the file.
+        check_push(&receiver.next());
+    }
+    assert_eq!(spilled_files(&dir.0), Vec::<String>::new());
+    assert_eq!(spooled.spool_settled_count(SpoolOutcome::Delivered), 3);
+    drop(sink);
 }

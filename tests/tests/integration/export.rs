@@ -1,0 +1,111 @@
+//! The export side under faults, with real files and file systems: `--duration`'s files on a full
+//! disk, the service's output directory going away.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use pyagent_tests::stacks::{host_wide_lock, pyagent_bin, script};
+use pyagent_tests::{Interpreter, PythonProcess};
+
+/// A small tmpfs mounted on a fresh directory, unmounted (and the directory removed) on drop.
+struct SmallTmpfs(PathBuf);
+
+impl SmallTmpfs {
+    fn mount(tag: &str, size: &str) -> SmallTmpfs {
+        let dir = std::env::temp_dir().join(format!("pyagent-{tag}-{}", std::process::id()));
+        let _ = Command::new("umount").arg(&dir).status();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mount a {size} tmpfs on {}",
+            dir.display()
+        );
+        SmallTmpfs(dir)
+    }
+
+    /// Fills the file system until writing fails (ENOSPC).
+    fn fill(&self) {
+        use std::io::Write;
+        let mut filler = std::fs::File::create(self.0.join("filler")).expect("filler");
+        let chunk = [0u8; 4096];
+        while filler.write_all(&chunk).is_ok() {}
+        // Whatever is left is smaller than a page: the next file's first page fails.
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn entries(dir: &Path) -> Vec<(String, u64)> {
+    let mut all: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+            (e.file_name().to_string_lossy().into_owned(), len)
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+/// Reliability issue, defect 6: `--duration` created each file under its final name and wrote into it,
+/// so a full disk left a 0-byte `.pb.gz` and the run stopped at the first failure. Files are written
+/// atomically, and every profile is attempted and each failure reported.
+#[test]
+fn duration_on_a_full_disk_leaves_no_empty_profile_and_reports_every_failure() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let py = Interpreter::by_name("py312");
+    let mut first = PythonProcess::spawn(py, &script("busy.py"), &["60"]);
+    let mut second = PythonProcess::spawn(py, &script("busy.py"), &["60"]);
+    first.wait_for_line("ready", Duration::from_secs(30));
+    second.wait_for_line("ready", Duration::from_secs(30));
+    let disk = SmallTmpfs::mount("full-disk", "64k");
+    disk.fill();
+
+    let out = Command::new(pyagent_bin())
+        .args(["--all-python", "-d", "2", "-o"])
+        .arg(&disk.0)
+        .output()
+        .expect("run pyagent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a failed write is an error: {stderr}"
+    );
+    for pid in [first.pid(), second.pid()] {
+        let name = format!("busy-{pid}.pb.gz");
+        assert!(
+            stderr.contains(&format!("cannot write {}", disk.0.join(&name).display())),
+            "the failure of {name} is reported (the run went on past the first): {stderr}"
+        );
+    }
+    // Nothing half-written under a final name, no temporary left behind.
+    let left = entries(&disk.0);
+    assert_eq!(
+        left.iter()
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>(),
+        ["filler"],
+        "{left:?}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .last()
+            .is_some_and(|l| l.contains("could not be written")),
+        "{stderr}"
+    );
+}
