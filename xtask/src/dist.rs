@@ -17,8 +17,9 @@ use crate::pythons::host::ensure_installed;
 use crate::{pythons, rootfs, test};
 
 const TAG: &str = "dist";
-/// help2man writes the man page; podman builds and saves the image.
-const DIST_PACKAGES: &[&str] = &["help2man", "podman", "crun", "catatonit"];
+/// help2man writes the man page; podman builds and saves the image (and runs it in the tests,
+/// with runc: crun refuses the hybrid cgroup layout of these machines).
+const DIST_PACKAGES: &[&str] = &["help2man", "podman", "runc", "catatonit"];
 /// The cargo-deb release the `.deb` is built with, installed with `cargo install` if missing.
 const CARGO_DEB_VERSION: &str = "3.8.0";
 /// The agent's version: the workspace's, which xtask shares.

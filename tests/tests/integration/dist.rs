@@ -163,6 +163,53 @@ fn deb_installs_into_a_fresh_root_and_dumps_a_host_python() {
     assert!(dump.contains("warm") && dump.contains("busy.py"), "{dump}");
 }
 
+/// `podman run` with what these machines need: runc (crun refuses their hybrid cgroup v1/v2
+/// layout), and limits no higher than this process's own (root here lacks CAP_SYS_RESOURCE, so
+/// podman's default of raising them fails with EPERM).
+fn podman_run() -> Command {
+    let mut cmd = Command::new("podman");
+    cmd.args(["--runtime", "runc", "run", "--network=none"])
+        .args(["--ulimit=nofile=1024:1024", "--ulimit=nproc=4096:4096"]);
+    cmd
+}
+
+/// Podman's default seccomp profile with the rules that containerd (>= 1.6) and Docker (>= 20.10)
+/// have in theirs and Debian bookworm's podman lacks: bpf(2) for holders of CAP_BPF (podman's
+/// allows it to CAP_SYS_ADMIN only) and perf_event_open(2) for holders of CAP_PERFMON (podman's
+/// does not list it: ENOSYS). The DaemonSet asks for `RuntimeDefault`, which is that on the
+/// runtimes it names. Written to `path`.
+fn seccomp_profile_with_cap_bpf(path: &Path) {
+    let default = std::fs::read_to_string("/usr/share/containers/seccomp.json")
+        .expect("podman's default seccomp profile (containers-common)");
+    let mut profile: serde_json::Value = serde_json::from_str(&default).expect("seccomp.json");
+    let rules = profile["syscalls"].as_array_mut().expect("syscalls");
+    // The refusal of bpf applies unless the container holds CAP_BPF too.
+    for rule in rules.iter_mut() {
+        let names = rule["names"].as_array().cloned().unwrap_or_default();
+        if names.iter().any(|n| n == "bpf") && rule["action"] == "SCMP_ACT_ERRNO" {
+            rule["names"] = serde_json::json!(["bpf"]);
+            rule["excludes"] = serde_json::json!({"caps": ["CAP_SYS_ADMIN", "CAP_BPF"]});
+        }
+    }
+    rules.push(serde_json::json!({
+        "names": ["bpf"],
+        "action": "SCMP_ACT_ALLOW",
+        "includes": {"caps": ["CAP_BPF"]}
+    }));
+    rules.push(serde_json::json!({
+        "names": ["perf_event_open"],
+        "action": "SCMP_ACT_ALLOW",
+        "includes": {"caps": ["CAP_PERFMON"]}
+    }));
+    std::fs::write(path, serde_json::to_string_pretty(&profile).expect("json")).expect("write");
+}
+
+/// A file the directory sink is still writing (`.NAME.tmp-…`).
+fn is_hidden(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+}
+
 /// A container of the test: removed (with `--force`, so also when running) on drop.
 struct Container(String);
 
@@ -209,8 +256,8 @@ fn image_profiles_a_python_in_another_container_with_the_daemonsets_capabilities
     let scripts = script("busy.py").parent().expect("scripts").to_owned();
     let name = format!("pyagent-test-target-{}", std::process::id());
     let target = Container(name.clone());
-    run(Command::new("podman")
-        .args(["run", "--detach", "--network=none", "--name", &name])
+    run(podman_run()
+        .args(["--detach", "--name", &name])
         .arg(format!("--volume={}:{0}:ro", pyenv_root.display()))
         .arg(format!("--volume={}:/scripts:ro", scripts.display()))
         .arg("--entrypoint")
@@ -230,19 +277,23 @@ fn image_profiles_a_python_in_another_container_with_the_daemonsets_capabilities
     let container_id = inspect(&target.0, "{{.Id}}");
 
     // The agent: host PID namespace, exactly the DaemonSet's capabilities, a read-only root, the
-    // kernel's BTF mounted read-only, podman's default seccomp profile.
+    // kernel's BTF mounted read-only, the runtime's default seccomp profile (see
+    // `seccomp_profile_with_cap_bpf`).
     let out_dir = PathBuf::from(format!("/var/tmp/pyagent-image-out-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out_dir);
     std::fs::create_dir_all(&out_dir).expect("output dir");
+    let seccomp = out_dir.with_extension("seccomp.json");
+    seccomp_profile_with_cap_bpf(&seccomp);
     let agent_name = format!("pyagent-test-agent-{}", std::process::id());
-    let _agent = Container(agent_name.clone());
-    let agent = run(Command::new("podman")
+    let agent = Container(agent_name.clone());
+    // The image's own command (the service with the shipped config), as the DaemonSet runs it,
+    // cutting every second instead of every 10 s.
+    run(podman_run()
         .args([
-            "run",
+            "--detach",
             "--name",
             &agent_name,
             "--pid=host",
-            "--network=none",
             "--read-only",
         ])
         .args([
@@ -252,24 +303,39 @@ fn image_profiles_a_python_in_another_container_with_the_daemonsets_capabilities
         .args([
             "--volume=/sys/kernel/btf:/sys/kernel/btf:ro",
             "--tmpfs=/tmp",
+            "--env=PYAGENT_INTERVAL=1s",
         ])
-        .arg(format!("--volume={}:/out", out_dir.display()))
-        .args([&tag, "--all-python", "--duration", "5", "--output", "/out"]));
-    let stderr = String::from_utf8_lossy(&agent.stderr);
+        .arg(format!("--volume={}:/var/lib/pyagent", out_dir.display()))
+        .arg(format!("--security-opt=seccomp={}", seccomp.display()))
+        .arg(&tag));
+    let profiles = out_dir.join("profiles");
+    let of_target = format!("-{target_pid}-");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let profile = loop {
+        let found = std::fs::read_dir(&profiles).ok().and_then(|dir| {
+            dir.filter_map(|e| e.ok().map(|e| e.path()))
+                .find(|p| p.to_string_lossy().contains(&of_target) && !is_hidden(p))
+        });
+        if let Some(profile) = found {
+            break profile;
+        }
+        let logs = run(Command::new("podman").args(["logs", &agent_name]));
+        assert!(
+            Instant::now() < deadline,
+            "no profile of the target (PID {target_pid}) in 60 s: {}",
+            String::from_utf8_lossy(&logs.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    run(Command::new("podman").args(["stop", "--time", "30", &agent.0]));
+    let logs = run(Command::new("podman").args(["logs", &agent_name]));
+    let logs = String::from_utf8_lossy(&logs.stderr).into_owned();
     assert!(
-        stderr.contains("ebpf mode"),
-        "the image's agent samples with eBPF: {stderr}"
+        logs.contains("pyagent service started") && logs.contains("ebpf"),
+        "the image's agent samples with eBPF: {logs}"
     );
+    assert_eq!(inspect(&agent.0, "{{.State.ExitCode}}"), "0", "{logs}");
 
-    let profile = std::fs::read_dir(&out_dir)
-        .expect("output dir")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        // `--duration` names a profile SERVICE-PID.pb.gz.
-        .find(|p| {
-            p.to_string_lossy()
-                .ends_with(&format!("-{target_pid}.pb.gz"))
-        })
-        .unwrap_or_else(|| panic!("no profile of the target (PID {target_pid}): {stderr}"));
     let raw = go_pprof(&["-raw"], &profile);
     assert!(raw.contains(" hot ") && raw.contains("busy.py"), "{raw}");
     assert!(
@@ -277,4 +343,5 @@ fn image_profiles_a_python_in_another_container_with_the_daemonsets_capabilities
         "{raw}"
     );
     let _ = std::fs::remove_dir_all(&out_dir);
+    let _ = std::fs::remove_file(&seccomp);
 }
