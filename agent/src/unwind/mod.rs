@@ -9,13 +9,13 @@
 pub mod frame_cache;
 pub mod loss;
 mod record;
+mod reread;
 mod sample;
 pub mod threads;
 pub mod walk;
 
 // foldhash: these maps are looked up several times per sample, keyed by addresses.
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 
@@ -25,6 +25,8 @@ pub use record::{ExternalSkip, ExternalWalk};
 pub use sample::ThreadSample;
 pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
+
+use reread::{same_page, RereadBudget};
 
 use crate::discovery::{task_ids, thread_name, PythonTarget};
 use crate::memory::{
@@ -137,66 +139,6 @@ pub struct UnwindOptions {
     /// most reads of one thread's stack per sample: a walk the target moved under is read
     /// again, up to this many times (1: never re-read)
     pub read_attempts: u32,
-}
-
-/// The re-reads of one thread's stack stop once they have cost the sampling thread this much
-/// CPU time, whatever `read_attempts` says: a stack that deep or that busy must not make the
-/// profiler expensive. CPU time, not wall time: on a loaded host the sampler waits for a CPU
-/// between reads, which costs nobody anything but would eat a wall-clock budget.
-const REREAD_CPU_BUDGET: Duration = Duration::from_millis(2);
-
-/// ... and once this much wall time has passed, so a starved sampler still moves on to the
-/// other threads within about a tick at the default rate.
-const REREAD_WALL_CAP: Duration = Duration::from_millis(8);
-
-/// How much re-reading of one thread is left.
-struct RereadBudget {
-    cpu_start: Option<Duration>,
-    wall_start: Instant,
-    checks: u32,
-}
-
-impl RereadBudget {
-    fn start() -> RereadBudget {
-        RereadBudget {
-            cpu_start: thread_cpu_time(),
-            wall_start: Instant::now(),
-            checks: 0,
-        }
-    }
-
-    /// Whether the budget is spent. The thread CPU clock is a syscall: it is read every 4th
-    /// call only.
-    fn spent(&mut self) -> bool {
-        self.checks += 1;
-        if self.wall_start.elapsed() >= REREAD_WALL_CAP {
-            return true;
-        }
-        if !self.checks.is_multiple_of(4) {
-            return false;
-        }
-        match (self.cpu_start, thread_cpu_time()) {
-            (Some(start), Some(now)) => now.saturating_sub(start) >= REREAD_CPU_BUDGET,
-            // No thread CPU clock: the wall clock alone, at the CPU budget.
-            _ => self.wall_start.elapsed() >= REREAD_CPU_BUDGET,
-        }
-    }
-}
-
-/// Whether two addresses are on the same 4 KiB page.
-fn same_page(a: u64, b: u64) -> bool {
-    a >> 12 == b >> 12
-}
-
-/// CPU time used by the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
-fn thread_cpu_time() -> Option<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec, which lives on our stack for the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
 impl Default for UnwindOptions {
@@ -515,8 +457,8 @@ impl Unwinder {
 
     /// The stack of one thread, read again (thread state and frames, fresh from the process)
     /// while the target moves under the walk, within `read_attempts` walks and the re-read
-    /// budget ([`REREAD_CPU_BUDGET`], [`REREAD_WALL_CAP`]). Each walk is validated in full: a
-    /// re-read replaces a rejected walk, it never relaxes the checks.
+    /// budget ([`reread::REREAD_CPU_BUDGET`], [`reread::REREAD_WALL_CAP`]). Each walk is
+    /// validated in full: a re-read replaces a rejected walk, it never relaxes the checks.
     ///
     /// The walk that validates is the one the thread stayed in its top frame through, so on a
     /// stack that changes faster than a read (tens of nanoseconds a frame against a microsecond
