@@ -119,6 +119,14 @@ pub struct FrameArgs {
     /// Do not use CPython 3.15's frame cache (which writes `last_profiled_frame` in the target).
     #[arg(long)]
     pub no_frame_cache: bool,
+    /// Reads of a thread's stack per sample while it changes under the read (1: read once, and
+    /// count the thread as lost if the read was torn).
+    #[arg(
+        long,
+        default_value_t = pyagent::unwind::UnwindOptions::default().read_attempts,
+        value_parser = clap::value_parser!(u32).range(1..=100_000)
+    )]
+    pub read_attempts: u32,
 }
 
 /// `pyagent dump`

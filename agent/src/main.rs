@@ -13,8 +13,9 @@ use pyagent::discovery::locate_runtime;
 use pyagent::discovery::service_name::service_name;
 use pyagent::export;
 use pyagent::export::atomic_file::write_atomically;
+use pyagent::sampler::blocking::PausedThreads;
 use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
-use pyagent::unwind::{UnwindOptions, Unwinder};
+use pyagent::unwind::{LostThread, StackLoss, ThreadOutcome, UnwindOptions, Unwinder};
 
 use cli::{Cli, Command, DumpArgs, FrameArgs, HostArgs, ModeArg, RecordArgs};
 use pyagent::config::{Overrides, ServiceConfig};
@@ -44,6 +45,7 @@ fn unwind_options(f: &FrameArgs) -> UnwindOptions {
         native: f.native,
         gc: !f.no_gc,
         frame_cache: !f.no_frame_cache,
+        read_attempts: f.read_attempts,
         ..UnwindOptions::default()
     }
 }
@@ -69,17 +71,28 @@ fn dump(args: &DumpArgs) -> Result<()> {
         target.object_path.display()
     )?;
     let mut unwinder = Unwinder::new(target, unwind_options(&args.frames));
-    let samples = unwinder.sample()?;
-    for s in samples {
+    for outcome in unwinder.sample_round(|_| true)? {
+        let s = match outcome {
+            ThreadOutcome::Stack(s) => s,
+            ThreadOutcome::Lost(lost) => match read_stopped(&mut unwinder, &lost)? {
+                ThreadOutcome::Stack(s) => s,
+                ThreadOutcome::Lost(lost) => {
+                    writeln!(
+                        out,
+                        "\nThread {}{}\n    (no stack: {})",
+                        lost.tid,
+                        quoted_name(lost.thread_name.as_deref()),
+                        lost.reason
+                    )?;
+                    continue;
+                }
+            },
+        };
         let gil = match s.holds_gil {
             Some(true) => " (holds the GIL)",
             _ => "",
         };
-        let name = s
-            .thread_name
-            .as_deref()
-            .map(|n| format!(" \"{n}\""))
-            .unwrap_or_default();
+        let name = quoted_name(s.thread_name.as_deref());
         writeln!(out, "\nThread {}{}{}", s.tid, name, gil)?;
         if s.frames.is_empty() {
             writeln!(out, "    (no Python frames)")?;
@@ -92,6 +105,33 @@ fn dump(args: &DumpArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// ` "name"`, or nothing for a thread without a name.
+fn quoted_name(name: Option<&str>) -> String {
+    name.map(|n| format!(" \"{n}\"")).unwrap_or_default()
+}
+
+/// `dump` is one snapshot, so it must show every thread: a thread whose stack moved under every
+/// re-read is stopped (that thread alone, briefly) and read once more.
+fn read_stopped(unwinder: &mut Unwinder, lost: &LostThread) -> Result<ThreadOutcome> {
+    let Some(host_tid) = unwinder.host_tid(lost.tid) else {
+        return Ok(ThreadOutcome::Lost(lost.clone()));
+    };
+    tracing::debug!(tid = lost.tid, reason = %lost.reason, "stopping the thread to read it");
+    let paused = match PausedThreads::pause_thread(host_tid) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::debug!(tid = lost.tid, error = %e, "cannot stop the thread for a re-read");
+            return Ok(ThreadOutcome::Lost(LostThread {
+                reason: StackLoss::NotPaused,
+                ..lost.clone()
+            }));
+        }
+    };
+    let outcome = unwinder.sample_thread_again(lost.tid)?;
+    drop(paused);
+    Ok(outcome)
 }
 
 fn record(args: &RecordArgs) -> Result<()> {
@@ -121,6 +161,7 @@ fn record(args: &RecordArgs) -> Result<()> {
                 elapsed.as_secs_f64(),
                 stats.failed
             );
+            // Threads without a stack are counted in the summary at the end.
         }
     });
     if tty {
@@ -135,12 +176,16 @@ fn record(args: &RecordArgs) -> Result<()> {
         .with_context(|| format!("writing {}", args.output.display()))?;
     let u = sampler.unwind_stats();
     let mut summary = format!(
-        "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks",
+        "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads",
         args.output.display(),
         stats.samples,
         window.counts.len(),
         stats.failed,
         stats.lagged,
+        stats.ticks,
+        u.lost.total(),
+        u.lost.summary(),
+        u.rereads,
     );
     if sampler.frame_cache_used() {
         summary += &format!(

@@ -18,7 +18,7 @@ use crate::discovery::service_name::service_name;
 use crate::export::metrics::{serve, AgentMetrics, FailureReason, MetricsError, ProcessState};
 use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
 use crate::sampler::host::{HostConfig, HostError, HostProfiler, HostStats, ProcessInfo};
-use crate::unwind::UnwindOptions;
+use crate::unwind::{StackLoss, UnwindOptions};
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -234,6 +234,14 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         let d = deltas.delta(reason, total);
         if d > 0 {
             metrics.add_lost(reason, d);
+        }
+    }
+    if let Some(lost) = p.userspace_losses() {
+        for reason in StackLoss::ALL {
+            let d = deltas.delta(reason.label(), lost.get(reason));
+            if d > 0 {
+                metrics.add_lost(reason.label(), d);
+            }
         }
     }
     for (cache, (hits, misses)) in p.cache_stats() {

@@ -38,3 +38,5 @@ fn matrix(
 mod resolver;
 #[path = "integration/service.rs"]
 mod service;
+#[path = "integration/torn.rs"]
+mod torn;

@@ -106,6 +106,31 @@ impl PageCache {
         self.plan = want;
     }
 
+    /// Forgets every cached page, like [`PageCache::begin_sample`], but fetches only the pages
+    /// holding `addrs`, in that order, in one read: for reading one thread again within a
+    /// sample (its thread state, then its frames), as often as the thread moves under the
+    /// walk, without copying the runtime, the interpreter and the other threads each time. A
+    /// page is fetched as much as this sample used of it, or whole. What the sample used is
+    /// still what the next `begin_sample` prefetches.
+    pub fn restart_with(&mut self, addrs: &[u64]) {
+        self.carry_used();
+        self.drop_pages();
+        let mut want: Vec<(u64, usize, usize)> = Vec::with_capacity(addrs.len());
+        for &addr in addrs {
+            let page = addr & !(PAGE - 1);
+            if want.iter().any(|w| w.0 == page) || want.len() >= MAX_PREFETCH {
+                continue;
+            }
+            let (lo, hi) = self
+                .plan
+                .iter()
+                .find(|e| e.0 == page)
+                .map_or((0, PAGE as usize), |e| (e.1, e.2));
+            want.push((page, lo, hi));
+        }
+        self.prefetch(&want);
+    }
+
     /// Forgets every cached page without reading anything; what the previous sample used is
     /// still prefetched by the next [`PageCache::begin_sample`]. For a batch that will most
     /// likely read nothing.
@@ -345,6 +370,43 @@ mod tests {
         cache.read(base + 5, &mut big).expect("readable");
         assert_eq!(big[0], 5);
         assert_eq!(cache.stats().bypassed, 1);
+    }
+
+    #[test]
+    fn restart_with_reads_only_the_pages_asked_for_in_order_and_forgets_the_rest() {
+        let mut data: Vec<u8> = vec![0; 5 * PAGE as usize];
+        let base = (data.as_ptr() as u64).next_multiple_of(PAGE);
+        let start = data.as_ptr() as u64;
+        let mut poke = |page: u64, off: u64, v: u8| {
+            let i = (base - start + page * PAGE + off) as usize;
+            // SAFETY: `i` is inside `data`, which is alive and not otherwise borrowed.
+            unsafe { std::ptr::write_volatile(data.as_mut_ptr().add(i), v) };
+        };
+        let mut cache = PageCache::new(RemoteMemory::new(std::process::id()), 64);
+        let mut a = [0u8; 8];
+        for page in [0, 1, 2] {
+            cache
+                .read(base + page * PAGE + 64, &mut a)
+                .expect("readable");
+        }
+        for page in [0, 1, 2] {
+            poke(page, 64, 5 + page as u8);
+        }
+        let syscalls = cache.syscalls();
+        // Page 2 first, then page 0 (twice: one entry); page 1 is not asked for.
+        cache.restart_with(&[base + 2 * PAGE + 64, base + 64, base + 70]);
+        assert_eq!(cache.syscalls(), syscalls + 1, "one read");
+        let later = cache.read_order(base + 64, 8).expect("cached");
+        let earlier = cache.read_order(base + 2 * PAGE + 64, 8).expect("cached");
+        assert!(earlier < later, "copied in the order given");
+        cache.read(base + 64, &mut a).expect("readable");
+        assert_eq!(a[0], 5, "read anew");
+        assert!(
+            cache.read_order(base + PAGE + 64, 8).is_none(),
+            "a page not asked for is not kept from before"
+        );
+        cache.read(base + PAGE + 64, &mut a).expect("readable");
+        assert_eq!(a[0], 6, "and is read fresh on demand");
     }
 
     #[test]

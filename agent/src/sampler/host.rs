@@ -18,7 +18,8 @@ use crate::discovery::{host_tids, HostScanner, PythonTarget};
 use crate::sampler::bpf::{pa_proc_for, BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use crate::unwind::{
-    ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, ThreadInfo, UnwindOptions, Unwinder,
+    ExternalSkip, ExternalWalk, InterpreterInfo, LossCounts, RawFrame, ThreadInfo, UnwindOptions,
+    Unwinder,
 };
 
 /// Where samples come from.
@@ -287,6 +288,15 @@ impl HostProfiler {
     /// Counters.
     pub fn stats(&self) -> HostStats {
         self.stats
+    }
+
+    /// Threads the userspace sampler sampled without getting a stack, by reason, since the
+    /// start; `None` in eBPF mode, whose losses are the dropped records of [`HostStats`].
+    pub fn userspace_losses(&self) -> Option<LossCounts> {
+        match &self.backend {
+            Backend::Userspace(s) => Some(s.unwind_stats().lost),
+            Backend::Bpf { .. } => None,
+        }
     }
 
     /// Processes per discovery state.

@@ -41,7 +41,8 @@ pub struct SamplerStats {
     pub lagged: u64,
     /// thread stacks recorded
     pub samples: u64,
-    /// process samples that failed (process gone mid-sample, torn interpreter list)
+    /// process samples that failed (process gone mid-sample, unreadable interpreter list);
+    /// threads that yielded no stack are counted by reason in [`UnwindStats::lost`]
     pub failed: u64,
     /// blocking-mode seize counters
     pub seize: SeizeStats,
@@ -141,6 +142,8 @@ impl UserspaceSampler {
             total.cache_misses += s.cache_misses;
             total.truncated += s.truncated;
             total.torn += s.torn;
+            total.lost.merge(&s.lost);
+            total.rereads += s.rereads;
             total.non_code_frames += s.non_code_frames;
             total.anchor_writes += s.anchor_writes;
             total.anchor_write_races += s.anchor_write_races;

@@ -7,7 +7,9 @@
 //! target, and only into a runtime validated as 3.15+.
 
 pub mod frame_cache;
+pub mod loss;
 mod record;
+mod reread;
 mod sample;
 pub mod threads;
 pub mod walk;
@@ -18,10 +20,13 @@ use std::sync::Arc;
 use foldhash::HashMap;
 
 pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};
+pub use loss::{LossCounts, StackLoss};
 pub use record::{ExternalSkip, ExternalWalk};
 pub use sample::ThreadSample;
 pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
+
+use reread::{same_page, RereadBudget};
 
 use crate::discovery::{task_ids, thread_name, PythonTarget};
 use crate::memory::{
@@ -63,6 +68,63 @@ impl UnwindError {
     }
 }
 
+/// A sampled thread that yielded no stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostThread {
+    /// thread id in the target's namespace
+    pub tid: u32,
+    /// thread name, if known
+    pub thread_name: Option<Arc<str>>,
+    /// why no stack came out
+    pub reason: StackLoss,
+}
+
+/// What sampling one thread gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ThreadOutcome {
+    /// its stack
+    Stack(ThreadSample),
+    /// no stack, and why
+    Lost(LostThread),
+}
+
+/// Why one attempt at a thread's stack failed: the target moved under the read (worth reading
+/// again), or memory could not be read.
+#[derive(Debug)]
+enum AttemptError {
+    Lost(StackLoss),
+    Memory(MemoryError),
+}
+
+impl From<MemoryError> for AttemptError {
+    fn from(e: MemoryError) -> AttemptError {
+        AttemptError::Memory(e)
+    }
+}
+
+impl AttemptError {
+    /// Whether the process is gone or unreadable: no re-read can help.
+    fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            AttemptError::Memory(MemoryError::Gone { .. } | MemoryError::Denied { .. })
+        )
+    }
+
+    /// What a failed attempt means for the thread: the process is gone or unreadable (the whole
+    /// sample fails), or this thread's stack was lost for a reason.
+    fn into_loss(self) -> Result<StackLoss, MemoryError> {
+        match self {
+            AttemptError::Lost(loss) => Ok(loss),
+            AttemptError::Memory(e @ (MemoryError::Gone { .. } | MemoryError::Denied { .. })) => {
+                Err(e)
+            }
+            // A frame or code object freed between the thread state read and ours.
+            AttemptError::Memory(_) => Ok(StackLoss::ReadFault),
+        }
+    }
+}
+
 /// Unwinder knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UnwindOptions {
@@ -74,6 +136,9 @@ pub struct UnwindOptions {
     pub frame_cache: bool,
     /// most frames read per thread
     pub max_depth: usize,
+    /// most reads of one thread's stack per sample: a walk the target moved under is read
+    /// again, up to this many times (1: never re-read)
+    pub read_attempts: u32,
 }
 
 impl Default for UnwindOptions {
@@ -83,6 +148,10 @@ impl Default for UnwindOptions {
             gc: true,
             frame_cache: true,
             max_depth: 4096,
+            // A stack that changes every few dozen nanoseconds (a tight recursion) is still at
+            // the depth it was read at in about 1 read in `depth`: 128 keep 95% of a 20-deep
+            // one's ticks at ~5 µs a read.
+            read_attempts: 128,
         }
     }
 }
@@ -106,8 +175,12 @@ pub struct UnwindStats {
     pub cache_misses: u64,
     /// stacks cut at the depth bound
     pub truncated: u64,
-    /// thread stacks dropped because a read failed or the chain was inconsistent (torn read)
+    /// external (BPF) walks dropped because a read failed or the chain was inconsistent
     pub torn: u64,
+    /// sampled threads that yielded no stack, by reason (after every re-read)
+    pub lost: LossCounts,
+    /// re-reads of a thread's stack after a walk the target moved under
+    pub rereads: u64,
     /// frames whose executable is not a code object (the sample is rejected as torn)
     pub non_code_frames: u64,
     /// anchor writes made
@@ -259,7 +332,7 @@ impl Unwinder {
                     }
                     // A thread state freed while we read the list: the rest is unreachable.
                     Err(_) => {
-                        self.stats.torn += 1;
+                        self.stats.lost.add(StackLoss::ThreadListTorn);
                         break;
                     }
                 }
@@ -277,11 +350,28 @@ impl Unwinder {
     }
 
     /// One sample of every thread; `filter` gets a thread's host TID (None if the thread is
-    /// not in /proc any more) and says whether to unwind it.
+    /// not in /proc any more) and says whether to unwind it. Threads that yield no stack are
+    /// left out (and counted in [`UnwindStats::lost`]).
     pub fn sample_filtered(
         &mut self,
-        mut filter: impl FnMut(Option<u32>) -> bool,
+        filter: impl FnMut(Option<u32>) -> bool,
     ) -> Result<Vec<ThreadSample>, UnwindError> {
+        let outcomes = self.sample_round(filter)?;
+        Ok(outcomes
+            .into_iter()
+            .filter_map(|o| match o {
+                ThreadOutcome::Stack(s) => Some(s),
+                ThreadOutcome::Lost(_) => None,
+            })
+            .collect())
+    }
+
+    /// One sample of every thread `filter` selects (as in [`Unwinder::sample_filtered`]), in
+    /// thread-list order, with the threads that yielded no stack and why.
+    pub fn sample_round(
+        &mut self,
+        mut filter: impl FnMut(Option<u32>) -> bool,
+    ) -> Result<Vec<ThreadOutcome>, UnwindError> {
         self.mem.begin_sample();
         self.stats.samples += 1;
         let interpreters = self.threads()?;
@@ -292,24 +382,158 @@ impl Unwinder {
                 if !filter(self.host_tid(t.native_thread_id)) {
                     continue;
                 }
-                match self.sample_thread(interp, t) {
-                    Ok(Some(s)) => out.push(s),
-                    Ok(None) => {}
-                    Err(MemoryError::Gone { .. }) => {
-                        return Err(UnwindError::Gone {
-                            pid: self.target.pid,
-                        })
+                let outcome = match self.sample_thread_rereading(interp, t) {
+                    Ok(s) => ThreadOutcome::Stack(s),
+                    Err(e) => {
+                        let reason = e.into_loss().map_err(|e| self.whole_sample_error(e))?;
+                        ThreadOutcome::Lost(self.lost_thread(t.native_thread_id, reason))
                     }
-                    Err(e @ MemoryError::Denied { .. }) => return Err(UnwindError::Denied(e)),
-                    Err(_) => self.stats.torn += 1,
-                }
+                };
+                out.push(outcome);
             }
         }
         if let Some(fc) = self.frame_cache.as_mut() {
             fc.end_round();
         }
-        self.stats.thread_samples += out.len() as u64;
+        let stacks = out
+            .iter()
+            .filter(|o| matches!(o, ThreadOutcome::Stack(_)))
+            .count();
+        self.stats.thread_samples += stacks as u64;
         Ok(out)
+    }
+
+    /// One more read of the thread `ns_tid`, fresh from the process: for a caller that has
+    /// stopped that thread since its sample lost it (`dump`). Not counted as a loss again.
+    pub fn sample_thread_again(&mut self, ns_tid: u32) -> Result<ThreadOutcome, UnwindError> {
+        self.mem.begin_sample();
+        let interpreters = self.threads()?;
+        let found = interpreters.iter().find_map(|(interp, threads)| {
+            threads
+                .iter()
+                .find(|t| t.native_thread_id == ns_tid)
+                .map(|t| (*interp, *t))
+        });
+        let Some((interp, t)) = found else {
+            // The thread exited, or its thread state was freed: nothing left to read.
+            return Ok(ThreadOutcome::Lost(
+                self.lost_thread(ns_tid, StackLoss::ReadFault),
+            ));
+        };
+        self.symbolizer.begin_sample(interp.code_generation);
+        let outcome = match self.sample_thread(&interp, &t) {
+            Ok(s) => ThreadOutcome::Stack(s),
+            Err(e) => {
+                let reason = e.into_loss().map_err(|e| self.whole_sample_error(e))?;
+                ThreadOutcome::Lost(self.lost_thread(ns_tid, reason))
+            }
+        };
+        Ok(outcome)
+    }
+
+    /// A memory error that ends a whole sample (the process exited or cannot be read).
+    fn whole_sample_error(&self, e: MemoryError) -> UnwindError {
+        match e {
+            MemoryError::Denied { .. } => UnwindError::Denied(e),
+            _ => UnwindError::Gone {
+                pid: self.target.pid,
+            },
+        }
+    }
+
+    /// Counts a thread that yielded no stack and describes it.
+    fn lost_thread(&mut self, ns_tid: u32, reason: StackLoss) -> LostThread {
+        self.stats.lost.add(reason);
+        let thread_name = self
+            .names
+            .lookup(self.target.pid, ns_tid)
+            .and_then(|(_, n)| n.clone());
+        LostThread {
+            tid: ns_tid,
+            thread_name,
+            reason,
+        }
+    }
+
+    /// The stack of one thread, read again (thread state and frames, fresh from the process)
+    /// while the target moves under the walk, within `read_attempts` walks and the re-read
+    /// budget ([`reread::REREAD_CPU_BUDGET`], [`reread::REREAD_WALL_CAP`]). Each walk is
+    /// validated in full: a re-read replaces a rejected walk, it never relaxes the checks.
+    ///
+    /// The walk that validates is the one the thread stayed in its top frame through, so on a
+    /// stack that changes faster than a read (tens of nanoseconds a frame against a microsecond
+    /// a syscall) the frames the thread stays in longest are favoured: on a tight recursion the
+    /// loop around it has about twice its share. Holding out for the tick's own top frame
+    /// would remove that, at a cost of the square of the frame's share in reads (about 500
+    /// re-reads, 2 ms, a tick on a 20-deep recursion): measured, it kept only 70–95% of the
+    /// ticks within that budget.
+    fn sample_thread_rereading(
+        &mut self,
+        interp: &InterpreterInfo,
+        first: &ThreadInfo,
+    ) -> Result<ThreadSample, AttemptError> {
+        let mut budget = RereadBudget::start();
+        let mut t = *first;
+        let mut walks = 1;
+        loop {
+            let err = match self.sample_thread(interp, &t) {
+                Ok(s) => return Ok(s),
+                Err(e) => e,
+            };
+            let out_of_tries = walks >= self.options.read_attempts.max(1) || budget.spent();
+            if out_of_tries || err.is_fatal() {
+                return Err(err);
+            }
+            walks += 1;
+            self.stats.rereads += 1;
+            t = self.reread_thread(interp, &t)?;
+        }
+    }
+
+    /// The thread state at `t.addr` as it is now, with every page read again. The pages of
+    /// this thread (its thread state, on 3.11/3.12 its `_PyCFrame`, the frames of the last walk)
+    /// come back in one vectored read, the thread state first, as in a sample's first read;
+    /// anything else is read fresh on demand.
+    fn reread_thread(
+        &mut self,
+        interp: &InterpreterInfo,
+        t: &ThreadInfo,
+    ) -> Result<ThreadInfo, AttemptError> {
+        let pages = self.thread_pages(t);
+        self.mem.restart_with(&pages);
+        let o = self.target.offsets;
+        let now = threads::read_thread(&mut self.mem, &o, interp, t.addr)?;
+        // The thread exited and its thread state went to another thread: not ours to read.
+        if now.native_thread_id != t.native_thread_id {
+            return Err(AttemptError::Lost(StackLoss::ReadFault));
+        }
+        Ok(now)
+    }
+
+    /// Addresses on every page a re-read of `t` needs, in the order to copy them: the thread
+    /// state, its `_PyCFrame` (3.11/3.12), its top frame, then the frames of the last walk.
+    fn thread_pages(&mut self, t: &ThreadInfo) -> Vec<u64> {
+        let o = self.target.offsets;
+        let ts = &o.thread_state;
+        let mut pages = vec![t.addr, t.addr + o.thread_read_len() as u64 - 1];
+        if let Some(off) = ts.cframe_current_frame {
+            // Still cached from the read being repeated.
+            if let Ok(cframe) = self.mem.read_u64(t.addr + ts.current_frame) {
+                pages.push(cframe + off);
+            }
+        }
+        let frame_end = o.frame_read_len() as u64 - 1;
+        let frames = [t.top_frame]
+            .into_iter()
+            .chain(self.raw.iter().map(|f| f.addr))
+            .flat_map(|a| [a, a + frame_end]);
+        // Frames sit next to each other in a data-stack chunk: one entry per run of a page.
+        for addr in frames {
+            if pages.last().is_none_or(|&last| !same_page(last, addr)) {
+                pages.push(addr);
+            }
+        }
+        pages
     }
 
     /// One sample of every thread.
@@ -333,18 +557,18 @@ impl Unwinder {
         }
     }
 
-    /// Stack of one thread; `Ok(None)` when the sample is inconsistent (counted as torn).
+    /// Stack of one thread, read once; an inconsistent read is an [`AttemptError::Lost`].
     fn sample_thread(
         &mut self,
         interp: &InterpreterInfo,
         t: &ThreadInfo,
-    ) -> Result<Option<ThreadSample>, MemoryError> {
+    ) -> Result<ThreadSample, AttemptError> {
         if t.top_frame == 0 {
             let frames = self
                 .gc_marker_without_frame(interp, t)
                 .into_iter()
                 .collect();
-            return Ok(Some(self.make_sample(t, frames, false)));
+            return Ok(self.make_sample(t, frames, false));
         }
         let key: ThreadKey = (t.addr, t.native_thread_id);
         let anchor = t.anchor.filter(|_| self.frame_cache.is_some());
@@ -359,11 +583,11 @@ impl Unwinder {
                 // The top frame's line moves while it runs: always read it fresh.
                 let top = walk::read_frame(&mut self.mem, &self.target.offsets, t.top_frame)?;
                 let mut resolved = Vec::with_capacity(2);
-                let pending_native = self.resolve(&[top], interp, &mut resolved)?;
+                let pending_native = self.resolve_frames(&[top], interp, &mut resolved)?;
                 if !self.top_read_before_anchor(t)
                     && !self.anchor_unchanged(t, anchor_frame, seq)?
                 {
-                    return Ok(None);
+                    return Err(AttemptError::Lost(StackLoss::TopMoved));
                 }
                 self.stats.cache_full_hits += 1;
                 self.stats.frames_read += 1;
@@ -377,7 +601,7 @@ impl Unwinder {
                     .and_then(|fc| fc.stack(key))
                     .map_or(&[][..], |s| &s[1..]);
                 Self::append_tail(&mut frames, pending_native, tail);
-                return Ok(Some(self.make_sample(t, frames, false)));
+                return Ok(self.make_sample(t, frames, false));
             }
         }
 
@@ -386,7 +610,7 @@ impl Unwinder {
         let mut raw = std::mem::take(&mut self.raw);
         raw.clear();
         let stop_at = anchor.map(|(a, _)| a).filter(|&a| a != 0);
-        let result = (|| -> Result<Option<(Vec<CachedFrame>, WalkEnd)>, MemoryError> {
+        let result = (|| -> Result<(Vec<CachedFrame>, WalkEnd), AttemptError> {
             let mut end =
                 walk::walk_frames(&mut self.mem, &o, t.top_frame, stop_at, max_depth, &mut raw)?;
             let mut spliced: Option<Vec<CachedFrame>> = None;
@@ -422,32 +646,30 @@ impl Unwinder {
             // that now belongs to another call chain. Reject the sample unless the top is still
             // the same frame running the same code with the same caller.
             if !self.top_still_current(t, raw.first())? {
-                return Ok(None);
+                return Err(AttemptError::Lost(StackLoss::TopMoved));
             }
             // 3.15: a complete walk ends at the thread's base frame; anything else is torn.
             if spliced.is_none() && end == WalkEnd::Bottom {
                 if let (Some(base), Some(last)) = (t.base_frame, raw.last()) {
                     if base != 0 && last.addr != base {
-                        return Ok(None);
+                        return Err(AttemptError::Lost(StackLoss::BrokenChain));
                     }
                 }
             }
             if end == WalkEnd::Corrupt {
-                return Ok(None);
+                return Err(AttemptError::Lost(StackLoss::BrokenChain));
             }
             let mut resolved = Vec::with_capacity(raw.len() + 4);
-            let pending_native = self.resolve(&raw, interp, &mut resolved)?;
+            let pending_native = self.resolve_frames(&raw, interp, &mut resolved)?;
             if let Some(tail) = spliced {
                 Self::splice_tail(&mut resolved, pending_native, tail);
             }
-            Ok(Some((resolved, end)))
+            Ok((resolved, end))
         })();
         self.raw = raw;
         // A torn sample writes no anchor and leaves the stored stacks alone: the sequence check
         // keeps them honest, and walks recorded against them may still be waiting.
-        let Some((resolved, end)) = result? else {
-            return Ok(None);
-        };
+        let (resolved, end) = result?;
         let truncated = end == WalkEnd::DepthLimit;
         if truncated {
             self.stats.truncated += 1;
@@ -472,7 +694,7 @@ impl Unwinder {
             }
         }
         let frames = self.finish(interp, t, resolved);
-        Ok(Some(self.make_sample(t, frames, truncated)))
+        Ok(self.make_sample(t, frames, truncated))
     }
 
     /// Adds a `<GC>` marker for versions that only say "collecting" and drops addresses.
@@ -500,26 +722,49 @@ impl Unwinder {
 
     /// Whether `top` (read through the page cache) is still the thread's current frame, with the
     /// same code and caller, read now without the cache.
+    ///
+    /// One vectored read: the thread state's frame pointer, on 3.11/3.12 the `_PyCFrame` field
+    /// it leads to, then the frame. The check's window is what decides how often a walk of a
+    /// fast-changing stack validates, and each syscall in it costs a microsecond. On 3.11/3.12
+    /// the `_PyCFrame` is the one the page-cached thread state named; reading the pointer again
+    /// in the same call proves it is still the thread's.
     fn top_still_current(
         &mut self,
         t: &ThreadInfo,
         top: Option<&RawFrame>,
     ) -> Result<bool, MemoryError> {
         let Some(top) = top else { return Ok(true) };
-        let ts = &self.target.offsets.thread_state;
-        let mut b = [0u8; 8];
-        self.mem.read_uncached(t.addr + ts.current_frame, &mut b)?;
-        let mut current = u64::from_le_bytes(b);
-        if let Some(off) = ts.cframe_current_frame {
-            if current != 0 {
-                self.mem.read_uncached(current + off, &mut b)?;
-                current = u64::from_le_bytes(b);
+        let o = self.target.offsets;
+        let ts = &o.thread_state;
+        let frame_len = o.frame_read_len().min(128);
+        let mut ranges: Vec<(u64, usize)> = Vec::with_capacity(3);
+        ranges.push((t.addr + ts.current_frame, 8));
+        let cframe = match ts.cframe_current_frame {
+            Some(off) => {
+                let cframe = self.mem.read_u64(t.addr + ts.current_frame)?;
+                if cframe == 0 {
+                    return Ok(false);
+                }
+                ranges.push((cframe + off, 8));
+                Some(cframe)
             }
+            None => None,
+        };
+        ranges.push((top.addr, frame_len));
+        let mut b = [0u8; 8 + 8 + 128];
+        let want = ranges.iter().map(|r| r.1).sum::<usize>();
+        if self.mem.remote().read_ranges(&ranges, &mut b[..want])? < want {
+            return Ok(false);
         }
+        let (current, frame_at) = match cframe {
+            Some(cframe) if b.u64_at(0) != cframe => return Ok(false),
+            Some(_) => (b.u64_at(8), 16),
+            None => (b.u64_at(0), 8),
+        };
         if current != top.addr {
             return Ok(false);
         }
-        let live = walk::read_frame(self.mem.remote(), &self.target.offsets, top.addr)?;
+        let live = walk::parse_frame(&o, top.addr, &b[frame_at..frame_at + frame_len]);
         Ok(live.same_call(top))
     }
 
@@ -645,6 +890,24 @@ impl Unwinder {
         interp: &InterpreterInfo,
         out: &mut Vec<CachedFrame>,
     ) -> Result<bool, MemoryError> {
+        self.resolve_frames(raw, interp, out).map_err(|e| match e {
+            AttemptError::Memory(e) => e,
+            AttemptError::Lost(_) => MemoryError::Fault {
+                pid: self.target.pid,
+                addr: raw.first().map_or(0, |f| f.addr),
+                len: 0,
+            },
+        })
+    }
+
+    /// [`Unwinder::resolve`], telling a frame without a code object (a torn read) apart from
+    /// memory that cannot be read.
+    fn resolve_frames(
+        &mut self,
+        raw: &[RawFrame],
+        interp: &InterpreterInfo,
+        out: &mut Vec<CachedFrame>,
+    ) -> Result<bool, AttemptError> {
         let o = self.target.offsets;
         let pseudo = |kind| CachedFrame {
             addr: 0,
@@ -669,19 +932,12 @@ impl Unwinder {
                 // frame would report a caller chain that never existed; reject the sample.
                 Ok(None) => {
                     self.stats.non_code_frames += 1;
-                    return Err(MemoryError::Fault {
-                        pid: self.target.pid,
-                        addr: f.addr,
-                        len: 0,
-                    });
+                    return Err(AttemptError::Lost(StackLoss::NonCodeFrame));
                 }
-                Err(ObjectError::Memory(e)) => return Err(e),
-                Err(ObjectError::Malformed { addr }) => {
-                    return Err(MemoryError::Fault {
-                        pid: self.target.pid,
-                        addr,
-                        len: 0,
-                    })
+                Err(ObjectError::Memory(e)) => return Err(e.into()),
+                // A code object freed and its memory reused as we read it.
+                Err(ObjectError::Malformed { .. }) => {
+                    return Err(AttemptError::Lost(StackLoss::ReadFault))
                 }
             };
             // 3.13+ pushes a shim frame running `__init__` cleanup for specialised class calls;

@@ -69,7 +69,7 @@ impl Unwinder {
             for t in threads {
                 match self.sample_thread(interp, t) {
                     Ok(_) => {}
-                    Err(MemoryError::Gone { .. }) => {
+                    Err(super::AttemptError::Memory(MemoryError::Gone { .. })) => {
                         return Err(super::UnwindError::Gone {
                             pid: self.target.pid,
                         })

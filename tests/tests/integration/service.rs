@@ -60,12 +60,18 @@ struct Service {
 
 impl Service {
     fn start(tag: &str, interval: &str) -> Service {
+        Service::start_with(tag, interval, &["--mode", "ebpf"])
+    }
+
+    /// [`Service::start`] with other arguments than `--mode ebpf`.
+    fn start_with(tag: &str, interval: &str, args: &[&str]) -> Service {
         let dir =
             std::env::temp_dir().join(format!("pyagent-service-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let port = free_port();
         let child = Command::new(pyagent_bin())
-            .args(["--all-python", "--interval", interval, "--mode", "ebpf"])
+            .args(["--all-python", "--interval", interval])
+            .args(args)
             .arg("--output")
             .arg(&dir)
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
@@ -175,6 +181,51 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
         );
         assert!(raw.contains("hostname:["), "{raw}");
     }
+}
+
+/// The value of `pyagent_samples_lost_total{reason="REASON"}` in an exposition (0 if absent).
+fn samples_lost(metrics: &str, reason: &str) -> f64 {
+    let series = format!("pyagent_samples_lost_total{{reason=\"{reason}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Issue 16, item 0: the userspace sampler used to drop torn reads of a fast-changing stack
+/// without a trace. Now every thread sample that yields no stack is in
+/// `pyagent_samples_lost_total` by reason. One read per thread (`--read-attempts 1`) on a
+/// 20-deep recursion that never stops makes torn reads a matter of seconds.
+#[test]
+fn torn_reads_are_counted_by_reason_in_the_service_metrics() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("recursive.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let svc = Service::start_with(
+        "torn",
+        "2s",
+        &[
+            "--mode",
+            "userspace",
+            "--rate",
+            "99",
+            "--read-attempts",
+            "1",
+        ],
+    );
+    let metrics = wait_for(
+        "a torn read in the metrics",
+        Duration::from_secs(60),
+        || {
+            let (_, metrics) = http_get(svc.port, "/metrics")?;
+            (samples_lost(&metrics, "torn_top_moved") > 0.0).then_some(metrics)
+        },
+    );
+    promtool_check_metrics(&metrics);
+    let (status, stderr) = svc.terminate();
+    assert!(status.success(), "{stderr}");
 }
 
 #[test]

@@ -1,0 +1,211 @@
+//! Issue 16, item 0: a stack that changes every few dozen nanoseconds (py-spy's recursive.py),
+//! read by the userspace sampler without stopping the target. A torn read is rejected and read
+//! again; a tick that still yields no stack is counted by reason; `dump` stops the thread for
+//! one more read rather than leave it out. A profile that silently kept only the ticks that
+//! happened to read cleanly would be biased toward slow-changing stacks: so the tests count
+//! ticks and compare the profile's shape with the eBPF sampler's, which reads the stack from
+//! inside the thread's own interrupt and is never torn.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pyagent_tests::stacks::{host_wide_lock, pyagent_bin, run_pyagent, script};
+use pyagent_tests::{Interpreter, PythonProcess};
+use rstest::rstest;
+
+/// The number right before `suffix` in `text` (`"97 samples"` → 97).
+fn number_before(text: &str, suffix: &str) -> u64 {
+    let head = &text[..text
+        .find(suffix)
+        .unwrap_or_else(|| panic!("no `{suffix}` in: {text}"))];
+    head.rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number before `{suffix}` in: {text}"))
+}
+
+fn out_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pyagent-torn-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// recursive.py running on `py`, past its start.
+fn fast_recursion(py: &str) -> PythonProcess {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("recursive.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    p
+}
+
+/// `pyagent record` of `pid` for `secs` at `rate` Hz in `mode`, as collapsed stacks; returns
+/// the stacks and the summary line.
+fn record(pid: u32, mode: &str, secs: &str, rate: &str, file: &Path) -> (String, String) {
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &pid.to_string(),
+        "--mode",
+        mode,
+        "-d",
+        secs,
+        "-r",
+        rate,
+        "-f",
+        "collapsed",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{mode}: {err}");
+    let text = std::fs::read_to_string(file).expect("profile written");
+    (text, err)
+}
+
+/// Samples per number of `recurse` frames on the stack, from collapsed stacks
+/// (`thread ...;f (file:line);... COUNT`).
+fn recurse_depths(collapsed: &str) -> BTreeMap<usize, u64> {
+    let mut depths = BTreeMap::new();
+    for line in collapsed.lines() {
+        let (stack, count) = line.rsplit_once(' ').expect("a count");
+        let count: u64 = count.parse().expect("numeric count");
+        let depth = stack
+            .split(';')
+            .filter(|f| f.starts_with("recurse ("))
+            .count();
+        *depths.entry(depth).or_insert(0) += count;
+    }
+    depths
+}
+
+/// Share of samples with at least one `recurse` frame, and the mean number of them, over the
+/// samples of a profile.
+fn shape(depths: &BTreeMap<usize, u64>) -> (f64, f64) {
+    let total: u64 = depths.values().sum();
+    assert!(total > 0, "an empty profile");
+    let through: u64 = depths.iter().filter(|(d, _)| **d > 0).map(|(_, n)| n).sum();
+    let mean = depths
+        .iter()
+        .map(|(d, n)| *d as f64 * *n as f64)
+        .sum::<f64>()
+        / total as f64;
+    (through as f64 / total as f64, mean)
+}
+
+/// The depths in bands of 5 (0, 1–5, 6–10, ...): a few hundred samples spread over 22 depths
+/// differ by sampling noise alone by about 0.2 in total variation, over 5 bands by 0.1.
+fn banded(depths: &BTreeMap<usize, u64>) -> BTreeMap<usize, u64> {
+    let mut bands = BTreeMap::new();
+    for (&d, &n) in depths {
+        *bands.entry(d.div_ceil(5)).or_insert(0) += n;
+    }
+    bands
+}
+
+/// Half the L1 distance between two depth distributions (0: the same, 1: disjoint).
+fn total_variation(a: &BTreeMap<usize, u64>, b: &BTreeMap<usize, u64>) -> f64 {
+    let (ta, tb) = (
+        a.values().sum::<u64>() as f64,
+        b.values().sum::<u64>() as f64,
+    );
+    let keys: std::collections::BTreeSet<_> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .map(|k| {
+            let pa = a.get(k).copied().unwrap_or(0) as f64 / ta;
+            let pb = b.get(k).copied().unwrap_or(0) as f64 / tb;
+            (pa - pb).abs()
+        })
+        .sum::<f64>()
+        / 2.0
+}
+
+/// The defect: `record` kept 5–28 of 99 ticks of this target and said "0 failed". Now a torn
+/// read is read again, and at least 95% of the ticks give a stack; the rest are counted.
+#[rstest]
+fn torn_reads_of_fast_recursion_keep_95_percent_of_record_ticks(
+    #[values("py311", "py312", "py313", "py313t", "py315")] py: &str,
+) {
+    let p = fast_recursion(py);
+    let dir = out_dir(&format!("ticks-{py}"));
+    let (text, err) = record(p.pid(), "userspace", "2", "99", &dir.join("user.txt"));
+    let samples = number_before(&err, " samples,");
+    let ticks = number_before(&err, " sampling ticks");
+    let lost = number_before(&err, " thread samples without a stack");
+    assert!(ticks >= 150, "{py}: the sampler kept its rate: {err}");
+    assert!(
+        samples * 100 >= ticks * 95,
+        "{py}: {samples} samples of {ticks} ticks: {err}"
+    );
+    // The one thread runs all the time: every tick is a stack or a counted loss.
+    assert!(
+        samples + lost >= ticks,
+        "{py}: ticks unaccounted for: {err}"
+    );
+    let kept: u64 = recurse_depths(&text).values().sum();
+    assert_eq!(kept, samples, "{py}: the profile holds every sample");
+}
+
+/// The re-reads must not bias the profile toward the moments the stack changed slowly: the
+/// share of samples inside `recurse` and the depth distribution match the eBPF sampler's on the
+/// same process. Known residual: a walk validates when the thread stays in its top frame while
+/// it is read, so the frames the thread stays in longest are favoured; here the loop around the
+/// recursion, 8% of the time, comes out at up to 15% (see `sample_thread_rereading`). The
+/// bounds below allow that and catch anything larger, such as lost or truncated deep stacks.
+#[rstest]
+fn torn_read_rereads_keep_the_fast_recursion_profile_shape_of_ebpf(
+    #[values("py311", "py312", "py313", "py313t", "py315")] py: &str,
+) {
+    let p = fast_recursion(py);
+    let _serial = host_wide_lock();
+    let dir = out_dir(&format!("shape-{py}"));
+    // eBPF samples only while the target is on a CPU, which a loaded host makes less often:
+    // a higher rate gets it a comparable number of samples.
+    let (ebpf, _) = record(p.pid(), "ebpf", "3", "299", &dir.join("ebpf.txt"));
+    let (user, err) = record(p.pid(), "userspace", "3", "99", &dir.join("user.txt"));
+    let (ebpf_depths, user_depths) = (recurse_depths(&ebpf), recurse_depths(&user));
+    let ((ebpf_share, ebpf_mean), (user_share, user_mean)) =
+        (shape(&ebpf_depths), shape(&user_depths));
+    let what =
+        format!("{py}: ebpf {ebpf_depths:?} vs userspace {user_depths:?} (userspace said: {err})");
+    assert!(
+        (ebpf_share - user_share).abs() <= 0.10,
+        "share inside recurse {ebpf_share:.2} vs {user_share:.2}: {what}"
+    );
+    assert!(
+        (ebpf_mean - user_mean).abs() <= 2.0,
+        "mean recurse depth {ebpf_mean:.1} vs {user_mean:.1}: {what}"
+    );
+    let tv = total_variation(&banded(&ebpf_depths), &banded(&user_depths));
+    assert!(tv <= 0.2, "depth distributions differ by {tv:.2}: {what}");
+}
+
+/// The defect: `dump` printed the process header and no thread in 93–96 of 100 runs. A
+/// one-shot snapshot stops the thread when its stack moves under every re-read, so the main
+/// thread is always there, with its stack.
+#[rstest]
+fn torn_reads_never_hide_the_fast_recursion_thread_from_dump(
+    #[values("py311", "py312", "py313", "py313t", "py315")] py: &str,
+) {
+    let p = fast_recursion(py);
+    let pid = p.pid().to_string();
+    for run in 0..20 {
+        let out = run_pyagent(&["dump", "--pid", &pid]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{py} run {run}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let thread = format!("\nThread {pid}");
+        assert!(
+            text.contains(&thread),
+            "{py} run {run}: no main thread:\n{text}"
+        );
+        assert!(
+            text.contains("<module> (") && !text.contains("(no stack"),
+            "{py} run {run}: the main thread's stack:\n{text}"
+        );
+    }
+}
