@@ -5,10 +5,11 @@ mod top;
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context, Result};
-use pyagent::aggregate::Aggregator;
+use pyagent::aggregate::{Aggregator, ProfileWindow};
 use pyagent::discovery::locate_runtime;
 use pyagent::discovery::service_name::service_name;
 use pyagent::export;
@@ -302,30 +303,20 @@ fn all_python(args: &HostArgs) -> Result<()> {
         profiler.mode_name(),
         profiler.pids().len()
     );
-    profiler.run(&STOP, Some(until), |_| {});
-    let format: export::Format = args.format.into();
-    // Each file is written atomically (a kill or a full disk leaves no empty or truncated profile), and
-    // one failed file does not stop the others.
-    let mut written = 0;
-    let mut failed = 0;
-    for (info, window) in profiler.cut() {
-        let path = dir.join(format!(
-            "{}-{}.{}",
-            file_stem_for(&info),
-            info.pid,
-            format.extension()
-        ));
-        let fill = |mut out: &mut dyn Write| {
-            export::write(format, &window, &mut out).map_err(std::io::Error::other)
-        };
-        match write_atomically(&path, fill) {
-            Ok(_) => written += 1,
-            Err(err) => {
-                failed += 1;
-                eprintln!("pyagent: cannot write {}: {err}", path.display());
-            }
+    // Windows of processes that exit during the run are written as soon as they are found gone,
+    // so that memory stays bounded by the live processes under churn, not by all of them.
+    let mut files = ProfileFiles::new(dir, args.format.into());
+    profiler.run(&STOP, Some(until), |profiler| {
+        for (info, window) in profiler.take_finished() {
+            files.write(&info, &window);
         }
+    });
+    for (info, window) in profiler.cut() {
+        files.write(&info, &window);
     }
+    let ProfileFiles {
+        written, failed, ..
+    } = files;
     let s = profiler.stats();
     let states: Vec<String> = profiler
         .process_states()
@@ -350,6 +341,48 @@ fn all_python(args: &HostArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The profiles of an `--all-python --duration` run, one file per process. Each file is written
+/// atomically (a kill or a full disk leaves no empty or truncated profile), and one failed file
+/// does not stop the others.
+struct ProfileFiles<'a> {
+    dir: &'a Path,
+    format: export::Format,
+    written: usize,
+    failed: usize,
+}
+
+impl<'a> ProfileFiles<'a> {
+    fn new(dir: &'a Path, format: export::Format) -> Self {
+        Self {
+            dir,
+            format,
+            written: 0,
+            failed: 0,
+        }
+    }
+
+    /// Writes `SERVICE-PID.EXT`, counting it as written or failed (and saying why).
+    fn write(&mut self, info: &ProcessInfo, window: &ProfileWindow) {
+        let path = self.dir.join(format!(
+            "{}-{}.{}",
+            file_stem_for(info),
+            info.pid,
+            self.format.extension()
+        ));
+        let format = self.format;
+        let fill = |mut out: &mut dyn Write| {
+            export::write(format, window, &mut out).map_err(std::io::Error::other)
+        };
+        match write_atomically(&path, fill) {
+            Ok(_) => self.written += 1,
+            Err(err) => {
+                self.failed += 1;
+                eprintln!("pyagent: cannot write {}: {err}", path.display());
+            }
+        }
+    }
 }
 
 fn record_ebpf(args: &RecordArgs) -> Result<()> {

@@ -676,6 +676,12 @@ impl HostProfiler {
         out
     }
 
+    /// The windows of processes that exited since the last call (or cut), taken out so that a
+    /// one-shot run can write them at once instead of holding them to its end.
+    pub fn take_finished(&mut self) -> Vec<(ProcessInfo, ProfileWindow)> {
+        std::mem::take(&mut self.finished)
+    }
+
     /// Samples of `pid` taken while holding the GIL since the last call (userspace mode knows;
     /// BPF samples do not say).
     pub fn take_gil_samples(&mut self, pid: u32) -> u64 {

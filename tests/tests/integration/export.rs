@@ -109,3 +109,54 @@ fn duration_on_a_full_disk_leaves_no_empty_profile_and_reports_every_failure() {
         "{stderr}"
     );
 }
+
+/// Defect: `--duration` held every process's window until the end, so memory grew with every
+/// process that came and went. A process that exits during the run is written while the run goes
+/// on (and its window let go).
+#[test]
+fn duration_under_churn_writes_exited_processes_before_the_run_ends() {
+    use pyagent_tests::consumers::go_pprof;
+    use std::time::Instant;
+
+    let _serial = host_wide_lock();
+    let dir = std::env::temp_dir().join(format!("pyagent-churn-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut agent = Command::new(pyagent_bin())
+        .args(["--all-python", "--duration", "120", "--output"])
+        .arg(&dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start pyagent");
+    // A target that lives 3 s: it ends long before the run does.
+    let mut target =
+        PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["3"]);
+    target.wait_for_line("ready", Duration::from_secs(30));
+    let file = dir.join(format!("busy-{}.pb.gz", target.pid()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !file.exists() {
+        assert!(
+            agent.try_wait().expect("agent status").is_none(),
+            "the agent exited before writing {}",
+            file.display()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{} was not written while the run went on",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        agent.try_wait().expect("agent status").is_none(),
+        "written during the run, not at its end"
+    );
+    // SIGINT ends the run early; the exited process is not written a second time.
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGINT) };
+    let out = agent.wait_with_output().expect("agent output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let raw = go_pprof(&["-raw"], &file);
+    assert!(raw.contains(" hot ") && raw.contains("busy.py"), "{raw}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
