@@ -29,3 +29,11 @@ pub fn go_pprof(dir: &Path, args: &[&str], file: &Path) -> String {
     );
     stdout
 }
+
+/// A fresh directory under the system's temporary directory, removed when the value is dropped.
+pub fn temp_dir(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("pyagent-{tag}-"))
+        .tempdir()
+        .expect("create a temporary directory")
+}

@@ -197,7 +197,6 @@ fn to_i64<T: TryInto<i64>>(value: T) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
     use std::time::Duration;
 
     use super::*;
@@ -264,36 +263,18 @@ mod tests {
         assert_eq!(profile.duration_nanos, 10_000_000_000);
     }
 
-    /// A directory removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(tag: &str) -> TempDir {
-            let path = std::env::temp_dir().join(format!("pyagent-{tag}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&path);
-            std::fs::create_dir_all(&path).expect("create temp dir");
-            TempDir(path)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    use crate::test_support::go_pprof;
+    use crate::test_support::{go_pprof, temp_dir};
 
     #[test]
     fn go_tool_pprof_reads_the_profile() {
-        let dir = TempDir::new("pprof-export");
-        let file = dir.0.join("profile.pb.gz");
+        let dir = temp_dir("pprof-export");
+        let file = dir.path().join("profile.pb.gz");
         let mut bytes = Vec::new();
         write(&window(), &mut bytes).unwrap();
         assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzip magic");
         std::fs::write(&file, &bytes).unwrap();
 
-        let raw = go_pprof(&dir.0, &["-raw"], &file);
+        let raw = go_pprof(dir.path(), &["-raw"], &file);
         println!("{raw}");
         for expected in [
             "PeriodType: cpu nanoseconds",
@@ -320,7 +301,7 @@ mod tests {
             );
         }
 
-        let top = go_pprof(&dir.0, &["-top"], &file);
+        let top = go_pprof(dir.path(), &["-top"], &file);
         println!("{top}");
         for expected in [
             "Type: cpu",

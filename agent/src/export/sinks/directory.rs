@@ -471,26 +471,7 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     use super::*;
-
-    pub(crate) struct TempDir(pub(crate) PathBuf);
-
-    impl TempDir {
-        pub(crate) fn new(tag: &str) -> TempDir {
-            let path = std::env::temp_dir().join(format!(
-                "pyagent-{tag}-{}-{:08x}",
-                std::process::id(),
-                rand::random::<u32>()
-            ));
-            fs::create_dir_all(&path).expect("create temp dir");
-            TempDir(path)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::test_support::temp_dir;
 
     fn profile(service: &str, pid: u32, start_ms: u64, len: usize) -> EncodedProfile {
         let start = UNIX_EPOCH + Duration::from_millis(start_ms);
@@ -548,12 +529,12 @@ mod tests {
 
     #[test]
     fn writes_atomically_and_leaves_no_temporaries() {
-        let dir = TempDir::new("dirsink-atomic");
+        let dir = temp_dir("dirsink-atomic");
         // A temporary left by a crash is removed at start.
-        fs::write(dir.0.join(".web-1-1.pb.gz.tmp-0123"), b"half").unwrap();
-        fs::write(dir.0.join("notes.txt"), b"not ours").unwrap();
+        fs::write(dir.path().join(".web-1-1.pb.gz.tmp-0123"), b"half").unwrap();
+        fs::write(dir.path().join("notes.txt"), b"not ours").unwrap();
         let sink = DirectorySink::create(
-            &dir.0,
+            dir.path(),
             DirectoryLimits::default(),
             DirectoryRole::Archive,
             SinkMetrics::detached("directory"),
@@ -561,9 +542,9 @@ mod tests {
         .unwrap();
         let p = profile("web", 7, 1_000, 64);
         let path = sink.write(&p).unwrap();
-        assert_eq!(path, dir.0.join("web-7-1000.pb.gz"));
+        assert_eq!(path, dir.path().join("web-7-1000.pb.gz"));
         assert_eq!(fs::read(&path).unwrap(), &p.bytes[..]);
-        let mut all: Vec<String> = fs::read_dir(&dir.0)
+        let mut all: Vec<String> = fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
@@ -578,13 +559,13 @@ mod tests {
 
     #[test]
     fn size_bound_deletes_oldest_first() {
-        let dir = TempDir::new("dirsink-size");
+        let dir = temp_dir("dirsink-size");
         let limits = DirectoryLimits {
             max_bytes: 250,
             max_age: Duration::from_secs(3600),
         };
         let sink = DirectorySink::create(
-            &dir.0,
+            dir.path(),
             limits,
             DirectoryRole::Archive,
             SinkMetrics::detached("directory"),
@@ -609,13 +590,13 @@ mod tests {
 
     #[test]
     fn age_bound_deletes_old_files() {
-        let dir = TempDir::new("dirsink-age");
+        let dir = temp_dir("dirsink-age");
         let limits = DirectoryLimits {
             max_bytes: 1 << 20,
             max_age: Duration::from_secs(60),
         };
         let sink = DirectorySink::create(
-            &dir.0,
+            dir.path(),
             limits,
             DirectoryRole::Archive,
             SinkMetrics::detached("directory"),
@@ -628,11 +609,11 @@ mod tests {
         assert_eq!(sink.metrics().evictions(EvictReason::Age), 1);
 
         // Old files found at start are deleted at start.
-        let stale = dir.0.join("api-3-5.pb.gz");
+        let stale = dir.path().join("api-3-5.pb.gz");
         fs::write(&stale, b"x").unwrap();
         set_age(&stale, Duration::from_secs(3600));
         let again = DirectorySink::create(
-            &dir.0,
+            dir.path(),
             limits,
             DirectoryRole::Archive,
             SinkMetrics::detached("directory"),
@@ -646,10 +627,10 @@ mod tests {
     /// writes and both bounds use the index from then on.
     #[test]
     fn output_directory_is_scanned_once_not_per_write() {
-        let dir = TempDir::new("dirsink-scans");
+        let dir = temp_dir("dirsink-scans");
         const OLD_FILES: u64 = 3_000;
         for i in 0..OLD_FILES {
-            let path = dir.0.join(format!("old-1-{i}.pb.gz"));
+            let path = dir.path().join(format!("old-1-{i}.pb.gz"));
             fs::write(&path, [0u8; 10]).unwrap();
             // The old files are older than anything written now, oldest first by number.
             set_age(&path, Duration::from_secs(10_000 - i));
@@ -660,7 +641,7 @@ mod tests {
             max_age: Duration::from_secs(3600 * 24),
         };
         let sink = DirectorySink::create(
-            &dir.0,
+            dir.path(),
             limits,
             DirectoryRole::Archive,
             SinkMetrics::detached("directory"),
@@ -680,17 +661,17 @@ mod tests {
         let names = names(&sink);
         assert_eq!(names.len() as u64, OLD_FILES + 10);
         assert_eq!(names[0], "old-1-20.pb.gz");
-        assert!(!dir.0.join("old-1-19.pb.gz").exists());
-        assert!(dir.0.join("old-1-20.pb.gz").exists());
-        let on_disk = fs::read_dir(&dir.0).unwrap().count() as u64;
+        assert!(!dir.path().join("old-1-19.pb.gz").exists());
+        assert!(dir.path().join("old-1-20.pb.gz").exists());
+        let on_disk = fs::read_dir(dir.path()).unwrap().count() as u64;
         assert_eq!(on_disk, OLD_FILES + 10);
     }
 
     #[test]
     fn unwritable_directory_is_a_one_line_error() {
-        let dir = TempDir::new("dirsink-unwritable");
+        let dir = temp_dir("dirsink-unwritable");
         // A regular file where a directory should be: fails even for root, unlike a mode of 0555.
-        let file = dir.0.join("file");
+        let file = dir.path().join("file");
         fs::write(&file, b"x").unwrap();
         let target = file.join("profiles");
         let err = DirectorySink::create(
@@ -714,7 +695,7 @@ mod tests {
         // Without root, a read-only directory is refused the same way.
         if !nix::unistd::geteuid().is_root() {
             use std::os::unix::fs::PermissionsExt;
-            let ro = dir.0.join("ro");
+            let ro = dir.path().join("ro");
             fs::create_dir(&ro).unwrap();
             fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
             let err = DirectorySink::create(

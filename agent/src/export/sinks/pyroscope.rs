@@ -447,7 +447,11 @@ impl Shared {
                 request.send(&profile.bytes[..])
             }
             PyroscopeApi::Push => {
-                let body = request::push_body(profile, &request::uuid_v4());
+                let body = request::push_body(
+                    profile,
+                    // A random (version 4) id, as Pyroscope's own clients give each sample.
+                    &uuid::Uuid::new_v4().to_string(),
+                );
                 let mut request = self
                     .agent
                     .post(format!("{}{PUSH_PATH}", self.base))

@@ -163,17 +163,6 @@ pub fn push_body(profile: &EncodedProfile, id: &str) -> String {
     .to_string()
 }
 
-/// A random (version 4) UUID, as Pyroscope's own clients give each sample.
-pub fn uuid_v4() -> String {
-    let mut b: [u8; 16] = rand::random();
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    format!(
-        "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-        b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -248,14 +237,5 @@ mod tests {
         );
         assert_eq!(series["samples"][0]["rawProfile"], "AQID+g==");
         assert_eq!(series["samples"][0]["ID"], "0f0f");
-    }
-
-    #[test]
-    fn uuids_are_version_4() {
-        let id = uuid_v4();
-        assert_eq!(id.len(), 36);
-        assert_eq!(&id[14..15], "4");
-        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"), "{id}");
-        assert_ne!(id, uuid_v4());
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -19,6 +19,7 @@ use super::*;
 use crate::aggregate::tests::{frame, sample};
 use crate::aggregate::Aggregator;
 use crate::export::metrics::{AgentMetrics, FailureReason, SpoolOutcome};
+use crate::test_support::temp_dir;
 
 /// How the receiver answers one request.
 #[derive(Debug, Clone, Copy)]
@@ -338,27 +339,6 @@ fn config(url: String, api: PyroscopeApi) -> PyroscopeConfig {
     }
 }
 
-/// A directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let path = std::env::temp_dir().join(format!(
-            "pyagent-{tag}-{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn directory(dir: &Path, role: DirectoryRole, metrics: &AgentMetrics) -> Arc<DirectorySink> {
     Arc::new(
         DirectorySink::create(
@@ -514,9 +494,9 @@ fn timeout_is_retried() {
 
 #[test]
 fn refused_connection_spills_to_the_directory() {
-    let dir = TempDir::new("spill-refused");
+    let dir = temp_dir("spill-refused");
     let metrics = AgentMetrics::new();
-    let spill = directory(&dir.0, DirectoryRole::Spool, &metrics);
+    let spill = directory(dir.path(), DirectoryRole::Spool, &metrics);
     let mut config = config(refused_url(), PyroscopeApi::Push);
     config.max_attempts = 3;
     let sink =
@@ -533,7 +513,7 @@ fn refused_connection_spills_to_the_directory() {
         counters.spilled() == 3
     });
     assert_eq!(
-        spilled_files(&dir.0),
+        spilled_files(dir.path()),
         [
             "billing-4321-1700000000000.pb.gz",
             "billing-4321-1700000010000.pb.gz",
@@ -576,9 +556,9 @@ fn refused_without_directory_is_counted_as_dropped() {
 #[test]
 fn client_error_is_not_retried_and_spilled() {
     let receiver = Receiver::start(&[], Reply::Status(400));
-    let dir = TempDir::new("spill-4xx");
+    let dir = temp_dir("spill-4xx");
     let metrics = AgentMetrics::new();
-    let spill = directory(&dir.0, DirectoryRole::Spool, &metrics);
+    let spill = directory(dir.path(), DirectoryRole::Spool, &metrics);
     let sink = PyroscopeSink::start(
         config(receiver.url(), PyroscopeApi::Ingest),
         Some(Arc::clone(&spill)),
@@ -597,15 +577,15 @@ fn client_error_is_not_retried_and_spilled() {
     assert_eq!(receiver.pending(), 0, "a 4xx must not be retried");
     assert_eq!(counters.failures(FailureReason::Http4xx), 1);
     assert_eq!(counters.retries(), 0);
-    assert_eq!(spilled_files(&dir.0).len(), 1);
+    assert_eq!(spilled_files(dir.path()).len(), 1);
 }
 
 #[test]
 fn full_queue_spills_and_shutdown_beats_a_hanging_store() {
     let receiver = Receiver::start(&[], Reply::Hang);
-    let dir = TempDir::new("spill-full");
+    let dir = temp_dir("spill-full");
     let metrics = AgentMetrics::new();
-    let spill = directory(&dir.0, DirectoryRole::Spool, &metrics);
+    let spill = directory(dir.path(), DirectoryRole::Spool, &metrics);
     let mut config = config(receiver.url(), PyroscopeApi::Push);
     config.queue_capacity = 2;
     config.timeout = Duration::from_secs(60);
@@ -654,7 +634,7 @@ fn full_queue_spills_and_shutdown_beats_a_hanging_store() {
             dropped: 0
         }
     );
-    assert_eq!(spilled_files(&dir.0).len(), 21);
+    assert_eq!(spilled_files(dir.path()).len(), 21);
     assert_eq!(counters.spilled(), 21);
     assert_eq!(counters.queue_length(), 0);
     assert_eq!(counters.submitted_count(), 21);
@@ -669,9 +649,9 @@ fn full_queue_spills_and_shutdown_beats_a_hanging_store() {
 #[test]
 fn archive_and_upload_both_get_the_profile() {
     let receiver = Receiver::start(&[], Reply::Status(200));
-    let dir = TempDir::new("archive");
+    let dir = temp_dir("archive");
     let metrics = AgentMetrics::new();
-    let archive = directory(&dir.0, DirectoryRole::Archive, &metrics);
+    let archive = directory(dir.path(), DirectoryRole::Archive, &metrics);
     let sink = PyroscopeSink::start(
         config(receiver.url(), PyroscopeApi::Ingest),
         Some(Arc::clone(&archive)),
@@ -686,20 +666,23 @@ fn archive_and_upload_both_get_the_profile() {
     let request = receiver.next();
     check_ingest(&request, 0);
     sinks.shutdown(Duration::from_secs(5));
-    let files = spilled_files(&dir.0);
+    let files = spilled_files(dir.path());
     assert_eq!(files, ["billing-4321-1700000000000.pb.gz"]);
     // The same bytes went to both.
-    assert_eq!(std::fs::read(dir.0.join(&files[0])).unwrap(), request.body);
+    assert_eq!(
+        std::fs::read(dir.path().join(&files[0])).unwrap(),
+        request.body
+    );
     assert_eq!(metrics.sink("pyroscope").successes(), 1);
     assert_eq!(metrics.sink("directory").successes(), 1);
 }
 
 #[test]
 fn start_archives_without_upload_and_spills_with_it() {
-    let dir = TempDir::new("start");
+    let dir = temp_dir("start");
     let metrics = AgentMetrics::new();
     let archive = SinkSet::start(
-        Some(&dir.0.join("archive")),
+        Some(&dir.path().join("archive")),
         DirectoryLimits::default(),
         None,
         &metrics,
@@ -708,14 +691,14 @@ fn start_archives_without_upload_and_spills_with_it() {
     let (window0, meta0) = window(0);
     archive.submit(&window0, &meta0);
     assert_eq!(
-        spilled_files(&dir.0.join("archive")),
+        spilled_files(&dir.path().join("archive")),
         ["billing-4321-1700000000000.pb.gz"]
     );
 
     let receiver = Receiver::start(&[], Reply::Status(200));
     let metrics = AgentMetrics::new();
     let upload = SinkSet::start(
-        Some(&dir.0.join("spill")),
+        Some(&dir.path().join("spill")),
         DirectoryLimits::default(),
         Some(config(receiver.url(), PyroscopeApi::Push)),
         &metrics,
@@ -731,7 +714,7 @@ fn start_archives_without_upload_and_spills_with_it() {
     );
     upload.shutdown(Duration::from_secs(5));
     // Delivered: nothing in the spill directory.
-    assert!(spilled_files(&dir.0.join("spill")).is_empty());
+    assert!(spilled_files(&dir.path().join("spill")).is_empty());
 }
 
 /// The `from` (window start, Unix seconds) of each request the receiver answered with 200, in order.
@@ -759,9 +742,9 @@ fn delivered_starts(receiver: &Receiver) -> Vec<u64> {
 fn spilled_profiles_are_delivered_when_the_store_is_back() {
     let receiver = Receiver::start(&[], Reply::Current);
     receiver.set_status(503);
-    let dir = TempDir::new("spool-back");
+    let dir = temp_dir("spool-back");
     let metrics = AgentMetrics::new();
-    let spool = directory(&dir.0, DirectoryRole::Spool, &metrics);
+    let spool = directory(dir.path(), DirectoryRole::Spool, &metrics);
     let mut config = config(receiver.url(), PyroscopeApi::Ingest);
     config.queue_capacity = 2;
     config.max_attempts = 1;
@@ -779,14 +762,14 @@ fn spilled_profiles_are_delivered_when_the_store_is_back() {
     wait_for("every profile spilled", Duration::from_secs(20), || {
         counters.spilled() == PROFILES
     });
-    assert_eq!(spilled_files(&dir.0).len() as u64, PROFILES);
+    assert_eq!(spilled_files(dir.path()).len() as u64, PROFILES);
 
     // The store is back: the spool drains, and the delivered files leave the disk.
     receiver.set_status(200);
     wait_for("the spool to drain", Duration::from_secs(30), || {
         spool.pending_len() == 0
     });
-    assert_eq!(spilled_files(&dir.0), Vec::<String>::new());
+    assert_eq!(spilled_files(dir.path()), Vec::<String>::new());
     // Each profile reached the store once, oldest first.
     let expected: Vec<u64> = (0..PROFILES)
         .map(|i| (START_MS + i * 10_000) / 1000)
@@ -815,10 +798,10 @@ fn spilled_profiles_are_delivered_when_the_store_is_back() {
 /// Defect 1, across a restart: what one run spilled, the next delivers (and counts as recovered).
 #[test]
 fn spilled_profiles_are_delivered_by_the_next_run() {
-    let dir = TempDir::new("spool-restart");
+    let dir = temp_dir("spool-restart");
     {
         let metrics = AgentMetrics::new();
-        let spool = directory(&dir.0, DirectoryRole::Spool, &metrics);
+        let spool = directory(dir.path(), DirectoryRole::Spool, &metrics);
         let mut config = config(refused_url(), PyroscopeApi::Push);
         config.max_attempts = 1;
         let sink = PyroscopeSink::start(config, Some(spool), metrics.sink("pyroscope")).unwrap();
@@ -830,11 +813,11 @@ fn spilled_profiles_are_delivered_by_the_next_run() {
         sinks.shutdown(Duration::from_secs(5));
         assert_eq!(metrics.sink("pyroscope").spilled(), 3);
     }
-    assert_eq!(spilled_files(&dir.0).len(), 3);
+    assert_eq!(spilled_files(dir.path()).len(), 3);
 
     let receiver = Receiver::start(&[], Reply::Status(200));
     let metrics = AgentMetrics::new();
-    let spool = directory(&dir.0, DirectoryRole::Spool, &metrics);
+    let spool = directory(dir.path(), DirectoryRole::Spool, &metrics);
     let spooled = metrics.sink("directory");
     assert_eq!(spooled.spool_recovered_count(), 3);
     let sink = PyroscopeSink::start(
@@ -850,7 +833,7 @@ fn spilled_profiles_are_delivered_by_the_next_run() {
         // The labels and the profile survived the file.
         check_push(&receiver.next());
     }
-    assert_eq!(spilled_files(&dir.0), Vec::<String>::new());
+    assert_eq!(spilled_files(dir.path()), Vec::<String>::new());
     assert_eq!(spooled.spool_settled_count(SpoolOutcome::Delivered), 3);
     drop(sink);
 }
