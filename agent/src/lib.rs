@@ -10,6 +10,7 @@
 //! [`aggregate`] (stacks → counts per profile window) →
 //! [`export`] (pprof, collapsed stacks, flame graphs).
 
+#![deny(missing_docs)]
 pub mod aggregate;
 pub mod config;
 pub mod discovery;
