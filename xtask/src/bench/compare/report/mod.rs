@@ -1,0 +1,286 @@
+//! The report: markdown tables (stdout and `compare.md`), the slowdown chart (`compare.svg`),
+//! the targets ([`targets::TARGETS`]), and every place where pyagent is not ahead of a peer.
+//! One file per part: [`sections`] (the markdown, a function per section), [`ranking`] (where
+//! pyagent is not ahead), [`chart`] (the SVG).
+
+mod chart;
+mod ranking;
+mod sections;
+mod targets;
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use super::measure::{self, Outcome, Plan, Results, SlowRow, Suite};
+use super::profiler::{Profiler, Tools};
+use super::util::{self, Table};
+
+/// The machine and the run, for the report's header.
+#[derive(Debug)]
+pub struct Machine {
+    command: String,
+    cpus: usize,
+    cpu_model: String,
+    kernel: String,
+    /// Load average when the run started.
+    pub load_before: String,
+    load_after: String,
+    started: Instant,
+    minutes: f64,
+}
+
+impl Machine {
+    /// Reads the machine's facts and the load now.
+    pub fn probe(command: String) -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, m)| m.trim().to_owned())
+            .unwrap_or_else(|| "unknown".into());
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|_| "unknown".into());
+        Machine {
+            command,
+            cpus: std::thread::available_parallelism().map_or(0, usize::from),
+            cpu_model,
+            kernel,
+            load_before: util::load_average(),
+            load_after: String::new(),
+            started: Instant::now(),
+            minutes: 0.0,
+        }
+    }
+
+    /// Adds the load and the time at the end of the run.
+    pub fn finish(mut self) -> Machine {
+        self.load_after = util::load_average();
+        self.minutes = self.started.elapsed().as_secs_f64() / 60.0;
+        self
+    }
+}
+
+/// Prints the report and writes `compare.md` and `compare.svg` into `out_dir`.
+pub fn write(
+    out_dir: &Path,
+    machine: &Machine,
+    tools: &Tools,
+    suites: &[Suite],
+    plan: &Plan,
+    results: &Results,
+) -> Result<()> {
+    let md = markdown(machine, tools, suites, plan, results);
+    print!("{md}");
+    std::fs::create_dir_all(out_dir)
+        .with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let md_path = out_dir.join("compare.md");
+    std::fs::write(&md_path, &md).with_context(|| format!("cannot write {}", md_path.display()))?;
+    let svg_path = out_dir.join("compare.svg");
+    chart::chart(&svg_path, suites, plan, results)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("cannot draw {}", svg_path.display()))?;
+    println!("\nwrote {} and {}", md_path.display(), svg_path.display());
+    Ok(())
+}
+
+/// Median of non-empty `v`.
+fn median(v: &[f64]) -> f64 {
+    util::quantile(v, 0.5)
+}
+
+/// Median, min and max.
+#[derive(Debug, Clone, Copy)]
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+    n: usize,
+}
+
+impl Spread {
+    fn of(v: &[f64]) -> Option<Spread> {
+        (!v.is_empty()).then(|| Spread {
+            median: median(v),
+            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            n: v.len(),
+        })
+    }
+
+    /// `+0.4% [-0.3, +1.2]` (or without the range for one value).
+    fn pct(&self) -> String {
+        if self.n > 1 {
+            format!("{:+.1}% [{:+.1}, {:+.1}]", self.median, self.min, self.max)
+        } else {
+            format!("{:+.1}%", self.median)
+        }
+    }
+}
+
+/// Slowdown in percent per run against its reference (the unprofiled runs around it; for the
+/// unprofiled row, the noise of that reference); `per_cpu` compares calls per CPU second of the
+/// target instead of per wall-clock second.
+fn slowdowns(row: &SlowRow, per_cpu: bool) -> Vec<f64> {
+    row.runs
+        .iter()
+        .filter_map(|r| {
+            let (wall, cpu) = r.reference?;
+            Some(if per_cpu {
+                (1.0 - r.per_cpu_sec / cpu) * 100.0
+            } else {
+                (1.0 - r.per_sec / wall) * 100.0
+            })
+        })
+        .collect()
+}
+
+/// The noise of a median slowdown: two standard errors of the difference of two medians of
+/// `reps` runs, with the single-run deviation estimated from the unprofiled runs (1.4826 × their
+/// median absolute deviation). `None` with fewer than 3 unprofiled runs.
+fn noise_pp(base: &SlowRow, reps: usize) -> Option<f64> {
+    let v = slowdowns(base, false);
+    if v.len() < 3 {
+        return None;
+    }
+    let m = median(&v);
+    let mad = median(&v.iter().map(|x| (x - m).abs()).collect::<Vec<_>>());
+    let sigma_run = 1.4826 * mad;
+    // The median of n normal values has a standard error of about 1.2533 σ / √n.
+    let sigma_median = 1.2533 * sigma_run / (reps.max(1) as f64).sqrt();
+    Some(2.0 * std::f64::consts::SQRT_2 * sigma_median)
+}
+
+fn slow_row(results: &Results, suite: usize, profiler: Profiler, rate_hz: u32) -> Option<&SlowRow> {
+    results
+        .slowdown
+        .iter()
+        .find(|r| r.suite == suite && r.profiler == profiler && r.rate_hz == rate_hz)
+}
+
+/// Median slowdown (wall clock) of a configuration.
+fn slowdown_of(
+    results: &Results,
+    suite: usize,
+    profiler: Profiler,
+    rate_hz: u32,
+) -> Option<Spread> {
+    Spread::of(&slowdowns(
+        slow_row(results, suite, profiler, rate_hz)?,
+        false,
+    ))
+}
+
+/// What one configuration cost its profiler, medians over the runs.
+#[derive(Debug, Clone, Copy)]
+struct CostSummary {
+    /// CPU seconds per 1000 samples (startup included).
+    per_k: f64,
+    /// Samples per run.
+    samples: f64,
+    /// CPU seconds per run.
+    cpu_secs: f64,
+}
+
+fn cost_of(
+    results: &Results,
+    suite: usize,
+    profiler: Profiler,
+    rate_hz: u32,
+) -> Option<CostSummary> {
+    let row = slow_row(results, suite, profiler, rate_hz)?;
+    let costs: Vec<_> = row.runs.iter().filter_map(|r| r.profiler).collect();
+    let per_k: Vec<f64> = costs
+        .iter()
+        .filter(|c| c.samples > 0)
+        .map(|c| c.cpu_secs * 1000.0 / c.samples as f64)
+        .collect();
+    let samples: Vec<f64> = costs.iter().map(|c| c.samples as f64).collect();
+    let cpu: Vec<f64> = costs.iter().map(|c| c.cpu_secs).collect();
+    (!per_k.is_empty()).then(|| CostSummary {
+        per_k: median(&per_k),
+        samples: median(&samples),
+        cpu_secs: median(&cpu),
+    })
+}
+
+/// CPU seconds per 1000 extra samples between the lowest and highest slowdown rate: the cost
+/// of sampling without the startup (which both runs pay alike).
+fn marginal_cost(results: &Results, plan: &Plan, suite: usize, profiler: Profiler) -> Option<f64> {
+    let lo = cost_of(results, suite, profiler, *plan.slowdown_rates_hz.first()?)?;
+    let hi = cost_of(results, suite, profiler, *plan.slowdown_rates_hz.last()?)?;
+    let extra = hi.samples - lo.samples;
+    (extra > 0.0).then(|| (hi.cpu_secs - lo.cpu_secs) * 1000.0 / extra)
+}
+
+fn python(suites: &[Suite], suite: usize) -> String {
+    let i = &suites[suite].interp;
+    format!("{} ({})", i.version, i.name)
+}
+/// The whole markdown report.
+fn markdown(
+    machine: &Machine,
+    tools: &Tools,
+    suites: &[Suite],
+    plan: &Plan,
+    results: &Results,
+) -> String {
+    let report = sections::Report {
+        machine,
+        tools,
+        suites,
+        plan,
+        results,
+    };
+    let mut md = String::new();
+    report.header(&mut md);
+    report.slowdown(&mut md);
+    report.cost(&mut md);
+    report.accuracy(&mut md);
+    report.throughput(&mut md);
+    report.targets(&mut md);
+    report.not_ahead(&mut md);
+    md
+}
+
+fn pass(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or("unknown".into(), |v| v.to_string())
+}
+
+fn one_line(s: &str) -> String {
+    let s = s.replace(['\n', '|'], " ");
+    if s.chars().count() > 120 {
+        format!("{}…", s.chars().take(120).collect::<String>())
+    } else {
+        s
+    }
+}
+
+fn failed(row: &SlowRow) -> String {
+    match row.errors.first() {
+        Some(e) => format!("failed: {}", one_line(e)),
+        None => "-".into(),
+    }
+}
+
+/// What a ranking metric measures (for the explanation of a loss).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Slowdown,
+    Cost(u32),
+    MarginalCost,
+    AccuracyError,
+    WrongLines,
+    Throughput(u32),
+}

@@ -1,0 +1,507 @@
+//! The report's markdown, one method per section, in the order they appear.
+
+use std::fmt::Write as _;
+
+use super::ranking;
+use super::targets::{self, Target};
+use super::*;
+
+/// What every section reads.
+#[derive(Clone, Copy)]
+pub(super) struct Report<'a> {
+    pub machine: &'a Machine,
+    pub tools: &'a Tools,
+    pub suites: &'a [Suite],
+    pub plan: &'a Plan,
+    pub results: &'a Results,
+}
+
+impl Report<'_> {
+    /// The run: command, machine, plan, profilers and interpreters.
+    pub(super) fn header(&self, w: &mut String) {
+        let Report {
+            machine,
+            tools,
+            suites,
+            plan,
+            results,
+        } = *self;
+        let _ = writeln!(w, "# pyagent beside py-spy, Austin and Tachyon\n");
+        let _ = writeln!(w, "- command: `{}`", machine.command);
+        let _ = writeln!(
+            w,
+            "- machine: {} CPUs, {}, Linux {}; `perf_event_max_sample_rate` {} before the throughput \
+             runs, {} after",
+            machine.cpus,
+            machine.cpu_model,
+            machine.kernel,
+            opt(results.perf_max_rate.0),
+            opt(results.perf_max_rate.1)
+        );
+        let _ = writeln!(
+            w,
+            "- {} at start, {} at end; the run took {:.1} min",
+            machine.load_before, machine.load_after, machine.minutes
+        );
+        let _ = writeln!(
+            w,
+            "- plan: {} repetition(s); slowdown window {} s after a {} s lead; accuracy {} s at {}; \
+             throughput {} s per rate, {:.0}% of rate × duration to sustain",
+            plan.reps,
+            plan.window_s,
+            plan.lead_s,
+            plan.lead_s + plan.accuracy_window_s,
+            measure::rate_label(plan.accuracy_rate_hz),
+            plan.throughput_s,
+            plan.sustain_share * 100.0
+        );
+        let _ = writeln!(
+            w,
+            "- profilers: pyagent `{}`, py-spy 0.4.3 `{}`, Austin 3.7.0 `{}`, Tachyon = `python3.15 \
+             -m profiling.sampling attach` of the {} chroot",
+            tools.agent.display(),
+            tools.py_spy.display(),
+            tools.austin.display(),
+            suites[1].interp.name
+        );
+        let _ = writeln!(
+            w,
+            "- Python: the main rows run on {}; Tachyon exists only in 3.15, so it and pyagent also \
+             run on {}. Austin 3.7.0 refuses the chroot's 3.14 and 3.15 (\"not a Python process\"), \
+             so the 3.15 rows have no Austin.\n",
+            python(suites, 0),
+            python(suites, 1)
+        );
+    }
+
+    /// 1. How much each profiler slows the target down.
+    pub(super) fn slowdown(&self, w: &mut String) {
+        let Report {
+            suites,
+            plan,
+            results,
+            ..
+        } = *self;
+        let _ =
+            writeln!(
+            w,
+            "## 1. Target slowdown\n\nCalls per wall-clock second of `compare_slowdown.py` in its {} \
+             s window, compared with the unprofiled runs just before and after (every round runs \
+             none, A, none, B, none, ...; positive = slower): median [min, max] over the repetitions. \
+             The `none` row applies the same comparison to the unprofiled runs themselves (each \
+             against the ones two places away): the noise floor. A difference of two medians needs \
+             more than ±{} points to stand out of that noise (two standard errors). The \
+             per-CPU-second columns divide by the target's own CPU time instead, which hides time the \
+             target spends stopped (py-spy's default) or waiting for a CPU.\n",
+            plan.window_s,
+            noise_pp(slow_row(results, 0, Profiler::None, 0).expect("baseline row"), plan.reps)
+                .map_or("? (too few runs to tell)".into(), |n| format!("{n:.1}"))
+        );
+        let rates = &plan.slowdown_rates_hz;
+        let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
+        header.extend(
+            rates
+                .iter()
+                .map(|r| format!("{} (wall)", measure::rate_label(*r))),
+        );
+        header.extend(
+            rates
+                .iter()
+                .map(|r| format!("{} (per CPU-s)", measure::rate_label(*r))),
+        );
+        let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
+        let mut t = Table::new(&hdr);
+        for (si, suite) in suites.iter().enumerate() {
+            let base = slow_row(results, si, Profiler::None, 0).expect("baseline row");
+            let calls: Vec<f64> = base.runs.iter().map(|r| r.per_sec).collect();
+            let mut cells = vec![
+                format!(
+                    "none ({} calls/s)",
+                    if calls.is_empty() {
+                        "-".into()
+                    } else {
+                        format!("{:.0}", median(&calls))
+                    }
+                ),
+                python(suites, si),
+            ];
+            for per_cpu in [false, true] {
+                let s = Spread::of(&slowdowns(base, per_cpu));
+                let cell = s.map_or_else(|| failed(base), |s| s.pct());
+                cells.extend(std::iter::repeat_n(cell, rates.len()));
+            }
+            t.row(cells);
+            for &p in &suite.profilers {
+                let mut cells = vec![p.label().to_owned(), python(suites, si)];
+                for per_cpu in [false, true] {
+                    for &rate in rates {
+                        let row = slow_row(results, si, p, rate).expect("row per rate");
+                        let s = Spread::of(&slowdowns(row, per_cpu));
+                        cells.push(s.map_or_else(|| failed(row), |s| s.pct()));
+                    }
+                }
+                t.row(cells);
+            }
+        }
+        let _ = writeln!(w, "{}", t.render());
+    }
+
+    /// 2. What each profiler costs in CPU.
+    pub(super) fn cost(&self, w: &mut String) {
+        let Report {
+            suites,
+            plan,
+            results,
+            ..
+        } = *self;
+        let rates = &plan.slowdown_rates_hz;
+        let _ = writeln!(
+            w,
+            "## 2. Profiler cost\n\nCPU seconds (user + system, `wait4` rusage of the profiler \
+             process from start to exit, startup included) per 1000 samples found in its output, and \
+             samples per run: medians of the slowdown runs (each about {:.1} s of sampling). \
+             Marginal: the extra CPU seconds per extra 1000 samples from {} to {}, which leaves out \
+             the startup both pay. pyagent's eBPF program runs in the perf interrupt on the target's \
+             CPU, so its time is charged to the target (it shows in section 1), not here.\n",
+            plan.lead_s + plan.window_s,
+            measure::rate_label(*rates.first().expect("a slowdown rate")),
+            measure::rate_label(*rates.last().expect("a slowdown rate"))
+        );
+        let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
+        for r in rates {
+            header.push(format!("{}: CPU s / 1000 samples", measure::rate_label(*r)));
+            header.push(format!("{}: samples / run", measure::rate_label(*r)));
+        }
+        header.push("marginal CPU s / 1000 samples".to_owned());
+        header.push("lagged ticks / run".to_owned());
+        let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
+        let mut t = Table::new(&hdr);
+        for (si, suite) in suites.iter().enumerate() {
+            for &p in &suite.profilers {
+                let mut cells = vec![p.label().to_owned(), python(suites, si)];
+                let mut lagged = Vec::new();
+                for &rate in rates {
+                    match cost_of(results, si, p, rate) {
+                        Some(c) => {
+                            cells.push(format!("{:.4}", c.per_k));
+                            cells.push(format!("{:.0}", c.samples));
+                        }
+                        None => cells.extend(["-".to_owned(), "-".to_owned()]),
+                    }
+                    if let Some(row) = slow_row(results, si, p, rate) {
+                        let l: Vec<f64> = row
+                            .runs
+                            .iter()
+                            .filter_map(|r| r.profiler?.lagged.map(|l| l as f64))
+                            .collect();
+                        if !l.is_empty() {
+                            lagged.push(format!(
+                                "{:.0} at {}",
+                                median(&l),
+                                measure::rate_label(rate)
+                            ));
+                        }
+                    }
+                }
+                cells.push(
+                    marginal_cost(results, plan, si, p).map_or("-".into(), |m| format!("{m:.4}")),
+                );
+                cells.push(if lagged.is_empty() {
+                    "-".into()
+                } else {
+                    lagged.join(", ")
+                });
+                t.row(cells);
+            }
+        }
+        let _ = writeln!(w, "{}", t.render());
+    }
+
+    /// 3. How close each profile is to the known split.
+    pub(super) fn accuracy(&self, w: &mut String) {
+        let Report {
+            suites,
+            plan,
+            results,
+            ..
+        } = *self;
+        let _ = writeln!(
+            w,
+            "## 3. Accuracy\n\n`compare_accuracy.py` spends its CPU time about 60/30/10 in `hot_a`, \
+             `hot_b` and `hot_c`, 1, 2 and 4 frames below `run`; the truth is its own \
+             `time.process_time()` per function. Each cell: the profiler's share of the samples in \
+             the three functions (error in points). σ: one binomial standard error of the 60% share \
+             for that many samples, the error a perfect sampler shows. Lines exact: samples whose hot \
+             frame has the line of its loop; the others are on its `def` line (entry) or its \
+             `return`, where it does spend a little time, unless counted as wrong: no line, or one \
+             outside the function. Callers exact: samples with the right callers above the hot frame. \
+             One run per profiler at {}.\n",
+            measure::rate_label(plan.accuracy_rate_hz)
+        );
+        let mut t = Table::new(&[
+            "profiler",
+            "Python",
+            "samples (hot)",
+            "hot_a",
+            "hot_b",
+            "hot_c",
+            "max error",
+            "σ",
+            "lines exact",
+            "wrong lines",
+            "callers exact",
+        ]);
+        for (si, _) in suites.iter().enumerate() {
+            let rows: Vec<_> = results.accuracy.iter().filter(|r| r.suite == si).collect();
+            if let Some(truth) = rows
+                .iter()
+                .find_map(|r| r.result.as_ref().ok())
+                .map(|a| a.truth)
+            {
+                let mut cells = vec![
+                    "truth (process_time)".to_owned(),
+                    python(suites, si),
+                    "-".into(),
+                ];
+                cells.extend(truth.iter().map(|t| format!("{:.1}%", t * 100.0)));
+                t.row(cells);
+            }
+            for row in rows {
+                let mut cells = vec![row.profiler.label().to_owned(), python(suites, si)];
+                match &row.result {
+                    Ok(a) => {
+                        cells.push(format!("{} ({})", a.samples, a.hot_samples));
+                        for (measured, truth) in a.measured.iter().zip(&a.truth) {
+                            cells.push(format!(
+                                "{:.1}% ({:+.1})",
+                                measured * 100.0,
+                                (measured - truth) * 100.0
+                            ));
+                        }
+                        cells.push(format!("{:.2}", a.max_error_pp()));
+                        cells.push(format!("{:.2}", a.sigma_pp()));
+                        cells.push(format!("{:.1}%", a.lines_exact * 100.0));
+                        cells.push(format!("{:.2}%", a.lines_wrong * 100.0));
+                        cells.push(format!("{:.1}%", a.callers_exact * 100.0));
+                    }
+                    Err(e) => cells.push(format!("failed: {}", one_line(e))),
+                }
+                t.row(cells);
+            }
+        }
+        let _ = writeln!(w, "{}", t.render());
+    }
+
+    /// 4. The rates each profiler sustains.
+    pub(super) fn throughput(&self, w: &mut String) {
+        let Report {
+            suites,
+            plan,
+            results,
+            ..
+        } = *self;
+        let _ = writeln!(
+            w,
+            "## 4. Throughput\n\nThe highest rate (of {}) at which a profiler collected at least \
+             {:.0}% of rate × {} s from `compare_deep.py` holding a stack DEPTH frames deep, and what \
+             happened at the next rate. The eBPF sampler fires per CPU, only while the target runs: \
+             its expectation is rate × duration × the share of a CPU the target had meanwhile \
+             (`/proc/PID/stat`). A profiler must also finish on time: at most 25% of the duration \
+             later than its first run (depth {}, {}) took beyond the duration, since py-spy's \
+             duration is a number of samples (rate × duration) that it keeps collecting, late, until \
+             it has them or the target exits ({} s after the profiler starts). pyagent userspace \
+             drops a tick it serves late and counts it as lagged. pyagent refuses rates above 10 kHz. \
+             Samples short of the full depth are counted.\n",
+            plan.throughput_rates_hz
+                .iter()
+                .map(|r| measure::rate_label(*r))
+                .collect::<Vec<_>>()
+                .join(", "),
+            plan.sustain_share * 100.0,
+            plan.throughput_s,
+            plan.depths.first().copied().unwrap_or(0),
+            measure::rate_label(plan.throughput_rates_hz.first().copied().unwrap_or(0)),
+            3 * plan.throughput_s + 5
+        );
+        let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
+        for d in &plan.depths {
+            header.push(format!("depth {d}: sustained"));
+            header.push(format!("depth {d}: next rate"));
+        }
+        let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
+        let mut t = Table::new(&hdr);
+        for (si, suite) in suites.iter().enumerate() {
+            for &p in &suite.profilers {
+                let mut cells = vec![p.label().to_owned(), python(suites, si)];
+                for &d in &plan.depths {
+                    let row = results
+                        .throughput
+                        .iter()
+                        .find(|r| r.suite == si && r.profiler == p && r.depth == d);
+                    let Some(row) = row else {
+                        cells.extend(["-".to_owned(), "-".to_owned()]);
+                        continue;
+                    };
+                    cells.push(
+                        row.sustained_hz()
+                            .map_or("none".into(), measure::rate_label),
+                    );
+                    cells.push(row.first_miss().map_or("- (all sustained)".into(), |s| {
+                        format!(
+                            "{}: {}",
+                            measure::rate_label(s.rate_hz),
+                            one_line(&measure::describe(s))
+                        )
+                    }));
+                }
+                t.row(cells);
+            }
+        }
+        let _ = writeln!(w, "{}", t.render());
+        let details: Vec<String> = results
+            .throughput
+            .iter()
+            .map(|r| {
+                let steps: Vec<String> = r
+                    .steps
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{} {}",
+                            measure::rate_label(s.rate_hz),
+                            one_line(&measure::describe(s))
+                        )
+                    })
+                    .collect();
+                let cpu: Vec<String> = r
+                    .steps
+                    .iter()
+                    .filter_map(|s| match &s.outcome {
+                        Outcome::Measured {
+                            cpu_secs,
+                            target_cpu_secs,
+                            late_s,
+                            ..
+                        } => Some(format!("{cpu_secs:.2}/{target_cpu_secs:.2}/{late_s:.1}")),
+                        _ => None,
+                    })
+                    .collect();
+                format!(
+                    "- {} {} depth {}: {} (profiler CPU s / target CPU s / s late: {})",
+                    r.profiler.label(),
+                    suites[r.suite].interp.name,
+                    r.depth,
+                    steps.join("; "),
+                    cpu.join(", ")
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            w,
+            "<details><summary>every throughput step</summary>\n\n{}\n</details>\n",
+            details.join("\n")
+        );
+    }
+
+    /// pyagent against each target of the table in `targets`.
+    pub(super) fn targets(&self, w: &mut String) {
+        let Report {
+            suites,
+            plan,
+            results,
+            ..
+        } = *self;
+        let _ = writeln!(w, "## Targets of {}\n", targets::ISSUE);
+        for (si, suite) in suites.iter().enumerate() {
+            for &p in suite.profilers.iter().filter(|p| p.is_pyagent()) {
+                let mut parts = Vec::new();
+                let noise = noise_pp(
+                    slow_row(results, si, Profiler::None, 0).expect("baseline row"),
+                    plan.reps,
+                );
+                for target in targets::TARGETS {
+                    parts.extend(self.against(target, si, p, noise));
+                }
+                let _ = writeln!(
+                    w,
+                    "- {} on {}: {}",
+                    p.label(),
+                    python(suites, si),
+                    parts.join("; ")
+                );
+            }
+        }
+    }
+
+    /// Every place where pyagent is not ahead of a peer.
+    pub(super) fn not_ahead(&self, w: &mut String) {
+        let Report {
+            suites,
+            plan,
+            results,
+            ..
+        } = *self;
+        let _ = writeln!(
+            w,
+            "\n## Where pyagent is not ahead\n\nEach pyagent mode against each peer on the same \
+             interpreter, every metric above; the reason in parentheses is what the measurements \
+             say.\n"
+        );
+        let misses = ranking::ranking(suites, plan, results);
+        if misses.is_empty() {
+            let _ = writeln!(
+                w,
+                "Nowhere: the better pyagent mode is ahead of every peer on every row."
+            );
+        }
+        for m in misses {
+            let _ = writeln!(w, "- {m}");
+        }
+    }
+
+    /// One pyagent mode on one interpreter against one target, if it was measured.
+    fn against(
+        &self,
+        target: &Target,
+        suite: usize,
+        p: Profiler,
+        noise: Option<f64>,
+    ) -> Option<String> {
+        match *target {
+            Target::Slowdown { rate_hz, max_pct } => {
+                let s = slowdown_of(self.results, suite, p, rate_hz)?;
+                let verdict = match noise {
+                    Some(n) if n > max_pct => format!(
+                        "cannot be told on this machine: the noise of the median is ±{n:.1} points"
+                    ),
+                    Some(n) => format!("{} (noise ±{n:.1})", pass(s.median <= max_pct)),
+                    None => format!(
+                        "{} (noise unknown: too few runs)",
+                        pass(s.median <= max_pct)
+                    ),
+                };
+                Some(format!(
+                    "slowdown at {} {:+.2}% (target ≤ {max_pct}%): {verdict}",
+                    measure::rate_label(rate_hz),
+                    s.median,
+                ))
+            }
+            Target::Accuracy { max_error_pp } => {
+                let Some(Ok(a)) = self
+                    .results
+                    .accuracy
+                    .iter()
+                    .find(|r| r.suite == suite && r.profiler == p)
+                    .map(|r| &r.result)
+                else {
+                    return None;
+                };
+                Some(format!(
+                    "accuracy max error {:.2} points (target ≤ {max_error_pp}): {}",
+                    a.max_error_pp(),
+                    pass(a.max_error_pp() <= max_error_pp)
+                ))
+            }
+        }
+    }
+}
