@@ -223,6 +223,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         anchor_miss,
         incomplete,
         untracked,
+        unknown_thread,
         ..
     } = p.stats();
     for (reason, total) in [
@@ -230,6 +231,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         ("anchor_miss", anchor_miss),
         ("incomplete_stack", incomplete),
         ("untracked_process", untracked),
+        ("unknown_thread", unknown_thread),
     ] {
         let d = deltas.delta(reason, total);
         if d > 0 {
