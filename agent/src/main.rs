@@ -408,7 +408,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     let anchor_hits = bpf_counter(common::Counter::AnchorHit);
     let threads_found = bpf_counter(common::Counter::ThreadFound);
     eprintln!(
-        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses)",
+        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF)",
         profiler.mode_name(),
         args.output.display(),
         window.total_samples(),
@@ -421,7 +421,8 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         anchor_hits,
         threads_found,
         cache_hits,
-        cache_misses
+        cache_misses,
+        profiler.frame_cache_bypassed()
     );
     Ok(())
 }

@@ -251,6 +251,10 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         let m = deltas.delta(&format!("{cache}.misses"), misses);
         metrics.add_cache(cache, h, m);
     }
+    let bypassed = deltas.delta("frame.bypassed", p.frame_cache_bypassed());
+    if bypassed > 0 {
+        metrics.add_cache_bypassed("frame", bypassed);
+    }
     if let Some(bpf) = p.bpf() {
         let sums = bpf.counter_sums().unwrap_or([0; common::COUNTER_COUNT]);
         let get = |c: Counter| sums[c.index() as usize];

@@ -727,6 +727,16 @@ impl HostProfiler {
             .unwrap_or(0)
     }
 
+    /// 3.15 thread walks the frame cache could not hold (beyond its thread or depth bound),
+    /// whose threads BPF walks whole instead, summed over the live processes.
+    pub fn frame_cache_bypassed(&self) -> u64 {
+        let bypassed = |u: &Unwinder| u.stats().uncached_walks;
+        match &self.backend {
+            Backend::Bpf { procs, .. } => procs.values().map(|p| bypassed(&p.unwinder)).sum(),
+            Backend::Userspace(s) => s.unwinders().map(bypassed).sum(),
+        }
+    }
+
     /// Unwinder statistics summed over the live processes, per cache.
     pub fn cache_stats(&self) -> BTreeMap<&'static str, (u64, u64)> {
         let mut m: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();

@@ -511,3 +511,56 @@ fn ebpf_samples_short_lived_threads() {
         "few ticks lost to unknown threads: {err}"
     );
 }
+
+/// 3.15 with more threads than the frame cache holds (4,096): the main thread, the oldest and so
+/// the last one the agent walks, is beyond the cache's bound. Its anchor is cleared so that BPF
+/// walks it whole: it gets samples, not anchor misses, and the fallback is counted.
+#[test]
+fn ebpf_315_threads_beyond_the_frame_cache_are_walked_whole() {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(
+        Interpreter::by_name("py315"),
+        &script("many_threads.py"),
+        &["4200", "120"],
+    );
+    p.wait_for_line("ready", Duration::from_secs(120));
+    let dir = out_dir("many-threads");
+    let file = dir.join("many.txt");
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &p.pid().to_string(),
+        "--mode",
+        "ebpf",
+        "-d",
+        "4",
+        "-r",
+        "199",
+        "-f",
+        "collapsed",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let text = std::fs::read_to_string(&file).expect("profile");
+    let (main, _) = main_and_other_samples(&text, p.pid(), "parked");
+    let main_burn: u64 = text
+        .lines()
+        .filter(|l| l.contains(";main_burn ("))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert!(
+        main_burn >= 20,
+        "the main thread's function was sampled ({main} on main): {err}"
+    );
+    assert!(
+        summary_number(&err, " anchor misses") * 10 <= main_burn,
+        "few anchor misses: {err}"
+    );
+    assert!(
+        summary_number(&err, " walks past its bounds") > 0,
+        "the fallback is counted: {err}"
+    );
+}
