@@ -39,6 +39,14 @@ struct {
 	__type(value, __u64);
 } pa_threads SEC(".maps");
 
+/* host tgid -> where to look for a thread the agent has not registered (set by userspace). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024); /* set by userspace */
+	__type(key, __u32);
+	__type(value, struct pa_thread_list);
+} pa_thread_lists SEC(".maps");
+
 /* Direct-mapped tables in front of pa_procs and pa_threads (pyagent.h says how they are kept). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

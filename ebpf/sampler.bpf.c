@@ -4,7 +4,8 @@
  * thread, if userspace tracks its process and thread.
  *
  * In: pa_procs (tgid -> walk configuration), pa_threads (tid -> PyThreadState address), each
- * behind a direct-mapped array (pa_proc_slots, pa_thread_slots) that answers most lookups.
+ * behind a direct-mapped array (pa_proc_slots, pa_thread_slots) that answers most lookups;
+ * pa_thread_lists (tgid -> where to search for a thread not registered yet).
  * Out: one pa_samples record per walk (struct pa_sample_hdr + nframes x struct pa_frame, raw
  * addresses for userspace to symbolize; a short record when the walk fits one), pa_counters
  * (one counter per exit, the program's log), pa_notices (processes to look at again: a thread
@@ -25,6 +26,9 @@ const volatile __u32 pa_max_frames = PA_MAX_FRAMES;
 /* Force a consumer wakeup when unconsumed ring-buffer data reaches this many bytes (0: never;
  * userspace then drains on a timer). Waking per record costs 2-3 µs on these VMs. */
 const volatile __u64 pa_wakeup_bytes = 0;
+
+/* Thread states searched at most for a thread the agent has not registered, 0..1024. */
+const volatile __u32 pa_thread_search_max = PA_THREAD_SEARCH_MAX;
 
 /* Benchmarks only: return right after stage PA_STAGE_* (0: run everything). */
 const volatile __u32 pa_stop_after = 0;
@@ -80,6 +84,62 @@ static __always_inline void pa_count_emitted(__u64 *cnt, __u32 nframes)
 {
 	pa_count(cnt, PA_CNT_SAMPLES_EMITTED);
 	pa_count_add(cnt, PA_CNT_FRAMES, nframes);
+}
+
+/* The search of one interpreter's thread list for the thread whose native_thread_id is `want`. */
+struct pa_thread_search {
+	/* Next thread state to look at (0: end of the list). */
+	__u64 tstate;
+	/* The one found (0: none yet). */
+	__u64 found;
+	__u64 want;
+	__u32 off_next;
+	__u32 off_native_thread_id;
+};
+
+/* One bpf_loop step: compares one thread state and moves to the next. */
+static long pa_thread_search_step(__u32 i, void *ctx)
+{
+	struct pa_thread_search *s = ctx;
+	__u64 ts = s->tstate, native = 0, next = 0;
+
+	if (!ts)
+		return 1;
+	if (bpf_probe_read_user(&native, sizeof(native), (const void *)(ts + s->off_native_thread_id)) ||
+	    bpf_probe_read_user(&next, sizeof(next), (const void *)(ts + s->off_next)))
+		return 1;
+	if (native == s->want) {
+		s->found = ts;
+		return 1;
+	}
+	s->tstate = next;
+	return 0;
+}
+
+/* The PyThreadState of the current task, a thread of `tgid` that the agent has not registered
+ * yet (0: not found). A thread that lives shorter than the agent's refresh would otherwise never
+ * be sampled. Runs only for unregistered threads: each step costs two user-memory reads. */
+static __always_inline __u64 pa_search_thread(__u32 tgid)
+{
+	const struct pa_thread_list *l = bpf_map_lookup_elem(&pa_thread_lists, &tgid);
+	struct pa_thread_search s = {};
+	struct bpf_pidns_info ns = {};
+	__u32 max = pa_thread_search_max;
+
+	if (!l || max == 0)
+		return 0;
+	if (max > 1024)
+		max = 1024;
+	/* native_thread_id is a tid in the process's own PID namespace. */
+	if (bpf_get_ns_current_pid_tgid(l->pidns_dev, l->pidns_ino, &ns, sizeof(ns)))
+		return 0;
+	if (bpf_probe_read_user(&s.tstate, sizeof(s.tstate), (const void *)l->threads_head_addr))
+		return 0;
+	s.want = ns.pid;
+	s.off_next = l->thread_state_next;
+	s.off_native_thread_id = l->thread_state_native_thread_id;
+	bpf_loop(max, pa_thread_search_step, &s, 0);
+	return s.found;
 }
 
 /* A walk longer than a short record: the frames so far move to this CPU's scratch record, the
@@ -147,14 +207,23 @@ int pa_sample(void *ctx)
 	if (pa_stop_after == PA_STAGE_PROCESS)
 		return 0;
 	tsp = pa_find_thread(tid);
-	ts = tsp ? *tsp : 0;
-	if (!ts) {
+	if (tsp && !*tsp) {
+		/* Registered as running no Python. */
 		pa_count(cnt, PA_CNT_NO_THREAD_STATE);
-		/* A thread the agent has not seen yet: it re-reads this process's thread list when
-		 * told. Threads it registered as running no Python (0) do not ask again. */
-		if (!tsp)
-			pa_notice(tgid, PA_NOTICE_UNKNOWN_THREAD);
 		return 0;
+	}
+	if (tsp) {
+		ts = *tsp;
+	} else {
+		/* A thread the agent has not seen yet: it re-reads this process's thread list when
+		 * told, and until then the program finds the thread state itself. */
+		pa_notice(tgid, PA_NOTICE_UNKNOWN_THREAD);
+		ts = pa_search_thread(tgid);
+		if (!ts) {
+			pa_count(cnt, PA_CNT_THREAD_UNKNOWN);
+			return 0;
+		}
+		pa_count(cnt, PA_CNT_THREAD_FOUND);
 	}
 
 	if (pa_stop_after == PA_STAGE_THREAD)

@@ -232,6 +232,7 @@ fn host_profiler(
         rate_hz: rate,
         pids,
         unwind: unwind_options(frames),
+        thread_search_max: thread_search_max()?,
         ..HostConfig::default()
     };
     let profiler = HostProfiler::new(config)?;
@@ -239,6 +240,19 @@ fn host_profiler(
         eprintln!("pyagent: eBPF sampler unavailable ({why}); using the userspace sampler");
     }
     Ok(profiler)
+}
+
+/// `PYAGENT_THREAD_SEARCH_MAX` (eBPF, for measuring): how many thread states the program
+/// searches for a thread started since the last refresh; 0 turns the search off.
+fn thread_search_max() -> Result<u32> {
+    const VAR: &str = "PYAGENT_THREAD_SEARCH_MAX";
+    match std::env::var(VAR) {
+        Ok(v) => match v.trim().parse::<u32>() {
+            Ok(n) if n <= common::MAX_FRAMES => Ok(n),
+            _ => bail!("{VAR}: expected a number of thread states in 0..=1024, got {v:?}"),
+        },
+        Err(_) => Ok(common::THREAD_SEARCH_MAX),
+    }
 }
 
 /// The service configuration: file, then environment, then flags.
@@ -324,14 +338,15 @@ fn all_python(args: &HostArgs) -> Result<()> {
         .map(|(k, v)| format!("{v} {k}"))
         .collect();
     eprintln!(
-        "pyagent: {} mode, wrote {written} profiles to {}, {failed} failed ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete; processes: {})",
+        "pyagent: {} mode, wrote {written} profiles to {}, {failed} failed ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread; processes: {})",
         profiler.mode_name(),
         dir.display(),
         s.samples,
-        s.torn + s.anchor_miss + s.incomplete,
+        s.torn + s.anchor_miss + s.incomplete + s.unknown_thread,
         s.torn,
         s.anchor_miss,
         s.incomplete,
+        s.unknown_thread,
         states.join(", ")
     );
     if failed > 0 {
@@ -422,23 +437,25 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         .get("frame")
         .copied()
         .unwrap_or((0, 0));
-    let anchor_hits = profiler
-        .bpf()
-        .and_then(|b| b.counter(common::Counter::AnchorHit).ok())
-        .unwrap_or(0);
+    let bpf_counter = |c| profiler.bpf().and_then(|b| b.counter(c).ok()).unwrap_or(0);
+    let anchor_hits = bpf_counter(common::Counter::AnchorHit);
+    let threads_found = bpf_counter(common::Counter::ThreadFound);
     eprintln!(
-        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped: {} torn, {} anchor misses, {} incomplete; BPF stopped at the 3.15 anchor {} times, frame cache {} hits / {} misses)",
+        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF)",
         profiler.mode_name(),
         args.output.display(),
         window.total_samples(),
         window.counts.len(),
-        s.torn + s.anchor_miss + s.incomplete,
+        s.torn + s.anchor_miss + s.incomplete + s.unknown_thread,
         s.torn,
         s.anchor_miss,
         s.incomplete,
+        s.unknown_thread,
         anchor_hits,
+        threads_found,
         cache_hits,
-        cache_misses
+        cache_misses,
+        profiler.frame_cache_bypassed()
     );
     Ok(())
 }

@@ -223,6 +223,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         anchor_miss,
         incomplete,
         untracked,
+        unknown_thread,
         ..
     } = p.stats();
     for (reason, total) in [
@@ -230,6 +231,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         ("anchor_miss", anchor_miss),
         ("incomplete_stack", incomplete),
         ("untracked_process", untracked),
+        ("unknown_thread", unknown_thread),
     ] {
         let d = deltas.delta(reason, total);
         if d > 0 {
@@ -248,6 +250,10 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         let h = deltas.delta(&format!("{cache}.hits"), hits);
         let m = deltas.delta(&format!("{cache}.misses"), misses);
         metrics.add_cache(cache, h, m);
+    }
+    let bypassed = deltas.delta("frame.bypassed", p.frame_cache_bypassed());
+    if bypassed > 0 {
+        metrics.add_cache_bypassed("frame", bypassed);
     }
     if let Some(bpf) = p.bpf() {
         let sums = bpf.counter_sums().unwrap_or([0; common::COUNTER_COUNT]);

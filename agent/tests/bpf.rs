@@ -13,9 +13,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{
-    Counter, PaFrame, PaProc, PaSampleHdr, MAX_FRAMES, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD,
-    PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE,
-    SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED, SHORT_FRAMES, THREAD_SLOTS,
+    Counter, PaFrame, PaProc, PaSampleHdr, PaThreadList, MAX_FRAMES, NOTICE_EXEC,
+    NOTICE_UNKNOWN_THREAD, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS,
+    SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED,
+    SHORT_FRAMES, THREAD_SLOTS,
 };
 use pyagent::sampler::bpf::{BpfConfig, BpfSampler};
 
@@ -584,6 +585,60 @@ fn early_exits_are_counted() {
         ..proc315(0)
     };
     wait_for_counter(&proc, ts.addr(), Counter::ReadFailCframe);
+}
+
+/// Where this test process's PID namespace is (`st_dev`, `st_ino` of `/proc/self/ns/pid`).
+fn own_pid_namespace() -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata("/proc/self/ns/pid").expect("stat /proc/self/ns/pid");
+    (m.dev(), m.ino())
+}
+
+/// A thread the agent has not registered (a thread younger than its last refresh) is found by
+/// the program in the interpreter's thread list, by native thread id, and walked; one that is
+/// not in the list is counted as lost.
+#[test]
+fn unregistered_thread_is_found_in_the_thread_list() {
+    const NEXT: usize = 8;
+    const NATIVE_THREAD_ID: usize = 160;
+    let chain = Chain::new(&PY315, 3);
+    let spinner = Spinner::start();
+    // Newest first: a decoy thread state, then the spinner's.
+    let mut mine = TState::new();
+    mine.set(72, chain.addr(0))
+        .set(NATIVE_THREAD_ID, u64::from(spinner.tid));
+    let mut decoy = TState::new();
+    decoy
+        .set(NEXT, mine.addr())
+        .set(NATIVE_THREAD_ID, u64::from(spinner.tid) + 1);
+    let mut head = Box::new(decoy.addr());
+    let (pidns_dev, pidns_ino) = own_pid_namespace();
+    let list = PaThreadList {
+        threads_head_addr: std::ptr::from_ref(&*head) as u64,
+        pidns_dev,
+        pidns_ino,
+        thread_state_next: NEXT as u32,
+        thread_state_native_thread_id: NATIVE_THREAD_ID as u32,
+    };
+
+    let mut s = load(&config());
+    let pid = std::process::id();
+    s.track_process(pid, &proc315(0)).expect("track_process");
+    s.set_thread_list(pid, &list).expect("set_thread_list");
+    let (h, frames) = next_record(&mut s, spinner.tid);
+    assert_eq!(h.tstate, mine.addr(), "{h:?}");
+    assert_eq!(h.flags, SAMPLE_COMPLETE, "{h:?}");
+    chain.check_prefix(&frames, 3);
+    assert!(s.counter(Counter::ThreadFound).expect("counter") > 0);
+
+    // Not in the list: lost, and counted.
+    // Volatile: the program reads it, the compiler does not know.
+    // SAFETY: `head` is a live, aligned, exclusively borrowed Box.
+    unsafe { std::ptr::write_volatile(&mut *head, 0) };
+    let unknown = s.counter(Counter::ThreadUnknown).expect("counter");
+    wait_until(&mut s, "an unknown-thread loss", |s| {
+        (s.counter(Counter::ThreadUnknown).expect("counter") > unknown).then_some(())
+    });
 }
 
 /// Polls the notices until one for `pid` has `bit`.

@@ -107,6 +107,29 @@ struct pa_thread_slot {
 };
 _Static_assert(sizeof(struct pa_thread_slot) == 16, "struct pa_thread_slot layout");
 
+/* ---- pa_thread_lists: host tgid (__u32) -> struct pa_thread_list ------------------------------ */
+/*
+ * Where the program finds a thread the agent has not registered yet: it walks the interpreter's
+ * thread list from its head (CPython pushes new thread states there, so a new thread is among
+ * the first) for at most pa_thread_search_max entries and takes the one whose native_thread_id
+ * is the interrupted task's tid in the process's PID namespace. Without this, a thread that
+ * lives shorter than the agent's refresh (100 ms drains) is never sampled.
+ */
+#define PA_THREAD_SEARCH_MAX 64
+
+struct pa_thread_list {
+	/* Address of the main interpreter's threads.head pointer. */
+	__u64 threads_head_addr;
+	/* The process's PID namespace (stat of /proc/PID/ns/pid: st_dev, st_ino), for
+	 * bpf_get_ns_current_pid_tgid: native_thread_id is a tid in that namespace. */
+	__u64 pidns_dev;
+	__u64 pidns_ino;
+	/* PyThreadState: next, native_thread_id. */
+	__u32 thread_state_next;
+	__u32 thread_state_native_thread_id;
+};
+_Static_assert(sizeof(struct pa_thread_list) == 32, "struct pa_thread_list layout");
+
 /* ---- pa_samples ring buffer: struct pa_sample_hdr, then nframes x struct pa_frame ----------- */
 
 /* The walk reached a frame whose `previous` is 0. */
@@ -214,7 +237,8 @@ enum pa_counter {
 	PA_CNT_IDLE = 2,
 	/* The tgid is not in pa_procs. */
 	PA_CNT_NOT_TRACKED = 3,
-	/* The tid is not in pa_threads, or its tstate is 0. */
+	/* The tid is registered with tstate 0: a thread known to run no Python. (Unregistered
+	 * tids count PA_CNT_THREAD_FOUND or PA_CNT_THREAD_UNKNOWN.) */
 	PA_CNT_NO_THREAD_STATE = 4,
 	/* current_frame is 0: the thread runs no Python code. */
 	PA_CNT_NO_CURRENT_FRAME = 5,
@@ -240,7 +264,13 @@ enum pa_counter {
 	PA_CNT_BAD_CONFIG = 15,
 	/* The per-CPU scratch slot was missing (pa_scratch smaller than the CPU count). */
 	PA_CNT_NO_SCRATCH = 16,
-	PA_CNT__COUNT = 17,
+	/* A thread not in pa_threads, found in its interpreter's thread list and walked. */
+	PA_CNT_THREAD_FOUND = 17,
+	/* A thread not in pa_threads and not found in the first pa_thread_search_max entries of
+	 * its interpreter's thread list (or the process has no pa_thread_lists entry): sample
+	 * lost. Threads registered as running no Python are not counted here. */
+	PA_CNT_THREAD_UNKNOWN = 18,
+	PA_CNT__COUNT = 19,
 };
 
 #endif /* PYAGENT_H */

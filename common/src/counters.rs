@@ -2,7 +2,7 @@
 //! Prometheus name and help string.
 
 /// Number of counters (`PA_CNT__COUNT`), the length of the `pa_counters` array.
-pub const COUNTER_COUNT: usize = 17;
+pub const COUNTER_COUNT: usize = 19;
 
 /// One counter id (`enum pa_counter`); the discriminant is the `pa_counters` index.
 #[repr(u32)]
@@ -42,6 +42,10 @@ pub enum Counter {
     BadConfig = 15,
     /// `PA_CNT_NO_SCRATCH`
     NoScratch = 16,
+    /// `PA_CNT_THREAD_FOUND`
+    ThreadFound = 17,
+    /// `PA_CNT_THREAD_UNKNOWN`
+    ThreadUnknown = 18,
 }
 
 /// What a counter means, for metrics export.
@@ -87,7 +91,7 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
         Counter::NoThreadState,
         "PA_CNT_NO_THREAD_STATE",
         "pyagent_bpf_no_thread_state_total",
-        "Perf events in a tracked process on a thread without a known thread state.",
+        "Perf events in a tracked process on a thread registered as running no Python.",
     ),
     info(
         Counter::NoCurrentFrame,
@@ -160,6 +164,18 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
         "PA_CNT_NO_SCRATCH",
         "pyagent_bpf_no_scratch_total",
         "Samples dropped because the CPU had no scratch slot.",
+    ),
+    info(
+        Counter::ThreadFound,
+        "PA_CNT_THREAD_FOUND",
+        "pyagent_bpf_thread_found_total",
+        "Walks of a thread not yet registered, found in its interpreter's thread list.",
+    ),
+    info(
+        Counter::ThreadUnknown,
+        "PA_CNT_THREAD_UNKNOWN",
+        "pyagent_bpf_thread_unknown_total",
+        "Samples lost: a thread neither registered nor found in its interpreter's thread list.",
     ),
 ];
 

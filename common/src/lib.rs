@@ -366,6 +366,35 @@ pub struct PaThreadSlot {
     pub _pad: u32,
 }
 
+/// Thread states the program searches at most for an unregistered thread, by default
+/// (`PA_THREAD_SEARCH_MAX`, the knob `pa_thread_search_max`).
+pub const THREAD_SEARCH_MAX: u32 = 64;
+
+/// One entry of `pa_thread_lists` (`struct pa_thread_list`): where the program looks for a
+/// thread of the process that the agent has not registered yet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaThreadList {
+    /// Address of the main interpreter's `threads.head` pointer.
+    pub threads_head_addr: u64,
+    /// `st_dev` of `/proc/PID/ns/pid`.
+    pub pidns_dev: u64,
+    /// `st_ino` of `/proc/PID/ns/pid`.
+    pub pidns_ino: u64,
+    /// `PyThreadState.next`.
+    pub thread_state_next: u32,
+    /// `PyThreadState.native_thread_id`.
+    pub thread_state_native_thread_id: u32,
+}
+
+const _: () = {
+    assert!(size_of::<PaThreadList>() == 32);
+    assert!(offset_of!(PaThreadList, pidns_dev) == 8);
+    assert!(offset_of!(PaThreadList, pidns_ino) == 16);
+    assert!(offset_of!(PaThreadList, thread_state_next) == 24);
+    assert!(offset_of!(PaThreadList, thread_state_native_thread_id) == 28);
+};
+
 const _: () = {
     assert!(size_of::<PaProcSlot>() == 64);
     assert!(offset_of!(PaProcSlot, proc) == 0);
@@ -386,6 +415,9 @@ unsafe impl aya::Pod for PaProcSlot {}
 // Safety: as above.
 #[cfg(feature = "userspace")]
 unsafe impl aya::Pod for PaThreadSlot {}
+// Safety: as above.
+#[cfg(feature = "userspace")]
+unsafe impl aya::Pod for PaThreadList {}
 // Safety: as above.
 #[cfg(feature = "userspace")]
 unsafe impl aya::Pod for PaSampleHdr {}

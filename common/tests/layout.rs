@@ -11,12 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pyagent_common::{
-    Counter, PaFrame, PaProc, PaProcSlot, PaSampleHdr, PaThreadSlot, COUNTERS, COUNTER_COUNT,
-    FRAME_READ_BYTES, MAX_FRAMES, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, PROC_ALL, PROC_ANCHOR,
-    PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS, RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE,
-    SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED, SHORT_FRAMES, SHORT_RECORD_BYTES,
-    SLOT_SHARED, STAGE_COUNTED, STAGE_ENTERED, STAGE_LAST, STAGE_PROCESS, STAGE_RESERVED,
-    STAGE_SHORT_WALK, STAGE_THREAD, STAGE_THREAD_STATE, THREAD_SLOTS, TSTATE_READ_BYTES,
+    Counter, PaFrame, PaProc, PaProcSlot, PaSampleHdr, PaThreadList, PaThreadSlot, COUNTERS,
+    COUNTER_COUNT, FRAME_READ_BYTES, MAX_FRAMES, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, PROC_ALL,
+    PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS, RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT,
+    SAMPLE_COMPLETE, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED, SHORT_FRAMES,
+    SHORT_RECORD_BYTES, SLOT_SHARED, STAGE_COUNTED, STAGE_ENTERED, STAGE_LAST, STAGE_PROCESS,
+    STAGE_RESERVED, STAGE_SHORT_WALK, STAGE_THREAD, STAGE_THREAD_STATE, THREAD_SEARCH_MAX,
+    THREAD_SLOTS, TSTATE_READ_BYTES,
 };
 
 /// (C expression, value in Rust). The probe prints each C expression's value.
@@ -76,6 +77,18 @@ fn expectations() -> Vec<(String, u64)> {
     fields!("pa_proc_slot", PaProcSlot, [proc, tgid, _pad]);
     push("sizeof(struct pa_thread_slot)", size_of::<PaThreadSlot>());
     fields!("pa_thread_slot", PaThreadSlot, [tstate, tid, _pad]);
+    push("sizeof(struct pa_thread_list)", size_of::<PaThreadList>());
+    fields!(
+        "pa_thread_list",
+        PaThreadList,
+        [
+            threads_head_addr,
+            pidns_dev,
+            pidns_ino,
+            thread_state_next,
+            thread_state_native_thread_id
+        ]
+    );
     push("sizeof(struct pa_record)", RECORD_MAX_BYTES);
     push("sizeof(struct pa_short_record)", SHORT_RECORD_BYTES);
     push("PA_SHORT_RECORD_BYTES", SHORT_RECORD_BYTES);
@@ -85,6 +98,7 @@ fn expectations() -> Vec<(String, u64)> {
         ("PA_SHORT_FRAMES", SHORT_FRAMES),
         ("PA_PROC_SLOTS", PROC_SLOTS),
         ("PA_THREAD_SLOTS", THREAD_SLOTS),
+        ("PA_THREAD_SEARCH_MAX", THREAD_SEARCH_MAX),
         ("PA_SLOT_SHARED", SLOT_SHARED),
         ("PA_STAGE_ENTERED", STAGE_ENTERED),
         ("PA_STAGE_COUNTED", STAGE_COUNTED),

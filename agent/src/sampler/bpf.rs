@@ -32,8 +32,9 @@ use aya::programs::{PerfEvent, ProgramError, RawTracePoint};
 use aya::sys::{enable_stats, Stats};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use common::{
-    Counter, CounterInfo, PaProc, PaProcSlot, PaThreadSlot, ProcError, SampleRecord, COUNTERS,
-    COUNTER_COUNT, MAX_FRAMES, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS, THREAD_SLOTS,
+    Counter, CounterInfo, PaProc, PaProcSlot, PaThreadList, PaThreadSlot, ProcError, SampleRecord,
+    COUNTERS, COUNTER_COUNT, MAX_FRAMES, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS,
+    THREAD_SEARCH_MAX, THREAD_SLOTS,
 };
 
 use crate::offsets::Offsets;
@@ -48,6 +49,7 @@ const EXEC_PROGRAM: &str = "pa_exec";
 const MAP_NOTICES: &str = "pa_notices";
 const MAP_PROCS: &str = "pa_procs";
 const MAP_THREADS: &str = "pa_threads";
+const MAP_THREAD_LISTS: &str = "pa_thread_lists";
 const MAP_PROC_SLOTS: &str = "pa_proc_slots";
 const MAP_THREAD_SLOTS: &str = "pa_thread_slots";
 const MAP_SAMPLES: &str = "pa_samples";
@@ -56,6 +58,7 @@ const MAP_COUNTERS: &str = "pa_counters";
 const KNOB_MAX_FRAMES: &str = "pa_max_frames";
 const KNOB_WAKEUP_BYTES: &str = "pa_wakeup_bytes";
 const KNOB_STOP_AFTER: &str = "pa_stop_after";
+const KNOB_THREAD_SEARCH_MAX: &str = "pa_thread_search_max";
 
 /// How to load the sampler.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +84,10 @@ pub struct BpfConfig {
     /// Benchmarks only: the program returns right after this stage (`common::STAGES`), so
     /// that the cost of each part of a run can be measured; 0 runs everything.
     pub stop_after: u32,
+    /// Thread states the program searches at most, `0..=MAX_FRAMES`, for a thread not yet
+    /// registered with [`BpfSampler::set_thread`] (0: such threads are not sampled, only
+    /// counted as `ThreadUnknown`).
+    pub thread_search_max: u32,
 }
 
 impl Default for BpfConfig {
@@ -96,6 +103,7 @@ impl Default for BpfConfig {
             enable_stats: true,
             only_thread: None,
             stop_after: 0,
+            thread_search_max: THREAD_SEARCH_MAX,
         }
     }
 }
@@ -176,6 +184,7 @@ pub struct ProgramSize {
 pub struct BpfSampler {
     procs: HashMap<MapData, u32, PaProc>,
     threads: HashMap<MapData, u32, u64>,
+    thread_lists: HashMap<MapData, u32, PaThreadList>,
     proc_slots: Array<MapData, PaProcSlot>,
     thread_slots: Array<MapData, PaThreadSlot>,
     proc_index: SlotIndex<PaProc>,
@@ -227,10 +236,12 @@ impl BpfSampler {
             .override_global(KNOB_MAX_FRAMES, &config.max_frames, true)
             .override_global(KNOB_WAKEUP_BYTES, &config.wakeup_bytes, true)
             .override_global(KNOB_STOP_AFTER, &config.stop_after, true)
+            .override_global(KNOB_THREAD_SEARCH_MAX, &config.thread_search_max, true)
             .map_max_entries(MAP_SAMPLES, config.ring_bytes)
             .map_max_entries(MAP_SCRATCH, nr_cpus)
             .map_max_entries(MAP_PROCS, config.max_processes)
             .map_max_entries(MAP_THREADS, config.max_threads)
+            .map_max_entries(MAP_THREAD_LISTS, config.max_processes)
             .load(SAMPLER_OBJ)
             .map_err(load_error)?;
 
@@ -302,6 +313,8 @@ impl BpfSampler {
             HashMap::try_from(take_map(&mut ebpf, MAP_PROCS)?).map_err(map_error(MAP_PROCS))?;
         let threads =
             HashMap::try_from(take_map(&mut ebpf, MAP_THREADS)?).map_err(map_error(MAP_THREADS))?;
+        let thread_lists = HashMap::try_from(take_map(&mut ebpf, MAP_THREAD_LISTS)?)
+            .map_err(map_error(MAP_THREAD_LISTS))?;
         let proc_slots = Array::try_from(take_map(&mut ebpf, MAP_PROC_SLOTS)?)
             .map_err(map_error(MAP_PROC_SLOTS))?;
         let thread_slots = Array::try_from(take_map(&mut ebpf, MAP_THREAD_SLOTS)?)
@@ -315,6 +328,7 @@ impl BpfSampler {
         Ok(BpfSampler {
             procs,
             threads,
+            thread_lists,
             proc_slots,
             thread_slots,
             proc_index: SlotIndex::new(PROC_SLOTS),
@@ -353,7 +367,19 @@ impl BpfSampler {
         if let Some((slot, content)) = self.proc_index.remove(tgid) {
             self.write_proc_slot(slot, content)?;
         }
-        ignore_absent(self.procs.remove(&tgid)).map_err(map_error(MAP_PROCS))
+        ignore_absent(self.procs.remove(&tgid)).map_err(map_error(MAP_PROCS))?;
+        ignore_absent(self.thread_lists.remove(&tgid)).map_err(map_error(MAP_THREAD_LISTS))
+    }
+
+    /// Tells the program where to find a thread of process `tgid` that is not registered yet
+    /// (a thread younger than the last refresh). The same list again costs nothing.
+    pub fn set_thread_list(&mut self, tgid: u32, list: &PaThreadList) -> Result<(), BpfError> {
+        if self.thread_lists.get(&tgid, 0).ok() == Some(*list) {
+            return Ok(());
+        }
+        self.thread_lists
+            .insert(tgid, *list, 0)
+            .map_err(map_error(MAP_THREAD_LISTS))
     }
 
     /// Records that host thread `tid` runs on the `PyThreadState` at `tstate_addr` (0: runs no
@@ -529,6 +555,24 @@ impl AsRawFd for BpfSampler {
     }
 }
 
+/// Where the program looks for an unregistered thread of a process with layout `offsets`: the
+/// thread list of the interpreter at `interpreter_addr`, matched by `native_thread_id` in the
+/// process's PID namespace `pidns` (`st_dev`, `st_ino` of `/proc/PID/ns/pid`).
+pub fn pa_thread_list_for(
+    offsets: &Offsets,
+    interpreter_addr: u64,
+    pidns: (u64, u64),
+) -> PaThreadList {
+    let off = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    PaThreadList {
+        threads_head_addr: interpreter_addr.saturating_add(offsets.interpreter_state.threads_head),
+        pidns_dev: pidns.0,
+        pidns_ino: pidns.1,
+        thread_state_next: off(offsets.thread_state.next),
+        thread_state_native_thread_id: off(offsets.thread_state.native_thread_id),
+    }
+}
+
 /// The walk configuration of a process whose CPython layout is `offsets` (generation 0: the
 /// caller sets [`PaProc::generation`]). Sets [`PROC_CFRAME`] when the current frame is behind
 /// `tstate->cframe` (3.11, 3.12), [`PROC_BASE_FRAME`] when `base_frame` is known (3.15), and
@@ -590,6 +634,11 @@ fn validate(config: &BpfConfig) -> Result<(), BpfError> {
     }
     if config.stop_after > common::STAGE_LAST {
         return Err(BpfError::InvalidConfig("stop_after must name a stage"));
+    }
+    if config.thread_search_max > MAX_FRAMES {
+        return Err(BpfError::InvalidConfig(
+            "thread_search_max must be in 0..=1024",
+        ));
     }
     Ok(())
 }

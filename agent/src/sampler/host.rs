@@ -10,12 +10,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
+use common::{Counter, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
 use crate::aggregate::{Aggregator, ProfileWindow};
 use crate::discovery::service_name::{ProcessIdentity, SERVICE_ENV};
 use crate::discovery::{host_tids, HostScanner, PythonTarget};
-use crate::sampler::bpf::{pa_proc_for, BpfConfig, BpfError, BpfSampler};
+use crate::sampler::bpf::{pa_proc_for, pa_thread_list_for, BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use crate::unwind::{
     ExternalSkip, ExternalWalk, InterpreterInfo, LossCounts, RawFrame, ThreadInfo, UnwindOptions,
@@ -60,6 +60,9 @@ pub struct HostConfig {
     pub scan_interval: Duration,
     /// how often the ring buffer is drained and thread maps refreshed
     pub drain_interval: Duration,
+    /// eBPF: thread states the program searches at most for a thread started since the last
+    /// refresh (0: such threads are only counted as lost)
+    pub thread_search_max: u32,
 }
 
 impl Default for HostConfig {
@@ -71,6 +74,7 @@ impl Default for HostConfig {
             unwind: UnwindOptions::default(),
             scan_interval: Duration::from_millis(500),
             drain_interval: Duration::from_millis(100),
+            thread_search_max: common::THREAD_SEARCH_MAX,
         }
     }
 }
@@ -155,6 +159,9 @@ pub struct HostStats {
     pub anchor_miss: u64,
     /// records dropped: walk did not reach the base frame
     pub incomplete: u64,
+    /// ticks lost in the program: a thread neither registered nor found in its interpreter's
+    /// thread list (eBPF)
+    pub unknown_thread: u64,
     /// thread-map refreshes that failed
     pub refresh_failed: u64,
 }
@@ -180,6 +187,12 @@ struct BpfProcess {
     last_refresh: Instant,
     /// when the interpreter state and code-object cache were last validated
     last_validated: Instant,
+    /// the process's PID namespace (`st_dev`, `st_ino`), in which `native_thread_id`s are
+    /// given; `None` when unreadable (then the program cannot search for new threads)
+    pidns: Option<(u64, u64)>,
+    /// the interpreter whose thread list the program searches for unregistered threads: their
+    /// records carry thread states the last refresh did not see
+    searched_interp: Option<InterpreterInfo>,
 }
 
 impl BpfProcess {
@@ -224,6 +237,7 @@ impl HostProfiler {
     pub fn new(config: HostConfig) -> Result<HostProfiler, HostError> {
         let bpf_config = BpfConfig {
             rate_hz: config.rate_hz as u64,
+            thread_search_max: config.thread_search_max,
             ..BpfConfig::default()
         };
         let mut fallback_reason = None;
@@ -287,7 +301,11 @@ impl HostProfiler {
 
     /// Counters.
     pub fn stats(&self) -> HostStats {
-        self.stats
+        let mut stats = self.stats;
+        if let Backend::Bpf { sampler, .. } = &self.backend {
+            stats.unknown_thread = sampler.counter(Counter::ThreadUnknown).unwrap_or(0);
+        }
+        stats
     }
 
     /// Threads the userspace sampler sampled without getting a stack, by reason, since the
@@ -376,6 +394,8 @@ impl HostProfiler {
                         interp_of: HashMap::new(),
                         last_refresh: Instant::now(),
                         last_validated: Instant::now(),
+                        pidns: pid_namespace(pid),
+                        searched_interp: None,
                     },
                 );
             }
@@ -442,6 +462,7 @@ impl HostProfiler {
         };
         let mut now = HashMap::new();
         p.set_interpreters(&interpreters);
+        Self::set_thread_list(sampler, pid, p, &interpreters);
         for (_, threads) in interpreters {
             for t in threads {
                 let Some(host_tid) = p.unwinder.host_tid(t.native_thread_id) else {
@@ -479,6 +500,24 @@ impl HostProfiler {
             let _ = sampler.remove_thread(*gone);
         }
         p.threads = now;
+    }
+
+    /// Points the program at the main interpreter's thread list (the oldest interpreter, last
+    /// in the runtime's list), where it finds threads started since this refresh.
+    fn set_thread_list(
+        sampler: &mut BpfSampler,
+        pid: u32,
+        p: &mut BpfProcess,
+        interpreters: &[(InterpreterInfo, Vec<ThreadInfo>)],
+    ) {
+        let (Some(pidns), Some((main, _))) = (p.pidns, interpreters.last()) else {
+            return;
+        };
+        p.searched_interp = Some(*main);
+        let list = pa_thread_list_for(&p.unwinder.target().offsets, main.addr, pidns);
+        if let Err(e) = sampler.set_thread_list(pid, &list) {
+            tracing::debug!(pid, "cannot set the thread list: {e}");
+        }
     }
 
     /// Drains the ring buffer and resolves every record (BPF), or takes one sample of every
@@ -595,7 +634,10 @@ impl HostProfiler {
                     }
                 }
             }
-            let Some(interp) = p.interp_of.get(&walk.tstate).copied() else {
+            // A thread state the last refresh did not see: the program found it in the
+            // searched interpreter's thread list.
+            let interp = p.interp_of.get(&walk.tstate).or(p.searched_interp.as_ref());
+            let Some(interp) = interp.copied() else {
                 self.stats.untracked += 1;
                 continue;
             };
@@ -691,6 +733,16 @@ impl HostProfiler {
             .unwrap_or(0)
     }
 
+    /// 3.15 thread walks the frame cache could not hold (beyond its thread or depth bound),
+    /// whose threads BPF walks whole instead, summed over the live processes.
+    pub fn frame_cache_bypassed(&self) -> u64 {
+        let bypassed = |u: &Unwinder| u.stats().uncached_walks;
+        match &self.backend {
+            Backend::Bpf { procs, .. } => procs.values().map(|p| bypassed(&p.unwinder)).sum(),
+            Backend::Userspace(s) => s.unwinders().map(bypassed).sum(),
+        }
+    }
+
     /// Unwinder statistics summed over the live processes, per cache.
     pub fn cache_stats(&self) -> BTreeMap<&'static str, (u64, u64)> {
         let mut m: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
@@ -715,4 +767,12 @@ impl HostProfiler {
         }
         m
     }
+}
+
+/// `st_dev` and `st_ino` of `/proc/PID/ns/pid`: the PID namespace the process's thread ids are
+/// given in.
+fn pid_namespace(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;
+    Some((m.dev(), m.ino()))
 }

@@ -147,6 +147,7 @@ impl UserspaceSampler {
             total.non_code_frames += s.non_code_frames;
             total.anchor_writes += s.anchor_writes;
             total.anchor_write_races += s.anchor_write_races;
+            total.uncached_walks += s.uncached_walks;
         }
         total
     }

@@ -51,8 +51,9 @@ pub struct FrameCache {
     round: u64,
 }
 
-/// Most threads we keep stacks for; beyond that new threads are simply not cached.
-const MAX_THREADS: usize = 4096;
+/// Most threads we keep stacks for; beyond that new threads are not cached, and their anchors
+/// are cleared so that BPF walks them whole.
+pub(crate) const MAX_THREADS: usize = 4096;
 /// Longest stack we cache.
 pub(crate) const MAX_CACHED_FRAMES: usize = 4096;
 
@@ -113,11 +114,18 @@ impl FrameCache {
         vouched_tail(*prev_seq, prev, anchor, seq).map(|start| &prev[start..])
     }
 
-    /// Stores a complete stack, taken while the anchor sequence was `seq`. `<GC>` markers are
-    /// left out: a collection is over by the next sample.
-    pub fn store(&mut self, key: ThreadKey, seq: u64, frames: impl Iterator<Item = CachedFrame>) {
+    /// Stores a complete stack, taken while the anchor sequence was `seq`, and returns whether
+    /// it did: a new thread beyond [`MAX_THREADS`] and a stack deeper than
+    /// [`MAX_CACHED_FRAMES`] are not stored (the caller must then not anchor the thread).
+    /// `<GC>` markers are left out: a collection is over by the next sample.
+    pub fn store(
+        &mut self,
+        key: ThreadKey,
+        seq: u64,
+        frames: impl Iterator<Item = CachedFrame>,
+    ) -> bool {
         if self.entries.len() >= MAX_THREADS && !self.entries.contains_key(&key) {
-            return;
+            return false;
         }
         let frames: Vec<CachedFrame> = frames
             .filter(|f| f.frame.kind != FrameKind::Gc)
@@ -125,7 +133,7 @@ impl FrameCache {
             .collect();
         if frames.len() > MAX_CACHED_FRAMES {
             self.entries.remove(&key);
-            return;
+            return false;
         }
         let previous = self.entries.remove(&key).map(|e| (e.seq, e.frames));
         self.entries.insert(
@@ -137,6 +145,7 @@ impl FrameCache {
                 seen: self.round,
             },
         );
+        true
     }
 
     /// Drops everything stored for `key`: the anchor in the target may name a frame whose
@@ -279,5 +288,20 @@ mod tests {
         assert!(c.full_hit((1, 1), 0x10, 0).is_some());
         c.end_round();
         assert_eq!(c.len(), 1);
+    }
+
+    /// Beyond its thread bound the cache says so, so that the caller does not anchor a thread
+    /// whose stack it cannot splice.
+    #[test]
+    fn store_reports_the_thread_bound() {
+        let mut c = FrameCache::new();
+        for t in 0..MAX_THREADS as u64 {
+            assert!(c.store((t, 1), 0, vec![f(0x10, "main")].into_iter()));
+        }
+        assert!(!c.store((u64::MAX, 1), 0, vec![f(0x10, "main")].into_iter()));
+        assert!(
+            c.store((0, 1), 1, vec![f(0x10, "main")].into_iter()),
+            "a known thread"
+        );
     }
 }

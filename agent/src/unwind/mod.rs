@@ -187,6 +187,9 @@ pub struct UnwindStats {
     pub anchor_writes: u64,
     /// anchor writes after which the walked frames had changed (the stored stack is dropped)
     pub anchor_write_races: u64,
+    /// 3.15 walks whose stack the frame cache could not hold (its thread or depth bound, a
+    /// truncated walk): the thread's anchor is cleared, so BPF walks it whole
+    pub uncached_walks: u64,
 }
 
 /// Host TIDs and thread names of a process, looked up in /proc when a new thread shows up.
@@ -675,10 +678,17 @@ impl Unwinder {
             self.stats.truncated += 1;
         }
         if let (Some(fc), Some((anchor_frame, seq))) = (self.frame_cache.as_mut(), anchor) {
-            if !truncated {
-                fc.store(key, seq, resolved.iter().cloned());
-            }
-            if anchor_frame != t.top_frame && self.write_anchor(t, t.top_frame) {
+            let stored = !truncated && fc.store(key, seq, resolved.iter().cloned());
+            if !stored {
+                // Nothing to splice under an anchor (a truncated walk, or a thread or stack
+                // beyond the cache's bounds): a BPF walk that stopped at one would be lost.
+                // Clear it, so that BPF walks this thread whole instead.
+                fc.forget(key);
+                self.stats.uncached_walks += 1;
+                if anchor_frame != 0 {
+                    self.write_anchor(t, 0);
+                }
+            } else if anchor_frame != t.top_frame && self.write_anchor(t, t.top_frame) {
                 // The write lands after the walk. If the walked frames returned and others were
                 // pushed at the same addresses in between (with the old anchor further down, no
                 // sequence moves), the new anchor names a frame of another call chain, and the

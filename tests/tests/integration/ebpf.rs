@@ -416,3 +416,151 @@ fn ebpf_frame_cache_never_mixes_chains() {
         assert!(ok, "impossible stack {names:?} in:\n{text}");
     }
 }
+
+/// Samples of a collapsed-stacks profile on the main thread (`thread PID (..)`) and in
+/// `function` on other threads.
+fn main_and_other_samples(collapsed: &str, pid: u32, function: &str) -> (u64, u64) {
+    let main_prefix = format!("thread {pid} ");
+    let (mut main, mut other) = (0, 0);
+    for line in collapsed.lines() {
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let n: u64 = count.parse().unwrap_or(0);
+        if stack.starts_with(&main_prefix) {
+            main += n;
+        } else if stack.contains(&format!(";{function} (")) {
+            other += n;
+        }
+    }
+    (main, other)
+}
+
+/// The number right before `marker` in a `record` summary line.
+fn summary_number(err: &str, marker: &str) -> u64 {
+    err.split(marker)
+        .next()
+        .and_then(|s| s.rsplit([' ', '(']).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no `{marker}` in: {err}"))
+}
+
+/// Threads living 50 ms each, shorter than the agent's thread refresh: the program finds their
+/// thread states itself, so their share of the profile is their share of the CPU, and what is
+/// still lost is counted (`unknown thread`).
+#[test]
+fn ebpf_samples_short_lived_threads() {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(
+        Interpreter::by_name("py312"),
+        &script("short_threads.py"),
+        &["50", "8"],
+    );
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = out_dir("short-threads");
+    let file = dir.join("short.txt");
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &p.pid().to_string(),
+        "--mode",
+        "ebpf",
+        "-d",
+        "4",
+        "-r",
+        "199",
+        "-f",
+        "collapsed",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    // The script's own measure of where its CPU went, over its whole run.
+    let cpu_line = p.wait_for_line("cpu ", Duration::from_secs(60));
+    let cpu_of = |name: &str| -> f64 {
+        cpu_line
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {cpu_line:?}"))
+    };
+    let (short_cpu, main_cpu) = (cpu_of("short_burn"), cpu_of("main"));
+    let cpu_share = 100.0 * short_cpu / (short_cpu + main_cpu);
+
+    let text = std::fs::read_to_string(&file).expect("profile");
+    let (main, short) = main_and_other_samples(&text, p.pid(), "short_burn");
+    assert!(
+        short + main >= 100,
+        "enough samples: {main} + {short}\n{err}"
+    );
+    let profile_share = 100.0 * short as f64 / (short + main) as f64;
+    assert!(
+        (profile_share - cpu_share).abs() <= 12.0,
+        "short-lived threads: {profile_share:.1}% of the profile vs {cpu_share:.1}% of the CPU ({cpu_line}); main {main}, short {short}\n{err}"
+    );
+    // Losses are counted by reason; the threads were found by the program, and few were lost.
+    let unknown = summary_number(&err, " unknown thread");
+    assert!(
+        summary_number(&err, " new threads' states") > 0,
+        "the program found threads itself: {err}"
+    );
+    assert!(
+        unknown * 10 <= short + main,
+        "few ticks lost to unknown threads: {err}"
+    );
+}
+
+/// 3.15 with more threads than the frame cache holds (4,096): the main thread, the oldest and so
+/// the last one the agent walks, is beyond the cache's bound. Its anchor is cleared so that BPF
+/// walks it whole: it gets samples, not anchor misses, and the fallback is counted.
+#[test]
+fn ebpf_315_threads_beyond_the_frame_cache_are_walked_whole() {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(
+        Interpreter::by_name("py315"),
+        &script("many_threads.py"),
+        &["4200", "120"],
+    );
+    p.wait_for_line("ready", Duration::from_secs(120));
+    let dir = out_dir("many-threads");
+    let file = dir.join("many.txt");
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &p.pid().to_string(),
+        "--mode",
+        "ebpf",
+        "-d",
+        "4",
+        "-r",
+        "199",
+        "-f",
+        "collapsed",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let text = std::fs::read_to_string(&file).expect("profile");
+    let (main, _) = main_and_other_samples(&text, p.pid(), "parked");
+    let main_burn: u64 = text
+        .lines()
+        .filter(|l| l.contains(";main_burn ("))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert!(
+        main_burn >= 20,
+        "the main thread's function was sampled ({main} on main): {err}"
+    );
+    assert!(
+        summary_number(&err, " anchor misses") * 10 <= main_burn,
+        "few anchor misses: {err}"
+    );
+    assert!(
+        summary_number(&err, " walks past its bounds") > 0,
+        "the fallback is counted: {err}"
+    );
+}

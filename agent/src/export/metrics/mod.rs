@@ -248,7 +248,7 @@ impl AgentMetrics {
             cache_lookups: counter_vec(
                 &registry,
                 "pyagent_cache_lookups_total",
-                "Lookups in the agent's caches (page, frame, code), by cache and result (hit, miss).",
+                "Lookups in the agent's caches (page, frame, code), by cache and result (hit, miss; bypassed: frame-cache walks beyond its bounds, done whole).",
                 &["cache", "result"],
             ),
             processes: gauge_vec(
@@ -360,6 +360,13 @@ impl AgentMetrics {
         self.cache_lookups
             .with_label_values(&[cache, "miss"])
             .inc_by(misses);
+    }
+
+    /// Adds `n` walks the cache could not hold (beyond its bounds), done without it.
+    pub fn add_cache_bypassed(&self, cache: &str, n: u64) {
+        self.cache_lookups
+            .with_label_values(&[cache, "bypassed"])
+            .inc_by(n);
     }
 
     /// Sets the number of Python threads per service; services left out disappear (their processes

@@ -369,7 +369,11 @@ fn measure(
     Ok(Cost {
         run_ns,
         runs,
-        early: idle + c(Counter::NotTracked) + c(Counter::NoThreadState),
+        // An unregistered thread that the program's search did not find exits early too.
+        early: idle
+            + c(Counter::NotTracked)
+            + c(Counter::NoThreadState)
+            + c(Counter::ThreadUnknown),
         idle,
         emitted: c(Counter::SamplesEmitted),
         frames: c(Counter::Frames),
