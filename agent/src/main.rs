@@ -333,14 +333,15 @@ fn all_python(args: &HostArgs) -> Result<()> {
         .map(|(k, v)| format!("{v} {k}"))
         .collect();
     eprintln!(
-        "pyagent: {} mode, wrote {written} profiles to {}, {failed} failed ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete; processes: {})",
+        "pyagent: {} mode, wrote {written} profiles to {}, {failed} failed ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete, {} cyclic chains; processes: {})",
         profiler.mode_name(),
         dir.display(),
         s.samples,
-        s.torn + s.anchor_miss + s.incomplete,
+        s.torn + s.anchor_miss + s.incomplete + s.cyclic,
         s.torn,
         s.anchor_miss,
         s.incomplete,
+        s.cyclic,
         states.join(", ")
     );
     if failed > 0 {
@@ -394,15 +395,16 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         .and_then(|b| b.counter(common::Counter::AnchorHit).ok())
         .unwrap_or(0);
     eprintln!(
-        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped: {} torn, {} anchor misses, {} incomplete; BPF stopped at the 3.15 anchor {} times, frame cache {} hits / {} misses)",
+        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped: {} torn, {} anchor misses, {} incomplete, {} cyclic chains; BPF stopped at the 3.15 anchor {} times, frame cache {} hits / {} misses)",
         profiler.mode_name(),
         args.output.display(),
         window.total_samples(),
         window.counts.len(),
-        s.torn + s.anchor_miss + s.incomplete,
+        s.torn + s.anchor_miss + s.incomplete + s.cyclic,
         s.torn,
         s.anchor_miss,
         s.incomplete,
+        s.cyclic,
         anchor_hits,
         cache_hits,
         cache_misses

@@ -119,6 +119,9 @@ _Static_assert(sizeof(struct pa_thread_slot) == 16, "struct pa_thread_slot layou
 #define PA_SAMPLE_ANCHOR_HIT (1u << 3)
 /* Complete, and the last frame is tstate->base_frame (only with PA_PROC_BASE_FRAME). */
 #define PA_SAMPLE_REACHED_BASE (1u << 4)
+/* A frame's `previous` is the frame itself or one of the few frames recorded just before it: the
+ * chain loops (corrupt memory), so the walk stopped there rather than repeat the loop. */
+#define PA_SAMPLE_CYCLIC (1u << 5)
 
 struct pa_sample_hdr {
 	/* Host (initial pid namespace) tgid and tid of the interrupted task. */
@@ -240,7 +243,9 @@ enum pa_counter {
 	PA_CNT_BAD_CONFIG = 15,
 	/* The per-CPU scratch slot was missing (pa_scratch smaller than the CPU count). */
 	PA_CNT_NO_SCRATCH = 16,
-	PA_CNT__COUNT = 17,
+	/* Walks stopped at a frame chain that loops back (PA_SAMPLE_CYCLIC). */
+	PA_CNT_CYCLIC_CHAIN = 17,
+	PA_CNT__COUNT = 18,
 };
 
 #endif /* PYAGENT_H */

@@ -2,7 +2,7 @@
 //! Prometheus name and help string.
 
 /// Number of counters (`PA_CNT__COUNT`), the length of the `pa_counters` array.
-pub const COUNTER_COUNT: usize = 17;
+pub const COUNTER_COUNT: usize = 18;
 
 /// One counter id (`enum pa_counter`); the discriminant is the `pa_counters` index.
 #[repr(u32)]
@@ -42,6 +42,8 @@ pub enum Counter {
     BadConfig = 15,
     /// `PA_CNT_NO_SCRATCH`
     NoScratch = 16,
+    /// `PA_CNT_CYCLIC_CHAIN`
+    CyclicChain = 17,
 }
 
 /// What a counter means, for metrics export.
@@ -160,6 +162,12 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
         "PA_CNT_NO_SCRATCH",
         "pyagent_bpf_no_scratch_total",
         "Samples dropped because the CPU had no scratch slot.",
+    ),
+    info(
+        Counter::CyclicChain,
+        "PA_CNT_CYCLIC_CHAIN",
+        "pyagent_bpf_cyclic_chains_total",
+        "Walks stopped because a frame's previous looped back to a recent frame (corrupt chain).",
     ),
 ];
 

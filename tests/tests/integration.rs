@@ -3,6 +3,8 @@
 
 #[path = "integration/cli.rs"]
 mod cli;
+#[path = "integration/cycles.rs"]
+mod cycles;
 #[path = "integration/discovery.rs"]
 mod discovery;
 #[path = "integration/dist.rs"]

@@ -155,6 +155,8 @@ pub struct HostStats {
     pub anchor_miss: u64,
     /// records dropped: walk did not reach the base frame
     pub incomplete: u64,
+    /// records dropped: the frame chain looped back on itself
+    pub cyclic: u64,
     /// thread-map refreshes that failed
     pub refresh_failed: u64,
 }
@@ -567,6 +569,7 @@ impl HostProfiler {
                 reached_base: h.reached_base(),
                 truncated: h.is_truncated(),
                 read_failed: h.read_failed(),
+                cyclic: h.is_cyclic(),
                 anchor_hit: h.anchor_hit(),
                 anchor: (h.anchor_frame, h.anchor_seq),
             };
@@ -610,6 +613,7 @@ impl HostProfiler {
                         ExternalSkip::Torn => self.stats.torn += 1,
                         ExternalSkip::AnchorMiss => self.stats.anchor_miss += 1,
                         ExternalSkip::Incomplete => self.stats.incomplete += 1,
+                        ExternalSkip::CyclicChain => self.stats.cyclic += 1,
                     }
                 }
             }

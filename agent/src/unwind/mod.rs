@@ -656,8 +656,10 @@ impl Unwinder {
                     }
                 }
             }
-            if end == WalkEnd::Corrupt {
-                return Err(AttemptError::Lost(StackLoss::BrokenChain));
+            match end {
+                WalkEnd::Corrupt => return Err(AttemptError::Lost(StackLoss::BrokenChain)),
+                WalkEnd::Cycle => return Err(AttemptError::Lost(StackLoss::CyclicChain)),
+                WalkEnd::Bottom | WalkEnd::Anchor | WalkEnd::DepthLimit => {}
             }
             let mut resolved = Vec::with_capacity(raw.len() + 4);
             let pending_native = self.resolve_frames(&raw, interp, &mut resolved)?;
