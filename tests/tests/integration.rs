@@ -36,6 +36,8 @@ fn matrix(
 ) {
 }
 
+#[path = "integration/gc_marker.rs"]
+mod gc_marker;
 #[path = "integration/resolver.rs"]
 mod resolver;
 #[path = "integration/service.rs"]

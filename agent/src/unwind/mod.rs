@@ -340,6 +340,10 @@ impl Unwinder {
                     break; // cycle
                 }
             }
+            let interp = InterpreterInfo {
+                gc_thread: threads::collecting_thread(&interp, &list),
+                ..interp
+            };
             out.push((interp, list));
             if next == interp_addr || out.iter().any(|(i, _)| i.addr == next) {
                 break;
@@ -712,14 +716,12 @@ impl Unwinder {
         frames
     }
 
-    /// Before 3.15 there is no `gc.frame`: while the interpreter collects, the collecting thread
-    /// is the one holding the GIL, and the collection runs on top of its stack.
+    /// Before 3.15 there is no `gc.frame`: while the interpreter collects, the collection runs on
+    /// top of the stack of the thread that runs it ([`threads::collecting_thread`]: the GIL
+    /// holder, or on free-threaded builds the one attached thread).
     fn gc_marker_without_frame(&self, interp: &InterpreterInfo, t: &ThreadInfo) -> Option<Frame> {
-        (self.options.gc
-            && self.offsets().gc.frame.is_none()
-            && interp.gc_collecting
-            && t.holds_gil == Some(true))
-        .then(|| Frame::pseudo(FrameKind::Gc))
+        (self.options.gc && self.offsets().gc.frame.is_none() && interp.gc_thread == Some(t.addr))
+            .then(|| Frame::pseudo(FrameKind::Gc))
     }
 
     /// Whether `top` (read through the page cache) is still the thread's current frame, with the
