@@ -479,12 +479,20 @@ impl Unwinder {
         let mut budget = RereadBudget::start();
         let mut t = *first;
         let mut walks = 1;
+        let mut cyclic_in_a_row = 0;
         loop {
             let err = match self.sample_thread(interp, &t) {
                 Ok(s) => return Ok(s),
                 Err(e) => e,
             };
-            let out_of_tries = walks >= self.options.read_attempts.max(1) || budget.spent();
+            if matches!(err, AttemptError::Lost(StackLoss::CyclicChain)) {
+                cyclic_in_a_row += 1;
+            } else {
+                cyclic_in_a_row = 0;
+            }
+            let out_of_tries = walks >= self.options.read_attempts.max(1)
+                || cyclic_in_a_row >= reread::CYCLIC_WALKS_IN_A_ROW
+                || budget.spent();
             if out_of_tries || err.is_fatal() {
                 return Err(err);
             }

@@ -142,7 +142,8 @@ fn cyclic_frame_chain_is_dropped_and_counted_not_a_1024_frame_stack_in_ebpf_mode
 }
 
 /// The defect: `dump` listed 1 of 2 threads, exit 0, when a thread's chain was garbage or
-/// looped. Now every thread is listed, with the reason when it has no stack.
+/// looped. Now every thread is listed, with the reason when it has no stack; and `record`
+/// counts the looping thread's ticks by that reason, without re-reading it all tick long.
 #[rstest]
 fn dump_lists_a_thread_whose_frame_chain_loops_or_is_garbage(
     #[values("py311", "py312", "py313t", "py315")] py: &str,
@@ -180,5 +181,31 @@ fn dump_lists_a_thread_whose_frame_chain_loops_or_is_garbage(
     assert!(
         entry(worker.native_thread_id).starts_with("(no stack: "),
         "{py}: the garbage worker thread:\n{text}"
+    );
+
+    // The userspace sampler drops and counts the looping thread's ticks by the same reason.
+    let file = std::env::temp_dir().join(format!("pyagent-cycles-user-{py}.txt"));
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &p.pid().to_string(),
+        "-d",
+        "1",
+        "-f",
+        "collapsed",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{py}: {err}");
+    let loops = number_before(&err, " frame chain loops back on itself");
+    assert!(loops >= 10, "{py}: looping ticks not counted: {err}");
+    // A loop that stays is not read again for the whole re-read budget of every tick.
+    let rereads = number_before(&err, " re-reads");
+    assert!(rereads <= 3 * loops, "{py}: {rereads} re-reads: {err}");
+    let text = std::fs::read_to_string(&file).expect("profile written");
+    assert!(
+        !text.contains("spin_main ("),
+        "{py}: a looping stack was kept:\n{text:.600}"
     );
 }
