@@ -77,6 +77,8 @@ static __always_inline __u32 pa_finish(const struct pa_walk *w, __u64 *cnt)
 		pa_count(cnt, PA_CNT_COMPLETE);
 	if (flags & PA_SAMPLE_ANCHOR_HIT)
 		pa_count(cnt, PA_CNT_ANCHOR_HIT);
+	if (flags & PA_SAMPLE_CYCLIC)
+		pa_count(cnt, PA_CNT_CYCLIC_CHAIN);
 	return flags;
 }
 

@@ -17,6 +17,12 @@
 _Static_assert((PA_MAX_FRAMES & (PA_MAX_FRAMES - 1)) == 0, "PA_MAX_FRAMES is a power of two");
 _Static_assert(PA_SHORT_FRAMES < PA_MAX_FRAMES, "a short record is shorter than the longest");
 
+/* Frames whose addresses the walk remembers to catch a chain that loops back (a power of two).
+ * A live chain never names a frame twice; a corrupt one that loops would otherwise be recorded
+ * as one function repeated PA_MAX_FRAMES times. Longer loops end at the frame bound (truncated)
+ * and userspace finds the repeat in the record. */
+#define PA_RECENT_FRAMES 4
+
 /* The walk's state, on the program's stack; bpf_loop hands a pointer to each step. Offsets are
  * checked against the read window before the walk (pa_frame_offsets_ok). */
 struct pa_walk {
@@ -32,6 +38,8 @@ struct pa_walk {
 	__u32 off_executable;
 	__u32 off_instr_ptr;
 	__u32 off_owner;
+	/* The last PA_RECENT_FRAMES frame addresses, slot n % PA_RECENT_FRAMES. */
+	__u64 recent[PA_RECENT_FRAMES];
 	/* Frames recorded so far. */
 	__u32 n;
 	/* PA_SAMPLE_* */
@@ -65,10 +73,23 @@ static __always_inline __u64 pa_word(const __u64 *win, __u32 off, __u32 nwords)
 	return win[i];
 }
 
-/* The walk stopped: complete, read failure or anchor (else it hit the frame bound). */
+/* The walk stopped: complete, read failure, anchor or loop (else it hit the frame bound). */
 static __always_inline int pa_walk_done(const struct pa_walk *w)
 {
-	return w->flags & (PA_SAMPLE_COMPLETE | PA_SAMPLE_READ_FAILED | PA_SAMPLE_ANCHOR_HIT);
+	return w->flags & (PA_SAMPLE_COMPLETE | PA_SAMPLE_READ_FAILED | PA_SAMPLE_ANCHOR_HIT |
+			   PA_SAMPLE_CYCLIC);
+}
+
+/* Whether `prev` is `addr` or one of the last PA_RECENT_FRAMES frames: the chain loops. Then
+ * remembers `addr`. Unrolled compares of a few words on the walk's own stack: a few ns a frame. */
+static __always_inline int pa_loops_back(struct pa_walk *w, __u64 addr, __u64 prev)
+{
+	int loops = prev == addr;
+
+	for (int i = 0; i < PA_RECENT_FRAMES; i++)
+		loops |= prev == w->recent[i];
+	w->recent[w->n & (PA_RECENT_FRAMES - 1)] = addr;
+	return loops;
 }
 
 /* Records the next frame into *f. Returns 1 when the walk ends with it (or before it). */
@@ -109,6 +130,10 @@ static __always_inline int pa_walk_one(struct pa_walk *w, struct pa_frame *f)
 		w->flags |= PA_SAMPLE_COMPLETE;
 		if (addr == w->base)
 			w->flags |= PA_SAMPLE_REACHED_BASE;
+		return 1;
+	}
+	if (pa_loops_back(w, addr, prev)) {
+		w->flags |= PA_SAMPLE_CYCLIC;
 		return 1;
 	}
 	w->frame = prev;

@@ -338,15 +338,16 @@ fn all_python(args: &HostArgs) -> Result<()> {
         .map(|(k, v)| format!("{v} {k}"))
         .collect();
     eprintln!(
-        "pyagent: {} mode, wrote {written} profiles to {}, {failed} failed ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread; processes: {})",
+        "pyagent: {} mode, wrote {written} profiles to {}, {failed} failed ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread, {} cyclic chains; processes: {})",
         profiler.mode_name(),
         dir.display(),
         s.samples,
-        s.torn + s.anchor_miss + s.incomplete + s.unknown_thread,
+        s.torn + s.anchor_miss + s.incomplete + s.unknown_thread + s.cyclic,
         s.torn,
         s.anchor_miss,
         s.incomplete,
         s.unknown_thread,
+        s.cyclic,
         states.join(", ")
     );
     if failed > 0 {
@@ -441,16 +442,17 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     let anchor_hits = bpf_counter(common::Counter::AnchorHit);
     let threads_found = bpf_counter(common::Counter::ThreadFound);
     eprintln!(
-        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF)",
+        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread, {} cyclic chains; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF)",
         profiler.mode_name(),
         args.output.display(),
         window.total_samples(),
         window.counts.len(),
-        s.torn + s.anchor_miss + s.incomplete + s.unknown_thread,
+        s.torn + s.anchor_miss + s.incomplete + s.unknown_thread + s.cyclic,
         s.torn,
         s.anchor_miss,
         s.incomplete,
         s.unknown_thread,
+        s.cyclic,
         anchor_hits,
         threads_found,
         cache_hits,

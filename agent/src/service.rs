@@ -222,6 +222,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         torn,
         anchor_miss,
         incomplete,
+        cyclic,
         untracked,
         unknown_thread,
         ..
@@ -230,10 +231,12 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         ("torn_read", torn),
         ("anchor_miss", anchor_miss),
         ("incomplete_stack", incomplete),
+        ("cyclic_chain", cyclic),
         ("untracked_process", untracked),
         ("unknown_thread", unknown_thread),
     ] {
-        let d = deltas.delta(reason, total);
+        // Keyed apart from the userspace reasons below: both backends report `cyclic_chain`.
+        let d = deltas.delta(&format!("bpf.{reason}"), total);
         if d > 0 {
             metrics.add_lost(reason, d);
         }

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use common::{
     Counter, PaFrame, PaProc, PaSampleHdr, PaThreadList, MAX_FRAMES, NOTICE_EXEC,
     NOTICE_UNKNOWN_THREAD, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS,
-    SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED,
-    SHORT_FRAMES, THREAD_SLOTS,
+    SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED,
+    SAMPLE_TRUNCATED, SHORT_FRAMES, THREAD_SLOTS,
 };
 use pyagent::sampler::bpf::{BpfConfig, BpfSampler};
 
@@ -565,6 +565,45 @@ fn broken_chain_is_read_failed() {
     s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
     wait_for_count(&mut s, Counter::ReadFailFrame);
     assert_eq!(s.counter(Counter::Complete).expect("counter"), 0);
+}
+
+/// Reliability issue: a frame whose `previous` is itself gave a record of one frame repeated
+/// MAX_FRAMES times. A chain that loops back to the frame itself or one of the few before it
+/// stops there, flagged cyclic and counted; the frames of the loop are recorded once.
+#[test]
+fn cyclic_chain_stops_the_walk_and_is_counted() {
+    // (frame whose `previous` loops, frame it loops back to): in the short record and past it.
+    for (from, to) in [(0, 0), (3, 3), (3, 1), (20, 20), (20, 16)] {
+        let mut chain = Chain::new(&PY315, 30);
+        let back = chain.addr(to);
+        chain.put_u64(from, PY315.previous, back);
+        let mut ts = TState::new();
+        ts.set(72, chain.addr(0));
+        let (h, frames) = first_record(&config(), &proc315(0), ts.addr());
+        assert_eq!(h.flags, SAMPLE_CYCLIC, "{from} → {to}: {h:?}");
+        chain.check_prefix(&frames, from + 1);
+    }
+    // A loop longer than the window the program remembers runs into the frame bound; the
+    // agent finds the repeat in the record.
+    let mut chain = Chain::new(&PY315, 30);
+    let back = chain.addr(10);
+    chain.put_u64(20, PY315.previous, back);
+    let mut ts = TState::new();
+    ts.set(72, chain.addr(0));
+    let (h, _) = first_record(&config(), &proc315(0), ts.addr());
+    assert_eq!(h.flags, SAMPLE_TRUNCATED, "{h:?}");
+
+    let mut chain = Chain::new(&PY315, 10);
+    let back = chain.addr(4);
+    chain.put_u64(4, PY315.previous, back);
+    ts.set(72, chain.addr(0));
+    let mut s = load(&config());
+    let spinner = Spinner::start();
+    s.track_process(std::process::id(), &proc315(0))
+        .expect("track");
+    s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
+    wait_for_count(&mut s, Counter::CyclicChain);
+    assert_eq!(s.counter(Counter::Truncated).expect("counter"), 0);
 }
 
 #[test]

@@ -142,6 +142,9 @@ _Static_assert(sizeof(struct pa_thread_list) == 32, "struct pa_thread_list layou
 #define PA_SAMPLE_ANCHOR_HIT (1u << 3)
 /* Complete, and the last frame is tstate->base_frame (only with PA_PROC_BASE_FRAME). */
 #define PA_SAMPLE_REACHED_BASE (1u << 4)
+/* A frame's `previous` is the frame itself or one of the few frames recorded just before it: the
+ * chain loops (corrupt memory), so the walk stopped there rather than repeat the loop. */
+#define PA_SAMPLE_CYCLIC (1u << 5)
 
 struct pa_sample_hdr {
 	/* Host (initial pid namespace) tgid and tid of the interrupted task. */
@@ -270,7 +273,9 @@ enum pa_counter {
 	 * its interpreter's thread list (or the process has no pa_thread_lists entry): sample
 	 * lost. Threads registered as running no Python are not counted here. */
 	PA_CNT_THREAD_UNKNOWN = 18,
-	PA_CNT__COUNT = 19,
+	/* Walks stopped at a frame chain that loops back (PA_SAMPLE_CYCLIC). */
+	PA_CNT_CYCLIC_CHAIN = 19,
+	PA_CNT__COUNT = 20,
 };
 
 #endif /* PYAGENT_H */

@@ -2,7 +2,7 @@
 //! Prometheus name and help string.
 
 /// Number of counters (`PA_CNT__COUNT`), the length of the `pa_counters` array.
-pub const COUNTER_COUNT: usize = 19;
+pub const COUNTER_COUNT: usize = 20;
 
 /// One counter id (`enum pa_counter`); the discriminant is the `pa_counters` index.
 #[repr(u32)]
@@ -46,6 +46,8 @@ pub enum Counter {
     ThreadFound = 17,
     /// `PA_CNT_THREAD_UNKNOWN`
     ThreadUnknown = 18,
+    /// `PA_CNT_CYCLIC_CHAIN`
+    CyclicChain = 19,
 }
 
 /// What a counter means, for metrics export.
@@ -176,6 +178,12 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
         "PA_CNT_THREAD_UNKNOWN",
         "pyagent_bpf_thread_unknown_total",
         "Samples lost: a thread neither registered nor found in its interpreter's thread list.",
+    ),
+    info(
+        Counter::CyclicChain,
+        "PA_CNT_CYCLIC_CHAIN",
+        "pyagent_bpf_cyclic_chains_total",
+        "Walks stopped because a frame's previous looped back to a recent frame (corrupt chain).",
     ),
 ];
 

@@ -52,6 +52,8 @@ pub const SAMPLE_READ_FAILED: u32 = 1 << 2;
 pub const SAMPLE_ANCHOR_HIT: u32 = 1 << 3;
 /// [`PaSampleHdr::flags`]: complete, and the last frame is `tstate->base_frame`.
 pub const SAMPLE_REACHED_BASE: u32 = 1 << 4;
+/// [`PaSampleHdr::flags`]: a frame's `previous` looped back to a recent frame; the walk stopped.
+pub const SAMPLE_CYCLIC: u32 = 1 << 5;
 
 /// How the BPF program walks one process's frame chain (`struct pa_proc`, the value of the
 /// `pa_procs` map, keyed by host tgid). Offsets are bytes, named after `_Py_DebugOffsets`.
@@ -266,6 +268,10 @@ impl PaSampleHdr {
     /// Complete and ending at `base_frame` ([`SAMPLE_REACHED_BASE`]).
     pub fn reached_base(&self) -> bool {
         self.flags & SAMPLE_REACHED_BASE != 0
+    }
+    /// The chain looped back to a recent frame ([`SAMPLE_CYCLIC`]).
+    pub fn is_cyclic(&self) -> bool {
+        self.flags & SAMPLE_CYCLIC != 0
     }
 }
 

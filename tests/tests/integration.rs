@@ -3,6 +3,8 @@
 
 #[path = "integration/cli.rs"]
 mod cli;
+#[path = "integration/cycles.rs"]
+mod cycles;
 #[path = "integration/discovery.rs"]
 mod discovery;
 #[path = "integration/dist.rs"]
@@ -34,6 +36,8 @@ fn matrix(
 ) {
 }
 
+#[path = "integration/gc_marker.rs"]
+mod gc_marker;
 #[path = "integration/resolver.rs"]
 mod resolver;
 #[path = "integration/service.rs"]

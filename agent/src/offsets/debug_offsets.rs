@@ -397,7 +397,9 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
         }
     };
     let gil = if free_threaded {
-        GilLocation::None
+        GilLocation::Disabled {
+            thread_state: thread_state_state(minor, get("thread_state.status")),
+        }
     } else if let Some(holds_gil) = opt("thread_state.holds_gil") {
         GilLocation::ThreadFlag { holds_gil }
     } else {
@@ -481,6 +483,17 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
     };
     offsets.validate()?;
     Ok(offsets)
+}
+
+/// Offset of `PyThreadState.state`, which the debug table does not export, from `_status`,
+/// which it does: `_status` (a 4-byte bit field), then 3.14 `holds_gil`, 3.15 also
+/// `gil_requested`, then `_whence`, then `state` (CPython `Include/cpython/pystate.h`).
+fn thread_state_state(minor: u8, status: u64) -> u64 {
+    match minor {
+        ..=13 => status + 8,
+        14 => status + 12,
+        _ => status + 16,
+    }
 }
 
 #[cfg(test)]

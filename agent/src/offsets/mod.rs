@@ -82,8 +82,12 @@ pub enum GilLocation {
         /// int `holds_gil` in PyThreadState
         holds_gil: u64,
     },
-    /// Free-threaded build: there is no GIL to hold.
-    None,
+    /// Free-threaded build: there is no GIL to hold. Each thread state's `state` word says
+    /// whether the thread is attached (running Python or C code on the interpreter's behalf).
+    Disabled {
+        /// int `state` in PyThreadState: 0 detached, 1 attached, 2 suspended (stopped world)
+        thread_state: u64,
+    },
 }
 
 /// `PyInterpreterState` fields.
@@ -423,8 +427,10 @@ impl Offsets {
         {
             end = end.max(off + 8);
         }
-        if let GilLocation::ThreadFlag { holds_gil } = self.gil {
-            end = end.max(holds_gil + 4);
+        match self.gil {
+            GilLocation::ThreadFlag { holds_gil } => end = end.max(holds_gil + 4),
+            GilLocation::Disabled { thread_state } => end = end.max(thread_state + 4),
+            GilLocation::Runtime { .. } | GilLocation::Interpreter { .. } => {}
         }
         end as usize
     }

@@ -162,6 +162,8 @@ pub struct HostStats {
     /// ticks lost in the program: a thread neither registered nor found in its interpreter's
     /// thread list (eBPF)
     pub unknown_thread: u64,
+    /// records dropped: the frame chain looped back on itself
+    pub cyclic: u64,
     /// thread-map refreshes that failed
     pub refresh_failed: u64,
 }
@@ -606,6 +608,7 @@ impl HostProfiler {
                 reached_base: h.reached_base(),
                 truncated: h.is_truncated(),
                 read_failed: h.read_failed(),
+                cyclic: h.is_cyclic(),
                 anchor_hit: h.anchor_hit(),
                 anchor: (h.anchor_frame, h.anchor_seq),
             };
@@ -652,6 +655,7 @@ impl HostProfiler {
                         ExternalSkip::Torn => self.stats.torn += 1,
                         ExternalSkip::AnchorMiss => self.stats.anchor_miss += 1,
                         ExternalSkip::Incomplete => self.stats.incomplete += 1,
+                        ExternalSkip::CyclicChain => self.stats.cyclic += 1,
                     }
                 }
             }

@@ -13,6 +13,9 @@ pub enum StackLoss {
     TopMoved,
     /// The chain did not end at the thread's base frame, or a frame pointer made no sense.
     BrokenChain,
+    /// The chain loops: a frame's `previous` leads back to a frame already walked (corrupt
+    /// memory, or a frame reused while read on every attempt).
+    CyclicChain,
     /// A frame on the chain had no code object (being set up or torn down as we read).
     NonCodeFrame,
     /// A frame, code object or the thread state could not be read (freed while we read).
@@ -26,9 +29,10 @@ pub enum StackLoss {
 
 impl StackLoss {
     /// Every reason, in the order they are reported.
-    pub const ALL: [StackLoss; 6] = [
+    pub const ALL: [StackLoss; 7] = [
         StackLoss::TopMoved,
         StackLoss::BrokenChain,
+        StackLoss::CyclicChain,
         StackLoss::NonCodeFrame,
         StackLoss::ReadFault,
         StackLoss::ThreadListTorn,
@@ -40,6 +44,7 @@ impl StackLoss {
         match self {
             StackLoss::TopMoved => "torn_top_moved",
             StackLoss::BrokenChain => "torn_broken_chain",
+            StackLoss::CyclicChain => "cyclic_chain",
             StackLoss::NonCodeFrame => "torn_non_code_frame",
             StackLoss::ReadFault => "torn_read_fault",
             StackLoss::ThreadListTorn => "torn_thread_list",
@@ -52,6 +57,7 @@ impl StackLoss {
         match self {
             StackLoss::TopMoved => "top frame moved on every re-read",
             StackLoss::BrokenChain => "broken frame chain",
+            StackLoss::CyclicChain => "frame chain loops back on itself",
             StackLoss::NonCodeFrame => "frame without code object",
             StackLoss::ReadFault => "unreadable frame or thread state",
             StackLoss::ThreadListTorn => "thread list changed while read",

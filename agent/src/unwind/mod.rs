@@ -343,6 +343,10 @@ impl Unwinder {
                     break; // cycle
                 }
             }
+            let interp = InterpreterInfo {
+                gc_thread: threads::collecting_thread(&interp, &list),
+                ..interp
+            };
             out.push((interp, list));
             if next == interp_addr || out.iter().any(|(i, _)| i.addr == next) {
                 break;
@@ -478,12 +482,20 @@ impl Unwinder {
         let mut budget = RereadBudget::start();
         let mut t = *first;
         let mut walks = 1;
+        let mut cyclic_in_a_row = 0;
         loop {
             let err = match self.sample_thread(interp, &t) {
                 Ok(s) => return Ok(s),
                 Err(e) => e,
             };
-            let out_of_tries = walks >= self.options.read_attempts.max(1) || budget.spent();
+            if matches!(err, AttemptError::Lost(StackLoss::CyclicChain)) {
+                cyclic_in_a_row += 1;
+            } else {
+                cyclic_in_a_row = 0;
+            }
+            let out_of_tries = walks >= self.options.read_attempts.max(1)
+                || cyclic_in_a_row >= reread::CYCLIC_WALKS_IN_A_ROW
+                || budget.spent();
             if out_of_tries || err.is_fatal() {
                 return Err(err);
             }
@@ -659,8 +671,10 @@ impl Unwinder {
                     }
                 }
             }
-            if end == WalkEnd::Corrupt {
-                return Err(AttemptError::Lost(StackLoss::BrokenChain));
+            match end {
+                WalkEnd::Corrupt => return Err(AttemptError::Lost(StackLoss::BrokenChain)),
+                WalkEnd::Cycle => return Err(AttemptError::Lost(StackLoss::CyclicChain)),
+                WalkEnd::Bottom | WalkEnd::Anchor | WalkEnd::DepthLimit => {}
             }
             let mut resolved = Vec::with_capacity(raw.len() + 4);
             let pending_native = self.resolve_frames(&raw, interp, &mut resolved)?;
@@ -720,14 +734,12 @@ impl Unwinder {
         frames
     }
 
-    /// Before 3.15 there is no `gc.frame`: while the interpreter collects, the collecting thread
-    /// is the one holding the GIL, and the collection runs on top of its stack.
+    /// Before 3.15 there is no `gc.frame`: while the interpreter collects, the collection runs on
+    /// top of the stack of the thread that runs it ([`threads::collecting_thread`]: the GIL
+    /// holder, or on free-threaded builds the one attached thread).
     fn gc_marker_without_frame(&self, interp: &InterpreterInfo, t: &ThreadInfo) -> Option<Frame> {
-        (self.options.gc
-            && self.offsets().gc.frame.is_none()
-            && interp.gc_collecting
-            && t.holds_gil == Some(true))
-        .then(|| Frame::pseudo(FrameKind::Gc))
+        (self.options.gc && self.offsets().gc.frame.is_none() && interp.gc_thread == Some(t.addr))
+            .then(|| Frame::pseudo(FrameKind::Gc))
     }
 
     /// Whether `top` (read through the page cache) is still the thread's current frame, with the

@@ -19,6 +19,8 @@ pub struct ExternalWalk {
     pub truncated: bool,
     /// a read failed mid-walk
     pub read_failed: bool,
+    /// stopped where a frame's `previous` looped back to a recent frame
+    pub cyclic: bool,
     /// stopped right after the frame that was the anchor
     pub anchor_hit: bool,
     /// anchor and sequence read at the start of the walk
@@ -34,6 +36,16 @@ pub enum ExternalSkip {
     AnchorMiss,
     /// a 3.15 walk that did not end at the base frame
     Incomplete,
+    /// the chain loops back on itself (corrupt memory): a stack that never existed
+    CyclicChain,
+}
+
+/// Whether a walk cut at the depth bound names a frame twice: a loop longer than the BPF
+/// program's own check, which would otherwise be shown as a deep stack repeating itself. Only
+/// truncated walks are checked: one that ended any other way did not loop.
+fn names_a_frame_twice(raw: &[RawFrame]) -> bool {
+    let mut seen = foldhash::HashSet::default();
+    !raw.iter().all(|f| seen.insert(f.addr))
 }
 
 impl Unwinder {
@@ -95,6 +107,9 @@ impl Unwinder {
         if walk.read_failed {
             self.stats.torn += 1;
             return Err(ExternalSkip::Torn);
+        }
+        if walk.cyclic || (walk.truncated && names_a_frame_twice(raw)) {
+            return Err(ExternalSkip::CyclicChain);
         }
         // Keyed like userspace walks, which fill the frame cache.
         let ns_tid = self.names.ns_tid_of(self.target.pid, walk.host_tid);

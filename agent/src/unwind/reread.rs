@@ -13,6 +13,12 @@ pub(super) const REREAD_CPU_BUDGET: Duration = Duration::from_millis(2);
 /// other threads within about a tick at the default rate.
 pub(super) const REREAD_WALL_CAP: Duration = Duration::from_millis(8);
 
+/// A frame chain that loops on this many walks in a row, each with the thread still in the top
+/// frame it was read in, loops in the process's memory, not in our copy of it: reading it again
+/// would spend the whole budget on every tick of a corrupt thread (about 120 re-reads a tick,
+/// measured on `tests/scripts/cycles.py`).
+pub(super) const CYCLIC_WALKS_IN_A_ROW: u32 = 3;
+
 /// How much re-reading of one thread is left.
 pub(super) struct RereadBudget {
     cpu_start: Option<Duration>,

@@ -8,6 +8,9 @@ pub const MAX_INTERPRETERS: usize = 256;
 /// Most thread states per interpreter.
 pub const MAX_THREADS: usize = 8192;
 
+/// `PyThreadState.state` of a thread attached to its interpreter (`_Py_THREAD_ATTACHED`).
+const ATTACHED: u32 = 1;
+
 /// What one sample needs of an interpreter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InterpreterInfo {
@@ -21,6 +24,9 @@ pub struct InterpreterInfo {
     pub gc_collecting: bool,
     /// 3.15: frame that started the collection
     pub gc_frame: Option<u64>,
+    /// before 3.15 (no `gc.frame`): the thread state running the collection, when it can be
+    /// told (see [`collecting_thread`]); set once the interpreter's threads are read
+    pub gc_thread: Option<u64>,
     /// tstate holding this interpreter's GIL, if locked (3.11–3.14)
     pub gil_holder: Option<u64>,
 }
@@ -42,6 +48,8 @@ pub struct ThreadInfo {
     pub base_frame: Option<u64>,
     /// holds the GIL (None: the build cannot tell)
     pub holds_gil: Option<bool>,
+    /// free-threaded builds: the thread is attached to its interpreter (`state` 1)
+    pub attached: Option<bool>,
     /// next (older) thread state
     pub next: u64,
 }
@@ -72,7 +80,7 @@ pub fn read_interpreter(
         GilLocation::Interpreter { locked, holder } => {
             read_gil_holder(mem, addr + locked, addr + holder)?
         }
-        GilLocation::ThreadFlag { .. } | GilLocation::None => None,
+        GilLocation::ThreadFlag { .. } | GilLocation::Disabled { .. } => None,
     };
     Ok((
         InterpreterInfo {
@@ -81,10 +89,31 @@ pub fn read_interpreter(
             code_generation,
             gc_collecting,
             gc_frame,
+            gc_thread: None,
             gil_holder,
         },
         next,
     ))
+}
+
+/// The thread state running the interpreter's collection, for versions that do not say which
+/// frame started it (`gc.frame`, 3.15+). With a GIL, the collector holds it. Free-threaded
+/// builds have none: the collector stops the world (every other thread state is suspended, or
+/// detached) for most of a collection, so the one attached thread is the collector. Finalizers
+/// and `tp_clear` run with the world started again; while other threads are attached then, the
+/// collector cannot be told apart and none is marked, rather than a wrong one.
+pub fn collecting_thread(interp: &InterpreterInfo, threads: &[ThreadInfo]) -> Option<u64> {
+    if !interp.gc_collecting {
+        return None;
+    }
+    if let Some(holder) = threads.iter().find(|t| t.holds_gil == Some(true)) {
+        return Some(holder.addr);
+    }
+    let mut attached = threads.iter().filter(|t| t.attached == Some(true));
+    match (attached.next(), attached.next()) {
+        (Some(only), None) => Some(only.addr),
+        _ => None,
+    }
 }
 
 /// `last_holder` is only the current holder while `locked` is set.
@@ -124,11 +153,16 @@ pub fn read_thread(
     };
     let holds_gil = match o.gil {
         GilLocation::ThreadFlag { holds_gil } => Some(buf.u32_at(holds_gil) != 0),
-        GilLocation::None => None,
+        GilLocation::Disabled { .. } => None,
         _ => Some(interp.gil_holder == Some(addr)),
+    };
+    let attached = match o.gil {
+        GilLocation::Disabled { thread_state } => Some(buf.u32_at(thread_state) == ATTACHED),
+        _ => None,
     };
     Ok(ThreadInfo {
         addr,
+        attached,
         native_thread_id: buf.u64_at(t.native_thread_id) as u32,
         pthread_id: buf.u64_at(t.thread_id),
         top_frame,

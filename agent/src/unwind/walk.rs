@@ -31,8 +31,48 @@ pub enum WalkEnd {
     Anchor,
     /// hit the depth bound
     DepthLimit,
-    /// a frame pointed to itself or the chain did not make sense
+    /// a frame pointer made no sense (misaligned)
     Corrupt,
+    /// a frame's `previous` led back to a frame already walked
+    Cycle,
+}
+
+/// Brent's cycle detection over the frame addresses of one walk: O(1) memory and one compare a
+/// frame, and a loop of length λ entered after μ frames is found within about μ + 2λ frames. A
+/// live chain never names a frame twice, so a repeat means corrupt memory (or a frame reused
+/// while we read), never a deep stack.
+#[derive(Debug, Clone, Copy)]
+struct CycleCheck {
+    /// the address every later one is compared with
+    saved: u64,
+    /// steps taken since `saved` was taken
+    steps: usize,
+    /// `saved` moves to the current address after this many steps, which then doubles
+    power: usize,
+}
+
+impl CycleCheck {
+    fn new(start: u64) -> CycleCheck {
+        CycleCheck {
+            saved: start,
+            steps: 0,
+            power: 1,
+        }
+    }
+
+    /// Whether the walk, moving on to `next`, has come back to a frame it walked.
+    fn seen_again(&mut self, next: u64) -> bool {
+        if next == self.saved {
+            return true;
+        }
+        self.steps += 1;
+        if self.steps == self.power {
+            self.saved = next;
+            self.power *= 2;
+            self.steps = 0;
+        }
+        false
+    }
 }
 
 /// Reads one frame at `addr`.
@@ -79,6 +119,7 @@ pub fn walk_frames(
 ) -> Result<WalkEnd, MemoryError> {
     let mut addr = top;
     let start_len = out.len();
+    let mut cycle = CycleCheck::new(top);
     loop {
         if out.len() - start_len >= max_depth {
             return Ok(WalkEnd::DepthLimit);
@@ -94,8 +135,8 @@ pub fn walk_frames(
         if frame.previous == 0 {
             return Ok(WalkEnd::Bottom);
         }
-        if frame.previous == addr {
-            return Ok(WalkEnd::Corrupt);
+        if cycle.seen_again(frame.previous) {
+            return Ok(WalkEnd::Cycle);
         }
         addr = frame.previous;
     }
@@ -142,20 +183,43 @@ mod tests {
     }
 
     #[test]
-    fn cycles_are_bounded() {
+    fn cycles_are_found_not_walked_to_the_depth_bound() {
         // 0 → 1 → 2 → 0 → …: never reaches a NULL `previous`.
         let mut mem = chain(&[Some(1), Some(2), Some(0)]);
         let mut out = Vec::new();
         let end = walk_frames(&mut mem, &offsets(), BASE, None, 50, &mut out).expect("readable");
-        assert_eq!(end, WalkEnd::DepthLimit);
-        assert_eq!(out.len(), 50);
+        assert_eq!(end, WalkEnd::Cycle);
+        assert!(out.len() <= 8, "found within a few laps: {}", out.len());
         // A frame that is its own caller is caught at once.
         let mut mem = chain(&[Some(0)]);
         out.clear();
         assert_eq!(
             walk_frames(&mut mem, &offsets(), BASE, None, 50, &mut out),
-            Ok(WalkEnd::Corrupt)
+            Ok(WalkEnd::Cycle)
         );
+        assert_eq!(out.len(), 1);
+        // A loop entered deep down: 0 → … → 9 → 5 → ….
+        let links: Vec<Option<usize>> = (0..10)
+            .map(|i| Some(if i == 9 { 5 } else { i + 1 }))
+            .collect();
+        let mut mem = chain(&links);
+        out.clear();
+        assert_eq!(
+            walk_frames(&mut mem, &offsets(), BASE, None, 100, &mut out),
+            Ok(WalkEnd::Cycle)
+        );
+    }
+
+    #[test]
+    fn a_long_chain_is_not_a_cycle() {
+        let links: Vec<Option<usize>> = (0..200).map(|i| (i < 199).then_some(i + 1)).collect();
+        let mut mem = chain(&links);
+        let mut out = Vec::new();
+        assert_eq!(
+            walk_frames(&mut mem, &offsets(), BASE, None, 1000, &mut out),
+            Ok(WalkEnd::Bottom)
+        );
+        assert_eq!(out.len(), 200);
     }
 
     #[test]
