@@ -151,13 +151,21 @@ fn record_collapsed_and_flamegraph(#[values("py312", "py315")] py: &str) {
     let pid = p.pid().to_string();
     let text = record_file(&pid, &dir.join("out.txt"), &["-d", "1", "-f", "collapsed"]);
     let warm = marker_line("busy.py", "warm");
-    assert!(
-        !text.is_empty()
-            && text
-                .lines()
-                .all(|l| l.contains("warm (") && l.contains(&format!("busy.py:{warm})"))),
-        "{text}"
-    );
+    // Nearly every sample is inside warm(); the module's own loop line between two calls is a
+    // real place too, and a sample may land on it.
+    let count = |l: &str| -> u64 {
+        l.rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let total: u64 = text.lines().map(count).sum();
+    let in_warm: u64 = text
+        .lines()
+        .filter(|l| l.contains("warm (") && l.contains(&format!("busy.py:{warm})")))
+        .map(count)
+        .sum();
+    assert!(total > 0 && in_warm * 10 >= total * 9, "{text}");
     let svg = record_file(&pid, &dir.join("out.svg"), &["-d", "1", "-f", "flamegraph"]);
     assert!(
         svg.contains("<svg") && svg.contains("hot"),
