@@ -15,6 +15,9 @@ pub mod service_name;
 
 use std::path::PathBuf;
 
+/// The facts discovery needs from an ELF image in memory (`Ok(None)`: it holds no CPython
+/// runtime). Public so the fuzz targets can feed it arbitrary bytes: mapped files are untrusted.
+pub use elf::parse_facts as parse_elf_facts;
 pub use elf::{ElfError, ElfFacts};
 pub use host::{HostScanner, ProcessState, ScanChanges};
 pub use procfs_util::{
