@@ -74,25 +74,25 @@ pub enum DiscoveryError {
         /// what failed
         why: String,
     },
+    // These two print their cause in their own message (callers show `to_string()` alone), so
+    // the cause is a plain field, not `#[source]`: a chain printer would say it twice.
     /// The version has no layout.
-    #[error("process {pid}: {source}")]
+    #[error("process {pid}: {layout}")]
     Offsets {
         /// pid
         pid: u32,
         /// the layout problem
-        #[source]
-        source: OffsetsError,
+        layout: OffsetsError,
     },
     /// Reading /proc failed otherwise.
-    #[error("process {pid}: reading {what} failed: {source}")]
+    #[error("process {pid}: reading {what} failed: {error}")]
     Proc {
         /// pid
         pid: u32,
         /// which file
         what: String,
         /// the I/O error
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -215,11 +215,11 @@ fn validate_candidate(
         .map_err(|e| mem_error(pid, e))?;
     let offsets = if &prefix[..8] == DEBUG_OFFSETS_COOKIE {
         let len =
-            debug_offsets_len(&prefix).map_err(|source| DiscoveryError::Offsets { pid, source })?;
+            debug_offsets_len(&prefix).map_err(|layout| DiscoveryError::Offsets { pid, layout })?;
         let table = mem
             .read_vec(runtime_addr, len)
             .map_err(|e| mem_error(pid, e))?;
-        parse_debug_offsets(&table).map_err(|source| DiscoveryError::Offsets { pid, source })?
+        parse_debug_offsets(&table).map_err(|layout| DiscoveryError::Offsets { pid, layout })?
     } else {
         // 3.11/3.12 have no table: the exported `Py_Version` constant says which layout.
         let Some(v) = facts.py_version_vaddr else {
@@ -234,7 +234,7 @@ fn validate_candidate(
         if version.minor_version() >= (3, 13) {
             return Err(not_init(format!("{version} without its xdebugpy cookie")));
         }
-        builtin_offsets(version).map_err(|source| DiscoveryError::Offsets { pid, source })?
+        builtin_offsets(version).map_err(|layout| DiscoveryError::Offsets { pid, layout })?
     };
     // The cookie is in the file image too, so an uninitialised copy (a dlopen'd second
     // libpython) passes the cookie check: require a live interpreter list.
@@ -245,4 +245,22 @@ fn validate_candidate(
         return Err(not_init("no interpreter yet".into()));
     }
     Ok(offsets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Defect 11: the debug-offsets error printed its cause twice ("process 7: unsupported
+    /// CPython version 3.16.0: unsupported CPython version 3.16.0") because the cause was both in
+    /// the message and the error's `source`, and the CLI prints the whole chain.
+    #[test]
+    fn debug_offsets_error_says_its_cause_once() {
+        let layout = OffsetsError::Unsupported(PythonVersion::new(3, 16, 0));
+        let cause = layout.to_string();
+        let e = anyhow::Error::from(DiscoveryError::Offsets { pid: 7, layout });
+        let line = format!("{e:#}");
+        assert_eq!(line, format!("process 7: {cause}"));
+        assert_eq!(line.matches(&cause).count(), 1, "{line}");
+    }
 }
