@@ -44,6 +44,7 @@ pub struct RunReport {
 }
 
 pub fn run(args: &Args) -> Result<()> {
+    ensure_nightly()?;
     ensure_cargo_fuzz()?;
     let root = workspace_root();
     let fuzz_dir = root.join("agent/fuzz");
@@ -144,6 +145,28 @@ pub fn parse_output(output: &str) -> RunReport {
         executions: from_stats.or_else(from_status).unwrap_or(0),
         crashes,
     }
+}
+
+/// Installs a nightly toolchain (libFuzzer's instrumentation needs it) unless there is one.
+fn ensure_nightly() -> Result<()> {
+    let present = Command::new("cargo")
+        .args(["+nightly", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if present {
+        return Ok(());
+    }
+    eprintln!("installing the nightly toolchain");
+    let status = Command::new("rustup")
+        .args(["toolchain", "install", "nightly", "--profile", "minimal"])
+        .status()
+        .context("cannot run rustup")?;
+    if !status.success() {
+        bail!("rustup toolchain install nightly failed ({status})");
+    }
+    Ok(())
 }
 
 /// Installs the pinned cargo-fuzz unless that version is already there.
