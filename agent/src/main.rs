@@ -465,7 +465,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
 fn init_logging(filter: &str) {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "warn".into()),
+            pyagent::config::values::parse_log_filter(filter).unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         // Colour only for people: journald, files and pipes get plain text.

@@ -4,6 +4,7 @@
 mod agent;
 mod bench;
 mod dist;
+mod fuzz;
 mod pythons;
 mod rootfs;
 mod test;
@@ -43,6 +44,9 @@ enum Task {
     Dist,
     /// Make (once) and print the cached tarball of a minimal bookworm root file system.
     Rootfs,
+    /// Run each libFuzzer target of agent/fuzz for a bounded time (installs cargo-fuzz) and
+    /// print executions and crashes per target.
+    Fuzz(fuzz::Args),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         Task::Bench(args) => bench::run(&args),
         Task::Rootfs => rootfs::run(),
         Task::Dist => dist::run(),
+        Task::Fuzz(args) => fuzz::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

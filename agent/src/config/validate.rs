@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::values::check_rate_hz;
+use super::values::{check_rate_hz, parse_log_filter};
 use super::{invalid, ConfigError, ServiceConfig};
 
 /// The shortest and longest profile window.
@@ -16,7 +16,7 @@ impl ServiceConfig {
             return Err(invalid("interval", "must be between 1s and 1h"));
         }
         check_rate_hz(self.rate_hz).map_err(|err| invalid("rate_hz", err))?;
-        if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log) {
+        if let Err(err) = parse_log_filter(&self.log) {
             return Err(invalid(
                 "log",
                 format!("invalid filter {:?}: {err}", self.log),

@@ -90,6 +90,18 @@ pub fn check_rate_hz(rate: u32) -> Result<u32, ValueError> {
     }
 }
 
+/// A log filter (tracing `EnvFilter` syntax). Field values in `[span{field=value}]` are matched
+/// literally, not compiled as regular expressions: a counted repetition in one made the regex
+/// compiler allocate gigabytes (found by fuzzing the config file), and a log filter has no need
+/// for patterns.
+pub fn parse_log_filter(
+    text: &str,
+) -> Result<tracing_subscriber::EnvFilter, tracing_subscriber::filter::ParseError> {
+    tracing_subscriber::EnvFilter::builder()
+        .with_regex(false)
+        .parse(text)
+}
+
 /// `address:port`, like `127.0.0.1:9464` or `[::1]:9464`.
 pub fn parse_socket_addr(text: &str) -> Result<SocketAddr, ValueError> {
     let text = text.trim();
@@ -100,6 +112,16 @@ pub fn parse_socket_addr(text: &str) -> Result<SocketAddr, ValueError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fuzz crash (out of memory): this `log` value from a config file made the regex compiler
+    /// behind `EnvFilter` allocate over 2 GB. Field values are now literal.
+    #[test]
+    fn log_filter_with_a_huge_repetition_is_cheap() {
+        let text = r"e] e-[&vt{`v`e[&-gt[pd=.................4........................}}}}}}}}7777}}}777777777777777777777777777777777777777777777777777777777777/},TiOPE_B`b";
+        let _ = parse_log_filter(text);
+        assert!(parse_log_filter("info,pyagent[sample{pid=1.*}]=debug").is_ok());
+        assert!(parse_log_filter("warn").is_ok());
+    }
 
     #[test]
     fn durations() {

@@ -12,26 +12,25 @@ use goblin::elf::Elf;
 
 use super::MapsEntry;
 
-/// Reading or parsing an object failed.
+/// Reading or parsing an object failed. The cause is part of the message (discovery lists these
+/// by `to_string()`), so it is a plain field rather than a `#[source]` that would print twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Io {
         /// path tried
         path: String,
         /// cause
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Not a parseable ELF file.
-    #[error("cannot parse {path} as ELF: {source}")]
+    #[error("cannot parse {path} as ELF: {error}")]
     Parse {
         /// path tried
         path: String,
         /// cause
-        #[source]
-        source: goblin::error::Error,
+        error: goblin::error::Error,
     },
 }
 
@@ -90,9 +89,9 @@ fn open_mapped_file(
     let first = entries.first();
     let inode = first.map(|e| e.inode).unwrap_or(0);
     let open = |p: &str| {
-        File::open(p).map_err(|source| ElfError::Io {
+        File::open(p).map_err(|error| ElfError::Io {
             path: p.to_string(),
-            source,
+            error,
         })
     };
     if !entries.iter().any(|e| e.deleted) {
@@ -106,10 +105,9 @@ fn open_mapped_file(
         }
     }
     let Some(e) = first else {
-        let source = std::io::ErrorKind::NotFound.into();
         return Err(ElfError::Io {
             path: path.display().to_string(),
-            source,
+            error: std::io::ErrorKind::NotFound.into(),
         });
     };
     let via = format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end);
@@ -124,9 +122,9 @@ pub fn load_facts(
     entries: &[MapsEntry],
 ) -> Result<Option<ElfFacts>, ElfError> {
     let (opened, file) = open_mapped_file(pid, path, entries)?;
-    let io = |source| ElfError::Io {
+    let io = |error| ElfError::Io {
         path: opened.clone(),
-        source,
+        error,
     };
     let meta = file.metadata().map_err(io)?;
     let id: FileId = (meta.dev(), meta.ino(), meta.len(), meta.mtime());
@@ -138,9 +136,9 @@ pub fn load_facts(
     // SAFETY: the mapping is read-only and private to this call; a file truncated meanwhile can
     // only make the parse see garbage or fail, which it handles.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-    let facts = parse_facts(&map).map_err(|source| ElfError::Parse {
+    let facts = parse_facts(&map).map_err(|error| ElfError::Parse {
         path: opened.clone(),
-        source,
+        error,
     })?;
     drop(map);
     let mut cache = facts_cache().lock().expect("facts cache lock");

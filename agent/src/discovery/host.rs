@@ -123,7 +123,7 @@ fn classify(e: &DiscoveryError) -> Option<ProcessState> {
         DiscoveryError::NoSuchProcess { .. } | DiscoveryError::Exited { .. } => return None,
         DiscoveryError::NotPython { .. } => ProcessState::NotPython,
         DiscoveryError::Offsets {
-            source: OffsetsError::Unsupported(_) | OffsetsError::PreRelease(_),
+            layout: OffsetsError::Unsupported(_) | OffsetsError::PreRelease(_),
             ..
         } => ProcessState::Unsupported(e.to_string()),
         DiscoveryError::NotInitialized { .. } => ProcessState::Pending,

@@ -15,6 +15,9 @@ pub mod service_name;
 
 use std::path::PathBuf;
 
+/// The facts discovery needs from an ELF image in memory (`Ok(None)`: it holds no CPython
+/// runtime). Public so the fuzz targets can feed it arbitrary bytes: mapped files are untrusted.
+pub use elf::parse_facts as parse_elf_facts;
 pub use elf::{ElfError, ElfFacts};
 pub use host::{HostScanner, ProcessState, ScanChanges};
 pub use procfs_util::{
@@ -71,25 +74,25 @@ pub enum DiscoveryError {
         /// what failed
         why: String,
     },
+    // These two print their cause in their own message (callers show `to_string()` alone), so
+    // the cause is a plain field, not `#[source]`: a chain printer would say it twice.
     /// The version has no layout.
-    #[error("process {pid}: {source}")]
+    #[error("process {pid}: {layout}")]
     Offsets {
         /// pid
         pid: u32,
         /// the layout problem
-        #[source]
-        source: OffsetsError,
+        layout: OffsetsError,
     },
     /// Reading /proc failed otherwise.
-    #[error("process {pid}: reading {what} failed: {source}")]
+    #[error("process {pid}: reading {what} failed: {error}")]
     Proc {
         /// pid
         pid: u32,
         /// which file
         what: String,
         /// the I/O error
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -212,11 +215,11 @@ fn validate_candidate(
         .map_err(|e| mem_error(pid, e))?;
     let offsets = if &prefix[..8] == DEBUG_OFFSETS_COOKIE {
         let len =
-            debug_offsets_len(&prefix).map_err(|source| DiscoveryError::Offsets { pid, source })?;
+            debug_offsets_len(&prefix).map_err(|layout| DiscoveryError::Offsets { pid, layout })?;
         let table = mem
             .read_vec(runtime_addr, len)
             .map_err(|e| mem_error(pid, e))?;
-        parse_debug_offsets(&table).map_err(|source| DiscoveryError::Offsets { pid, source })?
+        parse_debug_offsets(&table).map_err(|layout| DiscoveryError::Offsets { pid, layout })?
     } else {
         // 3.11/3.12 have no table: the exported `Py_Version` constant says which layout.
         let Some(v) = facts.py_version_vaddr else {
@@ -231,15 +234,107 @@ fn validate_candidate(
         if version.minor_version() >= (3, 13) {
             return Err(not_init(format!("{version} without its xdebugpy cookie")));
         }
-        builtin_offsets(version).map_err(|source| DiscoveryError::Offsets { pid, source })?
+        builtin_offsets(version).map_err(|layout| DiscoveryError::Offsets { pid, layout })?
     };
     // The cookie is in the file image too, so an uninitialised copy (a dlopen'd second
     // libpython) passes the cookie check: require a live interpreter list.
     let interp = mem
-        .read_u64(runtime_addr + offsets.runtime_state.interpreters_head)
+        .read_u64(runtime_addr.wrapping_add(offsets.runtime_state.interpreters_head))
         .map_err(|e| mem_error(pid, e))?;
     if interp == 0 {
         return Err(not_init("no interpreter yet".into()));
     }
+    check_interpreter_list(mem, &offsets, interp).map_err(|e| match e {
+        ListProblem::Memory(e @ (MemoryError::Gone { .. } | MemoryError::Denied { .. })) => {
+            mem_error(pid, e)
+        }
+        other => not_init(other.to_string()),
+    })?;
     Ok(offsets)
+}
+
+/// Why an interpreter list is not a live one.
+#[derive(Debug, thiserror::Error)]
+enum ListProblem {
+    #[error("interpreter list unreadable: {0}")]
+    Memory(MemoryError),
+    #[error("interpreter pointer {0:#x} is misaligned or wraps")]
+    BadPointer(u64),
+    #[error("interpreter {0:#x} has no thread yet")]
+    NoThread(u64),
+    #[error("thread state {tstate:#x} does not belong to interpreter {interp:#x}")]
+    Foreign { tstate: u64, interp: u64 },
+}
+
+/// A nonzero head is not proof of a runtime: bytes that merely look like one (a crafted or
+/// foreign object named like libpython) have one too. A live runtime's first interpreter is
+/// readable and its first thread state points back at it, which garbage does not do, so such a
+/// candidate fails here and discovery keeps looking.
+fn check_interpreter_list(
+    mem: &mut impl ProcessMemory,
+    offsets: &Offsets,
+    interp: u64,
+) -> Result<(), ListProblem> {
+    let field = |base: u64, off: u64| {
+        base.checked_add(off)
+            .filter(|_| base.is_multiple_of(8))
+            .ok_or(ListProblem::BadPointer(base))
+    };
+    let threads_head = field(interp, offsets.interpreter_state.threads_head)?;
+    let tstate = mem.read_u64(threads_head).map_err(ListProblem::Memory)?;
+    if tstate == 0 {
+        return Err(ListProblem::NoThread(interp));
+    }
+    let back = mem
+        .read_u64(field(tstate, offsets.thread_state.interp)?)
+        .map_err(ListProblem::Memory)?;
+    if back != interp {
+        return Err(ListProblem::Foreign { tstate, interp });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::FakeMemory;
+
+    /// Defect 11: the debug-offsets error printed its cause twice ("process 7: unsupported
+    /// CPython version 3.16.0: unsupported CPython version 3.16.0") because the cause was both in
+    /// the message and the error's `source`, and the CLI prints the whole chain.
+    #[test]
+    fn debug_offsets_error_says_its_cause_once() {
+        let layout = OffsetsError::Unsupported(PythonVersion::new(3, 16, 0));
+        let cause = layout.to_string();
+        let e = anyhow::Error::from(DiscoveryError::Offsets { pid: 7, layout });
+        let line = format!("{e:#}");
+        assert_eq!(line, format!("process 7: {cause}"));
+        assert_eq!(line.matches(&cause).count(), 1, "{line}");
+    }
+
+    /// Defect 8: a nonzero interpreter head is not enough, the first thread state must point
+    /// back at the interpreter.
+    #[test]
+    fn interpreter_list_must_point_back() {
+        let o = builtin_offsets(PythonVersion::new(3, 12, 1)).expect("table");
+        let mut mem = FakeMemory {
+            base: 0x1000,
+            bytes: vec![0; 0x2000],
+        };
+        let interp: u64 = 0x1000;
+        let tstate: u64 = 0x2000;
+        let head = (o.interpreter_state.threads_head) as usize;
+        let back = 0x1000 + o.thread_state.interp as usize;
+        mem.bytes[head..head + 8].copy_from_slice(&tstate.to_le_bytes());
+        assert!(matches!(
+            check_interpreter_list(&mut mem, &o, interp),
+            Err(ListProblem::Foreign { .. })
+        ));
+        mem.bytes[back..back + 8].copy_from_slice(&interp.to_le_bytes());
+        assert!(check_interpreter_list(&mut mem, &o, interp).is_ok());
+        // Garbage heads: unmapped, misaligned, wrapping.
+        for garbage in [0x4141_4141_4141_4141, 0x1001, u64::MAX - 7] {
+            assert!(check_interpreter_list(&mut mem, &o, garbage).is_err());
+        }
+    }
 }

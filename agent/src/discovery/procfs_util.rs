@@ -28,7 +28,7 @@ fn io_error(pid: u32, what: &str, e: std::io::Error) -> DiscoveryError {
         _ => DiscoveryError::Proc {
             pid,
             what: what.to_string(),
-            source: e,
+            error: e,
         },
     }
 }

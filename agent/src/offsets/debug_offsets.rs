@@ -381,7 +381,9 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
     let ascii = get("unicode_object.asciiobject_size");
     // 3.13/3.14 do not export the non-ASCII header size: it is the ASCII header plus
     // `utf8_length` and `utf8` (two words).
-    let compact = opt("unicode_object.compactunicodeobject_size").unwrap_or(ascii + 16);
+    // (Saturating: a garbage size must reach `validate` and fail there, not overflow here.)
+    let compact =
+        opt("unicode_object.compactunicodeobject_size").unwrap_or(ascii.saturating_add(16));
     // 3.14t/3.15t widened `interned` to a whole byte, shifting the other state bits.
     let state_bits = if free_threaded && minor >= 14 {
         UnicodeStateBits {
@@ -565,6 +567,21 @@ mod tests {
         assert!(matches!(
             parse_debug_offsets(&old),
             Err(OffsetsError::Unsupported(_))
+        ));
+    }
+
+    /// Fuzz crash: a 3.13 table whose ASCII header size is near `u64::MAX` overflowed while
+    /// deriving the non-ASCII header size, before validation could reject it.
+    #[test]
+    fn huge_ascii_header_size_is_an_error() {
+        let t = table(
+            0x030d00f0,
+            SLOTS_3_13,
+            &[("unicode_object.asciiobject_size", u64::MAX - 1)],
+        );
+        assert!(matches!(
+            parse_debug_offsets(&t),
+            Err(OffsetsError::Implausible { .. })
         ));
     }
 

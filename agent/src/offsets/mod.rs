@@ -379,6 +379,54 @@ impl Offsets {
             1,
             256,
         )?;
+        // The rest is read too (header lengths are summed from these), so a garbage table must
+        // fail here rather than overflow an addition later.
+        check("thread_state.interp", t.interp, 8, tmax)?;
+        check("code_object.name", c.name, 8, cmax)?;
+        check("code_object.ob_size", c.ob_size, 8, cmax)?;
+        if let Some(off) = c.co_tlbc {
+            check("code_object.co_tlbc", off, 8, cmax)?;
+        }
+        let u = &self.unicode_object;
+        check("unicode_object.state", u.state, 4, 256)?;
+        check("unicode_object.length", u.length, 8, 256)?;
+        check(
+            "unicode_object.compactunicodeobject_size",
+            u.compactunicodeobject_size,
+            1,
+            256,
+        )?;
+        check("bytes_object.ob_size", self.bytes_object.ob_size, 8, 256)?;
+        // `collecting` and `frame` are relative to the interpreter's `gc` member.
+        let gc_max = i.size.saturating_sub(i.gc);
+        check("gc.collecting", self.gc.collecting, 4, gc_max)?;
+        if let Some(off) = self.gc.frame {
+            check("gc.frame", off, 8, gc_max)?;
+        }
+        match self.gil {
+            GilLocation::Runtime { locked, holder } => {
+                check("runtime_state.gil_locked", locked, 4, r.size)?;
+                check("runtime_state.gil_holder", holder, 8, r.size)?;
+            }
+            GilLocation::Interpreter { locked, holder } => {
+                check(
+                    "interpreter_state.gil_runtime_state_locked",
+                    locked,
+                    4,
+                    i.size,
+                )?;
+                check(
+                    "interpreter_state.gil_runtime_state_holder",
+                    holder,
+                    8,
+                    i.size,
+                )?;
+            }
+            GilLocation::ThreadFlag { holds_gil } => {
+                check("thread_state.holds_gil", holds_gil, 4, tmax)?;
+            }
+            GilLocation::None => {}
+        }
         Ok(())
     }
 

@@ -48,8 +48,8 @@ pub fn read_str(
     }
     let chars = length.min(MAX_STRING_CHARS);
     let data = match (compact, ascii) {
-        (true, true) => addr + u.asciiobject_size,
-        (true, false) => addr + u.compactunicodeobject_size,
+        (true, true) => field_addr(addr, u.asciiobject_size)?,
+        (true, false) => field_addr(addr, u.compactunicodeobject_size)?,
         // Legacy (non-compact) strings keep a data pointer right after the compact header.
         (false, _) => header.u64_at(u.compactunicodeobject_size),
     };
@@ -76,11 +76,18 @@ pub fn read_bytes(
     addr: u64,
 ) -> Result<Vec<u8>, ObjectError> {
     let b = &o.bytes_object;
-    let len = mem.read_u64(addr + b.ob_size)?;
+    let len = mem.read_u64(field_addr(addr, b.ob_size)?)?;
     if len > MAX_BYTES_LEN {
         return Err(ObjectError::Malformed { addr });
     }
-    Ok(mem.read_vec(addr + b.ob_sval, len as usize)?)
+    Ok(mem.read_vec(field_addr(addr, b.ob_sval)?, len as usize)?)
+}
+
+/// Address of the field at `offset` in the object at `addr`. The address comes from the target,
+/// so one that wraps past the end of the address space is a malformed object, not a panic.
+fn field_addr(addr: u64, offset: u64) -> Result<u64, ObjectError> {
+    addr.checked_add(offset)
+        .ok_or(ObjectError::Malformed { addr })
 }
 
 #[cfg(test)]
@@ -122,5 +129,20 @@ mod tests {
         // garbage kind
         put(&mut mem, 0x1200 + 32, &(3u32 << 2).to_le_bytes());
         assert!(read_str(&mut mem, &o, 0x1200).is_err());
+    }
+
+    /// Fuzz crash: a `bytes` pointer near the top of the address space overflowed when the
+    /// size field's offset was added to it.
+    #[test]
+    fn object_at_the_top_of_the_address_space_is_malformed() {
+        let o = builtin_offsets(PythonVersion::new(3, 12, 1)).expect("table");
+        let mut mem = FakeMemory {
+            base: 0x1000,
+            bytes: vec![0; 64],
+        };
+        assert!(matches!(
+            read_bytes(&mut mem, &o, u64::MAX - 7),
+            Err(ObjectError::Malformed { .. })
+        ));
     }
 }

@@ -48,13 +48,13 @@ pub enum UnwindError {
     #[error(transparent)]
     Denied(MemoryError),
     /// The interpreter list could not be read (the runtime is shutting down, or garbage).
-    #[error("reading the interpreter list of process {pid} failed: {source}")]
+    // The cause is in the message, so it is not also a `#[source]` (it would print twice).
+    #[error("reading the interpreter list of process {pid} failed: {error}")]
     Interpreters {
         /// pid
         pid: u32,
         /// the failed read
-        #[source]
-        source: MemoryError,
+        error: MemoryError,
     },
 }
 
@@ -63,7 +63,7 @@ impl UnwindError {
         match e {
             MemoryError::Gone { .. } => UnwindError::Gone { pid },
             MemoryError::Denied { .. } => UnwindError::Denied(e),
-            source => UnwindError::Interpreters { pid, source },
+            error => UnwindError::Interpreters { pid, error },
         }
     }
 }

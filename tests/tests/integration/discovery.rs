@@ -2,10 +2,12 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use pyagent::discovery::{HostScanner, ProcessState};
-use pyagent_tests::stacks::script;
-use pyagent_tests::Interpreter;
+use pyagent::offsets::{debug_offsets_len, parse_debug_offsets, DEBUG_OFFSETS_COOKIE};
+use pyagent_tests::stacks::{pyagent_bin, run_pyagent, script};
+use pyagent_tests::{Interpreter, PythonProcess};
 
 /// A shell classified as not Python that then execs Python (a container entrypoint's
 /// `exec python app.py`) keeps its pid and start time: the scanner must look at it again.
@@ -44,4 +46,121 @@ fn process_that_execs_into_python_is_found_after_the_exec() {
         scanner.state(pid)
     );
     assert_eq!(scanner.state(pid), Some(&ProcessState::Ready));
+}
+
+/// First bytes of the interpreter's own `_PyRuntime` (cookie and offsets table on 3.13+) and its
+/// `sys.hexversion`, read by the interpreter itself through ctypes.
+fn runtime_head(py: &Interpreter, len: usize) -> (Vec<u8>, u64) {
+    let code = format!(
+        "import ctypes, sys\n\
+         rt = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, '_PyRuntime'))\n\
+         print(sys.hexversion, ctypes.string_at(rt, {len}).hex())"
+    );
+    let out = Command::new(&py.exe)
+        .args(["-c", &code])
+        .output()
+        .expect("run the interpreter");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let (hexversion, bytes) = text.trim().split_once(' ').expect("two fields");
+    let bytes = (0..bytes.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&bytes[i..i + 2], 16).expect("hex"))
+        .collect();
+    (bytes, hexversion.parse().expect("hexversion"))
+}
+
+/// Builds `dir/libpythonfuzz.so`: named like libpython, with `_PyRuntime`, `PyCode_Type` and
+/// `Py_Version` symbols, a runtime that passes the cookie, version and offsets checks of `py`,
+/// and an interpreter list head of garbage (nonzero, pointing nowhere).
+fn crafted_libpython(py: &Interpreter, dir: &std::path::Path) -> std::path::PathBuf {
+    const LEN: usize = 4096;
+    let (head, hexversion) = runtime_head(py, LEN);
+    let mut runtime = vec![0x41u8; LEN];
+    if head.starts_with(DEBUG_OFFSETS_COOKIE) {
+        // Keep the real table (so it parses), garble only the interpreter list head.
+        let offsets = parse_debug_offsets(&head).expect("the interpreter's own table parses");
+        let table_len = debug_offsets_len(&head).expect("known layout");
+        runtime[..table_len].copy_from_slice(&head[..table_len]);
+        let at = offsets.runtime_state.interpreters_head as usize;
+        runtime[at..at + 8].copy_from_slice(&0x4141_4141_4141_4141u64.to_le_bytes());
+    }
+    let array: Vec<String> = runtime.iter().map(|b| b.to_string()).collect();
+    let source = format!(
+        "unsigned char _PyRuntime[{LEN}] __attribute__((aligned(64))) = {{{}}};\n\
+         unsigned char PyCode_Type[256];\n\
+         unsigned long Py_Version = {hexversion}UL;\n",
+        array.join(",")
+    );
+    let c = dir.join("libpythonfuzz.c");
+    let so = dir.join("libpythonfuzz.so");
+    std::fs::write(&c, source).expect("write the C source");
+    let status = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&c)
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "gcc failed");
+    so
+}
+
+/// Whether `libpythonfuzz.so` is mapped below the real `libpython3.*` in process `pid`.
+fn crafted_is_mapped_first(pid: u32) -> bool {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let start_of = |name: &str| {
+        maps.lines()
+            .find(|l| l.contains(name))
+            .and_then(|l| l.split('-').next())
+            .and_then(|a| u64::from_str_radix(a, 16).ok())
+    };
+    match (start_of("libpythonfuzz.so"), start_of("/libpython3.")) {
+        (Some(crafted), Some(real)) => crafted < real,
+        _ => false,
+    }
+}
+
+/// Reliability defect 8: a mapping named like libpython whose `_PyRuntime` looks right (cookie,
+/// version, sane offsets) but whose interpreter list is garbage was taken as the runtime, and
+/// `dump` failed. It must be skipped and the real runtime found.
+#[rstest::rstest]
+fn defect_8_crafted_libpython_is_skipped(#[values("py312", "py313")] py: &str) {
+    let interpreter = Interpreter::by_name(py);
+    let dir = std::env::temp_dir().join(format!("pyagent-defect8-{py}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let lib = crafted_libpython(interpreter, &dir);
+    pyagent_bin(); // built before the target starts: a slow build must not outlive it
+                   // Discovery tries objects in address order, and where the loader puts the small crafted
+                   // object relative to the 2 MiB-aligned libpython depends on ASLR: start the target until
+                   // the crafted one comes first, which is the case that failed.
+    let p = (0..20)
+        .map(|_| {
+            let mut p = PythonProcess::spawn(
+                interpreter,
+                &script("with_ctypes.py"),
+                &[lib.to_str().expect("utf-8 path")],
+            );
+            p.wait_for_line("ready", Duration::from_secs(30));
+            p
+        })
+        .find(|p| crafted_is_mapped_first(p.pid()))
+        .unwrap_or_else(|| panic!("{py}: the crafted object never mapped below libpython"));
+    for attempt in 0..5 {
+        let out = run_pyagent(&["dump", "--pid", &p.pid().to_string()]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{py}: dump {attempt} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("parked") && stdout.contains("with_ctypes.py"),
+            "{py}: dump {attempt} shows the stack: {stdout}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
