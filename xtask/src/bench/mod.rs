@@ -3,11 +3,14 @@
 //! - `unwind`: samples per CPU-second of the resolver (frame cache on/off) beside Tachyon and
 //!   py-spy, on steady targets of known depth.
 //! - `ebpf`: ns per BPF run, and the agent's CPU and RSS with many Python processes.
+//! - `soak`: the service for an hour with churn: RSS, open descriptors, CPU and the output
+//!   directory every 30 s (flat is the target).
 //! - `compare`: target slowdown, profiler cost, accuracy and throughput against py-spy, Austin
 //!   and Tachyon.
 
 pub mod compare;
 pub mod ebpf;
+pub mod soak;
 pub mod unwind;
 // Parts of it serve only the in-process benches, which the toolchain-only build leaves out.
 #[cfg_attr(not(feature = "agent-lib"), allow(dead_code))]
@@ -31,6 +34,8 @@ enum Which {
     Ebpf(ebpf::Args),
     /// Side-by-side comparison with py-spy, Austin and Tachyon.
     Compare(compare::Args),
+    /// The service over a long run with churn: RSS, descriptors, CPU and output directory.
+    Soak(soak::Args),
 }
 
 /// Runs the selected benchmark.
@@ -39,5 +44,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Which::Unwind(a) => unwind::run(a),
         Which::Ebpf(a) => ebpf::run(a),
         Which::Compare(a) => compare::run(a),
+        Which::Soak(a) => soak::run(a),
     }
 }
