@@ -425,7 +425,9 @@ impl Offsets {
             GilLocation::ThreadFlag { holds_gil } => {
                 check("thread_state.holds_gil", holds_gil, 4, tmax)?;
             }
-            GilLocation::None => {}
+            GilLocation::Disabled { thread_state } => {
+                check("thread_state.state", thread_state, 4, tmax)?;
+            }
         }
         Ok(())
     }
