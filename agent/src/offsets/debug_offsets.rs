@@ -490,17 +490,25 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
 /// Offset of `PyThreadState.state`, which the debug table does not export, from `_status`,
 /// which it does: `_status` (a 4-byte bit field), then 3.14 `holds_gil`, 3.15 also
 /// `gil_requested`, then `_whence`, then `state` (CPython `Include/cpython/pystate.h`).
+/// Saturating: a garbage `_status` becomes an offset that validation refuses, not an overflow.
 fn thread_state_state(minor: u8, status: u64) -> u64 {
     match minor {
-        ..=13 => status + 8,
-        14 => status + 12,
-        _ => status + 16,
+        ..=13 => status.saturating_add(8),
+        14 => status.saturating_add(12),
+        _ => status.saturating_add(16),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fuzz crash: a free-threaded table whose `_status` offset is near `u64::MAX`.
+    #[test]
+    fn huge_thread_status_offset_does_not_overflow() {
+        assert_eq!(thread_state_state(13, u64::MAX - 3), u64::MAX);
+        assert_eq!(thread_state_state(15, 100), 116);
+    }
 
     /// Builds a table for `slots` with `values` (name → value), zero elsewhere.
     fn table(version_hex: u64, slots: &[&str], values: &[(&str, u64)]) -> Vec<u8> {
