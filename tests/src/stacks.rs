@@ -136,3 +136,29 @@ pub fn host_wide_lock() -> std::sync::MutexGuard<'static, ()> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// `pyagent record --pid PID ARGS -f collapsed -o FILE` to completion, which must succeed;
+/// returns the collapsed stacks and the summary on stderr.
+pub fn record_collapsed(pid: u32, args: &[&str], file: &Path) -> (String, String) {
+    let pid = pid.to_string();
+    let file_arg = file.to_str().expect("utf-8 path");
+    let mut all = vec!["record", "--pid", &pid];
+    all.extend_from_slice(args);
+    all.extend(["-f", "collapsed", "-o", file_arg]);
+    let out = run_pyagent(&all);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "record {args:?}: {err}");
+    let text = std::fs::read_to_string(file).expect("profile written");
+    (text, err)
+}
+
+/// The number right before `suffix` in `text` (`"(97 samples,"` with `" samples,"` → 97).
+pub fn number_before(text: &str, suffix: &str) -> u64 {
+    let head = &text[..text
+        .find(suffix)
+        .unwrap_or_else(|| panic!("no `{suffix}` in: {text}"))];
+    head.rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number before `{suffix}` in: {text}"))
+}

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use pyagent::memory::{ProcessMemory, RemoteMemory};
 use pyagent::unwind::{ThreadInfo, ThreadSample, UnwindOptions, Unwinder};
-use pyagent_tests::stacks::{pyagent_bin, run_pyagent, sample_until, script, simple, unwinder};
+use pyagent_tests::stacks::{
+    number_before, pyagent_bin, record_collapsed, run_pyagent, sample_until, script, simple,
+    unwinder,
+};
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
 
@@ -83,17 +86,6 @@ fn make_loop(u: &Unwinder, main: &ThreadInfo, kind: Loop) {
     }
 }
 
-/// The number right before `suffix` in `text` (`"3 cyclic chains"` → 3).
-fn number_before(text: &str, suffix: &str) -> u64 {
-    let head = &text[..text
-        .find(suffix)
-        .unwrap_or_else(|| panic!("no `{suffix}` in: {text}"))];
-    head.rsplit(|c: char| !c.is_ascii_digit())
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no number before `{suffix}` in: {text}"))
-}
-
 /// The defect: 143–151 samples per 3 s run of spin_main repeated 1,024 times. Now the BPF walk
 /// stops where the chain loops, the record is dropped and counted as a cyclic chain.
 #[rstest]
@@ -111,22 +103,7 @@ fn cyclic_frame_chain_is_dropped_and_counted_not_a_1024_frame_stack_in_ebpf_mode
     let threads = thread_states(&mut u, p.pid());
     make_loop(&u, &threads[0], kind);
     let file = std::env::temp_dir().join(format!("pyagent-cycles-{py}-{kind:?}.txt"));
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &p.pid().to_string(),
-        "--mode",
-        "ebpf",
-        "-d",
-        "3",
-        "-f",
-        "collapsed",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{py}: {err}");
-    let text = std::fs::read_to_string(&file).expect("profile written");
+    let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "3"], &file);
     for line in text.lines() {
         let spins = line
             .split(';')
@@ -185,25 +162,12 @@ fn dump_lists_a_thread_whose_frame_chain_loops_or_is_garbage(
 
     // The userspace sampler drops and counts the looping thread's ticks by the same reason.
     let file = std::env::temp_dir().join(format!("pyagent-cycles-user-{py}.txt"));
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &p.pid().to_string(),
-        "-d",
-        "1",
-        "-f",
-        "collapsed",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{py}: {err}");
+    let (text, err) = record_collapsed(p.pid(), &["-d", "1"], &file);
     let loops = number_before(&err, " frame chain loops back on itself");
     assert!(loops >= 10, "{py}: looping ticks not counted: {err}");
     // A loop that stays is not read again for the whole re-read budget of every tick.
     let rereads = number_before(&err, " re-reads");
     assert!(rereads <= 3 * loops, "{py}: {rereads} re-reads: {err}");
-    let text = std::fs::read_to_string(&file).expect("profile written");
     assert!(
         !text.contains("spin_main ("),
         "{py}: a looping stack was kept:\n{text:.600}"

@@ -7,7 +7,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pyagent_tests::consumers::go_pprof;
-use pyagent_tests::stacks::{host_wide_lock, marker_line, pyagent_bin, run_pyagent, script};
+use pyagent_tests::stacks::{
+    host_wide_lock, marker_line, number_before, pyagent_bin, record_collapsed, run_pyagent, script,
+};
 use pyagent_tests::{Interpreter, PythonProcess, MATRIX};
 
 fn out_dir(tag: &str) -> PathBuf {
@@ -354,44 +356,20 @@ fn ebpf_frame_cache_never_mixes_chains() {
     p.wait_for_line("ready", Duration::from_secs(30));
     let dir = out_dir("aba");
     let file = dir.join("alt.txt");
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &p.pid().to_string(),
-        "--mode",
-        "ebpf",
-        "-d",
-        "3",
-        "-r",
-        "499",
-        "-f",
-        "collapsed",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{err}");
-    let number_before = |marker: &str| -> u64 {
-        err.split(marker)
-            .next()
-            .and_then(|s| s.rsplit([' ', '(']).next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no `{marker}` in: {err}"))
-    };
+    let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "3", "-r", "499"], &file);
     let anchor_stops: u64 = err
         .split("anchor ")
         .nth(2)
         .and_then(|s| s.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no anchor stop count in: {err}"));
-    let samples = number_before(" samples,");
-    let misses = number_before(" anchor misses");
+    let samples = number_before(&err, " samples,");
+    let misses = number_before(&err, " anchor misses");
     assert!(
         anchor_stops > samples / 2,
         "the BPF walks used the anchor: {err}"
     );
     assert!(misses * 20 <= samples, "few anchor misses: {err}");
-    let text = std::fs::read_to_string(&file).expect("profile");
     assert!(
         text.contains("a_leaf") && text.contains("b_leaf"),
         "both chains sampled:\n{text}"
@@ -436,15 +414,6 @@ fn main_and_other_samples(collapsed: &str, pid: u32, function: &str) -> (u64, u6
     (main, other)
 }
 
-/// The number right before `marker` in a `record` summary line.
-fn summary_number(err: &str, marker: &str) -> u64 {
-    err.split(marker)
-        .next()
-        .and_then(|s| s.rsplit([' ', '(']).next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no `{marker}` in: {err}"))
-}
-
 /// Threads living 50 ms each, shorter than the agent's thread refresh: the program finds their
 /// thread states itself, so their share of the profile is their share of the CPU, and what is
 /// still lost is counted (`unknown thread`).
@@ -460,23 +429,7 @@ fn ebpf_samples_short_lived_threads() {
     p.wait_for_line("ready", Duration::from_secs(30));
     let dir = out_dir("short-threads");
     let file = dir.join("short.txt");
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &p.pid().to_string(),
-        "--mode",
-        "ebpf",
-        "-d",
-        "4",
-        "-r",
-        "199",
-        "-f",
-        "collapsed",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{err}");
+    let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "4", "-r", "199"], &file);
     // The script's own measure of where its CPU went, over its whole run.
     let cpu_line = p.wait_for_line("cpu ", Duration::from_secs(60));
     let cpu_of = |name: &str| -> f64 {
@@ -489,7 +442,6 @@ fn ebpf_samples_short_lived_threads() {
     let (short_cpu, main_cpu) = (cpu_of("short_burn"), cpu_of("main"));
     let cpu_share = 100.0 * short_cpu / (short_cpu + main_cpu);
 
-    let text = std::fs::read_to_string(&file).expect("profile");
     let (main, short) = main_and_other_samples(&text, p.pid(), "short_burn");
     assert!(
         short + main >= 100,
@@ -501,9 +453,9 @@ fn ebpf_samples_short_lived_threads() {
         "short-lived threads: {profile_share:.1}% of the profile vs {cpu_share:.1}% of the CPU ({cpu_line}); main {main}, short {short}\n{err}"
     );
     // Losses are counted by reason; the threads were found by the program, and few were lost.
-    let unknown = summary_number(&err, " unknown thread");
+    let unknown = number_before(&err, " unknown thread");
     assert!(
-        summary_number(&err, " new threads' states") > 0,
+        number_before(&err, " new threads' states") > 0,
         "the program found threads itself: {err}"
     );
     assert!(
@@ -527,24 +479,7 @@ fn ebpf_315_threads_beyond_the_frame_cache_are_walked_whole() {
     p.wait_for_line("ready", Duration::from_secs(120));
     let dir = out_dir("many-threads");
     let file = dir.join("many.txt");
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &p.pid().to_string(),
-        "--mode",
-        "ebpf",
-        "-d",
-        "4",
-        "-r",
-        "199",
-        "-f",
-        "collapsed",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{err}");
-    let text = std::fs::read_to_string(&file).expect("profile");
+    let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "4", "-r", "199"], &file);
     let (main, _) = main_and_other_samples(&text, p.pid(), "parked");
     let main_burn: u64 = text
         .lines()
@@ -556,11 +491,11 @@ fn ebpf_315_threads_beyond_the_frame_cache_are_walked_whole() {
         "the main thread's function was sampled ({main} on main): {err}"
     );
     assert!(
-        summary_number(&err, " anchor misses") * 10 <= main_burn,
+        number_before(&err, " anchor misses") * 10 <= main_burn,
         "few anchor misses: {err}"
     );
     assert!(
-        summary_number(&err, " walks past its bounds") > 0,
+        number_before(&err, " walks past its bounds") > 0,
         "the fallback is counted: {err}"
     );
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use pyagent_tests::stacks::{pyagent_bin, run_pyagent, script};
+use pyagent_tests::stacks::{pyagent_bin, record_collapsed, script};
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
 
@@ -19,20 +19,7 @@ fn gc_marker_is_on_the_collecting_thread_of_free_threaded_builds(
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("gc_loop.py"), &[]);
     p.wait_for_line("ready", Duration::from_secs(30));
     let file = std::env::temp_dir().join(format!("pyagent-gc-{py}-{}.txt", std::process::id()));
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &p.pid().to_string(),
-        "-d",
-        "3",
-        "-f",
-        "collapsed",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{py}: {err}");
-    let text = std::fs::read_to_string(&file).expect("profile written");
+    let (text, _) = record_collapsed(p.pid(), &["-d", "3"], &file);
     let count = |line: &str| -> u64 {
         let (_, n) = line.rsplit_once(' ').expect("a count");
         n.parse().expect("numeric count")

@@ -10,20 +10,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pyagent_tests::stacks::{host_wide_lock, pyagent_bin, run_pyagent, script};
+use pyagent_tests::stacks::{
+    host_wide_lock, number_before, pyagent_bin, record_collapsed, run_pyagent, script,
+};
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
-
-/// The number right before `suffix` in `text` (`"97 samples"` → 97).
-fn number_before(text: &str, suffix: &str) -> u64 {
-    let head = &text[..text
-        .find(suffix)
-        .unwrap_or_else(|| panic!("no `{suffix}` in: {text}"))];
-    head.rsplit(|c: char| !c.is_ascii_digit())
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no number before `{suffix}` in: {text}"))
-}
 
 fn out_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("pyagent-torn-{tag}-{}", std::process::id()));
@@ -43,25 +34,7 @@ fn fast_recursion(py: &str) -> PythonProcess {
 /// `pyagent record` of `pid` for `secs` at `rate` Hz in `mode`, as collapsed stacks; returns
 /// the stacks and the summary line.
 fn record(pid: u32, mode: &str, secs: &str, rate: &str, file: &Path) -> (String, String) {
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &pid.to_string(),
-        "--mode",
-        mode,
-        "-d",
-        secs,
-        "-r",
-        rate,
-        "-f",
-        "collapsed",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{mode}: {err}");
-    let text = std::fs::read_to_string(file).expect("profile written");
-    (text, err)
+    record_collapsed(pid, &["--mode", mode, "-d", secs, "-r", rate], file)
 }
 
 /// Samples per number of `recurse` frames on the stack, from collapsed stacks
