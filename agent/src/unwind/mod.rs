@@ -610,12 +610,13 @@ impl Unwinder {
                 let mut frames = Vec::with_capacity(tail_len + 3);
                 frames.extend(self.gc_marker_without_frame(interp, t));
                 frames.extend(resolved.into_iter().map(|c| c.frame));
+                let gc_frame = self.gc_frame(interp);
                 let tail = self
                     .frame_cache
                     .as_ref()
                     .and_then(|fc| fc.stack(key))
                     .map_or(&[][..], |s| &s[1..]);
-                Self::append_tail(&mut frames, pending_native, tail);
+                Self::append_tail(&mut frames, pending_native, gc_frame, tail);
                 return Ok(self.make_sample(t, frames, false));
             }
         }
@@ -679,7 +680,7 @@ impl Unwinder {
             let mut resolved = Vec::with_capacity(raw.len() + 4);
             let pending_native = self.resolve_frames(&raw, interp, &mut resolved)?;
             if let Some(tail) = spliced {
-                Self::splice_tail(&mut resolved, pending_native, tail);
+                Self::splice_tail(&mut resolved, pending_native, self.gc_frame(interp), tail);
             }
             Ok((resolved, end))
         })();
@@ -981,24 +982,40 @@ impl Unwinder {
         Ok(pending_native)
     }
 
-    /// Appends cached frames below a resolved part, adding the `<native>` it left pending.
-    fn splice_tail(out: &mut Vec<CachedFrame>, pending_native: bool, tail: Vec<CachedFrame>) {
-        if pending_native && tail.first().is_some_and(|c| c.addr != 0) {
-            out.push(CachedFrame {
-                addr: 0,
-                frame: Frame::pseudo(FrameKind::Native),
-            });
+    /// Appends cached frames below a resolved part, adding the `<native>` it left pending and
+    /// the `<GC>` marker at the frame that started a running collection (3.15 `gc.frame`).
+    fn splice_tail(
+        out: &mut Vec<CachedFrame>,
+        pending_native: bool,
+        gc_frame: Option<u64>,
+        tail: Vec<CachedFrame>,
+    ) {
+        let mut pending = pending_native;
+        for c in tail {
+            let marker = tail_marker(&mut pending, gc_frame, c.addr);
+            out.extend(marker.map(|frame| CachedFrame { addr: 0, frame }));
+            out.push(c);
         }
-        out.extend(tail);
     }
 
     /// [`Unwinder::splice_tail`] into a sample's frames, cloned straight out of the cache: the
     /// deep part of a stack is the bulk of a sample's cost once reads are down to one.
-    fn append_tail(out: &mut Vec<Frame>, pending_native: bool, tail: &[CachedFrame]) {
-        if pending_native && tail.first().is_some_and(|c| c.addr != 0) {
-            out.push(Frame::pseudo(FrameKind::Native));
+    fn append_tail(
+        out: &mut Vec<Frame>,
+        pending_native: bool,
+        gc_frame: Option<u64>,
+        tail: &[CachedFrame],
+    ) {
+        let mut pending = pending_native;
+        for c in tail {
+            out.extend(tail_marker(&mut pending, gc_frame, c.addr));
+            out.push(c.frame.clone());
         }
-        out.extend(tail.iter().map(|c| c.frame.clone()));
+    }
+
+    /// The frame above which `<GC>` goes, when markers are on and the version says (3.15+).
+    fn gc_frame(&self, interp: &InterpreterInfo) -> Option<u64> {
+        interp.gc_frame.filter(|_| self.options.gc)
     }
 
     /// Where the bytecode that `f.ip` points into starts: the code object's own copy, or on
@@ -1021,5 +1038,54 @@ impl Unwinder {
             }
             _ => Ok(own),
         }
+    }
+}
+
+/// The pseudo-frame that goes above the cached frame at `addr`: `<GC>` if the running
+/// collection started there (the cache never stores it: the collection that was running when a
+/// stack was stored may be over, and one may have started since), else the `<native>` left
+/// pending by the frames above (once, and not next to a cached pseudo-frame). A collection that called back
+/// into Python shows as `<GC>` alone, as in a full walk.
+fn tail_marker(pending_native: &mut bool, gc_frame: Option<u64>, addr: u64) -> Option<Frame> {
+    let native = std::mem::take(pending_native);
+    if addr == 0 {
+        return None;
+    }
+    if gc_frame == Some(addr) {
+        Some(Frame::pseudo(FrameKind::Gc))
+    } else {
+        native.then(|| Frame::pseudo(FrameKind::Native))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(pending: bool, gc_frame: Option<u64>, addrs: &[u64]) -> Vec<Option<FrameKind>> {
+        let mut pending = pending;
+        addrs
+            .iter()
+            .map(|&a| tail_marker(&mut pending, gc_frame, a).map(|f| f.kind))
+            .collect()
+    }
+
+    #[test]
+    fn gc_marker_returns_above_the_frame_that_started_the_collection() {
+        assert_eq!(
+            kinds(false, Some(0x20), &[0x10, 0x20, 0x30]),
+            [None, Some(FrameKind::Gc), None]
+        );
+    }
+
+    #[test]
+    fn pending_native_goes_once_above_the_first_real_frame_unless_gc_replaces_it() {
+        assert_eq!(
+            kinds(true, None, &[0x10, 0x20]),
+            [Some(FrameKind::Native), None]
+        );
+        assert_eq!(kinds(true, Some(0x10), &[0x10]), [Some(FrameKind::Gc)]);
+        // A cached `<native>` already stands there.
+        assert_eq!(kinds(true, None, &[0, 0x10]), [None, None]);
     }
 }

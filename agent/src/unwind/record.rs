@@ -131,6 +131,7 @@ impl Unwinder {
         let mut frames: Vec<_> = resolved.into_iter().map(|c| c.frame).collect();
         if walk.anchor_hit {
             let (anchor, seq) = walk.anchor;
+            let gc_frame = self.gc_frame(interp);
             let tail = self
                 .frame_cache
                 .as_mut()
@@ -150,7 +151,7 @@ impl Unwinder {
             }
             self.stats.frames_cached += tail.len() as u64;
             frames.reserve(tail.len() + 1);
-            Self::append_tail(&mut frames, pending_native, tail);
+            Self::append_tail(&mut frames, pending_native, gc_frame, tail);
         } else if walk.truncated {
             self.stats.truncated += 1;
         }

@@ -246,6 +246,19 @@ fn gc_pseudo_frame_on_3_15() {
         ..Default::default()
     };
     assert_eq!(parked_stack(&p, options, &expected[0]), expected);
+    // The frame cache never stores `<GC>` (the collection may be over by the next sample):
+    // stacks spliced from it get the marker back while `gc.frame` still names a cached frame.
+    let mut u = unwinder(p.pid(), options);
+    sample_until(&mut u, PARK, |s| {
+        s.iter().any(|t| simple(t).first() == Some(&expected[0]))
+    });
+    let hits_before = u.stats().cache_full_hits;
+    let again = u.sample().expect("sampling the parked target");
+    assert_eq!(
+        again.iter().map(simple).collect::<Vec<_>>(),
+        vec![expected.clone()]
+    );
+    assert!(u.stats().cache_full_hits > hits_before, "{:?}", u.stats());
     let no_gc = UnwindOptions {
         gc: false,
         ..Default::default()
