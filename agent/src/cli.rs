@@ -127,6 +127,12 @@ pub struct FrameArgs {
         value_parser = clap::value_parser!(u32).range(1..=100_000)
     )]
     pub read_attempts: u32,
+    /// Keep only stacks whose top frame stayed put while they were read, re-reading the
+    /// others: every stack kept is one instant's, but stacks that change faster than a read
+    /// (tight recursion) are under-sampled. By default such a stack is kept when its frame
+    /// chain is whole, and counted as unverified.
+    #[arg(long)]
+    pub verified_stacks_only: bool,
 }
 
 /// `pyagent dump`

@@ -47,6 +47,7 @@ fn unwind_options(f: &FrameArgs) -> UnwindOptions {
         gc: !f.no_gc,
         frame_cache: !f.no_frame_cache,
         read_attempts: f.read_attempts,
+        keep_moved_top: !f.verified_stacks_only,
         ..UnwindOptions::default()
     }
 }
@@ -71,7 +72,13 @@ fn dump(args: &DumpArgs) -> Result<()> {
         },
         target.object_path.display()
     )?;
-    let mut unwinder = Unwinder::new(target, unwind_options(&args.frames));
+    // A snapshot: a thread whose stack moves under every read is stopped and read exactly
+    // (`read_stopped`) rather than shown as read on the move.
+    let options = UnwindOptions {
+        keep_moved_top: false,
+        ..unwind_options(&args.frames)
+    };
+    let mut unwinder = Unwinder::new(target, options);
     for outcome in unwinder.sample_round(|_| true)? {
         let s = match outcome {
             ThreadOutcome::Stack(s) => s,
@@ -177,7 +184,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         .with_context(|| format!("writing {}", args.output.display()))?;
     let u = sampler.unwind_stats();
     let mut summary = format!(
-        "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads",
+        "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads, {} unverified stacks",
         args.output.display(),
         stats.samples,
         window.counts.len(),
@@ -187,6 +194,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         u.lost.total(),
         u.lost.summary(),
         u.rereads,
+        u.unverified,
     );
     if sampler.frame_cache_used() {
         summary += &format!(

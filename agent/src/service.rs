@@ -241,13 +241,14 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
             metrics.add_lost(reason, d);
         }
     }
-    if let Some(lost) = p.userspace_losses() {
+    if let Some(u) = p.userspace_unwind_stats() {
         for reason in StackLoss::ALL {
-            let d = deltas.delta(reason.label(), lost.get(reason));
+            let d = deltas.delta(reason.label(), u.lost.get(reason));
             if d > 0 {
                 metrics.add_lost(reason.label(), d);
             }
         }
+        metrics.add_unverified(deltas.delta("unverified", u.unverified));
     }
     for (cache, (hits, misses)) in p.cache_stats() {
         let h = deltas.delta(&format!("{cache}.hits"), hits);

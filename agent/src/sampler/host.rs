@@ -18,7 +18,7 @@ use crate::discovery::{host_tids, HostScanner, PythonTarget};
 use crate::sampler::bpf::{pa_proc_for, pa_thread_list_for, BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use crate::unwind::{
-    ExternalSkip, ExternalWalk, InterpreterInfo, LossCounts, RawFrame, ThreadInfo, UnwindOptions,
+    ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, ThreadInfo, UnwindOptions, UnwindStats,
     Unwinder,
 };
 
@@ -310,11 +310,12 @@ impl HostProfiler {
         stats
     }
 
-    /// Threads the userspace sampler sampled without getting a stack, by reason, since the
-    /// start; `None` in eBPF mode, whose losses are the dropped records of [`HostStats`].
-    pub fn userspace_losses(&self) -> Option<LossCounts> {
+    /// The userspace sampler's unwinder counters since the start (threads sampled without a
+    /// stack, by reason; stacks kept unverified); `None` in eBPF mode, whose losses are the
+    /// dropped records of [`HostStats`].
+    pub fn userspace_unwind_stats(&self) -> Option<UnwindStats> {
         match &self.backend {
-            Backend::Userspace(s) => Some(s.unwind_stats().lost),
+            Backend::Userspace(s) => Some(s.unwind_stats()),
             Backend::Bpf { .. } => None,
         }
     }

@@ -133,21 +133,7 @@ impl UserspaceSampler {
             .copied()
             .chain(self.targets.values().map(|u| u.stats()))
         {
-            total.samples += s.samples;
-            total.thread_samples += s.thread_samples;
-            total.frames_read += s.frames_read;
-            total.frames_cached += s.frames_cached;
-            total.cache_full_hits += s.cache_full_hits;
-            total.cache_partial_hits += s.cache_partial_hits;
-            total.cache_misses += s.cache_misses;
-            total.truncated += s.truncated;
-            total.torn += s.torn;
-            total.lost.merge(&s.lost);
-            total.rereads += s.rereads;
-            total.non_code_frames += s.non_code_frames;
-            total.anchor_writes += s.anchor_writes;
-            total.anchor_write_races += s.anchor_write_races;
-            total.uncached_walks += s.uncached_walks;
+            total += s;
         }
         total
     }

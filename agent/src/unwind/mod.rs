@@ -139,6 +139,9 @@ pub struct UnwindOptions {
     /// most reads of one thread's stack per sample: a walk the target moved under is read
     /// again, up to this many times (1: never re-read)
     pub read_attempts: u32,
+    /// keep a walk whose top frame moved while it was read, when its chain is otherwise sound
+    /// (see [`Unwinder::sample_thread`]); false re-reads it like any torn walk
+    pub keep_moved_top: bool,
 }
 
 impl Default for UnwindOptions {
@@ -152,6 +155,7 @@ impl Default for UnwindOptions {
             // the depth it was read at in about 1 read in `depth`: 128 keep 95% of a 20-deep
             // one's ticks at ~5 µs a read.
             read_attempts: 128,
+            keep_moved_top: true,
         }
     }
 }
@@ -181,6 +185,9 @@ pub struct UnwindStats {
     pub lost: LossCounts,
     /// re-reads of a thread's stack after a walk the target moved under
     pub rereads: u64,
+    /// stacks kept although their top frame moved while they were read (see
+    /// [`UnwindOptions::keep_moved_top`]): sound chains, not proven to be one instant's
+    pub unverified: u64,
     /// frames whose executable is not a code object (the sample is rejected as torn)
     pub non_code_frames: u64,
     /// anchor writes made
@@ -190,6 +197,46 @@ pub struct UnwindStats {
     /// 3.15 walks whose stack the frame cache could not hold (its thread or depth bound, a
     /// truncated walk): the thread's anchor is cleared, so BPF walks it whole
     pub uncached_walks: u64,
+}
+
+impl std::ops::AddAssign for UnwindStats {
+    /// Sums the counters of two unwinders (a host's processes, live and exited).
+    fn add_assign(&mut self, o: UnwindStats) {
+        let UnwindStats {
+            samples,
+            thread_samples,
+            frames_read,
+            frames_cached,
+            cache_full_hits,
+            cache_partial_hits,
+            cache_misses,
+            truncated,
+            torn,
+            lost,
+            rereads,
+            unverified,
+            non_code_frames,
+            anchor_writes,
+            anchor_write_races,
+            uncached_walks,
+        } = o;
+        self.samples += samples;
+        self.thread_samples += thread_samples;
+        self.frames_read += frames_read;
+        self.frames_cached += frames_cached;
+        self.cache_full_hits += cache_full_hits;
+        self.cache_partial_hits += cache_partial_hits;
+        self.cache_misses += cache_misses;
+        self.truncated += truncated;
+        self.torn += torn;
+        self.lost.merge(&lost);
+        self.rereads += rereads;
+        self.unverified += unverified;
+        self.non_code_frames += non_code_frames;
+        self.anchor_writes += anchor_writes;
+        self.anchor_write_races += anchor_write_races;
+        self.uncached_walks += uncached_walks;
+    }
 }
 
 /// Host TIDs and thread names of a process, looked up in /proc when a new thread shows up.
@@ -467,13 +514,11 @@ impl Unwinder {
     /// budget ([`reread::REREAD_CPU_BUDGET`], [`reread::REREAD_WALL_CAP`]). Each walk is
     /// validated in full: a re-read replaces a rejected walk, it never relaxes the checks.
     ///
-    /// The walk that validates is the one the thread stayed in its top frame through, so on a
-    /// stack that changes faster than a read (tens of nanoseconds a frame against a microsecond
-    /// a syscall) the frames the thread stays in longest are favoured: on a tight recursion the
-    /// loop around it has about twice its share. Holding out for the tick's own top frame
-    /// would remove that, at a cost of the square of the frame's share in reads (about 500
-    /// re-reads, 2 ms, a tick on a 20-deep recursion): measured, it kept only 70–95% of the
-    /// ticks within that budget.
+    /// A walk whose top frame moved while it was read is kept when its chain is otherwise
+    /// sound ([`UnwindOptions::keep_moved_top`]): holding out for a walk the thread stayed in
+    /// its top frame through favours the frames it stays in longest (on a tight recursion the
+    /// loop around it got about 10 times its share, measured against BPF walks, which stop the
+    /// thread), a wrong profile; a kept walk is what the stack was as it was read.
     fn sample_thread_rereading(
         &mut self,
         interp: &InterpreterInfo,
@@ -599,25 +644,18 @@ impl Unwinder {
                 let top = walk::read_frame(&mut self.mem, &self.target.offsets, t.top_frame)?;
                 let mut resolved = Vec::with_capacity(2);
                 let pending_native = self.resolve_frames(&[top], interp, &mut resolved)?;
-                if !self.top_read_before_anchor(t)
-                    && !self.anchor_unchanged(t, anchor_frame, seq)?
-                {
-                    return Err(AttemptError::Lost(StackLoss::TopMoved));
+                if self.top_read_before_anchor(t) || self.anchor_unchanged(t, anchor_frame, seq)? {
+                    return Ok(self.full_hit_sample(
+                        interp,
+                        t,
+                        key,
+                        resolved,
+                        pending_native,
+                        tail_len,
+                    ));
                 }
-                self.stats.cache_full_hits += 1;
-                self.stats.frames_read += 1;
-                self.stats.frames_cached += tail_len as u64;
-                let mut frames = Vec::with_capacity(tail_len + 3);
-                frames.extend(self.gc_marker_without_frame(interp, t));
-                frames.extend(resolved.into_iter().map(|c| c.frame));
-                let gc_frame = self.gc_frame(interp);
-                let tail = self
-                    .frame_cache
-                    .as_ref()
-                    .and_then(|fc| fc.stack(key))
-                    .map_or(&[][..], |s| &s[1..]);
-                Self::append_tail(&mut frames, pending_native, gc_frame, tail);
-                return Ok(self.make_sample(t, frames, false));
+                // The anchor moved since the thread state was read: the top frame returned.
+                // Walk the stack as it was read (below), which checks it like any other walk.
             }
         }
 
@@ -626,7 +664,7 @@ impl Unwinder {
         let mut raw = std::mem::take(&mut self.raw);
         raw.clear();
         let stop_at = anchor.map(|(a, _)| a).filter(|&a| a != 0);
-        let result = (|| -> Result<(Vec<CachedFrame>, WalkEnd), AttemptError> {
+        let result = (|| -> Result<(Vec<CachedFrame>, WalkEnd, bool), AttemptError> {
             let mut end =
                 walk::walk_frames(&mut self.mem, &o, t.top_frame, stop_at, max_depth, &mut raw)?;
             let mut spliced: Option<Vec<CachedFrame>> = None;
@@ -661,7 +699,10 @@ impl Unwinder {
             // state read and the frame read, the stale frame's `previous` may point at a frame
             // that now belongs to another call chain. Reject the sample unless the top is still
             // the same frame running the same code with the same caller.
-            if !self.top_still_current(t, raw.first())? {
+            let moved = !self.top_still_current(t, raw.first())?;
+            if moved
+                && !(self.options.keep_moved_top && sound_end(&o, end, spliced.is_some(), &raw))
+            {
                 return Err(AttemptError::Lost(StackLoss::TopMoved));
             }
             // 3.15: a complete walk ends at the thread's base frame; anything else is torn.
@@ -682,15 +723,21 @@ impl Unwinder {
             if let Some(tail) = spliced {
                 Self::splice_tail(&mut resolved, pending_native, self.gc_frame(interp), tail);
             }
-            Ok((resolved, end))
+            Ok((resolved, end, moved))
         })();
         self.raw = raw;
         // A torn sample writes no anchor and leaves the stored stacks alone: the sequence check
         // keeps them honest, and walks recorded against them may still be waiting.
-        let (resolved, end) = result?;
+        let (resolved, end, moved) = result?;
         let truncated = end == WalkEnd::DepthLimit;
         if truncated {
             self.stats.truncated += 1;
+        }
+        if moved {
+            // Kept for the profile's sake, never cached: the next walk must not build on it.
+            self.stats.unverified += 1;
+            let frames = self.finish(interp, t, resolved);
+            return Ok(self.make_sample(t, frames, truncated));
         }
         if let (Some(fc), Some((anchor_frame, seq))) = (self.frame_cache.as_mut(), anchor) {
             let stored = !truncated && fc.store(key, seq, resolved.iter().cloned());
@@ -720,6 +767,32 @@ impl Unwinder {
         }
         let frames = self.finish(interp, t, resolved);
         Ok(self.make_sample(t, frames, truncated))
+    }
+
+    /// A sample made of the freshly read top frame and the stack cached below it.
+    fn full_hit_sample(
+        &mut self,
+        interp: &InterpreterInfo,
+        t: &ThreadInfo,
+        key: ThreadKey,
+        resolved: Vec<CachedFrame>,
+        pending_native: bool,
+        tail_len: usize,
+    ) -> ThreadSample {
+        self.stats.cache_full_hits += 1;
+        self.stats.frames_read += 1;
+        self.stats.frames_cached += tail_len as u64;
+        let mut frames = Vec::with_capacity(tail_len + 3);
+        frames.extend(self.gc_marker_without_frame(interp, t));
+        frames.extend(resolved.into_iter().map(|c| c.frame));
+        let gc_frame = self.gc_frame(interp);
+        let tail = self
+            .frame_cache
+            .as_ref()
+            .and_then(|fc| fc.stack(key))
+            .map_or(&[][..], |s| &s[1..]);
+        Self::append_tail(&mut frames, pending_native, gc_frame, tail);
+        self.make_sample(t, frames, false)
     }
 
     /// Adds a `<GC>` marker for versions that only say "collecting" and drops addresses.
@@ -1055,6 +1128,24 @@ fn tail_marker(pending_native: &mut bool, gc_frame: Option<u64>, addr: u64) -> O
         Some(Frame::pseudo(FrameKind::Gc))
     } else {
         native.then(|| Frame::pseudo(FrameKind::Native))
+    }
+}
+
+/// Whether a walk the target moved under still has the shape of a whole stack: it reached the
+/// part vouched for by the frame cache, hit the depth bound, or ended at a frame that starts a
+/// C-level evaluation (3.11 `is_entry`, 3.12+ an entry frame owned by the C stack; 3.15's base
+/// frame is checked for every walk). A frame read after it was popped and reused may have no
+/// caller yet: such a chain ends early, at a frame that is none of these.
+fn sound_end(o: &Offsets, end: WalkEnd, spliced: bool, raw: &[RawFrame]) -> bool {
+    match end {
+        WalkEnd::Anchor => spliced,
+        WalkEnd::DepthLimit => true,
+        WalkEnd::Corrupt | WalkEnd::Cycle => false,
+        WalkEnd::Bottom => {
+            spliced
+                || o.thread_state.base_frame.is_some()
+                || raw.last().is_some_and(|f| walk::starts_evaluation(o, f))
+        }
     }
 }
 

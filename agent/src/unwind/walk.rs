@@ -75,6 +75,12 @@ impl CycleCheck {
     }
 }
 
+/// Whether `f` is the first frame of a C-level evaluation, where every thread's chain ends:
+/// 3.11 flags it (`is_entry`), 3.12+ push an entry frame owned by the C stack.
+pub fn starts_evaluation(o: &Offsets, f: &RawFrame) -> bool {
+    f.is_entry || o.frame.entry_owner == Some(f.owner)
+}
+
 /// Reads one frame at `addr`.
 pub fn read_frame(
     mem: &mut impl ProcessMemory,

@@ -195,8 +195,9 @@ fn samples_lost(metrics: &str, reason: &str) -> f64 {
 
 /// Issue 16, item 0: the userspace sampler used to drop torn reads of a fast-changing stack
 /// without a trace. Now every thread sample that yields no stack is in
-/// `pyagent_samples_lost_total` by reason. One read per thread (`--read-attempts 1`) on a
-/// 20-deep recursion that never stops makes torn reads a matter of seconds.
+/// `pyagent_samples_lost_total` by reason. One read per thread (`--read-attempts 1`), keeping
+/// only stacks read while the top frame stayed put (`--verified-stacks-only`), on a 20-deep
+/// recursion that never stops makes torn reads a matter of seconds.
 #[test]
 fn torn_reads_are_counted_by_reason_in_the_service_metrics() {
     pyagent_bin();
@@ -213,6 +214,7 @@ fn torn_reads_are_counted_by_reason_in_the_service_metrics() {
             "99",
             "--read-attempts",
             "1",
+            "--verified-stacks-only",
         ],
     );
     let metrics = wait_for(

@@ -143,6 +143,7 @@ pub struct AgentMetrics {
     services: ServiceLabels,
     samples: IntCounter,
     samples_lost: IntCounterVec,
+    samples_unverified: IntCounter,
     bpf_run_time: Counter,
     bpf_runs: IntCounter,
     ring_drops: IntCounter,
@@ -233,6 +234,11 @@ impl AgentMetrics {
                 "Thread samples lost before they reached a profile, by reason.",
                 &["reason"],
             ),
+            samples_unverified: counter(
+                &registry,
+                "pyagent_samples_unverified_total",
+                "Thread samples kept although the thread's top frame moved while its stack was read (userspace sampler; the chain was whole, but not proven to be one instant's).",
+            ),
             bpf_run_time,
             bpf_runs: counter(
                 &registry,
@@ -317,6 +323,11 @@ impl AgentMetrics {
     /// `unreadable_stack`, `process_gone`, `stack_map_full`): each is one series.
     pub fn add_lost(&self, reason: &str, n: u64) {
         self.samples_lost.with_label_values(&[reason]).inc_by(n);
+    }
+
+    /// Counts `n` samples kept unverified (see `pyagent_samples_unverified_total`).
+    pub fn add_unverified(&self, n: u64) {
+        self.samples_unverified.inc_by(n);
     }
 
     /// Sets the number of processes in each state; states left out are set to 0.
