@@ -30,6 +30,10 @@ const volatile __u64 pa_wakeup_bytes = 0;
 /* Thread states searched at most for a thread the agent has not registered, 0..1024. */
 const volatile __u32 pa_thread_search_max = PA_THREAD_SEARCH_MAX;
 
+/* Off-CPU: pa_switch records a tracked thread's stack as it blocks, and its wake-up. Userspace
+ * attaches pa_switch only when asked; the knob keeps a stray attach harmless. */
+const volatile __u32 pa_off_cpu_on = 0;
+
 /* Benchmarks only: return right after stage PA_STAGE_* (0: run everything). */
 const volatile __u32 pa_stop_after = 0;
 
@@ -145,7 +149,7 @@ static __always_inline __u64 pa_search_thread(__u32 tgid)
 }
 
 /* A walk longer than a short record: the frames so far move to this CPU's scratch record, the
- * walk goes on there, and the record is output with its exact length. */
+ * walk goes on there, and the record is output with its exact length. Returns 1 if output. */
 static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_record *r, __u32 max,
 					__u64 *cnt)
 {
@@ -170,44 +174,33 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	s->rec.hdr.flags = pa_finish(w, cnt);
 	s->rec.hdr.nframes = n;
 	len = sizeof(struct pa_sample_hdr) + (__u64)n * sizeof(struct pa_frame);
-	if (bpf_ringbuf_output(&pa_samples, &s->rec, len, pa_submit_flags(len, cnt)))
+	if (bpf_ringbuf_output(&pa_samples, &s->rec, len, pa_submit_flags(len, cnt))) {
 		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
-	else
-		pa_count_emitted(cnt, n);
-	return 0;
+		return 0;
+	}
+	pa_count_emitted(cnt, n);
+	return 1;
 }
 
-SEC("perf_event")
-int pa_sample(void *ctx)
+/* What an off-CPU record adds to the header: PA_WAIT_* and the futex word (all 0 on-CPU). */
+struct pa_wait_info {
+	__u32 flags;
+	__u32 wait;
+	__u64 wait_addr;
+};
+
+/* Walks the current task's Python stack (a thread of tracked process `p`) into a record.
+ * Returns 1 if a record was written. */
+static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, __u32 tid,
+					   const struct pa_wait_info *why, __u64 *cnt)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id, flags, lo, max;
-	const struct pa_proc *p;
+	__u32 flags, lo, max;
 	struct pa_short_record *r;
 	struct pa_walk w = {};
 	const __u64 *tsp;
 	__u64 ts, cur;
 	/* Words, so that the verifier sees variable-offset reads of it as 8-byte aligned. */
 	__u64 win[PA_TSTATE_READ_BYTES / 8];
-	__u64 *cnt;
-
-	if (pa_stop_after == PA_STAGE_ENTERED)
-		return 0;
-	cnt = pa_counters_here();
-	pa_count(cnt, PA_CNT_RUNS);
-	if (pa_stop_after == PA_STAGE_COUNTED)
-		return 0;
-	if (tid == 0) {
-		pa_count(cnt, PA_CNT_IDLE);
-		return 0;
-	}
-	p = pa_find_proc(tgid);
-	if (!p) {
-		pa_count(cnt, PA_CNT_NOT_TRACKED);
-		return 0;
-	}
-	if (pa_stop_after == PA_STAGE_PROCESS)
-		return 0;
 	tsp = pa_find_thread(tid);
 	if (tsp && !*tsp) {
 		/* Registered as running no Python. */
@@ -286,7 +279,9 @@ int pa_sample(void *ctx)
 	r->hdr.anchor_seq = 0;
 	r->hdr.base_frame = 0;
 	r->hdr.cpu = bpf_get_smp_processor_id();
-	r->hdr._pad = 0;
+	r->hdr.wait = why->wait;
+	r->hdr.time_ns = bpf_ktime_get_ns();
+	r->hdr.wait_addr = why->wait_addr;
 	if (flags & PA_PROC_ANCHOR) {
 		r->hdr.anchor_frame = pa_ts_field(win, p->thread_state_last_profiled_frame - lo);
 		r->hdr.anchor_seq = pa_ts_field(win, p->thread_state_last_profiled_frame_seq - lo);
@@ -298,6 +293,7 @@ int pa_sample(void *ctx)
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return 0;
 	}
+	w.flags = why->flags;
 	w.frame = cur;
 	w.anchor = r->hdr.anchor_frame;
 	w.base = r->hdr.base_frame;
@@ -317,6 +313,169 @@ int pa_sample(void *ctx)
 	r->hdr.nframes = w.n;
 	bpf_ringbuf_submit(r, pa_submit_flags(sizeof(*r), cnt));
 	pa_count_emitted(cnt, w.n);
+	return 1;
+}
+
+SEC("perf_event")
+int pa_sample(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	const struct pa_wait_info on_cpu = {};
+	const struct pa_proc *p;
+	__u64 *cnt;
+
+	if (pa_stop_after == PA_STAGE_ENTERED)
+		return 0;
+	cnt = pa_counters_here();
+	pa_count(cnt, PA_CNT_RUNS);
+	if (pa_stop_after == PA_STAGE_COUNTED)
+		return 0;
+	if (tid == 0) {
+		pa_count(cnt, PA_CNT_IDLE);
+		return 0;
+	}
+	p = pa_find_proc(tgid);
+	if (!p) {
+		pa_count(cnt, PA_CNT_NOT_TRACKED);
+		return 0;
+	}
+	if (pa_stop_after == PA_STAGE_PROCESS)
+		return 0;
+	pa_record_stack(p, tgid, tid, &on_cpu, cnt);
+	return 0;
+}
+
+/* ---- Off-CPU ---------------------------------------------------------------------------- */
+
+/* The kernel fields the off-CPU program reads. Only these are declared: their offsets are
+ * relocated against the running kernel's BTF at load (CO-RE), so no vmlinux.h is needed. */
+struct task_struct {
+	int pid;
+} __attribute__((preserve_access_index));
+
+struct pt_regs {
+	unsigned long si;
+	unsigned long di;
+	unsigned long orig_ax;
+} __attribute__((preserve_access_index));
+
+/* What `task`, which is blocking, waits in: the system call it is in (the user registers saved
+ * at its entry: orig_ax the number, di and si the first two arguments). x86_64 numbers. */
+static __always_inline void pa_classify_wait(struct task_struct *task, struct pa_wait_info *why)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	long nr;
+
+	why->wait = PA_WAIT_OTHER;
+	if (!regs)
+		return;
+	nr = regs->orig_ax;
+	switch (nr) {
+	case 35: /* nanosleep */
+	case 230: /* clock_nanosleep */
+	case 34: /* pause */
+		why->wait = PA_WAIT_SLEEP;
+		break;
+	case 23: /* select */
+	case 270: /* pselect6 */
+		why->wait = regs->di == 0 ? PA_WAIT_SLEEP : PA_WAIT_IO; /* nfds */
+		break;
+	case 7: /* poll */
+	case 271: /* ppoll */
+		why->wait = regs->si == 0 ? PA_WAIT_SLEEP : PA_WAIT_IO; /* nfds */
+		break;
+	case 0: /* read */
+	case 1: /* write */
+	case 17: /* pread64 */
+	case 18: /* pwrite64 */
+	case 19: /* readv */
+	case 20: /* writev */
+	case 42: /* connect */
+	case 43: /* accept */
+	case 44: /* sendto */
+	case 45: /* recvfrom */
+	case 46: /* sendmsg */
+	case 47: /* recvmsg */
+	case 208: /* io_getevents */
+	case 232: /* epoll_wait */
+	case 281: /* epoll_pwait */
+	case 288: /* accept4 */
+	case 299: /* recvmmsg */
+	case 307: /* sendmmsg */
+	case 426: /* io_uring_enter */
+	case 441: /* epoll_pwait2 */
+		why->wait = PA_WAIT_IO;
+		break;
+	case 202: /* futex */
+	case 449: /* futex_waitv */
+		why->wait = PA_WAIT_FUTEX;
+		why->wait_addr = regs->di;
+		break;
+	}
+}
+
+/* The thread leaving the CPU (the current task) blocks: record its stack and remember it. */
+static __always_inline void pa_switch_out(struct task_struct *prev, __u64 *cnt)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	struct pa_wait_info why = { .flags = PA_SAMPLE_OFF_CPU };
+	const struct pa_proc *p;
+
+	if (tid == 0)
+		return;
+	p = pa_find_proc(tgid);
+	if (!p)
+		return;
+	pa_classify_wait(prev, &why);
+	if (!pa_record_stack(p, tgid, tid, &why, cnt))
+		return;
+	pa_count(cnt, PA_CNT_OFF_CPU_WALKS);
+	if (bpf_map_update_elem(&pa_off_cpu_threads, &tid, &tgid, BPF_ANY))
+		pa_count(cnt, PA_CNT_OFF_CPU_MAP_FULL);
+}
+
+/* The thread taking the CPU: if its stack was recorded as it blocked, record that it runs. */
+static __always_inline void pa_switch_in(struct task_struct *next, __u64 *cnt)
+{
+	__u32 tid = next->pid;
+	struct pa_sample_hdr h = {};
+	__u32 *tgid = bpf_map_lookup_elem(&pa_off_cpu_threads, &tid);
+
+	if (!tgid)
+		return;
+	h.pid = *tgid;
+	h.tid = tid;
+	h.cpu = bpf_get_smp_processor_id();
+	h.flags = PA_SAMPLE_WAKE;
+	h.time_ns = bpf_ktime_get_ns();
+	bpf_map_delete_elem(&pa_off_cpu_threads, &tid);
+	if (bpf_ringbuf_output(&pa_samples, &h, sizeof(h), pa_submit_flags(sizeof(h), cnt)))
+		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
+	else
+		pa_count(cnt, PA_CNT_WAKES);
+}
+
+/* Every context switch on the host (tp_btf: typed arguments, no tracefs). A thread that blocks
+ * (prev_state is not TASK_RUNNING: preemption is not waiting) gets its stack recorded, and its
+ * wake-up when it is switched in again; userspace weighs the stack by the time in between.
+ * Cost for a task the agent does not track: two map lookups. */
+SEC("tp_btf/sched_switch")
+int pa_switch(__u64 *ctx)
+{
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	__u32 prev_state = (__u32)ctx[3];
+	__u64 *cnt;
+
+	if (!pa_off_cpu_on)
+		return 0;
+	cnt = pa_counters_here();
+	pa_count(cnt, PA_CNT_SWITCHES);
+	if (prev_state != 0)
+		pa_switch_out(prev, cnt);
+	pa_switch_in(next, cnt);
 	return 0;
 }
 

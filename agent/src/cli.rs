@@ -194,6 +194,10 @@ pub struct HostArgs {
     /// Profile every CPython process on the host, including ones started later.
     #[arg(long)]
     pub all_python: bool,
+    /// With --duration: also profile the time threads spend blocked (eBPF only), as an
+    /// `off_cpu` sample type with a `wait` label (io, sleep, lock, gil, other).
+    #[arg(long)]
+    pub off_cpu: bool,
     /// How long to profile, in seconds (`30`, `1.5`) or with a unit (`500ms`, `2m`), then write
     /// one file per process into --output and exit. Without it, run as a service until SIGTERM,
     /// cutting a profile per process every --interval.
@@ -265,6 +269,10 @@ pub struct RecordArgs {
     /// `--idle` and `--subprocesses` need `userspace`).
     #[arg(long, value_enum, default_value_t = ModeArg::Userspace)]
     pub mode: ModeArg,
+    /// Also profile the time threads spend blocked (`--mode ebpf`): the pprof profile gets an
+    /// `off_cpu` sample type, with a `wait` label (io, sleep, lock, gil, other).
+    #[arg(long)]
+    pub off_cpu: bool,
     #[command(flatten)]
     pub frames: FrameArgs,
 }

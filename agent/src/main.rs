@@ -143,6 +143,9 @@ fn read_stopped(unwinder: &mut Unwinder, lost: &LostThread) -> Result<ThreadOutc
 }
 
 fn record(args: &RecordArgs) -> Result<()> {
+    if args.off_cpu {
+        bail!("--off-cpu needs --mode ebpf (the userspace sampler cannot see a thread block; --idle samples waiting threads instead)");
+    }
     let config = UserspaceConfig {
         rate_hz: args.rate,
         duration: args.duration,
@@ -234,6 +237,7 @@ fn host_profiler(
     rate: u32,
     pids: Option<Vec<u32>>,
     frames: &FrameArgs,
+    off_cpu: bool,
 ) -> Result<HostProfiler> {
     let config = HostConfig {
         mode: mode.into(),
@@ -241,11 +245,18 @@ fn host_profiler(
         pids,
         unwind: unwind_options(frames),
         thread_search_max: thread_search_max()?,
+        off_cpu,
         ..HostConfig::default()
     };
     let profiler = HostProfiler::new(config)?;
     if let Some(why) = profiler.fallback_reason() {
+        if off_cpu {
+            bail!("--off-cpu needs the eBPF sampler, which is unavailable: {why}");
+        }
         eprintln!("pyagent: eBPF sampler unavailable ({why}); using the userspace sampler");
+    }
+    if let Some(why) = profiler.off_cpu_unavailable() {
+        eprintln!("pyagent: off-CPU profiling unavailable ({why}); profiling on-CPU time only");
     }
     Ok(profiler)
 }
@@ -315,7 +326,16 @@ fn all_python(args: &HostArgs) -> Result<()> {
     };
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let rate = args.rate.unwrap_or(99);
-    let mut profiler = host_profiler(args.mode.unwrap_or(ModeArg::Auto), rate, None, &args.frames)?;
+    if args.off_cpu && args.mode == Some(ModeArg::Userspace) {
+        bail!("--off-cpu needs --mode ebpf (the userspace sampler cannot see a thread block; --idle in `record --mode userspace` samples waiting threads instead)");
+    }
+    let mut profiler = host_profiler(
+        args.mode.unwrap_or(ModeArg::Auto),
+        rate,
+        None,
+        &args.frames,
+        args.off_cpu,
+    )?;
     install_stop_handlers();
     // The first scan parses every Python binary on the host: the duration starts after it.
     profiler.scan();
@@ -416,7 +436,13 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     locate_runtime(args.pid)?;
     let file = File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
-    let mut profiler = host_profiler(args.mode, args.rate, Some(vec![args.pid]), &args.frames)?;
+    let mut profiler = host_profiler(
+        args.mode,
+        args.rate,
+        Some(vec![args.pid]),
+        &args.frames,
+        args.off_cpu,
+    )?;
     install_stop_handlers();
     let until = args.duration.map(|d| std::time::Instant::now() + d);
     let pid = args.pid;

@@ -145,6 +145,18 @@ _Static_assert(sizeof(struct pa_thread_list) == 32, "struct pa_thread_list layou
 /* A frame's `previous` is the frame itself or one of the few frames recorded just before it: the
  * chain loops (corrupt memory), so the walk stopped there rather than repeat the loop. */
 #define PA_SAMPLE_CYCLIC (1u << 5)
+/* Taken as the thread left the CPU to wait (sched_switch, the thread blocked: not preempted).
+ * `wait` says what in, `wait_addr` the futex word for PA_WAIT_FUTEX, `time_ns` when. */
+#define PA_SAMPLE_OFF_CPU (1u << 6)
+/* No stack: the thread of an earlier PA_SAMPLE_OFF_CPU record runs again at `time_ns`. */
+#define PA_SAMPLE_WAKE (1u << 7)
+
+/* What an off-CPU thread waits in, from the system call it blocked in (x86_64 numbers). */
+#define PA_WAIT_NONE 0 /* on-CPU records */
+#define PA_WAIT_OTHER 1 /* any other call, or none (a page fault, a signal stop) */
+#define PA_WAIT_IO 2 /* read/write/poll/select/epoll/accept/connect/recv/send... on descriptors */
+#define PA_WAIT_SLEEP 3 /* nanosleep, clock_nanosleep, pause; select/poll without descriptors */
+#define PA_WAIT_FUTEX 4 /* futex: a lock, a condition, or the GIL (userspace tells by address) */
 
 struct pa_sample_hdr {
 	/* Host (initial pid namespace) tgid and tid of the interrupted task. */
@@ -164,9 +176,14 @@ struct pa_sample_hdr {
 	__u32 nframes;
 	/* PA_SAMPLE_* */
 	__u32 flags;
-	__u32 _pad;
+	/* PA_WAIT_* (PA_SAMPLE_OFF_CPU records; PA_WAIT_NONE otherwise). */
+	__u32 wait;
+	/* bpf_ktime_get_ns() (CLOCK_MONOTONIC) when the record was taken. */
+	__u64 time_ns;
+	/* The futex word waited on (PA_WAIT_FUTEX), 0 otherwise. */
+	__u64 wait_addr;
 };
-_Static_assert(sizeof(struct pa_sample_hdr) == 64, "struct pa_sample_hdr layout");
+_Static_assert(sizeof(struct pa_sample_hdr) == 80, "struct pa_sample_hdr layout");
 
 /* One _PyInterpreterFrame as read from the target; userspace symbolizes it later. */
 struct pa_frame {
@@ -195,7 +212,7 @@ struct pa_short_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_SHORT_FRAMES];
 };
-#define PA_SHORT_RECORD_BYTES (64 + 32 * PA_SHORT_FRAMES)
+#define PA_SHORT_RECORD_BYTES (80 + 32 * PA_SHORT_FRAMES)
 _Static_assert(sizeof(struct pa_short_record) == PA_SHORT_RECORD_BYTES, "struct pa_short_record layout");
 
 /* The largest record: header plus PA_MAX_FRAMES frames. */
@@ -203,7 +220,7 @@ struct pa_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_MAX_FRAMES];
 };
-_Static_assert(sizeof(struct pa_record) == 64 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+_Static_assert(sizeof(struct pa_record) == 80 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
 
 /* ---- Stages, for measuring what each part of a run costs -------------------------------- */
 /*
@@ -275,7 +292,15 @@ enum pa_counter {
 	PA_CNT_THREAD_UNKNOWN = 18,
 	/* Walks stopped at a frame chain that loops back (PA_SAMPLE_CYCLIC). */
 	PA_CNT_CYCLIC_CHAIN = 19,
-	PA_CNT__COUNT = 20,
+	/* Context switches seen by the off-CPU program (every task on the host). */
+	PA_CNT_SWITCHES = 20,
+	/* Tracked Python threads that left the CPU to wait, their stack recorded. */
+	PA_CNT_OFF_CPU_WALKS = 21,
+	/* Off-CPU threads that ran again (PA_SAMPLE_WAKE records written). */
+	PA_CNT_WAKES = 22,
+	/* pa_off_cpu full: an off-CPU thread's start was not kept, its wait is lost. */
+	PA_CNT_OFF_CPU_MAP_FULL = 23,
+	PA_CNT__COUNT = 24,
 };
 
 #endif /* PYAGENT_H */

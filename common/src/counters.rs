@@ -2,7 +2,7 @@
 //! Prometheus name and help string.
 
 /// Number of counters (`PA_CNT__COUNT`), the length of the `pa_counters` array.
-pub const COUNTER_COUNT: usize = 20;
+pub const COUNTER_COUNT: usize = 24;
 
 /// One counter id (`enum pa_counter`); the discriminant is the `pa_counters` index.
 #[repr(u32)]
@@ -48,6 +48,14 @@ pub enum Counter {
     ThreadUnknown = 18,
     /// `PA_CNT_CYCLIC_CHAIN`
     CyclicChain = 19,
+    /// `PA_CNT_SWITCHES`
+    Switches = 20,
+    /// `PA_CNT_OFF_CPU_WALKS`
+    OffCpuWalks = 21,
+    /// `PA_CNT_WAKES`
+    Wakes = 22,
+    /// `PA_CNT_OFF_CPU_MAP_FULL`
+    OffCpuMapFull = 23,
 }
 
 /// What a counter means, for metrics export.
@@ -184,6 +192,30 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
         "PA_CNT_CYCLIC_CHAIN",
         "pyagent_bpf_cyclic_chains_total",
         "Walks stopped because a frame's previous looped back to a recent frame (corrupt chain).",
+    ),
+    info(
+        Counter::Switches,
+        "PA_CNT_SWITCHES",
+        "pyagent_bpf_context_switches_total",
+        "Context switches seen by the off-CPU program (every task on the host).",
+    ),
+    info(
+        Counter::OffCpuWalks,
+        "PA_CNT_OFF_CPU_WALKS",
+        "pyagent_bpf_off_cpu_walks_total",
+        "Tracked Python threads that left the CPU to wait, their stack recorded.",
+    ),
+    info(
+        Counter::Wakes,
+        "PA_CNT_WAKES",
+        "pyagent_bpf_off_cpu_wakes_total",
+        "Off-CPU threads that ran again (their wait's end recorded).",
+    ),
+    info(
+        Counter::OffCpuMapFull,
+        "PA_CNT_OFF_CPU_MAP_FULL",
+        "pyagent_bpf_off_cpu_map_full_total",
+        "Off-CPU waits lost because the table of waiting threads was full.",
     ),
 ];
 

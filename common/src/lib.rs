@@ -54,6 +54,21 @@ pub const SAMPLE_ANCHOR_HIT: u32 = 1 << 3;
 pub const SAMPLE_REACHED_BASE: u32 = 1 << 4;
 /// [`PaSampleHdr::flags`]: a frame's `previous` looped back to a recent frame; the walk stopped.
 pub const SAMPLE_CYCLIC: u32 = 1 << 5;
+/// `PA_SAMPLE_OFF_CPU`: taken as the thread left the CPU to wait.
+pub const SAMPLE_OFF_CPU: u32 = 1 << 6;
+/// `PA_SAMPLE_WAKE`: no stack; the thread of an earlier off-CPU record runs again.
+pub const SAMPLE_WAKE: u32 = 1 << 7;
+
+/// `PA_WAIT_NONE`: an on-CPU record.
+pub const WAIT_NONE: u32 = 0;
+/// `PA_WAIT_OTHER`: any other call, or none.
+pub const WAIT_OTHER: u32 = 1;
+/// `PA_WAIT_IO`: a call on descriptors.
+pub const WAIT_IO: u32 = 2;
+/// `PA_WAIT_SLEEP`: a sleep, or select/poll without descriptors.
+pub const WAIT_SLEEP: u32 = 3;
+/// `PA_WAIT_FUTEX`: a futex (lock, condition or GIL), `wait_addr` its word.
+pub const WAIT_FUTEX: u32 = 4;
 
 /// How the BPF program walks one process's frame chain (`struct pa_proc`, the value of the
 /// `pa_procs` map, keyed by host tgid). Offsets are bytes, named after `_Py_DebugOffsets`.
@@ -229,12 +244,16 @@ pub struct PaSampleHdr {
     pub nframes: u32,
     /// `SAMPLE_*` bits.
     pub flags: u32,
-    /// Padding, 0.
-    pub _pad: u32,
+    /// `WAIT_*` ([`SAMPLE_OFF_CPU`] records; [`WAIT_NONE`] otherwise).
+    pub wait: u32,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the record was taken.
+    pub time_ns: u64,
+    /// The futex word waited on ([`WAIT_FUTEX`]), 0 otherwise.
+    pub wait_addr: u64,
 }
 
 const _: () = {
-    assert!(size_of::<PaSampleHdr>() == 64);
+    assert!(size_of::<PaSampleHdr>() == 80);
     assert!(offset_of!(PaSampleHdr, pid) == 0);
     assert!(offset_of!(PaSampleHdr, tid) == 4);
     assert!(offset_of!(PaSampleHdr, tstate) == 8);
@@ -245,7 +264,9 @@ const _: () = {
     assert!(offset_of!(PaSampleHdr, cpu) == 48);
     assert!(offset_of!(PaSampleHdr, nframes) == 52);
     assert!(offset_of!(PaSampleHdr, flags) == 56);
-    assert!(offset_of!(PaSampleHdr, _pad) == 60);
+    assert!(offset_of!(PaSampleHdr, wait) == 60);
+    assert!(offset_of!(PaSampleHdr, time_ns) == 64);
+    assert!(offset_of!(PaSampleHdr, wait_addr) == 72);
 };
 
 impl PaSampleHdr {
@@ -268,6 +289,14 @@ impl PaSampleHdr {
     /// Complete and ending at `base_frame` ([`SAMPLE_REACHED_BASE`]).
     pub fn reached_base(&self) -> bool {
         self.flags & SAMPLE_REACHED_BASE != 0
+    }
+    /// Taken as the thread left the CPU to wait ([`SAMPLE_OFF_CPU`]).
+    pub fn is_off_cpu(&self) -> bool {
+        self.flags & SAMPLE_OFF_CPU != 0
+    }
+    /// The end of a wait: no stack ([`SAMPLE_WAKE`]).
+    pub fn is_wake(&self) -> bool {
+        self.flags & SAMPLE_WAKE != 0
     }
     /// The chain looped back to a recent frame ([`SAMPLE_CYCLIC`]).
     pub fn is_cyclic(&self) -> bool {

@@ -61,7 +61,9 @@ impl<'a> SampleRecord<'a> {
             cpu: u32_at(head, offset_of!(PaSampleHdr, cpu)),
             nframes: u32_at(head, offset_of!(PaSampleHdr, nframes)),
             flags: u32_at(head, offset_of!(PaSampleHdr, flags)),
-            _pad: u32_at(head, offset_of!(PaSampleHdr, _pad)),
+            wait: u32_at(head, offset_of!(PaSampleHdr, wait)),
+            time_ns: u64_at(head, offset_of!(PaSampleHdr, time_ns)),
+            wait_addr: u64_at(head, offset_of!(PaSampleHdr, wait_addr)),
         };
         if hdr.nframes > MAX_FRAMES {
             return Err(RecordError::TooManyFrames {
@@ -161,7 +163,7 @@ fn u32_at(b: &[u8], off: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::SAMPLE_COMPLETE;
+    use crate::{SAMPLE_COMPLETE, SAMPLE_OFF_CPU};
 
     fn record(hdr: &PaSampleHdr, frames: &[PaFrame]) -> Vec<u8> {
         let mut v = Vec::new();
@@ -177,7 +179,10 @@ mod tests {
         ] {
             v.extend_from_slice(&x.to_ne_bytes());
         }
-        for x in [hdr.cpu, hdr.nframes, hdr.flags, hdr._pad] {
+        for x in [hdr.cpu, hdr.nframes, hdr.flags, hdr.wait] {
+            v.extend_from_slice(&x.to_ne_bytes());
+        }
+        for x in [hdr.time_ns, hdr.wait_addr] {
             v.extend_from_slice(&x.to_ne_bytes());
         }
         for f in frames {
@@ -215,13 +220,16 @@ mod tests {
             base_frame: 0,
             cpu: 1,
             nframes: 3,
-            flags: SAMPLE_COMPLETE,
-            _pad: 0,
+            flags: SAMPLE_COMPLETE | SAMPLE_OFF_CPU,
+            wait: crate::WAIT_FUTEX,
+            time_ns: 123_456_789,
+            wait_addr: 0x7f00_0000_1000,
         };
         let bytes = record(&hdr, &fr);
         let rec = SampleRecord::parse(&bytes).expect("valid record");
         assert_eq!(*rec.header(), hdr);
         assert!(rec.header().is_complete());
+        assert!(rec.header().is_off_cpu() && !rec.header().is_wake());
         assert_eq!(rec.len(), 3);
         assert_eq!(rec.frames().collect::<Vec<_>>(), fr);
         assert_eq!(rec.frames().len(), 3);
@@ -237,10 +245,10 @@ mod tests {
             RecordError::TooShort { len: 0 }
         );
         assert_eq!(
-            SampleRecord::parse(&[0; 63]).unwrap_err(),
-            RecordError::TooShort { len: 63 }
+            SampleRecord::parse(&[0; HDR - 1]).unwrap_err(),
+            RecordError::TooShort { len: HDR - 1 }
         );
-        let empty = SampleRecord::parse(&[0; 64]).expect("zero frames is valid");
+        let empty = SampleRecord::parse(&[0; HDR]).expect("zero frames is valid");
         assert!(empty.is_empty() && empty.frames().next().is_none());
 
         let hdr = PaSampleHdr {
@@ -252,8 +260,8 @@ mod tests {
         assert_eq!(
             SampleRecord::parse(&bytes).unwrap_err(),
             RecordError::LengthMismatch {
-                len: 127,
-                expected: 128,
+                len: HDR + 2 * FRAME - 1,
+                expected: HDR + 2 * FRAME,
                 nframes: 2
             }
         );

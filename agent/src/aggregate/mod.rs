@@ -18,6 +18,9 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::symbolize::Frame;
 use crate::unwind::ThreadSample;
 
+mod wait;
+pub use wait::WaitReason;
+
 /// Distinct stacks one window holds before samples with new stacks are dropped (about 100 Hz x 60 s x a
 /// dozen threads, each with a different stack; a real profile repeats stacks and stays far below).
 pub const DEFAULT_MAX_STACKS: usize = 65_536;
@@ -50,6 +53,9 @@ pub struct ProfileWindow {
     pub labels: BTreeMap<String, String>,
     /// Samples lost in this window: reported by the caller, or refused because the stack map was full.
     pub dropped: u64,
+    /// Off-CPU time per distinct stack and wait reason, in nanoseconds (empty unless off-CPU
+    /// profiling is on).
+    pub off_cpu: HashMap<(StackKey, WaitReason), u64>,
 }
 
 impl ProfileWindow {
@@ -58,9 +64,20 @@ impl ProfileWindow {
         self.counts.values().sum()
     }
 
-    /// Whether no sample was counted.
+    /// Whether no sample was counted, on or off the CPU.
     pub fn is_empty(&self) -> bool {
-        self.counts.is_empty()
+        self.counts.is_empty() && self.off_cpu.is_empty()
+    }
+
+    /// The off-CPU stacks and their nanoseconds, sorted by key like [`ProfileWindow::stacks`].
+    pub fn off_cpu_stacks(&self) -> Vec<(&StackKey, WaitReason, u64)> {
+        let mut stacks: Vec<_> = self
+            .off_cpu
+            .iter()
+            .map(|((key, wait), &ns)| (key, *wait, ns))
+            .collect();
+        stacks.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        stacks
     }
 
     /// The stacks and their counts, sorted by key (pid, tid, thread name, frames), so that exporters write
@@ -85,6 +102,7 @@ pub struct Aggregator {
     period_ns: u64,
     max_stacks: usize,
     counts: HashMap<StackKey, u64>,
+    off_cpu: HashMap<(StackKey, WaitReason), u64>,
     labels: BTreeMap<String, String>,
     dropped: u64,
     /// Interned thread names, so each stack of a thread shares one allocation; emptied on cut when large.
@@ -100,6 +118,7 @@ impl Aggregator {
             period_ns,
             max_stacks: DEFAULT_MAX_STACKS,
             counts: HashMap::new(),
+            off_cpu: HashMap::new(),
             labels: BTreeMap::new(),
             dropped: 0,
             thread_names: HashSet::new(),
@@ -124,20 +143,40 @@ impl Aggregator {
         self.add_count(sample, 1);
     }
 
+    /// Adds `ns` nanoseconds the thread of `sample` spent off the CPU in that stack, waiting
+    /// for `wait`. Off-CPU stacks count toward the same bound as on-CPU ones.
+    pub fn add_off_cpu(&mut self, sample: &ThreadSample, wait: WaitReason, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        let key = (self.key(sample), wait);
+        if let Some(total) = self.off_cpu.get_mut(&key) {
+            *total = total.saturating_add(ns);
+        } else if self.counts.len() + self.off_cpu.len() < self.max_stacks {
+            self.off_cpu.insert(key, ns);
+        } else {
+            self.dropped = self.dropped.saturating_add(1);
+        }
+    }
+
+    fn key(&mut self, sample: &ThreadSample) -> StackKey {
+        StackKey {
+            pid: sample.pid,
+            tid: sample.tid,
+            thread_name: sample.thread_name.as_deref().map(|name| self.intern(name)),
+            frames: sample.frames.clone(),
+        }
+    }
+
     /// Counts `n` samples of the same stack (a BPF-side pre-aggregated count, for instance).
     pub fn add_count(&mut self, sample: &ThreadSample, n: u64) {
         if n == 0 {
             return;
         }
-        let key = StackKey {
-            pid: sample.pid,
-            tid: sample.tid,
-            thread_name: sample.thread_name.as_deref().map(|name| self.intern(name)),
-            frames: sample.frames.clone(),
-        };
+        let key = self.key(sample);
         if let Some(count) = self.counts.get_mut(&key) {
             *count = count.saturating_add(n);
-        } else if self.counts.len() < self.max_stacks {
+        } else if self.counts.len() + self.off_cpu.len() < self.max_stacks {
             self.counts.insert(key, n);
         } else {
             self.dropped = self.dropped.saturating_add(n);
@@ -178,6 +217,7 @@ impl Aggregator {
             counts: std::mem::take(&mut self.counts),
             labels: self.labels.clone(),
             dropped: std::mem::take(&mut self.dropped),
+            off_cpu: std::mem::take(&mut self.off_cpu),
         }
     }
 

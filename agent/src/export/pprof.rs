@@ -2,8 +2,10 @@
 //! Grafana read it.
 //!
 //! Layout of what is written:
-//! - sample types `samples/count` and `cpu/nanoseconds` (count x period, the default type); period type
-//!   `cpu/nanoseconds` with `period` = the sampling period; `time_nanos` and `duration_nanos` from the window.
+//! - sample types `samples/count` and `cpu/nanoseconds` (count x period, the default type), and with
+//!   off-CPU data `off_cpu/nanoseconds` (time spent blocked; those samples carry a `wait` label: io,
+//!   sleep, lock, gil, other); period type `cpu/nanoseconds` with `period` = the sampling period;
+//!   `time_nanos` and `duration_nanos` from the window.
 //! - one `Function` per distinct (qualified name, file, first line): `name` is the qualified name,
 //!   `start_line` is `co_firstlineno`; pseudo-frames (`<native>`, `<GC>`) have file `~`. `system_name` stays
 //!   empty on purpose: when it equals `name`, pprof "demangles" it and, taking `<...>` for C++ template
@@ -50,10 +52,15 @@ pub fn build(window: &ProfileWindow) -> Profile {
     let period_ns = to_i64(window.period_ns);
     let samples_count = builder.value_type("samples", "count");
     let cpu_ns = builder.value_type("cpu", "nanoseconds");
+    let with_off_cpu = !window.off_cpu.is_empty();
+    let mut sample_type = vec![samples_count, cpu_ns.clone()];
+    if with_off_cpu {
+        sample_type.push(builder.value_type("off_cpu", "nanoseconds"));
+    }
     let mut profile = Profile {
         default_sample_type: cpu_ns.ty,
         period_type: Some(cpu_ns.clone()),
-        sample_type: vec![samples_count, cpu_ns],
+        sample_type,
         period: period_ns,
         time_nanos: unix_nanos(window.start),
         duration_nanos: to_i64(window.duration.as_nanos()),
@@ -73,7 +80,16 @@ pub fn build(window: &ProfileWindow) -> Profile {
         })
         .collect();
 
-    for (key, count) in window.stacks() {
+    let wait_key = with_off_cpu.then(|| builder.string("wait"));
+    let on_cpu = window
+        .stacks()
+        .into_iter()
+        .map(|(key, count)| (key, None, count));
+    let off_cpu = window
+        .off_cpu_stacks()
+        .into_iter()
+        .map(|(key, wait, ns)| (key, Some(wait), ns));
+    for (key, wait, amount) in on_cpu.chain(off_cpu) {
         let location_id = key
             .frames
             .iter()
@@ -98,11 +114,27 @@ pub fn build(window: &ProfileWindow) -> Profile {
                 ..Label::default()
             });
         }
+        if let (Some(wait), Some(wait_key)) = (wait, wait_key) {
+            label.push(Label {
+                key: wait_key,
+                str: builder.string(wait.label()),
+                ..Label::default()
+            });
+        }
         label.extend_from_slice(&process_labels);
-        let count = to_i64(count);
+        let amount = to_i64(amount);
+        let mut value = match wait {
+            // On-CPU: `amount` samples, each standing for one period of CPU time.
+            None => vec![amount, amount.saturating_mul(period_ns)],
+            // Off-CPU: `amount` nanoseconds of waiting.
+            Some(_) => vec![0, 0, amount],
+        };
+        if with_off_cpu {
+            value.resize(3, 0);
+        }
         profile.sample.push(Sample {
             location_id,
-            value: vec![count, count.saturating_mul(period_ns)],
+            value,
             label,
         });
     }

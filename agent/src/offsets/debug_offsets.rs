@@ -403,7 +403,10 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
             thread_state: thread_state_state(minor, get("thread_state.status")),
         }
     } else if let Some(holds_gil) = opt("thread_state.holds_gil") {
-        GilLocation::ThreadFlag { holds_gil }
+        GilLocation::ThreadFlag {
+            holds_gil,
+            locked: get("interpreter_state.gil_runtime_state_locked"),
+        }
     } else {
         GilLocation::Interpreter {
             locked: get("interpreter_state.gil_runtime_state_locked"),
@@ -642,7 +645,10 @@ mod tests {
         assert!(o.has_frame_cache_anchor());
         assert_eq!(o.thread_state.last_profiled_frame, Some(88));
         assert_eq!(o.frame.executable_tag_mask, 3);
-        assert_eq!(o.gil, GilLocation::ThreadFlag { holds_gil: 36 });
+        assert!(matches!(
+            o.gil,
+            GilLocation::ThreadFlag { holds_gil: 36, .. }
+        ));
         assert_eq!(o.interpreter_frame.tlbc_index, None);
         assert_eq!(o.gc.frame, Some(120));
         assert_eq!(o.frame_read_len(), 75);

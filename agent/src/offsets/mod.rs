@@ -81,6 +81,9 @@ pub enum GilLocation {
     ThreadFlag {
         /// int `holds_gil` in PyThreadState
         holds_gil: u64,
+        /// int `locked` of the interpreter's own `_gil` (absolute interpreter offset): where
+        /// the GIL's condition and mutex are, for telling a GIL wait from other futex waits
+        locked: u64,
     },
     /// Free-threaded build: there is no GIL to hold. Each thread state's `state` word says
     /// whether the thread is attached (running Python or C code on the interpreter's behalf).
@@ -89,6 +92,37 @@ pub enum GilLocation {
         thread_state: u64,
     },
 }
+
+impl GilLocation {
+    /// Where the GIL's `locked` word is, as a base and an offset: the runtime for 3.11, the
+    /// interpreter otherwise; `None` on free-threaded builds.
+    pub fn locked_word(self) -> Option<(GilBase, u64)> {
+        match self {
+            GilLocation::Runtime { locked, .. } => Some((GilBase::Runtime, locked)),
+            GilLocation::Interpreter { locked, .. } | GilLocation::ThreadFlag { locked, .. } => {
+                Some((GilBase::Interpreter, locked))
+            }
+            GilLocation::Disabled { .. } => None,
+        }
+    }
+}
+
+/// What a GIL offset is relative to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GilBase {
+    /// `_PyRuntime`
+    Runtime,
+    /// the `PyInterpreterState`
+    Interpreter,
+}
+
+/// The bytes around the GIL's `locked` word that hold the whole `_gil_runtime_state`: the
+/// interval and last holder before it; the switch number, the condition and mutex (and the
+/// switching pair) after it, about 200 bytes in every supported version. A thread blocked on a
+/// futex in there waits for the GIL.
+pub const GIL_BYTES_BEFORE_LOCKED: u64 = 32;
+/// See [`GIL_BYTES_BEFORE_LOCKED`].
+pub const GIL_BYTES_AFTER_LOCKED: u64 = 256;
 
 /// `PyInterpreterState` fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -422,8 +456,14 @@ impl Offsets {
                     i.size,
                 )?;
             }
-            GilLocation::ThreadFlag { holds_gil } => {
+            GilLocation::ThreadFlag { holds_gil, locked } => {
                 check("thread_state.holds_gil", holds_gil, 4, tmax)?;
+                check(
+                    "interpreter_state.gil_runtime_state_locked",
+                    locked,
+                    4,
+                    i.size,
+                )?;
             }
             GilLocation::Disabled { thread_state } => {
                 check("thread_state.state", thread_state, 4, tmax)?;
@@ -478,7 +518,7 @@ impl Offsets {
             end = end.max(off + 8);
         }
         match self.gil {
-            GilLocation::ThreadFlag { holds_gil } => end = end.max(holds_gil + 4),
+            GilLocation::ThreadFlag { holds_gil, .. } => end = end.max(holds_gil + 4),
             GilLocation::Disabled { thread_state } => end = end.max(thread_state + 4),
             GilLocation::Runtime { .. } | GilLocation::Interpreter { .. } => {}
         }

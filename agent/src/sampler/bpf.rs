@@ -28,9 +28,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
-use aya::programs::{PerfEvent, ProgramError, RawTracePoint};
+use aya::programs::{BtfTracePoint, PerfEvent, ProgramError, RawTracePoint};
 use aya::sys::{enable_stats, Stats};
-use aya::{Ebpf, EbpfError, EbpfLoader};
+use aya::{Btf, Ebpf, EbpfError, EbpfLoader};
 use common::{
     Counter, CounterInfo, PaProc, PaProcSlot, PaThreadList, PaThreadSlot, ProcError, SampleRecord,
     COUNTERS, COUNTER_COUNT, MAX_FRAMES, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS,
@@ -59,6 +59,8 @@ const KNOB_MAX_FRAMES: &str = "pa_max_frames";
 const KNOB_WAKEUP_BYTES: &str = "pa_wakeup_bytes";
 const KNOB_STOP_AFTER: &str = "pa_stop_after";
 const KNOB_THREAD_SEARCH_MAX: &str = "pa_thread_search_max";
+const KNOB_OFF_CPU: &str = "pa_off_cpu_on";
+const OFF_CPU_PROGRAM: &str = "pa_switch";
 
 /// How to load the sampler.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +90,9 @@ pub struct BpfConfig {
     /// registered with [`BpfSampler::set_thread`] (0: such threads are not sampled, only
     /// counted as `ThreadUnknown`).
     pub thread_search_max: u32,
+    /// Also record tracked threads' stacks as they block, and when they run again
+    /// (`tp_btf/sched_switch`): off-CPU time.
+    pub off_cpu: bool,
 }
 
 impl Default for BpfConfig {
@@ -104,6 +109,7 @@ impl Default for BpfConfig {
             only_thread: None,
             stop_after: 0,
             thread_search_max: THREAD_SEARCH_MAX,
+            off_cpu: false,
         }
     }
 }
@@ -149,6 +155,10 @@ pub enum BpfError {
     /// The object lacks a map or program this module expects (build mismatch).
     #[error("BPF object has no {0}")]
     Missing(&'static str),
+    /// Off-CPU profiling needs the kernel's BTF (`/sys/kernel/btf/vmlinux`) for its
+    /// `tp_btf/sched_switch` program.
+    #[error("off-CPU profiling needs the kernel's BTF at /sys/kernel/btf/vmlinux: {0}")]
+    OffCpuUnavailable(String),
     /// Listing CPUs from sysfs failed.
     #[error("cannot read {path}")]
     Cpus {
@@ -237,6 +247,7 @@ impl BpfSampler {
             .override_global(KNOB_WAKEUP_BYTES, &config.wakeup_bytes, true)
             .override_global(KNOB_STOP_AFTER, &config.stop_after, true)
             .override_global(KNOB_THREAD_SEARCH_MAX, &config.thread_search_max, true)
+            .override_global(KNOB_OFF_CPU, &u32::from(config.off_cpu), true)
             .map_max_entries(MAP_SAMPLES, config.ring_bytes)
             .map_max_entries(MAP_SCRATCH, nr_cpus)
             .map_max_entries(MAP_PROCS, config.max_processes)
@@ -293,6 +304,10 @@ impl BpfSampler {
                     )
                     .map_err(|e| program_error(&during, e))?;
             }
+        }
+
+        if config.off_cpu {
+            attach_off_cpu(&mut ebpf, attach)?;
         }
 
         let exec: &mut RawTracePoint = ebpf
@@ -613,6 +628,26 @@ pub fn pa_proc_for(offsets: &Offsets, use_anchor: bool) -> PaProc {
         p.thread_state_last_profiled_frame_seq = off(seq);
     }
     p
+}
+
+/// Loads the off-CPU program against the kernel's BTF and attaches it to `sched_switch`.
+fn attach_off_cpu(ebpf: &mut Ebpf, attach: bool) -> Result<(), BpfError> {
+    const DURING: &str = "loading the off-CPU program (tp_btf/sched_switch)";
+    let btf = Btf::from_sys_fs().map_err(|e| BpfError::OffCpuUnavailable(e.to_string()))?;
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut(OFF_CPU_PROGRAM)
+        .ok_or(BpfError::Missing("program pa_switch"))?
+        .try_into()
+        .map_err(|e| program_error(DURING, e))?;
+    program
+        .load("sched_switch", &btf)
+        .map_err(|e| program_error(DURING, e))?;
+    if attach {
+        program
+            .attach()
+            .map_err(|e| program_error("attaching to sched_switch", e))?;
+    }
+    Ok(())
 }
 
 fn validate(config: &BpfConfig) -> Result<(), BpfError> {

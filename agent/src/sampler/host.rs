@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 
 use common::{Counter, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
-use crate::aggregate::{Aggregator, ProfileWindow};
+use crate::aggregate::{Aggregator, ProfileWindow, WaitReason};
 use crate::discovery::service_name::{ProcessIdentity, SERVICE_ENV};
 use crate::discovery::{host_tids, HostScanner, PythonTarget};
 use crate::sampler::bpf::{pa_proc_for, pa_thread_list_for, BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use crate::unwind::{
-    ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, ThreadInfo, UnwindOptions, UnwindStats,
-    Unwinder,
+    ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, ThreadInfo, ThreadSample, UnwindOptions,
+    UnwindStats, Unwinder,
 };
 
 /// Where samples come from.
@@ -63,6 +63,8 @@ pub struct HostConfig {
     /// eBPF: thread states the program searches at most for a thread started since the last
     /// refresh (0: such threads are only counted as lost)
     pub thread_search_max: u32,
+    /// eBPF: also profile the time threads spend blocked (off-CPU), with its wait reason
+    pub off_cpu: bool,
 }
 
 impl Default for HostConfig {
@@ -75,6 +77,7 @@ impl Default for HostConfig {
             scan_interval: Duration::from_millis(500),
             drain_interval: Duration::from_millis(100),
             thread_search_max: common::THREAD_SEARCH_MAX,
+            off_cpu: false,
         }
     }
 }
@@ -166,6 +169,10 @@ pub struct HostStats {
     pub cyclic: u64,
     /// thread-map refreshes that failed
     pub refresh_failed: u64,
+    /// off-CPU records resolved into a waiting stack
+    pub off_cpu_waits: u64,
+    /// wake-up records whose wait had no resolved stack (its record was dropped or torn)
+    pub unmatched_wakes: u64,
 }
 
 /// A process's records are resolved against interpreter state and a code-object cache validated
@@ -232,6 +239,17 @@ pub struct HostProfiler {
     finished: Vec<(ProcessInfo, ProfileWindow)>,
     stats: HostStats,
     fallback_reason: Option<String>,
+    off_cpu_unavailable: Option<String>,
+    /// Threads off the CPU since their stack was recorded, by host TID.
+    waiting: HashMap<u32, Waiting>,
+}
+
+/// A thread blocked in a recorded stack, until its wake-up record (or a cut) weighs it.
+struct Waiting {
+    sample: ThreadSample,
+    wait: WaitReason,
+    /// CLOCK_MONOTONIC nanoseconds from which the wait is not yet in a profile
+    since_ns: u64,
 }
 
 impl HostProfiler {
@@ -240,16 +258,31 @@ impl HostProfiler {
         let bpf_config = BpfConfig {
             rate_hz: config.rate_hz as u64,
             thread_search_max: config.thread_search_max,
+            off_cpu: config.off_cpu,
             ..BpfConfig::default()
         };
         let mut fallback_reason = None;
+        let mut off_cpu_unavailable = None;
+        let mut load = || match BpfSampler::load(&bpf_config) {
+            // A kernel without what off-CPU needs still gets on-CPU profiles.
+            Err(e) if bpf_config.off_cpu => {
+                let on_cpu = BpfConfig {
+                    off_cpu: false,
+                    ..bpf_config.clone()
+                };
+                let sampler = BpfSampler::load(&on_cpu)?;
+                off_cpu_unavailable = Some(e.to_string());
+                Ok(sampler)
+            }
+            other => other,
+        };
         let backend = match config.mode {
             Mode::Userspace => Backend::Userspace(Box::new(Self::userspace(&config))),
             Mode::Ebpf => Backend::Bpf {
-                sampler: Box::new(BpfSampler::load(&bpf_config)?),
+                sampler: Box::new(load()?),
                 procs: HashMap::new(),
             },
-            Mode::Auto => match BpfSampler::load(&bpf_config) {
+            Mode::Auto => match load() {
                 Ok(s) => Backend::Bpf {
                     sampler: Box::new(s),
                     procs: HashMap::new(),
@@ -274,7 +307,14 @@ impl HostProfiler {
             finished: Vec::new(),
             stats: HostStats::default(),
             fallback_reason,
+            off_cpu_unavailable,
+            waiting: HashMap::new(),
         })
+    }
+
+    /// Why off-CPU profiling was asked for and is off (the sampler runs on-CPU only).
+    pub fn off_cpu_unavailable(&self) -> Option<&str> {
+        self.off_cpu_unavailable.as_deref()
     }
 
     fn userspace(config: &HostConfig) -> UserspaceSampler {
@@ -579,9 +619,29 @@ impl HostProfiler {
         let Backend::Bpf { sampler, procs } = &mut self.backend else {
             return sampled;
         };
-        let mut batch: Vec<(ExternalWalk, u32, Vec<RawFrame>)> = Vec::new();
+        let mut batch: Vec<(ExternalWalk, u32, Vec<RawFrame>, RecordKind)> = Vec::new();
         sampler.drain(|rec: SampleRecord<'_>| {
             let h = rec.header();
+            let kind = if h.is_wake() {
+                batch.push((
+                    ExternalWalk::default(),
+                    h.pid,
+                    Vec::new(),
+                    RecordKind::Wake {
+                        tid: h.tid,
+                        at_ns: h.time_ns,
+                    },
+                ));
+                return;
+            } else if h.is_off_cpu() {
+                RecordKind::OffCpu {
+                    wait: h.wait,
+                    wait_addr: h.wait_addr,
+                    at_ns: h.time_ns,
+                }
+            } else {
+                RecordKind::OnCpu
+            };
             let mut raw = Vec::with_capacity(rec.len());
             let mut frames = rec.frames().peekable();
             while let Some(f) = frames.next() {
@@ -613,10 +673,21 @@ impl HostProfiler {
                 anchor_hit: h.anchor_hit(),
                 anchor: (h.anchor_frame, h.anchor_seq),
             };
-            batch.push((walk, h.pid, raw));
+            batch.push((walk, h.pid, raw, kind));
         });
         self.stats.records += batch.len() as u64;
-        for (walk, pid, raw) in batch {
+        for (walk, pid, raw, kind) in batch {
+            if let RecordKind::Wake { tid, at_ns } = kind {
+                match (self.waiting.remove(&tid), self.profiles.get_mut(&pid)) {
+                    (Some(w), Some(profile)) => {
+                        let ns = at_ns.saturating_sub(w.since_ns);
+                        profile.agg.add_off_cpu(&w.sample, w.wait, ns);
+                    }
+                    (None, _) => self.stats.unmatched_wakes += 1,
+                    (Some(_), None) => self.stats.untracked += 1,
+                }
+                continue;
+            }
             let (Some(p), Some(profile)) = (procs.get_mut(&pid), self.profiles.get_mut(&pid))
             else {
                 self.stats.untracked += 1;
@@ -646,10 +717,28 @@ impl HostProfiler {
                 continue;
             };
             match p.unwinder.resolve_external(&interp, &walk, &raw) {
-                Ok(sample) => {
-                    profile.agg.add(&sample);
-                    self.stats.samples += 1;
-                }
+                Ok(sample) => match kind {
+                    RecordKind::OffCpu {
+                        wait,
+                        wait_addr,
+                        at_ns,
+                    } => {
+                        let wait = wait_reason(wait, wait_addr, p.unwinder.gil_words(&interp));
+                        self.stats.off_cpu_waits += 1;
+                        self.waiting.insert(
+                            walk.host_tid,
+                            Waiting {
+                                sample,
+                                wait,
+                                since_ns: at_ns,
+                            },
+                        );
+                    }
+                    RecordKind::OnCpu | RecordKind::Wake { .. } => {
+                        profile.agg.add(&sample);
+                        self.stats.samples += 1;
+                    }
+                },
                 Err(skip) => {
                     profile.agg.add_dropped(1);
                     match skip {
@@ -713,6 +802,7 @@ impl HostProfiler {
     /// One window per process with samples since the last cut (processes that exited
     /// included), labelled with pid, ns_pid and python_version.
     pub fn cut(&mut self) -> Vec<(ProcessInfo, ProfileWindow)> {
+        self.weigh_ongoing_waits();
         let mut out = std::mem::take(&mut self.finished);
         for p in self.profiles.values_mut() {
             if !p.agg.is_empty() {
@@ -721,6 +811,24 @@ impl HostProfiler {
         }
         out.sort_by_key(|(i, _)| i.pid);
         out
+    }
+
+    /// Threads still blocked at a cut have waited since their stack was recorded (or the last
+    /// cut): that much goes into this window, so a long wait (a stalled thread) shows in every
+    /// window it spans, not only in the one it ends in.
+    fn weigh_ongoing_waits(&mut self) {
+        let now = monotonic_ns();
+        for w in self.waiting.values_mut() {
+            if let Some(profile) = self.profiles.get_mut(&w.sample.pid) {
+                profile
+                    .agg
+                    .add_off_cpu(&w.sample, w.wait, now.saturating_sub(w.since_ns));
+                w.since_ns = now;
+            }
+        }
+        let profiles = &self.profiles;
+        self.waiting
+            .retain(|_, w| profiles.contains_key(&w.sample.pid));
     }
 
     /// The windows of processes that exited since the last call (or cut), taken out so that a
@@ -780,4 +888,38 @@ fn pid_namespace(pid: u32) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;
     Some((m.dev(), m.ino()))
+}
+
+/// What a ring-buffer record stands for.
+#[derive(Debug, Clone, Copy)]
+enum RecordKind {
+    /// A cpu-clock tick.
+    OnCpu,
+    /// A thread blocking: its stack, the `common::WAIT_*` class of its system call, the futex
+    /// word for futex waits, and when.
+    OffCpu {
+        wait: u32,
+        wait_addr: u64,
+        at_ns: u64,
+    },
+    /// A blocked thread running again, and when.
+    Wake { tid: u32, at_ns: u64 },
+}
+
+/// The wait reason of an off-CPU record: a futex inside the GIL's state is a GIL wait.
+fn wait_reason(class: u32, wait_addr: u64, gil: Option<std::ops::Range<u64>>) -> WaitReason {
+    match class {
+        common::WAIT_IO => WaitReason::Io,
+        common::WAIT_SLEEP => WaitReason::Sleep,
+        common::WAIT_FUTEX if gil.is_some_and(|g| g.contains(&wait_addr)) => WaitReason::Gil,
+        common::WAIT_FUTEX => WaitReason::Lock,
+        _ => WaitReason::Other,
+    }
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
 }

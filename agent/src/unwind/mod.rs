@@ -596,6 +596,22 @@ impl Unwinder {
         pages
     }
 
+    /// The addresses of the GIL's state in the interpreter `interp` belongs to (a futex wait in
+    /// there is a wait for the GIL); `None` on free-threaded builds.
+    pub fn gil_words(&self, interp: &InterpreterInfo) -> Option<std::ops::Range<u64>> {
+        use crate::offsets::{GilBase, GIL_BYTES_AFTER_LOCKED, GIL_BYTES_BEFORE_LOCKED};
+        let (base, off) = self.target.offsets.gil.locked_word()?;
+        let locked = match base {
+            GilBase::Runtime => self.target.runtime_addr,
+            GilBase::Interpreter => interp.addr,
+        }
+        .checked_add(off)?;
+        Some(
+            locked.saturating_sub(GIL_BYTES_BEFORE_LOCKED)
+                ..locked.saturating_add(GIL_BYTES_AFTER_LOCKED),
+        )
+    }
+
     /// One sample of every thread.
     pub fn sample(&mut self) -> Result<Vec<ThreadSample>, UnwindError> {
         self.sample_filtered(|_| true)

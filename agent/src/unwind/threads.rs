@@ -152,7 +152,7 @@ pub fn read_thread(
         _ => None,
     };
     let holds_gil = match o.gil {
-        GilLocation::ThreadFlag { holds_gil } => Some(buf.u32_at(holds_gil) != 0),
+        GilLocation::ThreadFlag { holds_gil, .. } => Some(buf.u32_at(holds_gil) != 0),
         GilLocation::Disabled { .. } => None,
         _ => Some(interp.gil_holder == Some(addr)),
     };

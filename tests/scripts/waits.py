@@ -1,0 +1,42 @@
+# Threads that wait in different ways, each in its own function, for off-CPU profiling:
+# sleeping, blocked on a socket, blocked on a lock, and two threads fighting over the GIL.
+import socket
+import sys
+import threading
+import time
+
+
+def sleeper():
+    while True:
+        time.sleep(0.05)  # @sleep
+
+
+def reader(sock):
+    while True:
+        sock.recv(1)  # @recv
+
+
+def locker(lock):
+    lock.acquire()  # @lock
+
+
+def spinner():
+    while True:
+        for _ in range(1000):  # @spin
+            pass
+
+
+held = threading.Lock()
+held.acquire()
+a, b = socket.socketpair()
+threads = [
+    threading.Thread(target=sleeper, name="sleeper", daemon=True),
+    threading.Thread(target=reader, args=(a,), name="reader", daemon=True),
+    threading.Thread(target=locker, args=(held,), name="locker", daemon=True),
+]
+if "gil" in sys.argv[1:]:
+    threads += [threading.Thread(target=spinner, name=f"spinner{i}", daemon=True) for i in range(2)]
+for t in threads:
+    t.start()
+print("ready", flush=True)
+time.sleep(1000)  # @main
