@@ -60,6 +60,7 @@ const KNOB_WAKEUP_BYTES: &str = "pa_wakeup_bytes";
 const KNOB_STOP_AFTER: &str = "pa_stop_after";
 const KNOB_THREAD_SEARCH_MAX: &str = "pa_thread_search_max";
 const KNOB_OFF_CPU: &str = "pa_off_cpu_on";
+const MAP_OFF_CPU_THREADS: &str = "pa_off_cpu_threads";
 const OFF_CPU_PROGRAM: &str = "pa_switch";
 
 /// How to load the sampler.
@@ -202,6 +203,7 @@ pub struct BpfSampler {
     ring: RingBuf<MapData>,
     counters: PerCpuArray<MapData, [u64; COUNTER_COUNT]>,
     notices: HashMap<MapData, u32, u32>,
+    off_cpu_threads: HashMap<MapData, u32, u32>,
     /// the exec program is attached
     exec_notices: bool,
     /// Holds the program and its perf-event links: dropping it detaches.
@@ -340,6 +342,8 @@ impl BpfSampler {
             .map_err(map_error(MAP_COUNTERS))?;
         let notices =
             HashMap::try_from(take_map(&mut ebpf, MAP_NOTICES)?).map_err(map_error(MAP_NOTICES))?;
+        let off_cpu_threads = HashMap::try_from(take_map(&mut ebpf, MAP_OFF_CPU_THREADS)?)
+            .map_err(map_error(MAP_OFF_CPU_THREADS))?;
         Ok(BpfSampler {
             procs,
             threads,
@@ -351,6 +355,7 @@ impl BpfSampler {
             ring,
             counters,
             notices,
+            off_cpu_threads,
             exec_notices,
             ebpf,
             stats,
@@ -443,6 +448,14 @@ impl BpfSampler {
             .iter()
             .collect::<Result<_, _>>()
             .map_err(map_error(MAP_THREADS))
+    }
+
+    /// Off-CPU: asks the program to report when thread `tid` of `tgid`, found already blocked,
+    /// runs again (as if its stack had been recorded as it blocked).
+    pub fn expect_wake(&mut self, tid: u32, tgid: u32) -> Result<(), BpfError> {
+        self.off_cpu_threads
+            .insert(tid, tgid, 0)
+            .map_err(map_error(MAP_OFF_CPU_THREADS))
     }
 
     /// Whether execs are noticed (the `sched_process_exec` program is attached).

@@ -12,14 +12,17 @@ use std::time::{Duration, Instant};
 
 use common::{Counter, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
-use crate::aggregate::{Aggregator, ProfileWindow, WaitReason};
+use crate::aggregate::{Aggregator, ProfileWindow};
 use crate::discovery::service_name::{ProcessIdentity, SERVICE_ENV};
 use crate::discovery::{host_tids, HostScanner, PythonTarget};
 use crate::sampler::bpf::{pa_proc_for, pa_thread_list_for, BpfConfig, BpfError, BpfSampler};
+use crate::sampler::off_cpu::{
+    blocked_in, monotonic_ns, wait_reason, BlockedIn, RecordKind, Waiting,
+};
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use crate::unwind::{
-    ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, ThreadInfo, ThreadSample, UnwindOptions,
-    UnwindStats, Unwinder,
+    ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, ThreadInfo, UnwindOptions, UnwindStats,
+    Unwinder,
 };
 
 /// Where samples come from.
@@ -244,14 +247,6 @@ pub struct HostProfiler {
     waiting: HashMap<u32, Waiting>,
 }
 
-/// A thread blocked in a recorded stack, until its wake-up record (or a cut) weighs it.
-struct Waiting {
-    sample: ThreadSample,
-    wait: WaitReason,
-    /// CLOCK_MONOTONIC nanoseconds from which the wait is not yet in a profile
-    since_ns: u64,
-}
-
 impl HostProfiler {
     /// Starts the backend the mode asks for.
     pub fn new(config: HostConfig) -> Result<HostProfiler, HostError> {
@@ -455,6 +450,9 @@ impl HostProfiler {
         // Register its threads now: until then the program finds no thread state.
         if let Backend::Bpf { .. } = self.backend {
             self.refresh_threads(pid, true);
+            if self.config.off_cpu && self.off_cpu_unavailable.is_none() {
+                self.seed_blocked_threads(pid);
+            }
         }
     }
 
@@ -731,6 +729,7 @@ impl HostProfiler {
                                 sample,
                                 wait,
                                 since_ns: at_ns,
+                                seen_blocked_in: None,
                             },
                         );
                     }
@@ -818,17 +817,72 @@ impl HostProfiler {
     /// window it spans, not only in the one it ends in.
     fn weigh_ongoing_waits(&mut self) {
         let now = monotonic_ns();
-        for w in self.waiting.values_mut() {
-            if let Some(profile) = self.profiles.get_mut(&w.sample.pid) {
-                profile
-                    .agg
-                    .add_off_cpu(&w.sample, w.wait, now.saturating_sub(w.since_ns));
-                w.since_ns = now;
-            }
+        let profiles = &mut self.profiles;
+        self.waiting.retain(|&tid, w| {
+            let Some(profile) = profiles.get_mut(&w.sample.pid) else {
+                return false;
+            };
+            profile
+                .agg
+                .add_off_cpu(&w.sample, w.wait, now.saturating_sub(w.since_ns));
+            w.since_ns = now;
+            // A wait found at attach ends with no wake-up record if the thread woke before its
+            // entry reached the program: it is over once the thread is in another call.
+            w.seen_blocked_in.is_none()
+                || blocked_in(w.sample.pid, tid).map(|b| b.nr) == w.seen_blocked_in
+        });
+    }
+
+    /// Threads already blocked when a process is tracked never switch out under the program
+    /// until they wake: their stacks are read now, their waits start now, and the program is
+    /// told to report their wake-up.
+    fn seed_blocked_threads(&mut self, pid: u32) {
+        let Backend::Bpf { sampler, procs } = &mut self.backend else {
+            return;
+        };
+        let Some(p) = procs.get_mut(&pid) else { return };
+        let blocked: HashMap<u32, BlockedIn> = p
+            .threads
+            .iter()
+            .filter(|(_, tstate)| **tstate != 0)
+            .filter_map(|(&tid, _)| blocked_in(pid, tid).map(|b| (tid, b)))
+            .collect();
+        if blocked.is_empty() {
+            return;
         }
-        let profiles = &self.profiles;
-        self.waiting
-            .retain(|_, w| profiles.contains_key(&w.sample.pid));
+        let Ok(samples) = p
+            .unwinder
+            .sample_filtered(|host| host.is_some_and(|h| blocked.contains_key(&h)))
+        else {
+            return;
+        };
+        let now = monotonic_ns();
+        for sample in samples {
+            let Some(host_tid) = p.unwinder.host_tid(sample.tid) else {
+                continue;
+            };
+            let (Some(b), Some(interp)) = (
+                blocked.get(&host_tid),
+                p.threads
+                    .get(&host_tid)
+                    .and_then(|tstate| p.interp_of.get(tstate)),
+            ) else {
+                continue;
+            };
+            let wait = wait_reason(b.class, b.wait_addr, p.unwinder.gil_words(interp));
+            if sampler.expect_wake(host_tid, pid).is_err() {
+                continue;
+            }
+            self.waiting.insert(
+                host_tid,
+                Waiting {
+                    sample,
+                    wait,
+                    since_ns: now,
+                    seen_blocked_in: Some(b.nr),
+                },
+            );
+        }
     }
 
     /// The windows of processes that exited since the last call (or cut), taken out so that a
@@ -888,38 +942,4 @@ fn pid_namespace(pid: u32) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;
     Some((m.dev(), m.ino()))
-}
-
-/// What a ring-buffer record stands for.
-#[derive(Debug, Clone, Copy)]
-enum RecordKind {
-    /// A cpu-clock tick.
-    OnCpu,
-    /// A thread blocking: its stack, the `common::WAIT_*` class of its system call, the futex
-    /// word for futex waits, and when.
-    OffCpu {
-        wait: u32,
-        wait_addr: u64,
-        at_ns: u64,
-    },
-    /// A blocked thread running again, and when.
-    Wake { tid: u32, at_ns: u64 },
-}
-
-/// The wait reason of an off-CPU record: a futex inside the GIL's state is a GIL wait.
-fn wait_reason(class: u32, wait_addr: u64, gil: Option<std::ops::Range<u64>>) -> WaitReason {
-    match class {
-        common::WAIT_IO => WaitReason::Io,
-        common::WAIT_SLEEP => WaitReason::Sleep,
-        common::WAIT_FUTEX if gil.is_some_and(|g| g.contains(&wait_addr)) => WaitReason::Gil,
-        common::WAIT_FUTEX => WaitReason::Lock,
-        _ => WaitReason::Other,
-    }
-}
-
-/// CLOCK_MONOTONIC now, in nanoseconds: the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
 }
