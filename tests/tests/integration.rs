@@ -38,6 +38,8 @@ fn matrix(
 
 #[path = "integration/gc_marker.rs"]
 mod gc_marker;
+#[path = "integration/off_cpu.rs"]
+mod off_cpu;
 #[path = "integration/resolver.rs"]
 mod resolver;
 #[path = "integration/service.rs"]

@@ -193,9 +193,9 @@ impl Aggregator {
         self.labels.insert(key.into(), value.into());
     }
 
-    /// Whether no sample was counted since the last cut.
+    /// Whether nothing was counted since the last cut, on or off the CPU.
     pub fn is_empty(&self) -> bool {
-        self.counts.is_empty()
+        self.counts.is_empty() && self.off_cpu.is_empty()
     }
 
     /// Returns the window since the last cut (or since [`new`](Aggregator::new)) and starts the next one.
@@ -273,6 +273,30 @@ pub(crate) mod tests {
         );
         let b = sample(100, 100, Some("MainThread"), vec![main]);
         (a, b)
+    }
+
+    #[test]
+    fn off_cpu_time_adds_up_per_stack_and_wait_and_shares_the_bound() {
+        let (a, b) = two_stacks();
+        let mut agg = Aggregator::new(10_000_000).with_max_stacks(3);
+        agg.add_off_cpu(&a, WaitReason::Sleep, 5);
+        assert!(!agg.is_empty(), "off-CPU time alone makes a window");
+        agg.add_off_cpu(&a, WaitReason::Sleep, 7);
+        agg.add_off_cpu(&a, WaitReason::Gil, 1);
+        agg.add_off_cpu(&a, WaitReason::Io, 0);
+        agg.add(&b);
+        agg.add_off_cpu(&b, WaitReason::Lock, 3);
+        let window = agg.cut();
+        assert_eq!(
+            window
+                .off_cpu_stacks()
+                .iter()
+                .map(|(_, w, ns)| (*w, *ns))
+                .collect::<Vec<_>>(),
+            [(WaitReason::Sleep, 12), (WaitReason::Gil, 1)]
+        );
+        assert_eq!(window.dropped, 1, "past the bound of 3 stacks");
+        assert_eq!(window.total_samples(), 1);
     }
 
     #[test]

@@ -457,6 +457,8 @@ impl HostProfiler {
     }
 
     fn untrack(&mut self, pid: u32) {
+        tracing::debug!(pid, "no longer profiling the process");
+        self.weigh_waits(Some(pid));
         match &mut self.backend {
             Backend::Bpf { sampler, procs } => {
                 if let Some(p) = procs.remove(&pid) {
@@ -816,12 +818,26 @@ impl HostProfiler {
     /// cut): that much goes into this window, so a long wait (a stalled thread) shows in every
     /// window it spans, not only in the one it ends in.
     fn weigh_ongoing_waits(&mut self) {
+        self.weigh_waits(None);
+    }
+
+    /// [`HostProfiler::weigh_ongoing_waits`] of every process, or only of `only` (which is
+    /// leaving: its waits end with it).
+    fn weigh_waits(&mut self, only: Option<u32>) {
         let now = monotonic_ns();
         let profiles = &mut self.profiles;
         self.waiting.retain(|&tid, w| {
+            if only.is_some_and(|pid| pid != w.sample.pid) {
+                return true;
+            }
             let Some(profile) = profiles.get_mut(&w.sample.pid) else {
                 return false;
             };
+            if only.is_some() {
+                let ns = now.saturating_sub(w.since_ns);
+                profile.agg.add_off_cpu(&w.sample, w.wait, ns);
+                return false;
+            }
             profile
                 .agg
                 .add_off_cpu(&w.sample, w.wait, now.saturating_sub(w.since_ns));
@@ -847,18 +863,38 @@ impl HostProfiler {
             .filter(|(_, tstate)| **tstate != 0)
             .filter_map(|(&tid, _)| blocked_in(pid, tid).map(|b| (tid, b)))
             .collect();
+        tracing::debug!(
+            pid,
+            threads = p.threads.len(),
+            blocked = blocked.len(),
+            "threads blocked at attach"
+        );
         if blocked.is_empty() {
             return;
         }
-        let Ok(samples) = p
+        let samples = match p
             .unwinder
             .sample_filtered(|host| host.is_some_and(|h| blocked.contains_key(&h)))
-        else {
-            return;
+        {
+            Ok(samples) => samples,
+            Err(e) => {
+                tracing::debug!(pid, "reading the threads blocked at attach failed: {e}");
+                return;
+            }
         };
+        tracing::debug!(
+            pid,
+            stacks = samples.len(),
+            "stacks of threads blocked at attach"
+        );
         let now = monotonic_ns();
         for sample in samples {
             let Some(host_tid) = p.unwinder.host_tid(sample.tid) else {
+                tracing::debug!(
+                    pid,
+                    tid = sample.tid,
+                    "no host thread id for a blocked thread"
+                );
                 continue;
             };
             let (Some(b), Some(interp)) = (
@@ -867,6 +903,11 @@ impl HostProfiler {
                     .get(&host_tid)
                     .and_then(|tstate| p.interp_of.get(tstate)),
             ) else {
+                tracing::debug!(
+                    pid,
+                    host_tid,
+                    "no thread state or interpreter for a blocked thread"
+                );
                 continue;
             };
             let wait = wait_reason(b.class, b.wait_addr, p.unwinder.gil_words(interp));

@@ -1,0 +1,213 @@
+//! Off-CPU profiling (issue 12): `record --mode ebpf --off-cpu` on threads that sleep, block on
+//! a socket, block on a lock and fight over the GIL, read back with `go tool pprof`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pyagent_tests::consumers::go_pprof;
+use pyagent_tests::stacks::{host_wide_lock, pyagent_bin, run_pyagent, script};
+use pyagent_tests::{Interpreter, PythonProcess};
+use rstest::rstest;
+
+fn out_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pyagent-offcpu-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// One sample of `go tool pprof -raw`: its values, its top function and its `wait` label.
+#[derive(Debug)]
+struct RawSample {
+    values: Vec<u64>,
+    top: String,
+    wait: Option<String>,
+}
+
+/// The sample types and samples of a profile, as `go tool pprof -raw` prints them.
+fn raw_samples(file: &Path) -> (Vec<String>, Vec<RawSample>) {
+    let raw = go_pprof(&["-raw"], file);
+    let mut lines = raw.lines();
+    let types: Vec<String> = lines
+        .by_ref()
+        .skip_while(|l| *l != "Samples:")
+        .nth(1)
+        .expect("a sample-type line")
+        .split_whitespace()
+        .map(|t| t.trim_end_matches("[dflt]").to_string())
+        .collect();
+    // `ID: 0x0 M=1 function file:line s=N()`
+    let functions: BTreeMap<&str, &str> = raw
+        .lines()
+        .skip_while(|l| *l != "Locations")
+        .skip(1)
+        .take_while(|l| *l != "Mappings")
+        .filter_map(|l| {
+            let (id, rest) = l.trim().split_once(':')?;
+            Some((id.trim(), rest.split_whitespace().nth(2)?))
+        })
+        .collect();
+    let mut samples: Vec<RawSample> = Vec::new();
+    for line in raw
+        .lines()
+        .skip_while(|l| *l != "Samples:")
+        .skip(2)
+        .take_while(|l| *l != "Locations")
+    {
+        if let Some((values, locations)) = line.split_once(':').filter(|(v, _)| {
+            v.split_whitespace()
+                .all(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        }) {
+            let top = locations.split_whitespace().next().unwrap_or_default();
+            samples.push(RawSample {
+                values: values
+                    .split_whitespace()
+                    .map(|n| n.parse().expect("a number"))
+                    .collect(),
+                top: functions.get(top).copied().unwrap_or("?").to_string(),
+                wait: None,
+            });
+        } else if let Some(rest) = line.split_once("wait:[").map(|(_, r)| r) {
+            let wait = rest.split(']').next().unwrap_or_default().to_string();
+            samples.last_mut().expect("labels follow a sample").wait = Some(wait);
+        }
+    }
+    (types, samples)
+}
+
+/// Seconds off the CPU per (top function, wait label).
+fn off_cpu_seconds(types: &[String], samples: &[RawSample]) -> BTreeMap<(String, String), f64> {
+    let column = types
+        .iter()
+        .position(|t| t == "off_cpu/nanoseconds")
+        .unwrap_or_else(|| panic!("no off_cpu sample type in {types:?}"));
+    let mut out = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.values[column] > 0) {
+        let wait = s.wait.clone().expect("off-CPU samples carry a wait label");
+        *out.entry((s.top.clone(), wait)).or_insert(0.0) += s.values[column] as f64 / 1e9;
+    }
+    out
+}
+
+fn record_off_cpu(pid: u32, secs: &str, file: &Path) -> String {
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &pid.to_string(),
+        "--mode",
+        "ebpf",
+        "--off-cpu",
+        "-d",
+        secs,
+        "-o",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "record failed: {err}");
+    err
+}
+
+/// Each way of waiting shows under its own function with its own label: a thread that sleeps
+/// nearly all the time has nearly all of the recording as `sleep` (±5%), one blocked on a
+/// socket for all of it as `io`, one blocked on a `threading.Lock` as `lock`, and threads that
+/// spin with the GIL in contention wait for it as `gil` (not on free-threaded builds). The
+/// socket and lock waits start before the recording: they are found at attach.
+#[rstest]
+fn off_cpu_waits_show_under_their_function_with_their_reason(
+    #[values("py311", "py312", "py313", "py313t", "py315")] py: &str,
+) {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let free_threaded = py.ends_with('t');
+    let args: &[&str] = if free_threaded { &[] } else { &["gil"] };
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("waits.py"), args);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = out_dir(py);
+    let file = dir.join("off.pb.gz");
+    let err = record_off_cpu(p.pid(), "3", &file);
+    let (types, samples) = raw_samples(&file);
+    assert_eq!(
+        types,
+        ["samples/count", "cpu/nanoseconds", "off_cpu/nanoseconds"],
+        "{py}"
+    );
+    let off = off_cpu_seconds(&types, &samples);
+    let what = format!("{py}: {off:?} ({err})");
+    let secs = |f: &str, w: &str| {
+        off.get(&(f.to_string(), w.to_string()))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    assert!(secs("reader", "io") >= 2.7, "socket wait: {what}");
+    assert!(secs("locker", "lock") >= 2.7, "lock wait: {what}");
+    assert!(
+        secs("<module>", "sleep") >= 2.7,
+        "main thread's sleep: {what}"
+    );
+    // The sleeper runs a few microseconds every 50 ms; with spinners it also waits for the GIL.
+    let sleeper = secs("sleeper", "sleep") + secs("sleeper", "gil");
+    assert!((2.7..=3.3).contains(&sleeper), "sleeper: {what}");
+    assert!(secs("sleeper", "sleep") >= 1.0, "sleeper: {what}");
+    if free_threaded {
+        assert!(
+            off.keys().all(|(_, w)| w != "gil"),
+            "no GIL, no GIL wait: {what}"
+        );
+    } else {
+        assert!(secs("spinner", "gil") >= 0.3, "GIL contention: {what}");
+    }
+    for ((f, w), s) in &off {
+        assert!(w != "other", "{f} waited {s:.2}s in `other`: {what}");
+    }
+}
+
+/// Off-CPU totals are right: a thread sleeping all but a few microseconds of every 50 ms shows
+/// the whole recording (±5%) under `sleep`, and the on-CPU part of the profile is still there.
+#[test]
+fn off_cpu_sleep_time_matches_the_recording() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("waits.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = out_dir("accuracy");
+    let file = dir.join("off.pb.gz");
+    let err = record_off_cpu(p.pid(), "4", &file);
+    let (types, samples) = raw_samples(&file);
+    let off = off_cpu_seconds(&types, &samples);
+    let raw = go_pprof(&["-raw"], &file);
+    let duration: f64 = raw
+        .lines()
+        .find_map(|l| l.strip_prefix("Duration: "))
+        .and_then(|d| d.trim().parse().ok())
+        .expect("a duration");
+    let slept = off
+        .get(&("sleeper".to_string(), "sleep".to_string()))
+        .copied()
+        .unwrap_or(0.0);
+    assert!(
+        (slept / duration - 1.0).abs() <= 0.05,
+        "slept {slept:.3}s of {duration:.3}s: {off:?} ({err})"
+    );
+}
+
+/// Bad input: off-CPU needs the eBPF sampler, and says so in one line.
+#[test]
+fn off_cpu_with_the_userspace_sampler_is_a_one_line_error() {
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        "1",
+        "--mode",
+        "userspace",
+        "--off-cpu",
+        "-d",
+        "1",
+        "-o",
+        "/dev/null",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--mode ebpf"), "{err}");
+}
