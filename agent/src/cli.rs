@@ -194,8 +194,8 @@ pub struct HostArgs {
     /// Profile every CPython process on the host, including ones started later.
     #[arg(long)]
     pub all_python: bool,
-    /// With --duration: also profile the time threads spend blocked (eBPF only), as an
-    /// `off_cpu` sample type with a `wait` label (io, sleep, lock, gil, other).
+    /// Also profile the time threads spend blocked (eBPF only), as an `off_cpu` sample type
+    /// with a `wait` label (io, sleep, lock, gil, other) [config: off_cpu].
     #[arg(long)]
     pub off_cpu: bool,
     /// How long to profile, in seconds (`30`, `1.5`) or with a unit (`500ms`, `2m`), then write

@@ -287,6 +287,7 @@ fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
         interval: args.interval,
         rate_hz: args.rate,
         mode: args.mode.map(Into::into),
+        off_cpu: args.off_cpu.then_some(true),
         metrics_addr: args.metrics_addr,
         log: log.map(str::to_string),
         output_dir: args.output.clone(),

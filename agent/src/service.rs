@@ -105,6 +105,7 @@ pub fn run(
     let host_config = HostConfig {
         mode: config.mode,
         rate_hz: config.rate_hz,
+        off_cpu: config.off_cpu,
         pids: None,
         unwind,
         ..HostConfig::default()
@@ -112,6 +113,12 @@ pub fn run(
     let mut profiler = HostProfiler::new(host_config)?;
     if let Some(why) = profiler.fallback_reason() {
         tracing::warn!("eBPF sampler unavailable ({why}); using the userspace sampler");
+        if config.off_cpu {
+            tracing::warn!("off_cpu needs the eBPF sampler: profiling on-CPU time only");
+        }
+    }
+    if let Some(why) = profiler.off_cpu_unavailable() {
+        tracing::warn!("off-CPU profiling unavailable ({why}); profiling on-CPU time only");
     }
     tracing::info!(
         mode = profiler.mode_name(),
@@ -264,6 +271,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         let get = |c: Counter| sums[c.index() as usize];
         let (run_ns, runs) = bpf.run_stats().unwrap_or((0, 0));
         metrics.set_bpf(run_ns, runs, get(Counter::RingbufDropped));
+        metrics.set_bpf_counters(&sums);
         let read_failures = get(Counter::ReadFailTstate)
             + get(Counter::ReadFailCframe)
             + get(Counter::ReadFailFrame);

@@ -76,7 +76,7 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
     info(
         Counter::Runs,
         "PA_CNT_RUNS",
-        "pyagent_bpf_runs_total",
+        "pyagent_bpf_sample_runs_total",
         "BPF sampler runs (perf events handled).",
     ),
     info(

@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use super::values::{parse_duration, parse_size, parse_socket_addr, parse_whole_number};
+use super::values::{
+    parse_bool, parse_duration, parse_size, parse_socket_addr, parse_whole_number,
+};
 use super::{invalid, ConfigError, Overrides};
 use crate::discovery::service_name::ServiceNameRule;
 
@@ -31,6 +33,7 @@ impl Overrides {
                     layer.rate_hz = Some(parse_whole_number(value).map_err(named)?)
                 }
                 "PYAGENT_MODE" => layer.mode = Some(value.parse().map_err(|m| invalid(key, m))?),
+                "PYAGENT_OFF_CPU" => layer.off_cpu = Some(parse_bool(value).map_err(named)?),
                 "PYAGENT_METRICS_ADDR" => {
                     layer.metrics_addr = Some(parse_socket_addr(value).map_err(named)?)
                 }

@@ -37,6 +37,7 @@ struct FileConfig {
     interval: Option<NumberOrText>,
     rate_hz: Option<i64>,
     mode: Option<String>,
+    off_cpu: Option<bool>,
     metrics_addr: Option<String>,
     log: Option<String>,
     output: Option<FileOutput>,
@@ -115,6 +116,7 @@ impl FileConfig {
                 .mode
                 .map(|m| m.parse().map_err(|msg| invalid("mode", msg)))
                 .transpose()?,
+            off_cpu: self.off_cpu,
             metrics_addr: self
                 .metrics_addr
                 .map(|a| parse_socket_addr(&a).map_err(|err| invalid("metrics_addr", err)))

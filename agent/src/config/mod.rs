@@ -13,6 +13,7 @@
 //! | `interval` | `PYAGENT_INTERVAL` | `10s` |
 //! | `rate_hz` | `PYAGENT_RATE_HZ` | `19` |
 //! | `mode` (`auto`, `ebpf`, `userspace`) | `PYAGENT_MODE` | `auto` |
+//! | `off_cpu` (`true`, `false`) | `PYAGENT_OFF_CPU` | `false` |
 //! | `metrics_addr` | `PYAGENT_METRICS_ADDR` | `127.0.0.1:9464` |
 //! | `log` (tracing `EnvFilter`) | `PYAGENT_LOG` | `info` |
 //! | `output.dir` | `PYAGENT_OUTPUT_DIR` | none |
@@ -99,6 +100,9 @@ pub struct ServiceConfig {
     pub rate_hz: u32,
     /// Sampling mode (the sampler's own type).
     pub mode: Mode,
+    /// Also profile the time threads spend blocked (eBPF only; off by default until its cost
+    /// with many blocking processes is measured against the 1% target).
+    pub off_cpu: bool,
     /// Address of the metrics server.
     pub metrics_addr: SocketAddr,
     /// Log filter (tracing `EnvFilter` syntax).
@@ -125,6 +129,7 @@ impl Default for ServiceConfig {
             interval: Duration::from_secs(10),
             rate_hz: 19,
             mode: Mode::Auto,
+            off_cpu: false,
             metrics_addr: crate::export::metrics::DEFAULT_METRICS_ADDR
                 .parse()
                 .expect("the default metrics address parses"),
@@ -193,6 +198,7 @@ impl ServiceConfig {
             interval: layer.interval.unwrap_or(defaults.interval),
             rate_hz: layer.rate_hz.unwrap_or(defaults.rate_hz),
             mode: layer.mode.unwrap_or(defaults.mode),
+            off_cpu: layer.off_cpu.unwrap_or(defaults.off_cpu),
             metrics_addr: layer.metrics_addr.unwrap_or(defaults.metrics_addr),
             log: layer.log.unwrap_or(defaults.log),
             output_dir: layer.output_dir,
@@ -316,6 +322,33 @@ mod tests {
         assert_eq!(config.mode, Mode::Userspace);
         assert_eq!(config.output_limits.max_bytes, 2 << 30);
         assert_eq!(config.metrics_addr.to_string(), "0.0.0.0:9999");
+    }
+
+    #[test]
+    fn off_cpu_is_a_switch_in_every_layer_and_needs_ebpf() {
+        let base = || Overrides {
+            output_dir: Some("/tmp/p".into()),
+            ..Overrides::default()
+        };
+        let file = Overrides::from_toml("off_cpu = true\n", Path::new("t.toml")).unwrap();
+        assert_eq!(file.off_cpu, Some(true));
+        let env = Overrides::from_env([("PYAGENT_OFF_CPU", "no")]).unwrap();
+        assert_eq!(env.off_cpu, Some(false));
+        let config = ServiceConfig::from_overrides(env.over(file).over(base())).unwrap();
+        assert!(!config.off_cpu, "the environment wins over the file");
+        let line = err_line(
+            Overrides::from_env([("PYAGENT_OFF_CPU", "maybe")]).map(|_| ServiceConfig::default()),
+        );
+        assert!(
+            line.starts_with("PYAGENT_OFF_CPU: not true or false"),
+            "{line}"
+        );
+        let line = err_line(ServiceConfig::from_overrides(Overrides {
+            off_cpu: Some(true),
+            mode: Some(Mode::Userspace),
+            ..base()
+        }));
+        assert!(line.starts_with("off_cpu: needs mode ebpf"), "{line}");
     }
 
     /// The shipped examples load: `deploy/pyagent.toml`, and the TOML in the Kubernetes ConfigMap.

@@ -20,6 +20,8 @@ pub struct Overrides {
     pub rate_hz: Option<u32>,
     /// Sampling mode.
     pub mode: Option<Mode>,
+    /// Off-CPU profiling (eBPF).
+    pub off_cpu: Option<bool>,
     /// Address of the metrics server.
     pub metrics_addr: Option<SocketAddr>,
     /// Log filter.
@@ -53,6 +55,7 @@ impl Overrides {
             interval: self.interval.or(lower.interval),
             rate_hz: self.rate_hz.or(lower.rate_hz),
             mode: self.mode.or(lower.mode),
+            off_cpu: self.off_cpu.or(lower.off_cpu),
             metrics_addr: self.metrics_addr.or(lower.metrics_addr),
             log: self.log.or(lower.log),
             output_dir: self.output_dir.or(lower.output_dir),

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::values::{check_rate_hz, parse_log_filter};
-use super::{invalid, ConfigError, ServiceConfig};
+use super::{invalid, ConfigError, Mode, ServiceConfig};
 
 /// The shortest and longest profile window.
 const INTERVAL: std::ops::RangeInclusive<Duration> =
@@ -16,6 +16,12 @@ impl ServiceConfig {
             return Err(invalid("interval", "must be between 1s and 1h"));
         }
         check_rate_hz(self.rate_hz).map_err(|err| invalid("rate_hz", err))?;
+        if self.off_cpu && self.mode == Mode::Userspace {
+            return Err(invalid(
+                "off_cpu",
+                "needs mode ebpf or auto (the userspace sampler cannot see a thread block)",
+            ));
+        }
         if let Err(err) = parse_log_filter(&self.log) {
             return Err(invalid(
                 "log",

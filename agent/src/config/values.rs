@@ -34,6 +34,18 @@ pub enum ValueError {
     /// Not `address:port`.
     #[error("not an address with a port (like 127.0.0.1:9464): {0:?}")]
     Address(String),
+    /// Not `true`/`false` (or `1`/`0`, `yes`/`no`, `on`/`off`).
+    #[error("not true or false: {0:?}")]
+    Bool(String),
+}
+
+/// A switch: `true`/`false`, `1`/`0`, `yes`/`no`, `on`/`off` (any case).
+pub fn parse_bool(text: &str) -> Result<bool, ValueError> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(ValueError::Bool(text.to_owned())),
+    }
 }
 
 /// A duration: a plain number is seconds (`2`, `0.5`), anything else needs a unit (`500ms`, `2s`,

@@ -185,10 +185,17 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
 
 /// The value of `pyagent_samples_lost_total{reason="REASON"}` in an exposition (0 if absent).
 fn samples_lost(metrics: &str, reason: &str) -> f64 {
-    let series = format!("pyagent_samples_lost_total{{reason=\"{reason}\"}} ");
+    series_value(
+        metrics,
+        &format!("pyagent_samples_lost_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+/// The value of one series (name and labels as exposed), 0 if absent.
+fn series_value(metrics: &str, series: &str) -> f64 {
     metrics
         .lines()
-        .find_map(|l| l.strip_prefix(&series))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0.0)
 }
@@ -470,4 +477,48 @@ fn service_write_failures_recreate_the_directory_fail_health_and_count_drops() {
         "the final line counts every drop ({dropped} scraped before): {last}"
     );
     assert!(!last.contains(" 0 failed writes"), "{last}");
+}
+
+/// Issue 12: the service profiles off-CPU time when asked (`--off-cpu`, `off_cpu = true`):
+/// each profile of a process whose threads wait carries the `off_cpu` sample type, with the
+/// wait under its own label, cut by cut (a lock held for the whole run shows in every window).
+#[test]
+fn service_profiles_off_cpu_time_with_wait_labels() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("waits.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let svc = Service::start_with("offcpu", "1s", &["--mode", "ebpf", "--off-cpu"]);
+    let suffix = format!("-{}-", p.pid());
+    let raws = wait_for(
+        "two off-CPU profiles of the target",
+        Duration::from_secs(60),
+        || {
+            let raws: Vec<String> = svc
+                .profiles()
+                .iter()
+                .filter(|f| f.to_string_lossy().contains(&suffix))
+                .map(|f| go_pprof_raw(f))
+                .filter(|raw| raw.contains("off_cpu/nanoseconds"))
+                .collect();
+            (raws.len() >= 2).then_some(raws)
+        },
+    );
+    for raw in &raws {
+        for wait in ["wait:[lock]", "wait:[io]", "wait:[sleep]"] {
+            assert!(raw.contains(wait), "{wait} missing:\n{raw}");
+        }
+    }
+    // The program's own counters are metrics, each under its name.
+    let (_, metrics) = http_get(svc.port, "/metrics").expect("metrics");
+    promtool_check_metrics(&metrics);
+    for series in [
+        "pyagent_bpf_off_cpu_walks_total",
+        "pyagent_bpf_off_cpu_wakes_total",
+        "pyagent_bpf_context_switches_total",
+    ] {
+        assert!(series_value(&metrics, series) > 0.0, "{series}:\n{metrics}");
+    }
+    let (status, stderr) = svc.terminate();
+    assert!(status.success(), "{stderr}");
 }

@@ -148,6 +148,9 @@ pub struct AgentMetrics {
     bpf_runs: IntCounter,
     ring_drops: IntCounter,
     bpf_last: Mutex<BpfTotals>,
+    /// One counter per `common::COUNTERS` entry (the program's own log), by counter id.
+    bpf_counters: Vec<IntCounter>,
+    bpf_counters_last: Mutex<[u64; common::COUNTER_COUNT]>,
     cache_lookups: IntCounterVec,
     processes: IntGaugeVec,
     service_samples: IntCounterVec,
@@ -251,6 +254,11 @@ impl AgentMetrics {
                 "Samples the BPF program could not put in the full ring buffer.",
             ),
             bpf_last: Mutex::new(BpfTotals::default()),
+            bpf_counters: common::COUNTERS
+                .iter()
+                .map(|c| counter(&registry, c.name, c.help))
+                .collect(),
+            bpf_counters_last: Mutex::new([0; common::COUNTER_COUNT]),
             cache_lookups: counter_vec(
                 &registry,
                 "pyagent_cache_lookups_total",
@@ -361,6 +369,20 @@ impl AgentMetrics {
             runs,
             ring_drops,
         };
+    }
+
+    /// Records the BPF program's counters (`pa_counters` summed over CPUs, by counter id), each
+    /// as its own `pyagent_bpf_*_total`. Pass totals; a smaller total (program reloaded) counts
+    /// from zero again.
+    pub fn set_bpf_counters(&self, totals: &[u64; common::COUNTER_COUNT]) {
+        let mut last = self
+            .bpf_counters_last
+            .lock()
+            .expect("bpf counters poisoned");
+        for ((counter, total), last) in self.bpf_counters.iter().zip(totals).zip(last.iter_mut()) {
+            counter.inc_by(increase(*last, *total));
+            *last = *total;
+        }
     }
 
     /// Counts `hits` and `misses` of `cache` (`page`, `frame`, `code`) since the last call.
