@@ -494,6 +494,20 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         cache_misses,
         profiler.frame_cache_bypassed()
     );
+    if args.off_cpu {
+        let waits = bpf_counter(common::Counter::OffCpuWalks);
+        let switch_cost = profiler
+            .bpf()
+            .and_then(|b| b.off_cpu_run_stats())
+            .filter(|(_, runs)| *runs > 0)
+            .map_or("unknown".to_string(), |(ns, runs)| {
+                format!("{:.0} ns", ns as f64 / runs as f64)
+            });
+        eprintln!(
+            "pyagent: off-CPU: {waits} waits recorded, {} context switches seen at {switch_cost} each",
+            bpf_counter(common::Counter::Switches)
+        );
+    }
     Ok(())
 }
 

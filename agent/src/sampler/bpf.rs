@@ -546,6 +546,16 @@ impl BpfSampler {
         Some((ns, info.run_count()))
     }
 
+    /// [`BpfSampler::run_stats`] of the off-CPU program (`None` when it is not loaded): runs
+    /// on every context switch of the host, so its mean is the cost a switch pays.
+    pub fn off_cpu_run_stats(&self) -> Option<(u64, u64)> {
+        self.stats.as_ref()?;
+        let program: &BtfTracePoint = self.ebpf.program(OFF_CPU_PROGRAM)?.try_into().ok()?;
+        let info = program.info().ok()?;
+        let ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
+        Some((ns, info.run_count()))
+    }
+
     /// Size figures of the loaded program (verified instructions, translated and JIT size).
     pub fn program_size(&self) -> Option<ProgramSize> {
         let info = self.program()?.info().ok()?;
