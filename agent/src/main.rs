@@ -79,6 +79,12 @@ fn dump(args: &DumpArgs) -> Result<()> {
         ..unwind_options(&args.frames)
     };
     let mut unwinder = Unwinder::new(target, options);
+    // The GIL's words, to tell a thread waiting for it from one waiting on another futex (the
+    // main interpreter's: sub-interpreters with their own GIL are shown as waiting on a lock).
+    let gil = unwinder
+        .threads()
+        .ok()
+        .and_then(|i| i.first().and_then(|(interp, _)| unwinder.gil_words(interp)));
     for outcome in unwinder.sample_round(|_| true)? {
         let s = match outcome {
             ThreadOutcome::Stack(s) => s,
@@ -96,12 +102,10 @@ fn dump(args: &DumpArgs) -> Result<()> {
                 }
             },
         };
-        let gil = match s.holds_gil {
-            Some(true) => " (holds the GIL)",
-            _ => "",
-        };
         let name = quoted_name(s.thread_name.as_deref());
-        writeln!(out, "\nThread {}{}{}", s.tid, name, gil)?;
+        let host_tid = unwinder.host_tid(s.tid);
+        let state = thread_state(args.pid, host_tid, s.holds_gil, gil.clone());
+        writeln!(out, "\nThread {}{} ({state})", s.tid, name)?;
         if s.frames.is_empty() {
             writeln!(out, "    (no Python frames)")?;
         }
@@ -122,6 +126,46 @@ fn quoted_name(name: Option<&str>) -> String {
 
 /// `dump` is one snapshot, so it must show every thread: a thread whose stack moved under every
 /// re-read is stopped (that thread alone, briefly) and read once more.
+/// What `dump` says of a thread besides its stack: on or off the CPU, what it waits in (the
+/// reason and system call, as off-CPU profiles label it), and whether it holds the GIL.
+fn thread_state(
+    pid: u32,
+    host_tid: Option<u32>,
+    holds_gil: Option<bool>,
+    gil: Option<std::ops::Range<u64>>,
+) -> String {
+    use pyagent::aggregate::WaitReason;
+    use pyagent::sampler::off_cpu::{blocked_in, syscall_name, wait_reason};
+    let task_state = host_tid.and_then(|tid| {
+        procfs::process::Process::new(pid as i32)
+            .ok()?
+            .task_from_tid(tid as i32)
+            .ok()?
+            .stat()
+            .ok()
+            .map(|s| s.state)
+    });
+    let blocked = host_tid.and_then(|tid| blocked_in(pid, tid));
+    let wait = blocked.map(|b| wait_reason(b.class, b.wait_addr, gil));
+    let mut parts = vec![match (task_state, blocked, wait) {
+        (_, Some(b), Some(wait)) => match syscall_name(b.nr) {
+            Some(call) => format!("waiting: {wait} in {call}"),
+            None => format!("waiting: {wait} in system call {}", b.nr),
+        },
+        (Some('R'), _, _) => "on CPU".to_string(),
+        (Some(state), _, _) => format!("off CPU, state {state}"),
+        (None, _, _) => "state unknown".to_string(),
+    }];
+    match holds_gil {
+        // Blocked on the GIL's own futex: it has just released it, whatever `last_holder` says.
+        _ if wait == Some(WaitReason::Gil) => {}
+        Some(true) => parts.push("holds the GIL".to_string()),
+        Some(false) => parts.push("GIL not held".to_string()),
+        None => {}
+    }
+    parts.join(", ")
+}
+
 fn read_stopped(unwinder: &mut Unwinder, lost: &LostThread) -> Result<ThreadOutcome> {
     let Some(host_tid) = unwinder.host_tid(lost.tid) else {
         return Ok(ThreadOutcome::Lost(lost.clone()));

@@ -11,6 +11,6 @@
 pub mod blocking;
 pub mod bpf;
 pub mod host;
-mod off_cpu;
+pub mod off_cpu;
 pub mod slots;
 pub mod userspace;

@@ -32,11 +32,7 @@ pub(crate) enum RecordKind {
 }
 
 /// The wait reason of an off-CPU record: a futex inside the GIL's state is a GIL wait.
-pub(crate) fn wait_reason(
-    class: u32,
-    wait_addr: u64,
-    gil: Option<std::ops::Range<u64>>,
-) -> WaitReason {
+pub fn wait_reason(class: u32, wait_addr: u64, gil: Option<std::ops::Range<u64>>) -> WaitReason {
     match class {
         common::WAIT_IO => WaitReason::Io,
         common::WAIT_SLEEP => WaitReason::Sleep,
@@ -55,7 +51,7 @@ pub(crate) fn monotonic_ns() -> u64 {
 
 /// The system call a blocked thread is in, from `/proc/PID/task/TID/syscall`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BlockedIn {
+pub struct BlockedIn {
     /// the system call number
     pub nr: i64,
     /// its `common::WAIT_*` class
@@ -65,7 +61,7 @@ pub(crate) struct BlockedIn {
 }
 
 /// What thread `tid` of `pid` is blocked in, if it is asleep in a system call (`S` or `D`).
-pub(crate) fn blocked_in(pid: u32, tid: u32) -> Option<BlockedIn> {
+pub fn blocked_in(pid: u32, tid: u32) -> Option<BlockedIn> {
     let task = procfs::process::Process::new(pid as i32)
         .ok()?
         .task_from_tid(tid as i32)
@@ -99,10 +95,46 @@ fn parse_syscall(text: &str) -> Option<BlockedIn> {
     })
 }
 
+/// The name of x86_64 system call `nr`, for the ones [`syscall_wait_class`] knows.
+pub fn syscall_name(nr: i64) -> Option<&'static str> {
+    Some(match nr {
+        0 => "read",
+        1 => "write",
+        7 => "poll",
+        17 => "pread64",
+        18 => "pwrite64",
+        19 => "readv",
+        20 => "writev",
+        23 => "select",
+        34 => "pause",
+        35 => "nanosleep",
+        42 => "connect",
+        43 => "accept",
+        44 => "sendto",
+        45 => "recvfrom",
+        46 => "sendmsg",
+        47 => "recvmsg",
+        202 => "futex",
+        208 => "io_getevents",
+        230 => "clock_nanosleep",
+        232 => "epoll_wait",
+        270 => "pselect6",
+        271 => "ppoll",
+        281 => "epoll_pwait",
+        288 => "accept4",
+        299 => "recvmmsg",
+        307 => "sendmmsg",
+        426 => "io_uring_enter",
+        441 => "epoll_pwait2",
+        449 => "futex_waitv",
+        _ => return None,
+    })
+}
+
 /// The `common::WAIT_*` class of x86_64 system call `nr` with first arguments `a0`, `a1`, and
 /// the futex word for futex waits. The same table as `pa_classify_wait` in
 /// `ebpf/sampler.bpf.c`: change both.
-pub(crate) fn syscall_wait_class(nr: i64, a0: u64, a1: u64) -> (u32, u64) {
+pub fn syscall_wait_class(nr: i64, a0: u64, a1: u64) -> (u32, u64) {
     match nr {
         35 | 230 | 34 => (common::WAIT_SLEEP, 0),
         23 | 270 if a0 == 0 => (common::WAIT_SLEEP, 0),

@@ -211,3 +211,57 @@ fn off_cpu_with_the_userspace_sampler_is_a_one_line_error() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("--mode ebpf"), "{err}");
 }
+
+/// `dump` says what each thread is doing: which wait and system call, and the GIL. The
+/// blocked threads of waits.py are stable; the sleeper runs for microseconds every 50 ms, so
+/// `dump` is run until it is caught asleep.
+#[rstest]
+fn dump_shows_each_threads_wait_and_gil(#[values("py312", "py313t", "py315")] py: &str) {
+    pyagent_bin();
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("waits.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let pid = p.pid().to_string();
+    let expected = [
+        ("locker", "waiting: lock in futex"),
+        ("reader", "waiting: io in recvfrom"),
+        ("<module>", "waiting: sleep in clock_nanosleep"),
+        ("sleeper", "waiting: sleep in clock_nanosleep"),
+    ];
+    let mut last = String::new();
+    for _ in 0..50 {
+        let out = run_pyagent(&["dump", "--pid", &pid]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last = String::from_utf8_lossy(&out.stdout).into_owned();
+        // `Thread TID "name" (STATE)` then the frames, innermost first.
+        let states: Vec<(String, String)> = last
+            .split("\nThread ")
+            .skip(1)
+            .filter_map(|block| {
+                let mut lines = block.lines();
+                let header = lines.next()?;
+                let state = header
+                    .rsplit_once(" (")?
+                    .1
+                    .trim_end_matches(')')
+                    .to_string();
+                let top = lines.next()?.split_whitespace().next()?.to_string();
+                Some((top, state))
+            })
+            .collect();
+        let found = |f: &str, s: &str| states.iter().any(|(t, st)| t == f && st.starts_with(s));
+        if expected.iter().all(|(f, s)| found(f, s)) {
+            let gil_said = states.iter().any(|(_, s)| s.contains("GIL"));
+            assert_eq!(
+                gil_said,
+                !py.ends_with('t'),
+                "{py}: GIL state only with a GIL:\n{last}"
+            );
+            return;
+        }
+    }
+    panic!("{py}: states never matched {expected:?}:\n{last}");
+}
