@@ -189,6 +189,38 @@ struct pa_wait_info {
 	__u64 wait_addr;
 };
 
+/* PA_SAMPLE_GIL_* bits for thread state `ts` of process `p`: whether it holds the GIL now.
+ * 0 (unknown) on a free-threaded build or when the read fails. */
+static __always_inline __u32 pa_gil_flags(const struct pa_proc *p, __u64 ts)
+{
+	__u64 pair[2] = {};
+	__u64 holder = 0;
+	__u32 locked = 0;
+
+	switch (p->gil_model) {
+	case PA_GIL_HOLDER:
+		if (p->gil_locked_addr == p->gil_holder_addr + 8) {
+			/* Every supported version keeps last_holder right before locked: one read. */
+			if (bpf_probe_read_user(pair, sizeof(pair), (const void *)p->gil_holder_addr))
+				return 0;
+			holder = pair[0];
+			locked = (__u32)pair[1];
+		} else if (bpf_probe_read_user(&locked, sizeof(locked),
+					       (const void *)p->gil_locked_addr) ||
+			   bpf_probe_read_user(&holder, sizeof(holder),
+					       (const void *)p->gil_holder_addr)) {
+			return 0;
+		}
+		return PA_SAMPLE_GIL_KNOWN | (locked && holder == ts ? PA_SAMPLE_GIL_HELD : 0);
+	case PA_GIL_THREAD_FLAG:
+		if (bpf_probe_read_user(&locked, sizeof(locked),
+					(const void *)(ts + p->thread_state_holds_gil)))
+			return 0;
+		return PA_SAMPLE_GIL_KNOWN | (locked ? PA_SAMPLE_GIL_HELD : 0);
+	}
+	return 0;
+}
+
 /* Walks the current task's Python stack (a thread of tracked process `p`) into a record.
  * Returns 1 if a record was written. */
 static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, __u32 tid,
@@ -293,7 +325,7 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return 0;
 	}
-	w.flags = why->flags;
+	w.flags = why->flags | pa_gil_flags(p, ts);
 	w.frame = cur;
 	w.anchor = r->hdr.anchor_frame;
 	w.base = r->hdr.base_frame;

@@ -273,6 +273,10 @@ pub struct RecordArgs {
     /// `off_cpu` sample type, with a `wait` label (io, sleep, lock, gil, other).
     #[arg(long)]
     pub off_cpu: bool,
+    /// Keep only samples whose thread held the GIL (not for free-threaded builds, which have
+    /// none). Every sample carries a `gil` label (held, released, waiting) either way.
+    #[arg(long)]
+    pub gil: bool,
     #[command(flatten)]
     pub frames: FrameArgs,
 }

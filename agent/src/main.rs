@@ -16,7 +16,7 @@ use pyagent::export;
 use pyagent::export::atomic_file::write_atomically;
 use pyagent::sampler::blocking::PausedThreads;
 use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
-use pyagent::unwind::{LostThread, StackLoss, ThreadOutcome, UnwindOptions, Unwinder};
+use pyagent::unwind::{GilState, LostThread, StackLoss, ThreadOutcome, UnwindOptions, Unwinder};
 
 use cli::{Cli, Command, DumpArgs, FrameArgs, HostArgs, ModeArg, RecordArgs};
 use pyagent::config::{Overrides, ServiceConfig};
@@ -104,7 +104,8 @@ fn dump(args: &DumpArgs) -> Result<()> {
         };
         let name = quoted_name(s.thread_name.as_deref());
         let host_tid = unwinder.host_tid(s.tid);
-        let state = thread_state(args.pid, host_tid, s.holds_gil, gil.clone());
+        let holds_gil = s.gil.map(|g| g == GilState::Held);
+        let state = thread_state(args.pid, host_tid, holds_gil, gil.clone());
         writeln!(out, "\nThread {}{} ({state})", s.tid, name)?;
         if s.frames.is_empty() {
             writeln!(out, "    (no Python frames)")?;
@@ -124,8 +125,6 @@ fn quoted_name(name: Option<&str>) -> String {
     name.map(|n| format!(" \"{n}\"")).unwrap_or_default()
 }
 
-/// `dump` is one snapshot, so it must show every thread: a thread whose stack moved under every
-/// re-read is stopped (that thread alone, briefly) and read once more.
 /// What `dump` says of a thread besides its stack: on or off the CPU, what it waits in (the
 /// reason and system call, as off-CPU profiles label it), and whether it holds the GIL.
 fn thread_state(
@@ -166,6 +165,8 @@ fn thread_state(
     parts.join(", ")
 }
 
+/// `dump` is one snapshot, so it must show every thread: a thread whose stack moved under every
+/// re-read is stopped (that thread alone, briefly) and read once more.
 fn read_stopped(unwinder: &mut Unwinder, lost: &LostThread) -> Result<ThreadOutcome> {
     let Some(host_tid) = unwinder.host_tid(lost.tid) else {
         return Ok(ThreadOutcome::Lost(lost.clone()));
@@ -204,6 +205,7 @@ fn record(args: &RecordArgs) -> Result<()> {
     let mut sampler = UserspaceSampler::new(&[args.pid], config)?;
     let mut agg = Aggregator::new(1_000_000_000 / args.rate as u64);
     if let Some(u) = sampler.unwinder(args.pid) {
+        check_gil_filter(args, &u.target().offsets)?;
         agg.set_label("python_version", u.target().version().to_string());
     }
     install_stop_handlers();
@@ -223,7 +225,8 @@ fn record(args: &RecordArgs) -> Result<()> {
         eprintln!();
     }
     let stats = sampler.stats();
-    let window = agg.cut();
+    let mut window = agg.cut();
+    let without_gil = keep_gil_holders(args, &mut window);
     let mut w = BufWriter::new(file);
     export::write(args.format.into(), &window, &mut w)
         .with_context(|| format!("writing {}", args.output.display()))?;
@@ -243,6 +246,9 @@ fn record(args: &RecordArgs) -> Result<()> {
         u.rereads,
         u.unverified,
     );
+    if let Some(n) = without_gil {
+        summary += &format!(", {n} samples left out by --gil");
+    }
     if sampler.frame_cache_used() {
         summary += &format!(
             ", frame cache {}/{}/{} full/partial/miss",
@@ -258,6 +264,23 @@ fn record(args: &RecordArgs) -> Result<()> {
     }
     eprintln!("{summary})");
     Ok(())
+}
+
+/// `record --gil` on a free-threaded build would write an empty profile: there is no GIL.
+fn check_gil_filter(args: &RecordArgs, offsets: &pyagent::offsets::Offsets) -> Result<()> {
+    if args.gil && offsets.free_threaded {
+        bail!(
+            "--gil: process {} runs a free-threaded build, which has no GIL (record without --gil; samples carry no gil label there)",
+            args.pid
+        );
+    }
+    Ok(())
+}
+
+/// With `record --gil`, leaves out of `window` the samples of threads that did not hold the
+/// GIL and returns how many; `None` without `--gil`.
+fn keep_gil_holders(args: &RecordArgs, window: &mut ProfileWindow) -> Option<u64> {
+    args.gil.then(|| window.keep_gil_holders())
 }
 
 /// The start of a `--all-python --duration` file's name: the process's service name (the one the
@@ -478,7 +501,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     if args.blocking || args.idle || args.subprocesses {
         bail!("--blocking, --idle and --subprocesses need --mode userspace");
     }
-    locate_runtime(args.pid)?;
+    check_gil_filter(args, &locate_runtime(args.pid)?.offsets)?;
     let file = File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
     let mut profiler = host_profiler(
@@ -504,9 +527,10 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         .into_iter()
         .find(|(i, _)| i.pid == pid)
         .map(|(_, w)| w);
-    let window = window.unwrap_or_else(|| {
+    let mut window = window.unwrap_or_else(|| {
         pyagent::aggregate::Aggregator::new(1_000_000_000 / args.rate as u64).cut()
     });
+    let without_gil = keep_gil_holders(args, &mut window);
     let mut w = BufWriter::new(file);
     export::write(args.format.into(), &window, &mut w)
         .with_context(|| format!("writing {}", args.output.display()))?;
@@ -538,6 +562,9 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         cache_misses,
         profiler.frame_cache_bypassed()
     );
+    if let Some(n) = without_gil {
+        eprintln!("pyagent: --gil left out {n} samples of threads that did not hold the GIL");
+    }
     if args.off_cpu {
         let waits = bpf_counter(common::Counter::OffCpuWalks);
         let switch_cost = profiler

@@ -139,8 +139,7 @@ pub fn run(
                     .or_insert_with(|| service_name(info.identity(), &config.service_names))
                     .clone();
                 window.labels = process_labels(&info, &service, &host);
-                let gil = profiler.take_gil_samples(info.pid);
-                metrics.add_samples(&service, window.total_samples(), gil);
+                metrics.add_window(&service, &window);
                 if window.dropped > 0 {
                     metrics.add_lost("unreadable_stack", window.dropped);
                 }

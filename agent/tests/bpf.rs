@@ -13,10 +13,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{
-    Counter, PaFrame, PaProc, PaSampleHdr, PaThreadList, MAX_FRAMES, NOTICE_EXEC,
-    NOTICE_UNKNOWN_THREAD, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS,
-    SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED,
-    SAMPLE_TRUNCATED, SHORT_FRAMES, THREAD_SLOTS,
+    Counter, PaFrame, PaProc, PaSampleHdr, PaThreadList, GIL_HOLDER, GIL_THREAD_FLAG, MAX_FRAMES,
+    NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS,
+    SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC, SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN,
+    SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED, SHORT_FRAMES, THREAD_SLOTS,
 };
 use pyagent::sampler::bpf::{BpfConfig, BpfSampler};
 
@@ -154,6 +154,7 @@ fn proc315(flags: u32) -> PaProc {
         interpreter_frame_executable: PY315.executable as u32,
         interpreter_frame_instr_ptr: PY315.instr_ptr as u32,
         interpreter_frame_owner: PY315.owner as u32,
+        ..PaProc::default()
     }
 }
 
@@ -544,6 +545,68 @@ fn cframe_chain_311() {
     // Tag mask 0: the low bits of f_code are kept.
     assert_eq!(frames[0].executable & 3, 3);
     chain.check_prefix(&frames, 50);
+}
+
+/// Each record says whether its thread held the GIL, read where the layout keeps it: the
+/// `last_holder`/`locked` pair (3.11-3.14: one read when adjacent, two otherwise) or the thread
+/// state's flag (3.15). Without a GIL model, or when the GIL cannot be read, it says nothing.
+#[test]
+fn records_say_whether_the_thread_held_the_gil() {
+    let chain = Chain::new(&PY315, 3);
+    let mut ts = TState::new();
+    ts.set(72, chain.addr(0));
+    let known = SAMPLE_GIL_KNOWN;
+    let held = SAMPLE_GIL_KNOWN | SAMPLE_GIL_HELD;
+    let gil_bits = |proc: &PaProc, ts: &TState| {
+        let (h, _) = first_record(&config(), proc, ts.addr());
+        assert_eq!(h.flags & SAMPLE_COMPLETE, SAMPLE_COMPLETE, "{h:?}");
+        h.flags & held
+    };
+    assert_eq!(gil_bits(&proc315(0), &ts), 0, "no GIL model, no bits");
+
+    // 3.11-3.14: [last_holder, locked] as in `_gil_runtime_state`, and apart.
+    let mut gil: Vec<u64> = vec![ts.addr(), 1, 0, 0];
+    let base = gil.as_ptr() as u64;
+    for (holder, locked) in [(base, base + 8), (base, base + 24)] {
+        let proc = PaProc {
+            gil_model: GIL_HOLDER,
+            gil_holder_addr: holder,
+            gil_locked_addr: locked,
+            ..proc315(0)
+        };
+        gil[1] = 1;
+        gil[3] = 1;
+        assert_eq!(
+            gil_bits(&proc, &ts),
+            held,
+            "held ({holder:#x}, {locked:#x})"
+        );
+        gil[0] = ts.addr() + 8;
+        assert_eq!(gil_bits(&proc, &ts), known, "another holder");
+        gil[0] = ts.addr();
+        gil[1] = 0;
+        gil[3] = 0;
+        assert_eq!(gil_bits(&proc, &ts), known, "unlocked");
+    }
+    let hole = NoAccessPage::new();
+    let unreadable = PaProc {
+        gil_model: GIL_HOLDER,
+        gil_holder_addr: hole.0,
+        gil_locked_addr: hole.0 + 8,
+        ..proc315(0)
+    };
+    assert_eq!(gil_bits(&unreadable, &ts), 0, "unreadable GIL, no bits");
+
+    // 3.15: the thread state's own int.
+    let flag = PaProc {
+        gil_model: GIL_THREAD_FLAG,
+        thread_state_holds_gil: 120,
+        ..proc315(0)
+    };
+    ts.set(120, 1);
+    assert_eq!(gil_bits(&flag, &ts), held, "flag set");
+    ts.set(120, 0);
+    assert_eq!(gil_bits(&flag, &ts), known, "flag clear");
 }
 
 #[test]

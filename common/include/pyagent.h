@@ -75,8 +75,20 @@ struct pa_proc {
 	__u32 interpreter_frame_executable;
 	__u32 interpreter_frame_instr_ptr;
 	__u32 interpreter_frame_owner;
+	/* Where the GIL says who holds it (PA_GIL_*): absolute addresses of the main interpreter's
+	 * `locked` int and `last_holder` pointer (PA_GIL_HOLDER), or the offset of the thread
+	 * state's `holds_gil` int (PA_GIL_THREAD_FLAG). */
+	__u64 gil_locked_addr;
+	__u64 gil_holder_addr;
+	__u32 gil_model;
+	__u32 thread_state_holds_gil;
 };
-_Static_assert(sizeof(struct pa_proc) == 56, "struct pa_proc layout");
+_Static_assert(sizeof(struct pa_proc) == 80, "struct pa_proc layout");
+
+/* How a process's records learn whether the sampled thread holds the GIL. */
+#define PA_GIL_NONE 0 /* free-threaded (no GIL), or unknown: records carry no GIL bits */
+#define PA_GIL_HOLDER 1 /* 3.11-3.14: held when `locked` != 0 and `last_holder` is the tstate */
+#define PA_GIL_THREAD_FLAG 2 /* 3.15: held when the tstate's `holds_gil` int != 0 */
 
 /* ---- pa_threads: host tid (__u32) -> PyThreadState address (__u64) -------------------------- */
 
@@ -98,7 +110,7 @@ struct pa_proc_slot {
 	__u32 tgid;
 	__u32 _pad;
 };
-_Static_assert(sizeof(struct pa_proc_slot) == 64, "struct pa_proc_slot layout");
+_Static_assert(sizeof(struct pa_proc_slot) == 88, "struct pa_proc_slot layout");
 
 struct pa_thread_slot {
 	__u64 tstate;
@@ -150,6 +162,10 @@ _Static_assert(sizeof(struct pa_thread_list) == 32, "struct pa_thread_list layou
 #define PA_SAMPLE_OFF_CPU (1u << 6)
 /* No stack: the thread of an earlier PA_SAMPLE_OFF_CPU record runs again at `time_ns`. */
 #define PA_SAMPLE_WAKE (1u << 7)
+/* The process has a GIL and it was read: PA_SAMPLE_GIL_HELD says whether this thread held it
+ * when the record was taken (for an off-CPU record: as it blocked). */
+#define PA_SAMPLE_GIL_KNOWN (1u << 8)
+#define PA_SAMPLE_GIL_HELD (1u << 9)
 
 /* What an off-CPU thread waits in, from the system call it blocked in (x86_64 numbers). */
 #define PA_WAIT_NONE 0 /* on-CPU records */

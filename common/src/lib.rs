@@ -58,6 +58,10 @@ pub const SAMPLE_CYCLIC: u32 = 1 << 5;
 pub const SAMPLE_OFF_CPU: u32 = 1 << 6;
 /// `PA_SAMPLE_WAKE`: no stack; the thread of an earlier off-CPU record runs again.
 pub const SAMPLE_WAKE: u32 = 1 << 7;
+/// `PA_SAMPLE_GIL_KNOWN`: the process has a GIL and the record says whether the thread held it.
+pub const SAMPLE_GIL_KNOWN: u32 = 1 << 8;
+/// `PA_SAMPLE_GIL_HELD`: the thread held the GIL (with [`SAMPLE_GIL_KNOWN`]).
+pub const SAMPLE_GIL_HELD: u32 = 1 << 9;
 
 /// `PA_WAIT_NONE`: an on-CPU record.
 pub const WAIT_NONE: u32 = 0;
@@ -99,10 +103,25 @@ pub struct PaProc {
     pub interpreter_frame_instr_ptr: u32,
     /// `_PyInterpreterFrame.owner` (one byte).
     pub interpreter_frame_owner: u32,
+    /// Address of the main interpreter's GIL `locked` int (only with [`GIL_HOLDER`]).
+    pub gil_locked_addr: u64,
+    /// Address of the main interpreter's GIL `last_holder` pointer (only with [`GIL_HOLDER`]).
+    pub gil_holder_addr: u64,
+    /// `GIL_*`: how records learn whether the sampled thread holds the GIL.
+    pub gil_model: u32,
+    /// `PyThreadState.holds_gil` (only with [`GIL_THREAD_FLAG`]).
+    pub thread_state_holds_gil: u32,
 }
 
+/// `PA_GIL_NONE`: free-threaded (no GIL) or unknown; records carry no GIL bits.
+pub const GIL_NONE: u32 = 0;
+/// `PA_GIL_HOLDER`: 3.11-3.14, held when `locked` != 0 and `last_holder` is the thread state.
+pub const GIL_HOLDER: u32 = 1;
+/// `PA_GIL_THREAD_FLAG`: 3.15, held when the thread state's `holds_gil` int != 0.
+pub const GIL_THREAD_FLAG: u32 = 2;
+
 const _: () = {
-    assert!(size_of::<PaProc>() == 56);
+    assert!(size_of::<PaProc>() == 80);
     assert!(offset_of!(PaProc, generation) == 0);
     assert!(offset_of!(PaProc, executable_tag_mask) == 8);
     assert!(offset_of!(PaProc, flags) == 16);
@@ -115,6 +134,10 @@ const _: () = {
     assert!(offset_of!(PaProc, interpreter_frame_executable) == 44);
     assert!(offset_of!(PaProc, interpreter_frame_instr_ptr) == 48);
     assert!(offset_of!(PaProc, interpreter_frame_owner) == 52);
+    assert!(offset_of!(PaProc, gil_locked_addr) == 56);
+    assert!(offset_of!(PaProc, gil_holder_addr) == 64);
+    assert!(offset_of!(PaProc, gil_model) == 72);
+    assert!(offset_of!(PaProc, thread_state_holds_gil) == 76);
 };
 
 /// Why the BPF program would refuse a [`PaProc`] (it counts `pyagent_bpf_bad_config_total` and
@@ -127,7 +150,12 @@ pub enum ProcError {
         /// The flags given.
         flags: u32,
     },
-
+    /// A GIL model outside the `GIL_*` values.
+    #[error("unknown pa_proc GIL model {model}")]
+    UnknownGilModel {
+        /// The model given.
+        model: u32,
+    },
     /// A pointer field is misaligned or does not fit in its read window.
     #[error("{field} at offset {offset} is not an 8-byte aligned pointer inside the {window}-byte read window")]
     FieldOutsideWindow {
@@ -147,6 +175,11 @@ impl PaProc {
     pub fn validate(&self) -> Result<(), ProcError> {
         if self.flags & !PROC_ALL != 0 {
             return Err(ProcError::UnknownFlags { flags: self.flags });
+        }
+        if self.gil_model > GIL_THREAD_FLAG {
+            return Err(ProcError::UnknownGilModel {
+                model: self.gil_model,
+            });
         }
         let ptr_ok = |off: u32, window: u32| off.is_multiple_of(8) && off <= window - 8;
         for (field, off) in [
@@ -302,6 +335,11 @@ impl PaSampleHdr {
     pub fn is_cyclic(&self) -> bool {
         self.flags & SAMPLE_CYCLIC != 0
     }
+    /// Whether the thread held the GIL ([`SAMPLE_GIL_HELD`]), when the record says
+    /// ([`SAMPLE_GIL_KNOWN`]: not on free-threaded builds).
+    pub fn holds_gil(&self) -> Option<bool> {
+        (self.flags & SAMPLE_GIL_KNOWN != 0).then_some(self.flags & SAMPLE_GIL_HELD != 0)
+    }
 }
 
 /// One `_PyInterpreterFrame` as read from the target (`struct pa_frame`).
@@ -431,10 +469,10 @@ const _: () = {
 };
 
 const _: () = {
-    assert!(size_of::<PaProcSlot>() == 64);
+    assert!(size_of::<PaProcSlot>() == 88);
     assert!(offset_of!(PaProcSlot, proc) == 0);
-    assert!(offset_of!(PaProcSlot, tgid) == 56);
-    assert!(offset_of!(PaProcSlot, _pad) == 60);
+    assert!(offset_of!(PaProcSlot, tgid) == 80);
+    assert!(offset_of!(PaProcSlot, _pad) == 84);
     assert!(size_of::<PaThreadSlot>() == 16);
     assert!(offset_of!(PaThreadSlot, tstate) == 0);
     assert!(offset_of!(PaThreadSlot, tid) == 8);
@@ -479,7 +517,19 @@ mod tests {
             interpreter_frame_executable: 0,
             interpreter_frame_instr_ptr: 56,
             interpreter_frame_owner: 74,
+            gil_model: GIL_THREAD_FLAG,
+            thread_state_holds_gil: 232,
+            ..PaProc::default()
         }
+    }
+
+    #[test]
+    fn validate_refuses_an_unknown_gil_model() {
+        let p = PaProc {
+            gil_model: 3,
+            ..py315()
+        };
+        assert_eq!(p.validate(), Err(ProcError::UnknownGilModel { model: 3 }));
     }
 
     #[test]

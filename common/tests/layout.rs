@@ -12,9 +12,10 @@ use std::process::Command;
 
 use pyagent_common::{
     Counter, PaFrame, PaProc, PaProcSlot, PaSampleHdr, PaThreadList, PaThreadSlot, COUNTERS,
-    COUNTER_COUNT, FRAME_READ_BYTES, MAX_FRAMES, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, PROC_ALL,
-    PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS, RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT,
-    SAMPLE_COMPLETE, SAMPLE_CYCLIC, SAMPLE_OFF_CPU, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED,
+    COUNTER_COUNT, FRAME_READ_BYTES, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, MAX_FRAMES,
+    NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, PROC_ALL, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
+    PROC_SLOTS, RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC,
+    SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN, SAMPLE_OFF_CPU, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED,
     SAMPLE_TRUNCATED, SAMPLE_WAKE, SHORT_FRAMES, SHORT_RECORD_BYTES, SLOT_SHARED, STAGE_COUNTED,
     STAGE_ENTERED, STAGE_LAST, STAGE_PROCESS, STAGE_RESERVED, STAGE_SHORT_WALK, STAGE_THREAD,
     STAGE_THREAD_STATE, THREAD_SEARCH_MAX, THREAD_SLOTS, TSTATE_READ_BYTES, WAIT_FUTEX, WAIT_IO,
@@ -48,6 +49,10 @@ fn expectations() -> Vec<(String, u64)> {
             interpreter_frame_executable,
             interpreter_frame_instr_ptr,
             interpreter_frame_owner,
+            gil_locked_addr,
+            gil_holder_addr,
+            gil_model,
+            thread_state_holds_gil,
         ]
     );
     push("sizeof(struct pa_sample_hdr)", size_of::<PaSampleHdr>());
@@ -125,6 +130,11 @@ fn expectations() -> Vec<(String, u64)> {
         ("PA_SAMPLE_CYCLIC", SAMPLE_CYCLIC),
         ("PA_SAMPLE_OFF_CPU", SAMPLE_OFF_CPU),
         ("PA_SAMPLE_WAKE", SAMPLE_WAKE),
+        ("PA_SAMPLE_GIL_KNOWN", SAMPLE_GIL_KNOWN),
+        ("PA_SAMPLE_GIL_HELD", SAMPLE_GIL_HELD),
+        ("PA_GIL_NONE", GIL_NONE),
+        ("PA_GIL_HOLDER", GIL_HOLDER),
+        ("PA_GIL_THREAD_FLAG", GIL_THREAD_FLAG),
         ("PA_WAIT_NONE", WAIT_NONE),
         ("PA_WAIT_OTHER", WAIT_OTHER),
         ("PA_WAIT_IO", WAIT_IO),

@@ -1,5 +1,8 @@
 # Threads that wait in different ways, each in its own function, for off-CPU profiling:
-# sleeping, blocked on a socket, blocked on a lock, and two threads fighting over the GIL.
+# sleeping, blocked on a socket, blocked on a lock, two threads fighting over the GIL (`gil`),
+# and one on the CPU without the GIL, hashing large buffers (`hash`: hashlib releases the GIL
+# while it hashes more than 2 KiB).
+import hashlib
 import socket
 import sys
 import threading
@@ -26,6 +29,12 @@ def spinner():
             pass
 
 
+def hasher():
+    data = bytes(1 << 20)
+    while True:
+        hashlib.sha256(data)  # @hash
+
+
 held = threading.Lock()
 held.acquire()
 a, b = socket.socketpair()
@@ -36,6 +45,8 @@ threads = [
 ]
 if "gil" in sys.argv[1:]:
     threads += [threading.Thread(target=spinner, name=f"spinner{i}", daemon=True) for i in range(2)]
+if "hash" in sys.argv[1:]:
+    threads.append(threading.Thread(target=hasher, name="hasher", daemon=True))
 for t in threads:
     t.start()
 print("ready", flush=True)

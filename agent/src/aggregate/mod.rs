@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::symbolize::Frame;
-use crate::unwind::ThreadSample;
+use crate::unwind::{CpuState, GilState, ThreadSample};
 
 mod wait;
 pub use wait::WaitReason;
@@ -34,6 +34,10 @@ pub struct StackKey {
     pub tid: u32,
     /// Python-level thread name, when it could be read.
     pub thread_name: Option<Arc<str>>,
+    /// The thread and the GIL (the `gil` label), where the build has one.
+    pub gil: Option<GilState>,
+    /// On or off a CPU (the `state` label), where the sampler tells.
+    pub cpu: Option<CpuState>,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
 }
@@ -62,6 +66,38 @@ impl ProfileWindow {
     /// Sum of all counts (not including `dropped`).
     pub fn total_samples(&self) -> u64 {
         self.counts.values().sum()
+    }
+
+    /// Samples taken while the thread held the GIL.
+    pub fn gil_held_samples(&self) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(key, _)| key.gil == Some(GilState::Held))
+            .map(|(_, &n)| n)
+            .sum()
+    }
+
+    /// Keeps only the stacks whose thread held the GIL, on and off the CPU (`record --gil`);
+    /// returns how many samples were left out.
+    pub fn keep_gil_holders(&mut self) -> u64 {
+        let before = self.total_samples();
+        self.counts.retain(|key, _| key.gil == Some(GilState::Held));
+        self.off_cpu
+            .retain(|(key, _), _| key.gil == Some(GilState::Held));
+        before - self.total_samples()
+    }
+
+    /// Off-CPU nanoseconds per wait reason, in [`WaitReason::ALL`] order.
+    pub fn off_cpu_by_wait(&self) -> [(WaitReason, u64); 5] {
+        WaitReason::ALL.map(|wait| {
+            let ns = self
+                .off_cpu
+                .iter()
+                .filter(|((_, w), _)| *w == wait)
+                .map(|(_, &ns)| ns)
+                .sum();
+            (wait, ns)
+        })
     }
 
     /// Whether no sample was counted, on or off the CPU.
@@ -164,6 +200,8 @@ impl Aggregator {
             pid: sample.pid,
             tid: sample.tid,
             thread_name: sample.thread_name.as_deref().map(|name| self.intern(name)),
+            gil: sample.gil,
+            cpu: sample.cpu,
             frames: sample.frames.clone(),
         }
     }
@@ -256,7 +294,8 @@ pub(crate) mod tests {
             pid,
             tid,
             thread_name: name.map(Arc::from),
-            holds_gil: None,
+            gil: None,
+            cpu: None,
             frames,
             truncated: false,
         }

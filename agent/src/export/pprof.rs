@@ -15,8 +15,9 @@
 //! - one `Location` per distinct (function, line), holding one `Line`; a frame without a line gets line 0.
 //!   There is no `Mapping`: Python frames have no addresses, and pprof only symbolizes mapped locations.
 //! - `location_id` innermost first (pprof's leaf-first order).
-//! - sample labels, Pyroscope-style: `thread_id` (num), `thread_name` (str, when known), then every
-//!   process-level label of the window (str). When those lack `pid`, each sample carries `pid` (num) instead.
+//! - sample labels, Pyroscope-style: `thread_id` (num), `thread_name` (str, when known), `wait` (off-CPU
+//!   samples), `gil` (held, released, waiting; not on free-threaded builds), `state` (on_cpu, off_cpu;
+//!   userspace `--idle` only), then every process-level label of the window (str). When those lack `pid`, each sample carries `pid` (num) instead.
 //! - a comment `pyagent: N samples dropped` when the window dropped any.
 //!
 //! Strings, functions and locations are numbered in the order the sorted stacks first use them, so the same
@@ -80,7 +81,6 @@ pub fn build(window: &ProfileWindow) -> Profile {
         })
         .collect();
 
-    let wait_key = with_off_cpu.then(|| builder.string("wait"));
     let on_cpu = window
         .stacks()
         .into_iter()
@@ -114,10 +114,15 @@ pub fn build(window: &ProfileWindow) -> Profile {
                 ..Label::default()
             });
         }
-        if let (Some(wait), Some(wait_key)) = (wait, wait_key) {
+        let states = [
+            wait.map(|w| ("wait", w.label())),
+            key.gil.map(|g| ("gil", g.label())),
+            key.cpu.map(|c| ("state", c.label())),
+        ];
+        for (name, value) in states.into_iter().flatten() {
             label.push(Label {
-                key: wait_key,
-                str: builder.string(wait.label()),
+                key: builder.string(name),
+                str: builder.string(value),
                 ..Label::default()
             });
         }

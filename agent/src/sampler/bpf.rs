@@ -33,11 +33,11 @@ use aya::sys::{enable_stats, Stats};
 use aya::{Btf, Ebpf, EbpfError, EbpfLoader};
 use common::{
     Counter, CounterInfo, PaProc, PaProcSlot, PaThreadList, PaThreadSlot, ProcError, SampleRecord,
-    COUNTERS, COUNTER_COUNT, MAX_FRAMES, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS,
-    THREAD_SEARCH_MAX, THREAD_SLOTS,
+    COUNTERS, COUNTER_COUNT, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, MAX_FRAMES, PROC_ANCHOR,
+    PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS, THREAD_SEARCH_MAX, THREAD_SLOTS,
 };
 
-use crate::offsets::Offsets;
+use crate::offsets::{GilLocation, Offsets};
 
 use super::slots::{SlotContent, SlotIndex};
 
@@ -634,6 +634,7 @@ pub fn pa_proc_for(offsets: &Offsets, use_anchor: bool) -> PaProc {
         interpreter_frame_executable: off(f.executable),
         interpreter_frame_instr_ptr: off(f.instr_ptr),
         interpreter_frame_owner: off(f.owner),
+        ..PaProc::default()
     };
     if let Some(c) = t.cframe_current_frame {
         p.flags |= PROC_CFRAME;
@@ -651,6 +652,35 @@ pub fn pa_proc_for(offsets: &Offsets, use_anchor: bool) -> PaProc {
         p.thread_state_last_profiled_frame_seq = off(seq);
     }
     p
+}
+
+/// Tells the program of `proc` how to read whether a sampled thread holds the GIL: the main
+/// interpreter's `locked`/`last_holder` pair (3.11 in `_PyRuntime` at `runtime_addr`, 3.12-3.14
+/// in the interpreter at `interpreter_addr`), or the thread state's own flag (3.15). Threads of
+/// sub-interpreters with their own GIL read as not holding the main one. Free-threaded builds
+/// have no GIL: their records carry no GIL bits.
+pub fn set_gil(proc: &mut PaProc, offsets: &Offsets, runtime_addr: u64, interpreter_addr: u64) {
+    proc.gil_model = GIL_NONE;
+    proc.gil_locked_addr = 0;
+    proc.gil_holder_addr = 0;
+    proc.thread_state_holds_gil = 0;
+    let (base, locked, holder) = match offsets.gil {
+        GilLocation::Runtime { locked, holder } => (runtime_addr, locked, holder),
+        GilLocation::Interpreter { locked, holder } => (interpreter_addr, locked, holder),
+        GilLocation::ThreadFlag { holds_gil, .. } => {
+            if let Ok(off) = u32::try_from(holds_gil) {
+                proc.gil_model = GIL_THREAD_FLAG;
+                proc.thread_state_holds_gil = off;
+            }
+            return;
+        }
+        GilLocation::Disabled { .. } => return,
+    };
+    if let (Some(locked), Some(holder)) = (base.checked_add(locked), base.checked_add(holder)) {
+        proc.gil_model = GIL_HOLDER;
+        proc.gil_locked_addr = locked;
+        proc.gil_holder_addr = holder;
+    }
 }
 
 /// Loads the off-CPU program against the kernel's BTF and attaches it to `sched_switch`.
@@ -803,11 +833,49 @@ mod tests {
             interpreter_frame_executable: 0,
             interpreter_frame_instr_ptr: 56,
             interpreter_frame_owner: 70,
+            ..PaProc::default()
         };
         assert_eq!(pa_proc_for(&o, false), want);
         assert!(!o.has_frame_cache_anchor());
         assert_eq!(pa_proc_for(&o, true), want, "no anchor fields in 3.12");
         want.validate().expect("3.12 PaProc is valid");
+    }
+
+    /// The GIL is read where each version keeps it: 3.12 in the main interpreter (its
+    /// `last_holder` right before `locked`, so one read), 3.15 in the thread state's flag, and
+    /// nowhere on a free-threaded build.
+    #[test]
+    fn set_gil_follows_the_version() {
+        let o = builtin_offsets(PythonVersion::new(3, 12, 1)).expect("3.12 table");
+        let GilLocation::Interpreter { locked, holder } = o.gil else {
+            panic!("3.12 keeps its GIL in the interpreter: {:?}", o.gil);
+        };
+        let mut p = pa_proc_for(&o, false);
+        set_gil(&mut p, &o, 0x1000, 0x20_0000);
+        assert_eq!(p.gil_model, GIL_HOLDER);
+        assert_eq!(p.gil_locked_addr, 0x20_0000 + locked);
+        assert_eq!(p.gil_holder_addr, 0x20_0000 + holder);
+        assert_eq!(
+            p.gil_locked_addr,
+            p.gil_holder_addr + 8,
+            "one read covers both"
+        );
+        p.validate().expect("valid");
+
+        let mut o315 = offsets_315();
+        o315.gil = GilLocation::ThreadFlag {
+            holds_gil: 232,
+            locked: 16,
+        };
+        set_gil(&mut p, &o315, 0x1000, 0x20_0000);
+        assert_eq!(
+            (p.gil_model, p.thread_state_holds_gil, p.gil_locked_addr),
+            (GIL_THREAD_FLAG, 232, 0)
+        );
+
+        o315.gil = GilLocation::Disabled { thread_state: 300 };
+        set_gil(&mut p, &o315, 0x1000, 0x20_0000);
+        assert_eq!(p.gil_model, GIL_NONE);
     }
 
     /// A 3.15 default-build layout (cpython-internals.md §6.1, §10), made from the 3.12 table.
@@ -848,6 +916,7 @@ mod tests {
                 interpreter_frame_executable: 0,
                 interpreter_frame_instr_ptr: 56,
                 interpreter_frame_owner: 74,
+                ..PaProc::default()
             }
         );
         with.validate().expect("3.15 PaProc is valid");

@@ -10,19 +10,21 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Counter, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
+use common::{Counter, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
 use crate::aggregate::{Aggregator, ProfileWindow};
 use crate::discovery::service_name::{ProcessIdentity, SERVICE_ENV};
 use crate::discovery::{host_tids, HostScanner, PythonTarget};
-use crate::sampler::bpf::{pa_proc_for, pa_thread_list_for, BpfConfig, BpfError, BpfSampler};
+use crate::sampler::bpf::{
+    pa_proc_for, pa_thread_list_for, set_gil, BpfConfig, BpfError, BpfSampler,
+};
 use crate::sampler::off_cpu::{
     blocked_in, monotonic_ns, wait_reason, BlockedIn, RecordKind, Waiting,
 };
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use crate::unwind::{
-    ExternalSkip, ExternalWalk, InterpreterInfo, RawFrame, ThreadInfo, UnwindOptions, UnwindStats,
-    Unwinder,
+    ExternalSkip, ExternalWalk, GilState, InterpreterInfo, RawFrame, ThreadInfo, UnwindOptions,
+    UnwindStats, Unwinder,
 };
 
 /// Where samples come from.
@@ -205,6 +207,9 @@ struct BpfProcess {
     /// the interpreter whose thread list the program searches for unregistered threads: their
     /// records carry thread states the last refresh did not see
     searched_interp: Option<InterpreterInfo>,
+    /// the walk configuration in the program's maps (its GIL addresses are set once the main
+    /// interpreter is known)
+    proc_config: PaProc,
 }
 
 impl BpfProcess {
@@ -229,8 +234,6 @@ enum Backend {
 struct Profile {
     info: ProcessInfo,
     agg: Aggregator,
-    /// samples taken while the thread held the GIL, since the last `take_gil_samples`
-    gil_held: u64,
 }
 
 /// Profiles every CPython process of the host.
@@ -434,19 +437,13 @@ impl HostProfiler {
                         last_validated: Instant::now(),
                         pidns: pid_namespace(pid),
                         searched_interp: None,
+                        proc_config,
                     },
                 );
             }
             Backend::Userspace(s) => s.add_target(Unwinder::new(target, self.config.unwind)),
         }
-        self.profiles.insert(
-            pid,
-            Profile {
-                info,
-                agg,
-                gil_held: 0,
-            },
-        );
+        self.profiles.insert(pid, Profile { info, agg });
         // Register its threads now: until then the program finds no thread state.
         if let Backend::Bpf { .. } = self.backend {
             self.refresh_threads(pid, true);
@@ -545,21 +542,32 @@ impl HostProfiler {
         p.threads = now;
     }
 
-    /// Points the program at the main interpreter's thread list (the oldest interpreter, last
-    /// in the runtime's list), where it finds threads started since this refresh.
+    /// Points the program at the main interpreter (the oldest, last in the runtime's list): its
+    /// thread list, where it finds threads started since this refresh, and its GIL.
     fn set_thread_list(
         sampler: &mut BpfSampler,
         pid: u32,
         p: &mut BpfProcess,
         interpreters: &[(InterpreterInfo, Vec<ThreadInfo>)],
     ) {
-        let (Some(pidns), Some((main, _))) = (p.pidns, interpreters.last()) else {
+        let Some((main, _)) = interpreters.last() else {
             return;
         };
-        p.searched_interp = Some(*main);
-        let list = pa_thread_list_for(&p.unwinder.target().offsets, main.addr, pidns);
-        if let Err(e) = sampler.set_thread_list(pid, &list) {
-            tracing::debug!(pid, "cannot set the thread list: {e}");
+        let target = p.unwinder.target();
+        if let Some(pidns) = p.pidns {
+            p.searched_interp = Some(*main);
+            let list = pa_thread_list_for(&target.offsets, main.addr, pidns);
+            if let Err(e) = sampler.set_thread_list(pid, &list) {
+                tracing::debug!(pid, "cannot set the thread list: {e}");
+            }
+        }
+        let mut config = p.proc_config;
+        set_gil(&mut config, &target.offsets, target.runtime_addr, main.addr);
+        if config != p.proc_config {
+            match sampler.track_process(pid, &config) {
+                Ok(()) => p.proc_config = config,
+                Err(e) => tracing::debug!(pid, "cannot set where the GIL is: {e}"),
+            }
         }
     }
 
@@ -573,7 +581,6 @@ impl HostProfiler {
                 s.sample_once(&mut |sample| {
                     if let Some(p) = profiles.get_mut(&sample.pid) {
                         p.agg.add(sample);
-                        p.gil_held += u64::from(sample.holds_gil == Some(true));
                         stats.samples += 1;
                     }
                 });
@@ -672,6 +679,7 @@ impl HostProfiler {
                 cyclic: h.is_cyclic(),
                 anchor_hit: h.anchor_hit(),
                 anchor: (h.anchor_frame, h.anchor_seq),
+                gil: h.holds_gil().map(GilState::from_held),
             };
             batch.push((walk, h.pid, raw, kind));
         });
@@ -725,15 +733,8 @@ impl HostProfiler {
                     } => {
                         let wait = wait_reason(wait, wait_addr, p.unwinder.gil_words(&interp));
                         self.stats.off_cpu_waits += 1;
-                        self.waiting.insert(
-                            walk.host_tid,
-                            Waiting {
-                                sample,
-                                wait,
-                                since_ns: at_ns,
-                                seen_blocked_in: None,
-                            },
-                        );
+                        self.waiting
+                            .insert(walk.host_tid, Waiting::new(sample, wait, at_ns, None));
                     }
                     RecordKind::OnCpu | RecordKind::Wake { .. } => {
                         profile.agg.add(&sample);
@@ -914,15 +915,8 @@ impl HostProfiler {
             if sampler.expect_wake(host_tid, pid).is_err() {
                 continue;
             }
-            self.waiting.insert(
-                host_tid,
-                Waiting {
-                    sample,
-                    wait,
-                    since_ns: now,
-                    seen_blocked_in: Some(b.nr),
-                },
-            );
+            self.waiting
+                .insert(host_tid, Waiting::new(sample, wait, now, Some(b.nr)));
         }
     }
 
@@ -930,15 +924,6 @@ impl HostProfiler {
     /// one-shot run can write them at once instead of holding them to its end.
     pub fn take_finished(&mut self) -> Vec<(ProcessInfo, ProfileWindow)> {
         std::mem::take(&mut self.finished)
-    }
-
-    /// Samples of `pid` taken while holding the GIL since the last call (userspace mode knows;
-    /// BPF samples do not say).
-    pub fn take_gil_samples(&mut self, pid: u32) -> u64 {
-        self.profiles
-            .get_mut(&pid)
-            .map(|p| std::mem::take(&mut p.gil_held))
-            .unwrap_or(0)
     }
 
     /// 3.15 thread walks the frame cache could not hold (beyond its thread or depth bound),

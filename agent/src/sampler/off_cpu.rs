@@ -2,7 +2,7 @@
 //! blocked thread, and the threads found blocked when a process is first tracked.
 
 use crate::aggregate::WaitReason;
-use crate::unwind::ThreadSample;
+use crate::unwind::{GilState, ThreadSample};
 
 /// A thread blocked in a recorded stack, until its wake-up record (or a cut) weighs it.
 #[derive(Debug)]
@@ -13,6 +13,25 @@ pub(crate) struct Waiting {
     pub since_ns: u64,
     /// for a wait found already running at attach: the system call it was seen in
     pub seen_blocked_in: Option<i64>,
+}
+
+impl Waiting {
+    /// The wait of a thread that blocked in `sample` for `wait` at `since_ns`: its GIL state
+    /// becomes waiting when it waits for the GIL.
+    pub fn new(
+        mut sample: ThreadSample,
+        wait: WaitReason,
+        since_ns: u64,
+        seen_blocked_in: Option<i64>,
+    ) -> Waiting {
+        sample.gil = gil_while_blocked(sample.gil, wait);
+        Waiting {
+            sample,
+            wait,
+            since_ns,
+            seen_blocked_in,
+        }
+    }
 }
 
 /// What a ring-buffer record stands for.
@@ -39,6 +58,16 @@ pub fn wait_reason(class: u32, wait_addr: u64, gil: Option<std::ops::Range<u64>>
         common::WAIT_FUTEX if gil.is_some_and(|g| g.contains(&wait_addr)) => WaitReason::Gil,
         common::WAIT_FUTEX => WaitReason::Lock,
         _ => WaitReason::Other,
+    }
+}
+
+/// The GIL state of a thread blocked for `wait`, whose GIL read as `gil` when its stack was
+/// taken: blocked on the GIL's own futex is waiting for it, whatever `last_holder` says (a
+/// thread handing the GIL over waits there too, after releasing it).
+pub fn gil_while_blocked(gil: Option<GilState>, wait: WaitReason) -> Option<GilState> {
+    match wait {
+        WaitReason::Gil => Some(GilState::Waiting),
+        _ => gil,
     }
 }
 

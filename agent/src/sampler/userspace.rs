@@ -10,10 +10,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::aggregate::Aggregator;
+use crate::aggregate::{Aggregator, WaitReason};
 use crate::discovery::{children, locate_runtime, DiscoveryError};
 use crate::sampler::blocking::{PausedThreads, SeizeStats};
-use crate::unwind::{ThreadSample, UnwindError, UnwindOptions, UnwindStats, Unwinder};
+use crate::sampler::off_cpu::{blocked_in, wait_reason};
+use crate::unwind::{
+    CpuState, GilState, ThreadSample, UnwindError, UnwindOptions, UnwindStats, Unwinder,
+};
 
 /// What to sample and how.
 #[derive(Debug, Clone)]
@@ -202,19 +205,25 @@ impl UserspaceSampler {
         let mut gone = Vec::new();
         let idle = self.config.idle;
         for (&pid, unwinder) in self.targets.iter_mut() {
-            // Which threads are on a CPU must be read before stopping them (stopped is not R).
-            let on_cpu = (!idle).then(|| on_cpu_threads(pid));
+            // Which threads are on a CPU must be read before stopping them (stopped is not R):
+            // to sample only those, or with --idle to label each sample on or off the CPU.
+            let on_cpu = on_cpu_threads(pid);
             let _paused = self
                 .config
                 .blocking
                 .then(|| PausedThreads::pause(pid, &mut self.stats.seize));
-            let result = match &on_cpu {
-                None => unwinder.sample(),
-                Some(on_cpu) => unwinder
-                    .sample_filtered(|host_tid| host_tid.is_some_and(|t| on_cpu.contains(&t))),
+            let result = if idle {
+                unwinder.sample()
+            } else {
+                unwinder.sample_filtered(|host_tid| host_tid.is_some_and(|t| on_cpu.contains(&t)))
             };
             match result {
-                Ok(samples) => {
+                Ok(mut samples) => {
+                    if idle {
+                        for s in &mut samples {
+                            label_wall_state(pid, unwinder, &on_cpu, s);
+                        }
+                    }
                     for s in samples.iter().filter(|s| !s.frames.is_empty()) {
                         sink(s);
                         self.stats.samples += 1;
@@ -272,6 +281,35 @@ impl UserspaceSampler {
                 progress(&self.stats, start.elapsed());
             }
         }
+    }
+}
+
+/// Labels a wall-clock (`--idle`) sample on or off the CPU, and a thread off the CPU without
+/// the GIL as waiting for it when it is blocked on the GIL's futex (one read of its system call:
+/// only threads that are off the CPU and not holding the GIL pay it).
+fn label_wall_state(
+    pid: u32,
+    unwinder: &mut Unwinder,
+    on_cpu: &HashSet<u32>,
+    s: &mut ThreadSample,
+) {
+    let host_tid = unwinder.host_tid(s.tid);
+    let running = host_tid.is_some_and(|t| on_cpu.contains(&t));
+    s.cpu = Some(if running {
+        CpuState::OnCpu
+    } else {
+        CpuState::OffCpu
+    });
+    if running || s.gil != Some(GilState::Released) {
+        return;
+    }
+    let waits_for_gil = host_tid
+        .and_then(|tid| blocked_in(pid, tid))
+        .is_some_and(|b| {
+            wait_reason(b.class, b.wait_addr, unwinder.main_gil_words()) == WaitReason::Gil
+        });
+    if waits_for_gil {
+        s.gil = Some(GilState::Waiting);
     }
 }
 

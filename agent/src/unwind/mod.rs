@@ -22,7 +22,7 @@ use foldhash::HashMap;
 pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};
 pub use loss::{LossCounts, StackLoss};
 pub use record::{ExternalSkip, ExternalWalk};
-pub use sample::ThreadSample;
+pub use sample::{CpuState, GilState, ThreadSample};
 pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
 
@@ -293,6 +293,8 @@ pub struct Unwinder {
     names: ThreadNames,
     raw: Vec<RawFrame>,
     stats: UnwindStats,
+    /// the main interpreter (the oldest, last in the list) as the last thread-list read found it
+    main_interp: Option<InterpreterInfo>,
 }
 
 impl Unwinder {
@@ -309,6 +311,7 @@ impl Unwinder {
             names: ThreadNames::default(),
             raw: Vec::with_capacity(256),
             stats: UnwindStats::default(),
+            main_interp: None,
         };
         if use_cache {
             u.clear_anchors();
@@ -400,7 +403,14 @@ impl Unwinder {
             }
             interp_addr = next;
         }
+        self.main_interp = out.last().map(|(interp, _)| *interp);
         Ok(out)
+    }
+
+    /// The main interpreter's GIL words (see [`Unwinder::gil_words`]) as of the last read of
+    /// the thread list.
+    pub fn main_gil_words(&self) -> Option<std::ops::Range<u64>> {
+        self.gil_words(self.main_interp.as_ref()?)
     }
 
     /// One sample of every thread; `filter` gets a thread's host TID (None if the thread is
@@ -627,7 +637,8 @@ impl Unwinder {
             pid,
             tid: t.native_thread_id,
             thread_name: name,
-            holds_gil: t.holds_gil,
+            gil: t.holds_gil.map(GilState::from_held),
+            cpu: None,
             frames,
             truncated,
         }

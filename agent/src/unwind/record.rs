@@ -25,6 +25,8 @@ pub struct ExternalWalk {
     pub anchor_hit: bool,
     /// anchor and sequence read at the start of the walk
     pub anchor: (u64, u64),
+    /// the thread and the GIL when the walk was taken (`None`: no GIL, or not read)
+    pub gil: Option<super::GilState>,
 }
 
 /// Why an external stack was not turned into a sample.
@@ -159,12 +161,12 @@ impl Unwinder {
             .names
             .lookup(self.target.pid, ns_tid)
             .and_then(|(_, n)| n.clone());
-        let holds_gil = None;
         Ok(ThreadSample {
             pid: self.target.pid,
             tid: ns_tid,
             thread_name: name,
-            holds_gil,
+            gil: walk.gil,
+            cpu: None,
             frames,
             truncated: walk.truncated,
         })

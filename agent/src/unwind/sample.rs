@@ -11,10 +11,64 @@ pub struct ThreadSample {
     pub tid: u32,
     /// Python-level thread name (`threading.Thread.name`) when it could be read.
     pub thread_name: Option<Arc<str>>,
-    /// Whether this thread held the GIL, where the version tells.
-    pub holds_gil: Option<bool>,
+    /// The thread and the GIL when sampled (`None`: free-threaded build, or unknown).
+    pub gil: Option<GilState>,
+    /// On or off a CPU when sampled: known only where the sampler takes waiting threads too
+    /// (userspace `--idle`); the stacks of an eBPF profile are on-CPU or off-CPU by kind.
+    pub cpu: Option<CpuState>,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
     /// The walk stopped before the bottom of the stack (depth bound, torn read).
     pub truncated: bool,
+}
+
+/// A sampled thread and the GIL: the `gil` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GilState {
+    /// The thread held the GIL.
+    Held,
+    /// The thread did not hold it and was not waiting for it (running C code that released
+    /// it, or blocked on something else).
+    Released,
+    /// The thread was blocked waiting to take it.
+    Waiting,
+}
+
+impl GilState {
+    /// From a holder flag: held, or not.
+    pub fn from_held(held: bool) -> GilState {
+        if held {
+            GilState::Held
+        } else {
+            GilState::Released
+        }
+    }
+
+    /// The `gil` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            GilState::Held => "held",
+            GilState::Released => "released",
+            GilState::Waiting => "waiting",
+        }
+    }
+}
+
+/// Whether a sampled thread was on a CPU: the `state` label of userspace wall-clock profiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CpuState {
+    /// Running or runnable (state R).
+    OnCpu,
+    /// Sleeping, blocked or stopped.
+    OffCpu,
+}
+
+impl CpuState {
+    /// The `state` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            CpuState::OnCpu => "on_cpu",
+            CpuState::OffCpu => "off_cpu",
+        }
+    }
 }

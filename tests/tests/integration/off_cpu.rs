@@ -17,12 +17,18 @@ fn out_dir(tag: &str) -> PathBuf {
     dir
 }
 
-/// One sample of `go tool pprof -raw`: its values, its top function and its `wait` label.
+/// One sample of `go tool pprof -raw`: its values, its top function and its string labels.
 #[derive(Debug)]
 struct RawSample {
     values: Vec<u64>,
     top: String,
-    wait: Option<String>,
+    labels: BTreeMap<String, String>,
+}
+
+impl RawSample {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
 }
 
 /// The sample types and samples of a profile, as `go tool pprof -raw` prints them.
@@ -66,11 +72,19 @@ fn raw_samples(file: &Path) -> (Vec<String>, Vec<RawSample>) {
                     .map(|n| n.parse().expect("a number"))
                     .collect(),
                 top: functions.get(top).copied().unwrap_or("?").to_string(),
-                wait: None,
+                labels: BTreeMap::new(),
             });
-        } else if let Some(rest) = line.split_once("wait:[").map(|(_, r)| r) {
-            let wait = rest.split(']').next().unwrap_or_default().to_string();
-            samples.last_mut().expect("labels follow a sample").wait = Some(wait);
+        } else {
+            // `key:[value] key:[value]`, over one or more lines after the sample.
+            for token in line.split_whitespace() {
+                if let Some((key, value)) = token.split_once(":[") {
+                    samples
+                        .last_mut()
+                        .expect("labels follow a sample")
+                        .labels
+                        .insert(key.to_string(), value.trim_end_matches(']').to_string());
+                }
+            }
         }
     }
     (types, samples)
@@ -84,10 +98,18 @@ fn off_cpu_seconds(types: &[String], samples: &[RawSample]) -> BTreeMap<(String,
         .unwrap_or_else(|| panic!("no off_cpu sample type in {types:?}"));
     let mut out = BTreeMap::new();
     for s in samples.iter().filter(|s| s.values[column] > 0) {
-        let wait = s.wait.clone().expect("off-CPU samples carry a wait label");
-        *out.entry((s.top.clone(), wait)).or_insert(0.0) += s.values[column] as f64 / 1e9;
+        let wait = s.label("wait").expect("off-CPU samples carry a wait label");
+        *out.entry((s.top.clone(), wait.to_string())).or_insert(0.0) +=
+            s.values[column] as f64 / 1e9;
     }
     out
+}
+
+/// waits.py under `py` with `args`, once its threads are started.
+fn spawn_waits(py: &str, args: &[&str]) -> PythonProcess {
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("waits.py"), args);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    p
 }
 
 fn record_off_cpu(pid: u32, secs: &str, file: &Path) -> String {
@@ -121,8 +143,7 @@ fn off_cpu_waits_show_under_their_function_with_their_reason(
     let _serial = host_wide_lock();
     let free_threaded = py.ends_with('t');
     let args: &[&str] = if free_threaded { &[] } else { &["gil"] };
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("waits.py"), args);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = spawn_waits(py, args);
     let dir = out_dir(py);
     let file = dir.join("off.pb.gz");
     let err = record_off_cpu(p.pid(), "3", &file);
@@ -168,8 +189,7 @@ fn off_cpu_waits_show_under_their_function_with_their_reason(
 fn off_cpu_sleep_time_matches_the_recording() {
     pyagent_bin();
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("waits.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = spawn_waits("py312", &[]);
     let dir = out_dir("accuracy");
     let file = dir.join("off.pb.gz");
     let err = record_off_cpu(p.pid(), "4", &file);
@@ -218,8 +238,7 @@ fn off_cpu_with_the_userspace_sampler_is_a_one_line_error() {
 #[rstest]
 fn dump_shows_each_threads_wait_and_gil(#[values("py312", "py313t", "py315")] py: &str) {
     pyagent_bin();
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("waits.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = spawn_waits(py, &[]);
     let pid = p.pid().to_string();
     let expected = [
         ("locker", "waiting: lock in futex"),
@@ -264,4 +283,162 @@ fn dump_shows_each_threads_wait_and_gil(#[values("py312", "py313t", "py315")] py
         }
     }
     panic!("{py}: states never matched {expected:?}:\n{last}");
+}
+
+/// Records `pid` for `secs` with `extra` arguments and returns the profile's samples.
+fn record_samples(pid: u32, mode: &str, secs: &str, extra: &[&str], file: &Path) -> Vec<RawSample> {
+    let pid = pid.to_string();
+    let path = file.to_str().expect("utf-8 path");
+    let mut args = vec![
+        "record", "--pid", &pid, "--mode", mode, "-d", secs, "-o", path,
+    ];
+    args.extend_from_slice(extra);
+    let out = run_pyagent(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record {extra:?} failed: {err}");
+    raw_samples(file).1
+}
+
+/// On-CPU samples of the threads whose top function is `top`, counted by `gil` label
+/// (`-` for none).
+fn gil_counts(samples: &[RawSample], top: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.top == top && s.values[0] > 0) {
+        let gil = s.label("gil").unwrap_or("-").to_string();
+        *out.entry(gil).or_insert(0) += s.values[0];
+    }
+    out
+}
+
+/// Every on-CPU sample says whether its thread held the GIL: threads running Python code hold
+/// it; a thread hashing a large buffer runs on the CPU with the GIL released. Both samplers, every
+/// GIL layout (3.11 runtime, 3.12-3.13 interpreter, 3.15 thread flag); free-threaded builds
+/// have no GIL and no label.
+#[rstest]
+fn on_cpu_samples_say_whether_their_thread_held_the_gil(
+    #[values("ebpf", "userspace")] mode: &str,
+    #[values("py311", "py312", "py313", "py313t", "py315")] py: &str,
+) {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = spawn_waits(py, &["gil", "hash"]);
+    let dir = out_dir(&format!("gil-{mode}-{py}"));
+    let samples = record_samples(p.pid(), mode, "3", &[], &dir.join("gil.pb.gz"));
+    let spinner = gil_counts(&samples, "spinner");
+    let hasher = gil_counts(&samples, "hasher");
+    let what = format!("{py} {mode}: spinner {spinner:?}, hasher {hasher:?}");
+    let share = |counts: &BTreeMap<String, u64>, gil: &str| {
+        let total: u64 = counts.values().sum();
+        assert!(total >= 20, "too few samples to tell: {what}");
+        counts.get(gil).copied().unwrap_or(0) as f64 / total as f64
+    };
+    if py.ends_with('t') {
+        assert_eq!(spinner.keys().collect::<Vec<_>>(), ["-"], "{what}");
+        assert_eq!(hasher.keys().collect::<Vec<_>>(), ["-"], "{what}");
+        return;
+    }
+    // The userspace sampler takes the threads in state R, which includes a spinner woken to
+    // ask for the GIL and one queued behind the others for a CPU (3 busy threads, 2 CPUs): it
+    // reads the GIL a little after the thread states, so its shares are looser than the BPF
+    // program's, which reads the GIL at the tick itself.
+    let held = if mode == "ebpf" { 0.8 } else { 0.5 };
+    assert!(share(&spinner, "held") >= held, "{what}");
+    assert!(share(&hasher, "released") >= 0.8, "{what}");
+    assert!(
+        samples
+            .iter()
+            .filter(|s| s.values[0] > 0)
+            .all(|s| s.label("gil").is_some()),
+        "every on-CPU sample has a gil label: {what}"
+    );
+}
+
+/// `record --gil` keeps only the samples of threads holding the GIL (the hasher, which runs
+/// without it, is left out), and on a free-threaded build says in one line that there is none.
+#[rstest]
+fn record_gil_keeps_only_the_gil_holders(
+    #[values("ebpf", "userspace")] mode: &str,
+    #[values("py312", "py315", "py313t")] py: &str,
+) {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = spawn_waits(py, &["gil", "hash"]);
+    let dir = out_dir(&format!("gilonly-{mode}-{py}"));
+    let file = dir.join("gil.pb.gz");
+    if py.ends_with('t') {
+        let pid = p.pid().to_string();
+        let path = file.to_str().expect("utf-8 path");
+        let out = run_pyagent(&[
+            "record", "--pid", &pid, "--mode", mode, "-d", "1", "--gil", "-o", path,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("free-threaded"), "{err}");
+        return;
+    }
+    let samples = record_samples(p.pid(), mode, "2", &["--gil"], &file);
+    let spinner = gil_counts(&samples, "spinner");
+    let hasher = gil_counts(&samples, "hasher");
+    let what = format!("{py} {mode}: spinner {spinner:?}, hasher {hasher:?}");
+    assert!(
+        samples.iter().all(|s| s.label("gil") == Some("held")),
+        "{what}"
+    );
+    let spun = spinner.get("held").copied().unwrap_or(0);
+    let hashed = hasher.get("held").copied().unwrap_or(0);
+    assert!(spun >= 20, "{what}");
+    assert!(
+        hashed * 5 <= spun,
+        "the hasher mostly runs without the GIL: {what}"
+    );
+}
+
+/// Userspace wall-clock sampling (`--idle`) labels each sample on or off the CPU, and a thread
+/// blocked on the GIL's futex as waiting for it.
+#[rstest]
+fn idle_samples_say_on_or_off_cpu_and_who_waits_for_the_gil(#[values("py312", "py315")] py: &str) {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = spawn_waits(py, &["gil"]);
+    let dir = out_dir(&format!("idle-{py}"));
+    let samples = record_samples(
+        p.pid(),
+        "userspace",
+        "3",
+        &["--idle"],
+        &dir.join("idle.pb.gz"),
+    );
+    let states = |top: &str| -> BTreeMap<(String, String), u64> {
+        let mut out = BTreeMap::new();
+        for s in samples.iter().filter(|s| s.top == top) {
+            let key = (
+                s.label("state").unwrap_or("-").to_string(),
+                s.label("gil").unwrap_or("-").to_string(),
+            );
+            *out.entry(key).or_insert(0) += s.values[0];
+        }
+        out
+    };
+    let what = format!(
+        "{py}: locker {:?}, reader {:?}, spinner {:?}",
+        states("locker"),
+        states("reader"),
+        states("spinner")
+    );
+    let only = |top: &str, state: &str, gil: &str| {
+        let s = states(top);
+        !s.is_empty() && s.keys().all(|(st, g)| st == state && g == gil)
+    };
+    assert!(only("locker", "off_cpu", "released"), "{what}");
+    assert!(only("reader", "off_cpu", "released"), "{what}");
+    let spinner = states("spinner");
+    let count = |state: &str, gil: &str| {
+        spinner
+            .get(&(state.to_string(), gil.to_string()))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert!(count("on_cpu", "held") > 0, "{what}");
+    assert!(count("off_cpu", "waiting") > 0, "{what}");
 }

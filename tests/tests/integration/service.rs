@@ -519,6 +519,16 @@ fn service_profiles_off_cpu_time_with_wait_labels() {
     ] {
         assert!(series_value(&metrics, series) > 0.0, "{series}:\n{metrics}");
     }
+    // Off-CPU time per service and wait reason (wait="gil" gives the GIL-wait share).
+    for wait in ["lock", "io", "sleep"] {
+        let seconds: f64 = metrics
+            .lines()
+            .filter(|l| l.starts_with("pyagent_service_off_cpu_seconds_total{"))
+            .filter(|l| l.contains(&format!("wait=\"{wait}\"")))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum();
+        assert!(seconds >= 1.0, "{wait}: {seconds}s:\n{metrics}");
+    }
     let (status, stderr) = svc.terminate();
     assert!(status.success(), "{stderr}");
 }

@@ -19,11 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus::{
-    Counter, Encoder, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Counter, CounterVec, Encoder, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 pub use server::{serve, MetricsError, MetricsServer, DEFAULT_METRICS_ADDR};
 use sink::SinkFamilies;
+
+use crate::aggregate::ProfileWindow;
 pub use sink::{DropReason, EvictReason, FailureReason, SinkHealth, SinkMetrics, SpoolOutcome};
 
 /// Distinct `service` label values kept before new services are counted as `other`.
@@ -155,6 +158,7 @@ pub struct AgentMetrics {
     processes: IntGaugeVec,
     service_samples: IntCounterVec,
     service_gil_samples: IntCounterVec,
+    service_off_cpu: CounterVec,
     service_threads: IntGaugeVec,
     python_info: IntGaugeVec,
     sinks: Arc<SinkFamilies>,
@@ -283,6 +287,17 @@ impl AgentMetrics {
                 "Thread samples per service taken while the thread held the GIL.",
                 &["service"],
             ),
+            service_off_cpu: register(
+                &registry,
+                CounterVec::new(
+                    Opts::new(
+                        "pyagent_service_off_cpu_seconds_total",
+                        "Time Python threads per service spent off the CPU, by wait reason (io, sleep, lock, gil, other; eBPF mode with off-CPU on). The share of wait=\"gil\" is the time spent waiting for the GIL.",
+                    ),
+                    &["service", "wait"],
+                )
+                .expect("valid counter vec"),
+            ),
             service_threads: gauge_vec(
                 &registry,
                 "pyagent_service_threads",
@@ -325,6 +340,20 @@ impl AgentMetrics {
         self.service_gil_samples
             .with_label_values(&[service.as_str()])
             .inc_by(gil_held);
+    }
+
+    /// Counts what a profile window of `service` holds: its samples, those that held the GIL,
+    /// and its off-CPU time by wait reason.
+    pub fn add_window(&self, service: &str, window: &ProfileWindow) {
+        self.add_samples(service, window.total_samples(), window.gil_held_samples());
+        let label = self.services.label(service);
+        for (wait, ns) in window.off_cpu_by_wait() {
+            if ns > 0 {
+                self.service_off_cpu
+                    .with_label_values(&[label.as_str(), wait.label()])
+                    .inc_by(ns as f64 / 1e9);
+            }
+        }
     }
 
     /// Counts `n` samples lost for `reason`. Use a fixed set of reasons (for instance `ringbuf_full`,
