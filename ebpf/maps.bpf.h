@@ -118,13 +118,12 @@ static __always_inline void pa_notice(__u32 tgid, __u32 bits)
 	bpf_map_update_elem(&pa_notices, &tgid, &bits, BPF_NOEXIST);
 }
 
-/* host tid -> host tgid of a tracked thread that left the CPU to wait and whose stack was
- * recorded (PA_SAMPLE_OFF_CPU): its wake-up is recorded (PA_SAMPLE_WAKE) when it runs again. */
+/* host tid -> the off-CPU state of a tracked thread (pyagent.h says how it is kept). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct pa_off_cpu_thread);
 } pa_off_cpu_threads SEC(".maps");
 
 /* Records: struct pa_sample_hdr followed by nframes x struct pa_frame. */

@@ -33,6 +33,9 @@ const volatile __u32 pa_thread_search_max = PA_THREAD_SEARCH_MAX;
 /* Off-CPU: pa_switch records a tracked thread's stack as it blocks, and its wake-up. Userspace
  * attaches pa_switch only when asked; the knob keeps a stray attach harmless. */
 const volatile __u32 pa_off_cpu_on = 0;
+/* A wait that begins less than this after the thread's last recorded wait is timed, not
+ * walked (pyagent.h, pa_off_cpu_threads). */
+const volatile __u64 pa_off_cpu_min_gap_ns = 50000000;
 
 /* Benchmarks only: return right after stage PA_STAGE_* (0: run everything). */
 const volatile __u32 pa_stop_after = 0;
@@ -182,11 +185,13 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	return 1;
 }
 
-/* What an off-CPU record adds to the header: PA_WAIT_* and the futex word (all 0 on-CPU). */
+/* What an off-CPU record adds to the header: PA_WAIT_*, the futex word and the time carried
+ * from unrecorded waits (all 0 on-CPU). */
 struct pa_wait_info {
 	__u32 flags;
 	__u32 wait;
 	__u64 wait_addr;
+	__u64 carried_ns;
 };
 
 /* PA_SAMPLE_GIL_* bits for thread state `ts` of process `p`: whether it holds the GIL now.
@@ -314,6 +319,7 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	r->hdr.wait = why->wait;
 	r->hdr.time_ns = bpf_ktime_get_ns();
 	r->hdr.wait_addr = why->wait_addr;
+	r->hdr.carried_ns = why->carried_ns;
 	if (flags & PA_PROC_ANCHOR) {
 		r->hdr.anchor_frame = pa_ts_field(win, p->thread_state_last_profiled_frame - lo);
 		r->hdr.anchor_seq = pa_ts_field(win, p->thread_state_last_profiled_frame_seq - lo);
@@ -447,42 +453,85 @@ static __always_inline void pa_classify_wait(struct task_struct *task, struct pa
 	}
 }
 
-/* The thread leaving the CPU (the current task) blocks: record its stack and remember it. */
+/* The off-CPU state of thread `tid` of `tgid`, created (or reset, for a reused tid) if needed;
+ * NULL when the map is full. */
+static __always_inline struct pa_off_cpu_thread *pa_off_cpu_state(__u32 tid, __u32 tgid, __u64 *cnt)
+{
+	struct pa_off_cpu_thread *t = bpf_map_lookup_elem(&pa_off_cpu_threads, &tid);
+	struct pa_off_cpu_thread fresh = { .tgid = tgid };
+
+	if (t && t->tgid == tgid)
+		return t;
+	if (bpf_map_update_elem(&pa_off_cpu_threads, &tid, &fresh, BPF_ANY)) {
+		pa_count(cnt, PA_CNT_OFF_CPU_MAP_FULL);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&pa_off_cpu_threads, &tid);
+}
+
+/* The thread leaving the CPU (the current task) blocks: record its stack, or only time the
+ * wait when it waits in the same thing as its last recorded one, which is less than
+ * pa_off_cpu_min_gap_ns old. */
 static __always_inline void pa_switch_out(struct task_struct *prev, __u64 *cnt)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
 	struct pa_wait_info why = { .flags = PA_SAMPLE_OFF_CPU };
+	struct pa_off_cpu_thread *t;
 	const struct pa_proc *p;
+	__u64 now;
 
 	if (tid == 0)
 		return;
 	p = pa_find_proc(tgid);
 	if (!p)
 		return;
+	t = pa_off_cpu_state(tid, tgid, cnt);
+	if (!t)
+		return;
+	now = bpf_ktime_get_ns();
 	pa_classify_wait(prev, &why);
+	if (t->last_recorded_ns && now - t->last_recorded_ns < pa_off_cpu_min_gap_ns &&
+	    why.wait == t->last_wait && why.wait_addr == t->last_wait_addr) {
+		/* The same wait again, soon: timed, counted under the last recorded stack. */
+		t->blocked_ns = now;
+		pa_count(cnt, PA_CNT_OFF_CPU_CARRIED);
+		return;
+	}
+	why.carried_ns = t->carried_ns;
 	if (!pa_record_stack(p, tgid, tid, &why, cnt))
 		return;
 	pa_count(cnt, PA_CNT_OFF_CPU_WALKS);
-	if (bpf_map_update_elem(&pa_off_cpu_threads, &tid, &tgid, BPF_ANY))
-		pa_count(cnt, PA_CNT_OFF_CPU_MAP_FULL);
+	t->carried_ns = 0;
+	t->blocked_ns = 0;
+	t->last_recorded_ns = now;
+	t->last_wait = why.wait;
+	t->last_wait_addr = why.wait_addr;
+	t->flags |= PA_OFF_CPU_RECORDED;
 }
 
-/* The thread taking the CPU: if its stack was recorded as it blocked, record that it runs. */
+/* The thread taking the CPU: the end of its wait. A recorded wait's end is recorded; an
+ * unrecorded one's time is carried. */
 static __always_inline void pa_switch_in(struct task_struct *next, __u64 *cnt)
 {
 	__u32 tid = next->pid;
 	struct pa_sample_hdr h = {};
-	__u32 *tgid = bpf_map_lookup_elem(&pa_off_cpu_threads, &tid);
+	struct pa_off_cpu_thread *t = bpf_map_lookup_elem(&pa_off_cpu_threads, &tid);
 
-	if (!tgid)
+	if (!t)
 		return;
-	h.pid = *tgid;
+	if (t->blocked_ns) {
+		t->carried_ns += bpf_ktime_get_ns() - t->blocked_ns;
+		t->blocked_ns = 0;
+	}
+	if (!(t->flags & PA_OFF_CPU_RECORDED))
+		return;
+	t->flags &= ~PA_OFF_CPU_RECORDED;
+	h.pid = t->tgid;
 	h.tid = tid;
 	h.cpu = bpf_get_smp_processor_id();
 	h.flags = PA_SAMPLE_WAKE;
 	h.time_ns = bpf_ktime_get_ns();
-	bpf_map_delete_elem(&pa_off_cpu_threads, &tid);
 	if (bpf_ringbuf_output(&pa_samples, &h, sizeof(h), pa_submit_flags(sizeof(h), cnt)))
 		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
 	else

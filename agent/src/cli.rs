@@ -209,6 +209,11 @@ pub struct HostArgs {
     /// Service mode: profile length, in seconds (`10`) or with a unit (`10s`, `1m`) [default: 10s].
     #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     pub interval: Option<Duration>,
+    /// Service mode: report a thread blocked in one stack for this long as stalled, once per
+    /// stall: a metric and a dump of its process next to the profiles (needs --off-cpu; `0`:
+    /// never) [default: 30s] [config: stall_after].
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
+    pub stall_after: Option<Duration>,
     /// Service mode: address of the Prometheus /metrics endpoint [default: 127.0.0.1:9464].
     #[arg(long, value_parser = parse_socket_addr)]
     pub metrics_addr: Option<std::net::SocketAddr>,

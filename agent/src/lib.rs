@@ -14,6 +14,7 @@
 pub mod aggregate;
 pub mod config;
 pub mod discovery;
+pub mod dump;
 pub mod export;
 pub mod memory;
 pub mod offsets;

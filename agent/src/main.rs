@@ -14,9 +14,8 @@ use pyagent::discovery::locate_runtime;
 use pyagent::discovery::service_name::service_name;
 use pyagent::export;
 use pyagent::export::atomic_file::write_atomically;
-use pyagent::sampler::blocking::PausedThreads;
 use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
-use pyagent::unwind::{GilState, LostThread, StackLoss, ThreadOutcome, UnwindOptions, Unwinder};
+use pyagent::unwind::UnwindOptions;
 
 use cli::{Cli, Command, DumpArgs, FrameArgs, HostArgs, ModeArg, RecordArgs};
 use pyagent::config::{Overrides, ServiceConfig};
@@ -53,138 +52,9 @@ fn unwind_options(f: &FrameArgs) -> UnwindOptions {
 }
 
 fn dump(args: &DumpArgs) -> Result<()> {
-    let target = locate_runtime(args.pid)?;
     let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "Process {} (CPython {}{}, {} {})",
-        target.pid,
-        target.version(),
-        if target.offsets.free_threaded {
-            ", free-threaded"
-        } else {
-            ""
-        },
-        if target.shared_libpython {
-            "shared libpython"
-        } else {
-            "runtime in"
-        },
-        target.object_path.display()
-    )?;
-    // A snapshot: a thread whose stack moves under every read is stopped and read exactly
-    // (`read_stopped`) rather than shown as read on the move.
-    let options = UnwindOptions {
-        keep_moved_top: false,
-        ..unwind_options(&args.frames)
-    };
-    let mut unwinder = Unwinder::new(target, options);
-    // The GIL's words, to tell a thread waiting for it from one waiting on another futex (the
-    // main interpreter's: sub-interpreters with their own GIL are shown as waiting on a lock).
-    let gil = unwinder
-        .threads()
-        .ok()
-        .and_then(|i| i.first().and_then(|(interp, _)| unwinder.gil_words(interp)));
-    for outcome in unwinder.sample_round(|_| true)? {
-        let s = match outcome {
-            ThreadOutcome::Stack(s) => s,
-            ThreadOutcome::Lost(lost) => match read_stopped(&mut unwinder, &lost)? {
-                ThreadOutcome::Stack(s) => s,
-                ThreadOutcome::Lost(lost) => {
-                    writeln!(
-                        out,
-                        "\nThread {}{}\n    (no stack: {})",
-                        lost.tid,
-                        quoted_name(lost.thread_name.as_deref()),
-                        lost.reason
-                    )?;
-                    continue;
-                }
-            },
-        };
-        let name = quoted_name(s.thread_name.as_deref());
-        let host_tid = unwinder.host_tid(s.tid);
-        let holds_gil = s.gil.map(|g| g == GilState::Held);
-        let state = thread_state(args.pid, host_tid, holds_gil, gil.clone());
-        writeln!(out, "\nThread {}{} ({state})", s.tid, name)?;
-        if s.frames.is_empty() {
-            writeln!(out, "    (no Python frames)")?;
-        }
-        for f in &s.frames {
-            writeln!(out, "    {f}")?;
-        }
-        if s.truncated {
-            writeln!(out, "    ... (truncated)")?;
-        }
-    }
+    pyagent::dump::write(args.pid, unwind_options(&args.frames), &mut out)?;
     Ok(())
-}
-
-/// ` "name"`, or nothing for a thread without a name.
-fn quoted_name(name: Option<&str>) -> String {
-    name.map(|n| format!(" \"{n}\"")).unwrap_or_default()
-}
-
-/// What `dump` says of a thread besides its stack: on or off the CPU, what it waits in (the
-/// reason and system call, as off-CPU profiles label it), and whether it holds the GIL.
-fn thread_state(
-    pid: u32,
-    host_tid: Option<u32>,
-    holds_gil: Option<bool>,
-    gil: Option<std::ops::Range<u64>>,
-) -> String {
-    use pyagent::aggregate::WaitReason;
-    use pyagent::sampler::off_cpu::{blocked_in, syscall_name, wait_reason};
-    let task_state = host_tid.and_then(|tid| {
-        procfs::process::Process::new(pid as i32)
-            .ok()?
-            .task_from_tid(tid as i32)
-            .ok()?
-            .stat()
-            .ok()
-            .map(|s| s.state)
-    });
-    let blocked = host_tid.and_then(|tid| blocked_in(pid, tid));
-    let wait = blocked.map(|b| wait_reason(b.class, b.wait_addr, gil));
-    let mut parts = vec![match (task_state, blocked, wait) {
-        (_, Some(b), Some(wait)) => match syscall_name(b.nr) {
-            Some(call) => format!("waiting: {wait} in {call}"),
-            None => format!("waiting: {wait} in system call {}", b.nr),
-        },
-        (Some('R'), _, _) => "on CPU".to_string(),
-        (Some(state), _, _) => format!("off CPU, state {state}"),
-        (None, _, _) => "state unknown".to_string(),
-    }];
-    match holds_gil {
-        // Blocked on the GIL's own futex: it has just released it, whatever `last_holder` says.
-        _ if wait == Some(WaitReason::Gil) => {}
-        Some(true) => parts.push("holds the GIL".to_string()),
-        Some(false) => parts.push("GIL not held".to_string()),
-        None => {}
-    }
-    parts.join(", ")
-}
-
-/// `dump` is one snapshot, so it must show every thread: a thread whose stack moved under every
-/// re-read is stopped (that thread alone, briefly) and read once more.
-fn read_stopped(unwinder: &mut Unwinder, lost: &LostThread) -> Result<ThreadOutcome> {
-    let Some(host_tid) = unwinder.host_tid(lost.tid) else {
-        return Ok(ThreadOutcome::Lost(lost.clone()));
-    };
-    tracing::debug!(tid = lost.tid, reason = %lost.reason, "stopping the thread to read it");
-    let paused = match PausedThreads::pause_thread(host_tid) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::debug!(tid = lost.tid, error = %e, "cannot stop the thread for a re-read");
-            return Ok(ThreadOutcome::Lost(LostThread {
-                reason: StackLoss::NotPaused,
-                ..lost.clone()
-            }));
-        }
-    };
-    let outcome = unwinder.sample_thread_again(lost.tid)?;
-    drop(paused);
-    Ok(outcome)
 }
 
 fn record(args: &RecordArgs) -> Result<()> {
@@ -355,6 +225,7 @@ fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
         rate_hz: args.rate,
         mode: args.mode.map(Into::into),
         off_cpu: args.off_cpu.then_some(true),
+        stall_after: args.stall_after,
         metrics_addr: args.metrics_addr,
         log: log.map(str::to_string),
         output_dir: args.output.clone(),
@@ -446,6 +317,9 @@ fn all_python(args: &HostArgs) -> Result<()> {
         s.cyclic,
         states.join(", ")
     );
+    if args.off_cpu {
+        print_off_cpu_summary(&profiler);
+    }
     if failed > 0 {
         bail!(
             "{failed} of {} profiles could not be written",
@@ -566,20 +440,27 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         eprintln!("pyagent: --gil left out {n} samples of threads that did not hold the GIL");
     }
     if args.off_cpu {
-        let waits = bpf_counter(common::Counter::OffCpuWalks);
-        let switch_cost = profiler
-            .bpf()
-            .and_then(|b| b.off_cpu_run_stats())
-            .filter(|(_, runs)| *runs > 0)
-            .map_or("unknown".to_string(), |(ns, runs)| {
-                format!("{:.0} ns", ns as f64 / runs as f64)
-            });
-        eprintln!(
-            "pyagent: off-CPU: {waits} waits recorded, {} context switches seen at {switch_cost} each",
-            bpf_counter(common::Counter::Switches)
-        );
+        print_off_cpu_summary(&profiler);
     }
     Ok(())
+}
+
+/// `pyagent: off-CPU: ...`: waits recorded, context switches seen and their mean cost.
+fn print_off_cpu_summary(profiler: &HostProfiler) {
+    let Some(bpf) = profiler.bpf() else { return };
+    let counter = |c| bpf.counter(c).unwrap_or(0);
+    let switch_cost = bpf
+        .off_cpu_run_stats()
+        .filter(|(_, runs)| *runs > 0)
+        .map_or("unknown".to_string(), |(ns, runs)| {
+            format!("{:.0} ns", ns as f64 / runs as f64)
+        });
+    eprintln!(
+        "pyagent: off-CPU: {} waits recorded, {} repeats timed only, {} context switches seen at {switch_cost} each",
+        counter(common::Counter::OffCpuWalks),
+        counter(common::Counter::OffCpuCarried),
+        counter(common::Counter::Switches)
+    );
 }
 
 fn init_logging(filter: &str) {

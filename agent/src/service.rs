@@ -20,6 +20,9 @@ use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
 use crate::sampler::host::{HostConfig, HostError, HostProfiler, HostStats, ProcessInfo};
 use crate::unwind::{StackLoss, UnwindOptions};
 
+mod stalls;
+use stalls::StallWatch;
+
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -120,6 +123,13 @@ pub fn run(
     if let Some(why) = profiler.off_cpu_unavailable() {
         tracing::warn!("off-CPU profiling unavailable ({why}); profiling on-CPU time only");
     }
+    if !config.stall_after.is_zero()
+        && (!config.off_cpu || profiler.off_cpu_unavailable().is_some())
+    {
+        tracing::info!(
+            "stalled threads are not watched: that needs off-CPU profiling (off_cpu = true)"
+        );
+    }
     tracing::info!(
         mode = profiler.mode_name(),
         metrics = %server.local_addr(),
@@ -160,10 +170,17 @@ pub fn run(
     // Metrics once a second, not every collection (10 a second in eBPF mode): a scrape
     // interval is seconds anyway.
     let mut next_metrics = Instant::now();
+    let stall_watch = StallWatch {
+        after: config.stall_after,
+        dir: config.output_dir.as_deref(),
+        rules: &config.service_names,
+        unwind,
+    };
     profiler.run(stop, None, |p| {
         if Instant::now() >= next_metrics {
             next_metrics = Instant::now() + METRICS_INTERVAL;
             update_metrics(p, &metrics, &mut deltas);
+            stall_watch.check(p, &metrics);
         }
         if Instant::now() >= next_cut {
             next_cut += config.interval;

@@ -198,8 +198,13 @@ struct pa_sample_hdr {
 	__u64 time_ns;
 	/* The futex word waited on (PA_WAIT_FUTEX), 0 otherwise. */
 	__u64 wait_addr;
+	/* PA_SAMPLE_OFF_CPU records: nanoseconds this thread spent, since its previous recorded
+	 * wait, in waits that were timed but not walked: each began less than
+	 * pa_off_cpu_min_gap_ns after that previous one, in the same call on the same futex word.
+	 * Userspace adds them to the previous record's stack and reason. */
+	__u64 carried_ns;
 };
-_Static_assert(sizeof(struct pa_sample_hdr) == 80, "struct pa_sample_hdr layout");
+_Static_assert(sizeof(struct pa_sample_hdr) == 88, "struct pa_sample_hdr layout");
 
 /* One _PyInterpreterFrame as read from the target; userspace symbolizes it later. */
 struct pa_frame {
@@ -228,7 +233,7 @@ struct pa_short_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_SHORT_FRAMES];
 };
-#define PA_SHORT_RECORD_BYTES (80 + 32 * PA_SHORT_FRAMES)
+#define PA_SHORT_RECORD_BYTES (88 + 32 * PA_SHORT_FRAMES)
 _Static_assert(sizeof(struct pa_short_record) == PA_SHORT_RECORD_BYTES, "struct pa_short_record layout");
 
 /* The largest record: header plus PA_MAX_FRAMES frames. */
@@ -236,7 +241,39 @@ struct pa_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_MAX_FRAMES];
 };
-_Static_assert(sizeof(struct pa_record) == 80 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+_Static_assert(sizeof(struct pa_record) == 88 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+
+/* ---- pa_off_cpu_threads: HASH host tid (__u32) -> struct pa_off_cpu_thread ------------------ */
+/*
+ * One entry per tracked thread that has blocked since it was registered: created by the
+ * program at the thread's first wait, deleted by userspace when the thread is unregistered.
+ * Walking the stack of every wait costs microseconds; a thread that blocks a thousand times a
+ * second would cost milliseconds a second. So a wait that begins less than
+ * pa_off_cpu_min_gap_ns after the thread's last recorded wait, in the same call on the same
+ * futex word, is only timed: a loop waiting on one thing again and again. Its time is carried
+ * in the thread's next record (pa_sample_hdr.carried_ns) and counted under the last recorded
+ * wait's stack. Totals stay exact; a wait on anything else is walked.
+ */
+/* The current wait's stack was recorded: its wake-up is recorded too (PA_SAMPLE_WAKE). */
+#define PA_OFF_CPU_RECORDED (1u << 0)
+
+struct pa_off_cpu_thread {
+	/* ktime of the thread's last recorded wait (0: none yet). */
+	__u64 last_recorded_ns;
+	/* ktime the current unrecorded wait began (0: not in one). */
+	__u64 blocked_ns;
+	/* Time of unrecorded waits not yet carried into a record. */
+	__u64 carried_ns;
+	/* What the last recorded wait waited in: its futex word, and its PA_WAIT_* class. */
+	__u64 last_wait_addr;
+	__u32 last_wait;
+	/* Host tgid of the thread (an entry of another tgid is a reused tid: reset). */
+	__u32 tgid;
+	/* PA_OFF_CPU_* */
+	__u32 flags;
+	__u32 _pad;
+};
+_Static_assert(sizeof(struct pa_off_cpu_thread) == 48, "struct pa_off_cpu_thread layout");
 
 /* ---- Stages, for measuring what each part of a run costs -------------------------------- */
 /*
@@ -316,7 +353,10 @@ enum pa_counter {
 	PA_CNT_WAKES = 22,
 	/* pa_off_cpu full: an off-CPU thread's start was not kept, its wait is lost. */
 	PA_CNT_OFF_CPU_MAP_FULL = 23,
-	PA_CNT__COUNT = 24,
+	/* A tracked thread blocked within pa_off_cpu_min_gap_ns of its last recorded wait: timed
+	 * only, its time carried to the thread's next recorded wait. */
+	PA_CNT_OFF_CPU_CARRIED = 24,
+	PA_CNT__COUNT = 25,
 };
 
 #endif /* PYAGENT_H */

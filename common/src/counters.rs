@@ -2,7 +2,7 @@
 //! Prometheus name and help string.
 
 /// Number of counters (`PA_CNT__COUNT`), the length of the `pa_counters` array.
-pub const COUNTER_COUNT: usize = 24;
+pub const COUNTER_COUNT: usize = 25;
 
 /// One counter id (`enum pa_counter`); the discriminant is the `pa_counters` index.
 #[repr(u32)]
@@ -56,6 +56,8 @@ pub enum Counter {
     Wakes = 22,
     /// `PA_CNT_OFF_CPU_MAP_FULL`
     OffCpuMapFull = 23,
+    /// `PA_CNT_OFF_CPU_CARRIED`
+    OffCpuCarried = 24,
 }
 
 /// What a counter means, for metrics export.
@@ -216,6 +218,12 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
         "PA_CNT_OFF_CPU_MAP_FULL",
         "pyagent_bpf_off_cpu_map_full_total",
         "Off-CPU waits lost because the table of waiting threads was full.",
+    ),
+    info(
+        Counter::OffCpuCarried,
+        "PA_CNT_OFF_CPU_CARRIED",
+        "pyagent_bpf_off_cpu_carried_total",
+        "Off-CPU waits timed but not walked (within the minimum gap after the thread's last recorded wait): their time goes to its next recorded wait.",
     ),
 ];
 

@@ -283,10 +283,50 @@ pub struct PaSampleHdr {
     pub time_ns: u64,
     /// The futex word waited on ([`WAIT_FUTEX`]), 0 otherwise.
     pub wait_addr: u64,
+    /// [`SAMPLE_OFF_CPU`] records: nanoseconds of this thread's waits since its previous
+    /// recorded one that were timed, not walked (each like that one), to add to that previous
+    /// record's stack and reason.
+    pub carried_ns: u64,
+}
+
+/// `PA_OFF_CPU_RECORDED`: the thread's current wait was recorded; its wake-up will be.
+pub const OFF_CPU_RECORDED: u32 = 1 << 0;
+
+/// The off-CPU state of a tracked thread (`struct pa_off_cpu_thread`, the value of
+/// `pa_off_cpu_threads`, keyed by host tid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaOffCpuThread {
+    /// ktime of the thread's last recorded wait (0: none yet).
+    pub last_recorded_ns: u64,
+    /// ktime the current unrecorded wait began (0: not in one).
+    pub blocked_ns: u64,
+    /// Time of unrecorded waits not yet carried into a record.
+    pub carried_ns: u64,
+    /// The futex word of the last recorded wait.
+    pub last_wait_addr: u64,
+    /// The `WAIT_*` class of the last recorded wait.
+    pub last_wait: u32,
+    /// Host tgid of the thread.
+    pub tgid: u32,
+    /// `OFF_CPU_*` bits.
+    pub flags: u32,
+    /// Zero.
+    pub _pad: u32,
 }
 
 const _: () = {
-    assert!(size_of::<PaSampleHdr>() == 80);
+    assert!(size_of::<PaOffCpuThread>() == 48);
+    assert!(offset_of!(PaOffCpuThread, blocked_ns) == 8);
+    assert!(offset_of!(PaOffCpuThread, carried_ns) == 16);
+    assert!(offset_of!(PaOffCpuThread, last_wait_addr) == 24);
+    assert!(offset_of!(PaOffCpuThread, last_wait) == 32);
+    assert!(offset_of!(PaOffCpuThread, tgid) == 36);
+    assert!(offset_of!(PaOffCpuThread, flags) == 40);
+};
+
+const _: () = {
+    assert!(size_of::<PaSampleHdr>() == 88);
     assert!(offset_of!(PaSampleHdr, pid) == 0);
     assert!(offset_of!(PaSampleHdr, tid) == 4);
     assert!(offset_of!(PaSampleHdr, tstate) == 8);
@@ -300,6 +340,7 @@ const _: () = {
     assert!(offset_of!(PaSampleHdr, wait) == 60);
     assert!(offset_of!(PaSampleHdr, time_ns) == 64);
     assert!(offset_of!(PaSampleHdr, wait_addr) == 72);
+    assert!(offset_of!(PaSampleHdr, carried_ns) == 80);
 };
 
 impl PaSampleHdr {
@@ -497,6 +538,9 @@ unsafe impl aya::Pod for PaSampleHdr {}
 // Safety: as above.
 #[cfg(feature = "userspace")]
 unsafe impl aya::Pod for PaFrame {}
+// Safety: as above.
+#[cfg(feature = "userspace")]
+unsafe impl aya::Pod for PaOffCpuThread {}
 
 #[cfg(test)]
 mod tests {

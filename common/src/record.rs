@@ -64,6 +64,7 @@ impl<'a> SampleRecord<'a> {
             wait: u32_at(head, offset_of!(PaSampleHdr, wait)),
             time_ns: u64_at(head, offset_of!(PaSampleHdr, time_ns)),
             wait_addr: u64_at(head, offset_of!(PaSampleHdr, wait_addr)),
+            carried_ns: u64_at(head, offset_of!(PaSampleHdr, carried_ns)),
         };
         if hdr.nframes > MAX_FRAMES {
             return Err(RecordError::TooManyFrames {
@@ -182,7 +183,7 @@ mod tests {
         for x in [hdr.cpu, hdr.nframes, hdr.flags, hdr.wait] {
             v.extend_from_slice(&x.to_ne_bytes());
         }
-        for x in [hdr.time_ns, hdr.wait_addr] {
+        for x in [hdr.time_ns, hdr.wait_addr, hdr.carried_ns] {
             v.extend_from_slice(&x.to_ne_bytes());
         }
         for f in frames {
@@ -224,6 +225,7 @@ mod tests {
             wait: crate::WAIT_FUTEX,
             time_ns: 123_456_789,
             wait_addr: 0x7f00_0000_1000,
+            carried_ns: 987_654,
         };
         let bytes = record(&hdr, &fr);
         let rec = SampleRecord::parse(&bytes).expect("valid record");

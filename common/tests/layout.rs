@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pyagent_common::{
-    Counter, PaFrame, PaProc, PaProcSlot, PaSampleHdr, PaThreadList, PaThreadSlot, COUNTERS,
-    COUNTER_COUNT, FRAME_READ_BYTES, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, MAX_FRAMES,
-    NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, PROC_ALL, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
-    PROC_SLOTS, RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC,
+    Counter, PaFrame, PaOffCpuThread, PaProc, PaProcSlot, PaSampleHdr, PaThreadList, PaThreadSlot,
+    COUNTERS, COUNTER_COUNT, FRAME_READ_BYTES, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, MAX_FRAMES,
+    NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, OFF_CPU_RECORDED, PROC_ALL, PROC_ANCHOR, PROC_BASE_FRAME,
+    PROC_CFRAME, PROC_SLOTS, RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC,
     SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN, SAMPLE_OFF_CPU, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED,
     SAMPLE_TRUNCATED, SAMPLE_WAKE, SHORT_FRAMES, SHORT_RECORD_BYTES, SLOT_SHARED, STAGE_COUNTED,
     STAGE_ENTERED, STAGE_LAST, STAGE_PROCESS, STAGE_RESERVED, STAGE_SHORT_WALK, STAGE_THREAD,
@@ -72,7 +72,26 @@ fn expectations() -> Vec<(String, u64)> {
             flags,
             wait,
             time_ns,
-            wait_addr
+            wait_addr,
+            carried_ns
+        ]
+    );
+    push(
+        "sizeof(struct pa_off_cpu_thread)",
+        size_of::<PaOffCpuThread>(),
+    );
+    fields!(
+        "pa_off_cpu_thread",
+        PaOffCpuThread,
+        [
+            last_recorded_ns,
+            blocked_ns,
+            carried_ns,
+            last_wait_addr,
+            last_wait,
+            tgid,
+            flags,
+            _pad
         ]
     );
     push("sizeof(struct pa_frame)", size_of::<PaFrame>());
@@ -136,6 +155,7 @@ fn expectations() -> Vec<(String, u64)> {
         ("PA_GIL_HOLDER", GIL_HOLDER),
         ("PA_GIL_THREAD_FLAG", GIL_THREAD_FLAG),
         ("PA_WAIT_NONE", WAIT_NONE),
+        ("PA_OFF_CPU_RECORDED", OFF_CPU_RECORDED),
         ("PA_WAIT_OTHER", WAIT_OTHER),
         ("PA_WAIT_IO", WAIT_IO),
         ("PA_WAIT_SLEEP", WAIT_SLEEP),

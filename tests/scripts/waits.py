@@ -1,5 +1,6 @@
 # Threads that wait in different ways, each in its own function, for off-CPU profiling:
-# sleeping, blocked on a socket, blocked on a lock, two threads fighting over the GIL (`gil`),
+# sleeping, blocked on a socket, blocked on a lock, two threads fighting over the GIL (`gil`;
+# `spin`: one thread on the CPU holding it), one sleeping a millisecond at a time (`tick`),
 # and one on the CPU without the GIL, hashing large buffers (`hash`: hashlib releases the GIL
 # while it hashes more than 2 KiB).
 import hashlib
@@ -23,6 +24,11 @@ def locker(lock):
     lock.acquire()  # @lock
 
 
+def ticker():
+    while True:
+        time.sleep(0.001)  # @tick
+
+
 def spinner():
     while True:
         for _ in range(1000):  # @spin
@@ -30,7 +36,7 @@ def spinner():
 
 
 def hasher():
-    data = bytes(1 << 20)
+    data = bytes(16 << 20)  # tens of ms per call without the GIL, against 5 ms to take it back
     while True:
         hashlib.sha256(data)  # @hash
 
@@ -43,8 +49,10 @@ threads = [
     threading.Thread(target=reader, args=(a,), name="reader", daemon=True),
     threading.Thread(target=locker, args=(held,), name="locker", daemon=True),
 ]
-if "gil" in sys.argv[1:]:
-    threads += [threading.Thread(target=spinner, name=f"spinner{i}", daemon=True) for i in range(2)]
+spinners = 2 if "gil" in sys.argv[1:] else 1 if "spin" in sys.argv[1:] else 0
+threads += [threading.Thread(target=spinner, name=f"spinner{i}", daemon=True) for i in range(spinners)]
+if "tick" in sys.argv[1:]:
+    threads.append(threading.Thread(target=ticker, name="ticker", daemon=True))
 if "hash" in sys.argv[1:]:
     threads.append(threading.Thread(target=hasher, name="hasher", daemon=True))
 for t in threads:

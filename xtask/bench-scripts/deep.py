@@ -1,7 +1,8 @@
 # Bench target: one thread DEPTH Python frames deep (the module frame included), then
 #   park: parked in time.sleep (a C call: the stack does not change), or
-#   busy: looping on the CPU in the innermost frame (only its line changes).
-# Prints "ready" once at depth. Usage: deep.py DEPTH [park|busy]
+#   busy: looping on the CPU in the innermost frame (only its line changes), or
+#   block: sleeping 1 ms at a time, about a thousand blocking calls a second.
+# Prints "ready" once at depth. Usage: deep.py DEPTH [park|busy|block]
 import sys
 import time
 
@@ -19,6 +20,9 @@ def recurse(n):
         while True:
             i += 1
             i ^= 5
+    if KIND == "block":
+        while True:
+            time.sleep(0.001)
     time.sleep(1e9)
 
 

@@ -34,6 +34,9 @@ impl Overrides {
                 }
                 "PYAGENT_MODE" => layer.mode = Some(value.parse().map_err(|m| invalid(key, m))?),
                 "PYAGENT_OFF_CPU" => layer.off_cpu = Some(parse_bool(value).map_err(named)?),
+                "PYAGENT_STALL_AFTER" => {
+                    layer.stall_after = Some(parse_duration(value).map_err(named)?)
+                }
                 "PYAGENT_METRICS_ADDR" => {
                     layer.metrics_addr = Some(parse_socket_addr(value).map_err(named)?)
                 }

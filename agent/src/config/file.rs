@@ -38,6 +38,7 @@ struct FileConfig {
     rate_hz: Option<i64>,
     mode: Option<String>,
     off_cpu: Option<bool>,
+    stall_after: Option<NumberOrText>,
     metrics_addr: Option<String>,
     log: Option<String>,
     output: Option<FileOutput>,
@@ -117,6 +118,7 @@ impl FileConfig {
                 .map(|m| m.parse().map_err(|msg| invalid("mode", msg)))
                 .transpose()?,
             off_cpu: self.off_cpu,
+            stall_after: parse_key("stall_after", self.stall_after, parse_duration)?,
             metrics_addr: self
                 .metrics_addr
                 .map(|a| parse_socket_addr(&a).map_err(|err| invalid("metrics_addr", err)))

@@ -14,6 +14,7 @@
 //! | `rate_hz` | `PYAGENT_RATE_HZ` | `19` |
 //! | `mode` (`auto`, `ebpf`, `userspace`) | `PYAGENT_MODE` | `auto` |
 //! | `off_cpu` (`true`, `false`) | `PYAGENT_OFF_CPU` | `false` |
+//! | `stall_after` (`0`: never) | `PYAGENT_STALL_AFTER` | `30s` |
 //! | `metrics_addr` | `PYAGENT_METRICS_ADDR` | `127.0.0.1:9464` |
 //! | `log` (tracing `EnvFilter`) | `PYAGENT_LOG` | `info` |
 //! | `output.dir` | `PYAGENT_OUTPUT_DIR` | none |
@@ -103,6 +104,9 @@ pub struct ServiceConfig {
     /// Also profile the time threads spend blocked (eBPF only; off by default until its cost
     /// with many blocking processes is measured against the 1% target).
     pub off_cpu: bool,
+    /// A thread blocked in one stack this long is reported once as stalled: a metric and a
+    /// dump of its process next to the profiles (needs off-CPU profiling; zero: never).
+    pub stall_after: Duration,
     /// Address of the metrics server.
     pub metrics_addr: SocketAddr,
     /// Log filter (tracing `EnvFilter` syntax).
@@ -130,6 +134,7 @@ impl Default for ServiceConfig {
             rate_hz: 19,
             mode: Mode::Auto,
             off_cpu: false,
+            stall_after: Duration::from_secs(30),
             metrics_addr: crate::export::metrics::DEFAULT_METRICS_ADDR
                 .parse()
                 .expect("the default metrics address parses"),
@@ -199,6 +204,7 @@ impl ServiceConfig {
             rate_hz: layer.rate_hz.unwrap_or(defaults.rate_hz),
             mode: layer.mode.unwrap_or(defaults.mode),
             off_cpu: layer.off_cpu.unwrap_or(defaults.off_cpu),
+            stall_after: layer.stall_after.unwrap_or(defaults.stall_after),
             metrics_addr: layer.metrics_addr.unwrap_or(defaults.metrics_addr),
             log: layer.log.unwrap_or(defaults.log),
             output_dir: layer.output_dir,

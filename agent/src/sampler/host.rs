@@ -19,7 +19,7 @@ use crate::sampler::bpf::{
     pa_proc_for, pa_thread_list_for, set_gil, BpfConfig, BpfError, BpfSampler,
 };
 use crate::sampler::off_cpu::{
-    blocked_in, monotonic_ns, wait_reason, BlockedIn, RecordKind, Waiting,
+    blocked_in, monotonic_ns, wait_reason, BlockedIn, RecordKind, Stall, Waiting,
 };
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use crate::unwind::{
@@ -178,6 +178,8 @@ pub struct HostStats {
     pub off_cpu_waits: u64,
     /// wake-up records whose wait had no resolved stack (its record was dropped or torn)
     pub unmatched_wakes: u64,
+    /// off-CPU records carrying the time of repeated waits whose first one was not seen
+    pub carried_lost: u64,
 }
 
 /// A process's records are resolved against interpreter state and a code-object cache validated
@@ -248,6 +250,9 @@ pub struct HostProfiler {
     off_cpu_unavailable: Option<String>,
     /// Threads off the CPU since their stack was recorded, by host TID.
     waiting: HashMap<u32, Waiting>,
+    /// Each thread's last recorded wait once it ended, by host TID: the program counts the
+    /// short waits that repeat it under it (`carried_ns` of the thread's next record).
+    last_waits: HashMap<u32, Waiting>,
 }
 
 impl HostProfiler {
@@ -307,6 +312,7 @@ impl HostProfiler {
             fallback_reason,
             off_cpu_unavailable,
             waiting: HashMap::new(),
+            last_waits: HashMap::new(),
         })
     }
 
@@ -456,6 +462,7 @@ impl HostProfiler {
     fn untrack(&mut self, pid: u32) {
         tracing::debug!(pid, "no longer profiling the process");
         self.weigh_waits(Some(pid));
+        self.last_waits.retain(|_, w| w.sample.pid != pid);
         match &mut self.backend {
             Backend::Bpf { sampler, procs } => {
                 if let Some(p) = procs.remove(&pid) {
@@ -538,6 +545,9 @@ impl HostProfiler {
         }
         for gone in p.threads.keys().filter(|tid| !now.contains_key(tid)) {
             let _ = sampler.remove_thread(*gone);
+            // A thread that exited blocked never wakes: its wait ends with it.
+            self.waiting.remove(gone);
+            self.last_waits.remove(gone);
         }
         p.threads = now;
     }
@@ -645,6 +655,7 @@ impl HostProfiler {
                     wait: h.wait,
                     wait_addr: h.wait_addr,
                     at_ns: h.time_ns,
+                    carried_ns: h.carried_ns,
                 }
             } else {
                 RecordKind::OnCpu
@@ -690,6 +701,7 @@ impl HostProfiler {
                     (Some(w), Some(profile)) => {
                         let ns = at_ns.saturating_sub(w.since_ns);
                         profile.agg.add_off_cpu(&w.sample, w.wait, ns);
+                        self.last_waits.insert(tid, w);
                     }
                     (None, _) => self.stats.unmatched_wakes += 1,
                     (Some(_), None) => self.stats.untracked += 1,
@@ -730,11 +742,21 @@ impl HostProfiler {
                         wait,
                         wait_addr,
                         at_ns,
+                        carried_ns,
                     } => {
                         let wait = wait_reason(wait, wait_addr, p.unwinder.gil_words(&interp));
                         self.stats.off_cpu_waits += 1;
-                        self.waiting
-                            .insert(walk.host_tid, Waiting::new(sample, wait, at_ns, None));
+                        // The repeats of the thread's previous recorded wait, timed by the
+                        // program but not walked: counted under that wait's stack and reason.
+                        let tid = walk.host_tid;
+                        let previous = self.waiting.get(&tid).or(self.last_waits.get(&tid));
+                        match previous {
+                            Some(w) => profile.agg.add_off_cpu(&w.sample, w.wait, carried_ns),
+                            None if carried_ns > 0 => self.stats.carried_lost += 1,
+                            None => {}
+                        }
+                        let waiting = Waiting::new(sample, wait, at_ns, None);
+                        self.waiting.insert(tid, waiting);
                     }
                     RecordKind::OnCpu | RecordKind::Wake { .. } => {
                         profile.agg.add(&sample);
@@ -918,6 +940,53 @@ impl HostProfiler {
             self.waiting
                 .insert(host_tid, Waiting::new(sample, wait, now, Some(b.nr)));
         }
+    }
+
+    /// Threads blocked in one stack for at least `after`, each returned once per wait (a
+    /// thread that wakes and blocks again is a new wait). Needs off-CPU profiling: without it
+    /// nothing is known of waits and this is empty.
+    pub fn take_new_stalls(&mut self, after: Duration) -> Vec<Stall> {
+        let now = monotonic_ns();
+        let after_ns = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
+        let mut stalls = Vec::new();
+        for (&host_tid, w) in self.waiting.iter_mut() {
+            let blocked_ns = now.saturating_sub(w.blocked_since_ns);
+            if w.stall_reported || blocked_ns < after_ns {
+                continue;
+            }
+            // A wait found at attach has no wake-up record if the thread woke before the
+            // program was told: it is still the same wait only while in the same call.
+            if w.seen_blocked_in.is_some()
+                && blocked_in(w.sample.pid, host_tid).map(|b| b.nr) != w.seen_blocked_in
+            {
+                continue;
+            }
+            w.stall_reported = true;
+            stalls.push(Stall {
+                pid: w.sample.pid,
+                tid: w.sample.tid,
+                thread_name: w.sample.thread_name.clone(),
+                wait: w.wait,
+                blocked_for: Duration::from_nanos(blocked_ns),
+                frames: w.sample.frames.clone(),
+            });
+        }
+        stalls.sort_by_key(|s| (s.pid, s.tid));
+        stalls
+    }
+
+    /// What is known of tracked process `pid`.
+    pub fn process_info(&self, pid: u32) -> Option<&ProcessInfo> {
+        self.profiles.get(&pid).map(|p| &p.info)
+    }
+
+    /// Threads reported stalled and still blocked, per PID.
+    pub fn stalled_threads(&self) -> HashMap<u32, u64> {
+        let mut per_pid = HashMap::new();
+        for w in self.waiting.values().filter(|w| w.stall_reported) {
+            *per_pid.entry(w.sample.pid).or_insert(0) += 1;
+        }
+        per_pid
     }
 
     /// The windows of processes that exited since the last call (or cut), taken out so that a

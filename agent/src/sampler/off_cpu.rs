@@ -13,6 +13,10 @@ pub(crate) struct Waiting {
     pub since_ns: u64,
     /// for a wait found already running at attach: the system call it was seen in
     pub seen_blocked_in: Option<i64>,
+    /// CLOCK_MONOTONIC nanoseconds the wait began (or was found): how long it has lasted
+    pub blocked_since_ns: u64,
+    /// reported as stalled already (once per wait)
+    pub stall_reported: bool,
 }
 
 impl Waiting {
@@ -30,8 +34,28 @@ impl Waiting {
             wait,
             since_ns,
             seen_blocked_in,
+            blocked_since_ns: since_ns,
+            stall_reported: false,
         }
     }
+}
+
+/// A thread blocked in one stack for longer than the stall threshold: what the service reports
+/// once per stall.
+#[derive(Debug, Clone)]
+pub struct Stall {
+    /// Host PID of its process.
+    pub pid: u32,
+    /// Its thread id (in the process's PID namespace, as CPython stores it).
+    pub tid: u32,
+    /// Its Python thread name, when known.
+    pub thread_name: Option<std::sync::Arc<str>>,
+    /// What it waits in.
+    pub wait: WaitReason,
+    /// How long it has been blocked (since the agent first saw the wait).
+    pub blocked_for: std::time::Duration,
+    /// The stack it blocked in, innermost first.
+    pub frames: Vec<crate::symbolize::Frame>,
 }
 
 /// What a ring-buffer record stands for.
@@ -40,11 +64,13 @@ pub(crate) enum RecordKind {
     /// A cpu-clock tick.
     OnCpu,
     /// A thread blocking: its stack, the `common::WAIT_*` class of its system call, the futex
-    /// word for futex waits, and when.
+    /// word for futex waits, when, and the time of its unrecorded waits since its last
+    /// recorded one (the program times short waits without walking them).
     OffCpu {
         wait: u32,
         wait_addr: u64,
         at_ns: u64,
+        carried_ns: u64,
     },
     /// A blocked thread running again, and when.
     Wake { tid: u32, at_ns: u64 },

@@ -41,13 +41,18 @@ pub struct Args {
     /// Numbers of busy Python processes for the agent-overhead runs.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 10, 50])]
     processes: Vec<usize>,
+    /// Number of blocking processes (about 1,000 blocking calls a second each) for the
+    /// off-CPU overhead runs.
+    #[arg(long, default_value_t = 50)]
+    blocking_processes: usize,
     /// Interpreter of the busy processes (manifest name).
     #[arg(long, default_value = "py312")]
     busy_python: String,
     /// Perf-event rate (per CPU) of the BPF cost runs.
     #[arg(long, default_value_t = 999)]
     bpf_rate: u64,
-    /// Only one part: `cost` (ns per run) or `agent` (agent overhead).
+    /// Only one part: `cost` (ns per run), `agent` (agent overhead) or `offcpu` (agent and BPF
+    /// cost with off-CPU profiling, beside many blocking processes).
     #[arg(long)]
     only: Option<String>,
     /// Also measure each stage of an anchored depth-100 walk on 3.15 (the program stops after

@@ -160,6 +160,8 @@ pub struct AgentMetrics {
     service_gil_samples: IntCounterVec,
     service_off_cpu: CounterVec,
     service_threads: IntGaugeVec,
+    stalled_threads: IntGaugeVec,
+    stalls: IntCounterVec,
     python_info: IntGaugeVec,
     sinks: Arc<SinkFamilies>,
 }
@@ -304,6 +306,18 @@ impl AgentMetrics {
                 "Python threads per service at the last scan.",
                 &["service"],
             ),
+            stalled_threads: gauge_vec(
+                &registry,
+                "pyagent_python_stalled_threads",
+                "Python threads per service blocked in one stack for longer than stall_after (needs off-CPU profiling).",
+                &["service"],
+            ),
+            stalls: counter_vec(
+                &registry,
+                "pyagent_python_stalls_total",
+                "Stalls reported per service: a thread blocked in one stack past stall_after counts once per wait.",
+                &["service"],
+            ),
             python_info: gauge_vec(
                 &registry,
                 "pyagent_python_info",
@@ -434,16 +448,32 @@ impl AgentMetrics {
     /// Sets the number of Python threads per service; services left out disappear (their processes
     /// exited), services past the cap are summed into `other`.
     pub fn set_service_threads(&self, threads: &[(&str, u64)]) {
+        self.set_per_service(&self.service_threads, threads);
+    }
+
+    /// Sets `gauge` to the sums of `values` per service label; services left out disappear.
+    fn set_per_service(&self, gauge: &IntGaugeVec, values: &[(&str, u64)]) {
         let mut by_label: BTreeMap<String, u64> = BTreeMap::new();
-        for (service, n) in threads {
+        for (service, n) in values {
             *by_label.entry(self.services.label(service)).or_default() += n;
         }
-        self.service_threads.reset();
+        gauge.reset();
         for (service, n) in by_label {
-            self.service_threads
+            gauge
                 .with_label_values(&[service.as_str()])
                 .set(saturating_i64(n));
         }
+    }
+
+    /// Counts one stall of `service`.
+    pub fn add_stall(&self, service: &str) {
+        let service = self.services.label(service);
+        self.stalls.with_label_values(&[service.as_str()]).inc();
+    }
+
+    /// Sets the stalled threads of each service; services left out go back to none.
+    pub fn set_stalled_threads(&self, stalled: &[(&str, u64)]) {
+        self.set_per_service(&self.stalled_threads, stalled);
     }
 
     /// Sets `pyagent_python_info{service, version} 1` for each running (service, CPython version) pair;

@@ -19,6 +19,8 @@ use super::Args;
 const READY: Duration = Duration::from_secs(60);
 /// The program's name as the kernel knows it.
 const PROGRAM: &str = "pa_sample";
+/// The off-CPU program (on `sched_switch`).
+const SWITCH_PROGRAM: &str = "pa_switch";
 /// Depth of the busy processes of the agent-overhead runs.
 const AGENT_TARGET_DEPTH: usize = 30;
 
@@ -27,9 +29,9 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(o) = args
         .only
         .as_deref()
-        .filter(|o| *o != "cost" && *o != "agent")
+        .filter(|o| !["cost", "agent", "offcpu"].contains(o))
     {
-        bail!("--only {o}: use cost or agent");
+        bail!("--only {o}: use cost, agent or offcpu");
     }
     let manifest = Manifest::load()?;
     let script = util::bench_script("deep.py");
@@ -48,6 +50,14 @@ pub fn run(args: &Args) -> Result<()> {
             "release"
         }
     );
+    if args.only.is_none() || args.only.as_deref() == Some("offcpu") {
+        let agent = util::release_binary("pyagent")?;
+        let py = manifest.interpreter(&args.busy_python)?;
+        off_cpu_overhead(&agent, py, &script, args.blocking_processes, agent_seconds)?;
+        if args.only.is_some() {
+            return Ok(());
+        }
+    }
     if args.only.as_deref() != Some("agent") {
         let pythons: Vec<&Interpreter> = args
             .pythons
@@ -437,7 +447,7 @@ fn agent_overhead(
         }
         for mode in ["ebpf", "userspace"] {
             eprintln!("bench ebpf: agent, {n} processes, {mode} mode, {secs} s");
-            let r = run_agent(agent, mode, secs)?;
+            let r = run_agent(agent, mode, secs, &[])?;
             let pct = |cpu: f64, wall: f64| 100.0 * cpu / wall.max(1e-9);
             let whole = pct(r.usage.cpu_secs(), r.usage.wall.as_secs_f64());
             let steady = r.steady.map(|(cpu, wall)| pct(cpu, wall));
@@ -515,6 +525,90 @@ fn agent_overhead(
     Ok(())
 }
 
+// ---- 3. Off-CPU profiling with many blocking processes ----
+
+/// The agent with and without `--off-cpu` beside `n` processes that each block about a
+/// thousand times a second: its CPU, and the time of both BPF programs (charged to the tasks
+/// they interrupt, not to the agent).
+fn off_cpu_overhead(
+    agent: &Path,
+    py: &Interpreter,
+    script: &Path,
+    n: usize,
+    secs: f64,
+) -> Result<()> {
+    let load_before = util::load_average();
+    eprintln!("bench ebpf: starting {n} blocking {} processes", py.name);
+    let mut blocking = Vec::new();
+    for i in 0..n {
+        let inner = py.script_command(
+            script,
+            &[AGENT_TARGET_DEPTH.to_string(), "block".to_owned()],
+        )?;
+        let mut cmd = std::process::Command::new(inner.get_program());
+        cmd.args(inner.get_args());
+        blocking.push(Proc::spawn(&mut cmd, format!("blocking {} #{i}", py.name))?);
+    }
+    for p in &mut blocking {
+        p.wait_line(|l| l == "ready", READY)?;
+    }
+    let mut t = Table::new(&[
+        "off-CPU",
+        "samples",
+        "agent CPU % (sampling only)",
+        "agent CPU % (after first scan)",
+        "peak RSS MiB (after first scan)",
+        "pa_sample, % of a core",
+        "pa_switch, % of a core",
+        "summary (off-CPU line)",
+    ]);
+    let mut verdicts = Vec::new();
+    for off_cpu in [false, true] {
+        let extra: &[&str] = if off_cpu { &["--off-cpu"] } else { &[] };
+        eprintln!("bench ebpf: agent, {n} blocking processes, off-CPU {off_cpu}, {secs} s");
+        let r = run_agent(agent, "ebpf", secs, extra)?;
+        let pct = |cpu: f64, wall: f64| 100.0 * cpu / wall.max(1e-9);
+        let sampling = r.sampling.map(|(cpu, wall)| pct(cpu, wall));
+        let steady = r.steady.map(|(cpu, wall)| pct(cpu, wall));
+        let wall = r.bpf.map(|(_, w)| w);
+        let of_core = |ns: Option<u64>| match (ns, wall) {
+            (Some(ns), Some(w)) => format!("{:.2}", 100.0 * ns as f64 / 1e9 / w),
+            _ => "—".to_owned(),
+        };
+        t.row(vec![
+            if off_cpu { "on" } else { "off" }.to_owned(),
+            r.samples.map_or("?".to_owned(), |s| s.to_string()),
+            sampling.map_or("?".to_owned(), |s| format!("{s:.2}")),
+            steady.map_or("?".to_owned(), |s| format!("{s:.2}")),
+            r.steady_rss.map_or("?".to_owned(), |b| {
+                format!("{:.1}", b as f64 / (1 << 20) as f64)
+            }),
+            of_core(r.bpf.map(|(ns, _)| ns)),
+            of_core(r.switch_ns),
+            r.off_cpu_line.clone().unwrap_or_default(),
+        ]);
+        if off_cpu {
+            let cpu = sampling.or(steady).unwrap_or(f64::NAN);
+            verdicts.push(format!(
+                "- {n} processes blocking ~1,000 times a second, off-CPU on: agent {cpu:.2}% of one core while sampling ({})",
+                if cpu <= 1.0 { "met: ≤ 1%" } else { "MISSED: > 1%" }
+            ));
+        }
+    }
+    drop(blocking);
+    println!(
+        "\n## Off-CPU: `pyagent --all-python --mode ebpf -r 99 [--off-cpu]` with {n} blocking {} processes\n",
+        py.name
+    );
+    println!("{load_before} at start, {} at end; {secs} s per run; blocking processes: `deep.py {AGENT_TARGET_DEPTH} block` (time.sleep(0.001) in a loop)\n", util::load_average());
+    t.print();
+    println!("\nBPF columns: each program's kernel run time over the run, as % of one core (charged to the tasks it runs in). Targets:\n");
+    for v in verdicts {
+        println!("{v}");
+    }
+    Ok(())
+}
+
 struct AgentRun {
     usage: util::Usage,
     /// CPU seconds and wall seconds from the end of the first scan to exit
@@ -526,17 +620,22 @@ struct AgentRun {
     steady_rss: Option<u64>,
     /// BPF program run time (ns) and the wall seconds it was observed over
     bpf: Option<(u64, f64)>,
+    /// run time (ns) of the off-CPU program, over the same wall seconds
+    switch_ns: Option<u64>,
     profiles: Option<usize>,
     samples: Option<u64>,
     summary: String,
+    /// the agent's `pyagent: off-CPU: ...` line, with `--off-cpu`
+    off_cpu_line: Option<String>,
 }
 
-fn run_agent(agent: &Path, mode: &str, secs: f64) -> Result<AgentRun> {
+fn run_agent(agent: &Path, mode: &str, secs: f64, extra: &[&str]) -> Result<AgentRun> {
     let dir = std::env::temp_dir().join(format!("pyagent-bench-agent-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     // Kernel statistics for the agent's program, read from outside it.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
-    let before = program_ids();
+    let before = program_ids(PROGRAM);
+    let switch_before = program_ids(SWITCH_PROGRAM);
     let mut cmd = std::process::Command::new(agent);
     cmd.args([
         "--all-python",
@@ -548,7 +647,8 @@ fn run_agent(agent: &Path, mode: &str, secs: f64) -> Result<AgentRun> {
         &secs.to_string(),
         "-o",
     ])
-    .arg(&dir);
+    .arg(&dir)
+    .args(extra);
     let mut p = Proc::spawn(&mut cmd, format!("pyagent --mode {mode}"))?;
     let pid = p.pid();
     let scanned = p
@@ -570,14 +670,16 @@ fn run_agent(agent: &Path, mode: &str, secs: f64) -> Result<AgentRun> {
         .map(|s| s.0 + Duration::from_secs_f64((secs - 0.5).max(0.0)));
     let mut last_sampling: Option<(Instant, f64)> = None;
     let mut bpf: Option<(u64, Instant, Instant)> = None;
+    let mut switch_ns: Option<u64> = None;
     let mut steady_rss: Option<u64> = None;
     let deadline = Instant::now() + Duration::from_secs_f64(secs + 120.0);
     let (usage, stderr) = loop {
         if mode == "ebpf" {
-            if let Some(ns) = agent_program_run_ns(&before) {
+            if let Some(ns) = agent_program_run_ns(PROGRAM, &before) {
                 let first = bpf.map_or_else(Instant::now, |(_, f, _)| f);
                 bpf = Some((ns, first, Instant::now()));
             }
+            switch_ns = agent_program_run_ns(SWITCH_PROGRAM, &switch_before).or(switch_ns);
         }
         if scanned.is_some() {
             if let Some(rss) = util::proc_rss_bytes(pid) {
@@ -603,9 +705,13 @@ fn run_agent(agent: &Path, mode: &str, secs: f64) -> Result<AgentRun> {
     let summary = stderr
         .lines()
         .rev()
-        .find(|l| l.starts_with("pyagent:"))
+        .find(|l| l.starts_with("pyagent:") && !l.starts_with("pyagent: off-CPU"))
         .unwrap_or("")
         .to_owned();
+    let off_cpu_line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("pyagent: off-CPU: "))
+        .map(str::to_owned);
     if !usage.success() {
         bail!("pyagent --mode {mode} failed: {}", stderr.trim());
     }
@@ -626,27 +732,29 @@ fn run_agent(agent: &Path, mode: &str, secs: f64) -> Result<AgentRun> {
         sampling,
         steady_rss,
         bpf: bpf.map(|(ns, first, last)| (ns, (last - first).as_secs_f64().max(1e-3))),
+        switch_ns,
         profiles,
         samples,
         summary,
+        off_cpu_line,
     })
 }
 
 /// Ids of the loaded programs called `pa_sample`.
-fn program_ids() -> BTreeSet<u32> {
+fn program_ids(name: &str) -> BTreeSet<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
-        .filter(|p| p.name_as_str() == Some(PROGRAM))
+        .filter(|p| p.name_as_str() == Some(name))
         .map(|p| p.id())
         .collect()
 }
 
-/// Run time (ns) of the one `pa_sample` program loaded since `before` was taken (none if zero or
+/// Run time (ns) of the one program `name` loaded since `before` was taken (none if zero or
 /// several: then it cannot be told apart from someone else's).
-fn agent_program_run_ns(before: &BTreeSet<u32>) -> Option<u64> {
+fn agent_program_run_ns(name: &str, before: &BTreeSet<u32>) -> Option<u64> {
     let mut new = aya::programs::loaded_programs()
         .filter_map(Result::ok)
-        .filter(|p| p.name_as_str() == Some(PROGRAM) && !before.contains(&p.id()));
+        .filter(|p| p.name_as_str() == Some(name) && !before.contains(&p.id()));
     let p = new.next()?;
     if new.next().is_some() {
         return None;
