@@ -13,7 +13,7 @@
 //! | `interval` | `PYAGENT_INTERVAL` | `10s` |
 //! | `rate_hz` | `PYAGENT_RATE_HZ` | `19` |
 //! | `mode` (`auto`, `ebpf`, `userspace`) | `PYAGENT_MODE` | `auto` |
-//! | `off_cpu` (`true`, `false`) | `PYAGENT_OFF_CPU` | `false` |
+//! | `off_cpu` (`true`, `false`) | `PYAGENT_OFF_CPU` | `true` (`false` with mode `userspace`) |
 //! | `stall_after` (`0`: never) | `PYAGENT_STALL_AFTER` | `30s` |
 //! | `metrics_addr` | `PYAGENT_METRICS_ADDR` | `127.0.0.1:9464` |
 //! | `log` (tracing `EnvFilter`) | `PYAGENT_LOG` | `info` |
@@ -101,8 +101,8 @@ pub struct ServiceConfig {
     pub rate_hz: u32,
     /// Sampling mode (the sampler's own type).
     pub mode: Mode,
-    /// Also profile the time threads spend blocked (eBPF only; off by default until its cost
-    /// with many blocking processes is measured against the 1% target).
+    /// Also profile the time threads spend blocked (eBPF only; on by default unless the mode is
+    /// userspace).
     pub off_cpu: bool,
     /// A thread blocked in one stack this long is reported once as stalled: a metric and a
     /// dump of its process next to the profiles (needs off-CPU profiling; zero: never).
@@ -203,7 +203,11 @@ impl ServiceConfig {
             interval: layer.interval.unwrap_or(defaults.interval),
             rate_hz: layer.rate_hz.unwrap_or(defaults.rate_hz),
             mode: layer.mode.unwrap_or(defaults.mode),
-            off_cpu: layer.off_cpu.unwrap_or(defaults.off_cpu),
+            // On by default where it can run: its cost with 50 processes blocking a thousand
+            // times a second is 0.8% of a core (`cargo xtask bench ebpf --only offcpu`).
+            off_cpu: layer
+                .off_cpu
+                .unwrap_or(layer.mode.unwrap_or(defaults.mode) != Mode::Userspace),
             stall_after: layer.stall_after.unwrap_or(defaults.stall_after),
             metrics_addr: layer.metrics_addr.unwrap_or(defaults.metrics_addr),
             log: layer.log.unwrap_or(defaults.log),
@@ -355,6 +359,31 @@ mod tests {
             ..base()
         }));
         assert!(line.starts_with("off_cpu: needs mode ebpf"), "{line}");
+        // Unset: on, unless the mode is userspace.
+        assert!(ServiceConfig::from_overrides(base()).unwrap().off_cpu);
+        let userspace = ServiceConfig::from_overrides(Overrides {
+            mode: Some(Mode::Userspace),
+            ..base()
+        })
+        .unwrap();
+        assert!(!userspace.off_cpu);
+    }
+
+    #[test]
+    fn stall_after_is_a_duration_in_every_layer() {
+        let file = Overrides::from_toml("stall_after = \"40s\"\n", Path::new("t.toml")).unwrap();
+        assert_eq!(file.stall_after, Some(Duration::from_secs(40)));
+        let env = Overrides::from_env([("PYAGENT_STALL_AFTER", "0")]).unwrap();
+        assert_eq!(env.stall_after, Some(Duration::ZERO), "0 turns it off");
+        assert_eq!(
+            ServiceConfig::default().stall_after,
+            Duration::from_secs(30)
+        );
+        let line = err_line(
+            Overrides::from_env([("PYAGENT_STALL_AFTER", "soon")])
+                .map(|_| ServiceConfig::default()),
+        );
+        assert!(line.starts_with("PYAGENT_STALL_AFTER"), "{line}");
     }
 
     /// The shipped examples load: `deploy/pyagent.toml`, and the TOML in the Kubernetes ConfigMap.

@@ -292,6 +292,10 @@ impl HostProfiler {
                 },
                 Err(e) => {
                     fallback_reason = Some(e.to_string());
+                    if config.off_cpu {
+                        off_cpu_unavailable =
+                            Some("the userspace sampler cannot see a thread block".to_string());
+                    }
                     Backend::Userspace(Box::new(Self::userspace(&config)))
                 }
             },

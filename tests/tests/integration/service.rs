@@ -532,3 +532,90 @@ fn service_profiles_off_cpu_time_with_wait_labels() {
     let (status, stderr) = svc.terminate();
     assert!(status.success(), "{stderr}");
 }
+
+/// Issue 12, item 4: a thread blocked on a lock for 40 s, with `--stall-after 5s`, is reported
+/// once: the stalled-threads gauge and the stalls counter of its service, and a dump of its
+/// process next to the profiles (the stuck thread, its wait, and every thread's state). The main
+/// thread's many short naps are never a stall. Once the lock is released the gauge goes back to 0
+/// and there is still exactly one report.
+#[test]
+fn a_stalled_thread_is_reported_once_with_a_dump() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("stall.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let svc = Service::start_with(
+        "stall",
+        "2s",
+        &["--mode", "ebpf", "--off-cpu", "--stall-after", "5s"],
+    );
+    let marker = format!("-{}-", p.pid());
+    let stall_files = || -> Vec<PathBuf> {
+        std::fs::read_dir(&svc.dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|f| {
+                        let name = f.file_name().unwrap_or_default().to_string_lossy();
+                        name.starts_with("stall-")
+                            && name.ends_with(".txt")
+                            && name.contains(&marker)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let file = wait_for("a stall dump", Duration::from_secs(60), || {
+        stall_files().into_iter().next()
+    });
+    let text = std::fs::read_to_string(&file).expect("stall dump");
+    assert!(
+        text.starts_with("Stalled: thread ") && text.contains("waiting: lock"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stuck (") && text.contains("stall.py"),
+        "the stuck frame:\n{text}"
+    );
+    assert!(
+        text.contains(&format!("Process {} (CPython", p.pid())),
+        "the dump:\n{text}"
+    );
+    let stalled = |metrics: &str, series: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(series) && l.contains("service=\"stall\""))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let (_, metrics) = http_get(svc.port, "/metrics").expect("metrics");
+    promtool_check_metrics(&metrics);
+    assert_eq!(
+        stalled(&metrics, "pyagent_python_stalled_threads"),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        stalled(&metrics, "pyagent_python_stalls_total"),
+        1.0,
+        "{metrics}"
+    );
+    // The lock is released at 40 s: the thread is no longer stalled, and was reported once.
+    p.wait_for_line("released", Duration::from_secs(60));
+    wait_for(
+        "the stalled gauge back to 0",
+        Duration::from_secs(30),
+        || {
+            let (_, metrics) = http_get(svc.port, "/metrics")?;
+            (stalled(&metrics, "pyagent_python_stalled_threads") == 0.0).then_some(())
+        },
+    );
+    let (_, metrics) = http_get(svc.port, "/metrics").expect("metrics");
+    assert_eq!(
+        stalled(&metrics, "pyagent_python_stalls_total"),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(stall_files().len(), 1, "{:?}", stall_files());
+    let (status, stderr) = svc.terminate();
+    assert!(status.success(), "{stderr}");
+}
