@@ -241,6 +241,39 @@ fn repeated_short_waits_are_timed_without_walking_each() {
     assert!((share - 1.0).abs() <= 0.05, "{what}");
 }
 
+/// The on-CPU part of a profile does not change with off-CPU on: a CPU-bound target recorded
+/// with and without `--off-cpu` has about as many on-CPU samples (±15%), nearly all in `hot`.
+#[test]
+fn on_cpu_profile_is_unchanged_with_off_cpu_on() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = out_dir("unchanged");
+    let mut runs = Vec::new();
+    for extra in [&[][..], &["--off-cpu"][..]] {
+        let file = dir.join(format!("on{}.pb.gz", extra.len()));
+        let samples = record_samples(p.pid(), "ebpf", "3", extra, &file);
+        let on_cpu: Vec<&RawSample> = samples.iter().filter(|s| s.values[0] > 0).collect();
+        let total: u64 = on_cpu.iter().map(|s| s.values[0]).sum();
+        let hot: u64 = on_cpu
+            .iter()
+            .filter(|s| s.top == "hot")
+            .map(|s| s.values[0])
+            .sum();
+        runs.push((total, hot as f64 / total.max(1) as f64));
+    }
+    let [(without, hot_without), (with, hot_with)] = runs[..] else {
+        unreachable!("two runs")
+    };
+    let what = format!(
+        "without off-CPU {without} samples ({hot_without:.2} hot), with {with} ({hot_with:.2} hot)"
+    );
+    assert!(without >= 200, "{what}");
+    assert!((with as f64 / without as f64 - 1.0).abs() <= 0.15, "{what}");
+    assert!(hot_without >= 0.9 && hot_with >= 0.9, "{what}");
+}
+
 /// Bad input: off-CPU needs the eBPF sampler, and says so in one line.
 #[test]
 fn off_cpu_with_the_userspace_sampler_is_a_one_line_error() {
