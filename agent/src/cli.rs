@@ -32,8 +32,8 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub host: HostArgs,
-    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `pyagent=debug` [default: warn,
-    /// or the config file's `log`].
+    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `pyagent=debug` [default: the
+    /// service logs at `info` (or the config file's `log`), the one-shot commands at `warn`].
     #[arg(long, global = true, env = "PYAGENT_LOG")]
     pub log: Option<String>,
 }
@@ -141,6 +141,9 @@ pub struct DumpArgs {
     /// Process to inspect.
     #[arg(long, short, value_parser = parse_whole_number::<u32>)]
     pub pid: u32,
+    /// Print the snapshot as one JSON object (threads, states, frames) instead of text.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub frames: FrameArgs,
 }
@@ -154,6 +157,8 @@ pub enum FormatArg {
     Collapsed,
     /// an SVG flame graph
     Flamegraph,
+    /// speedscope JSON (speedscope.app), one profile per thread
+    Speedscope,
 }
 
 impl From<FormatArg> for Format {
@@ -162,6 +167,7 @@ impl From<FormatArg> for Format {
             FormatArg::Pprof => Format::Pprof,
             FormatArg::Collapsed => Format::Collapsed,
             FormatArg::Flamegraph => Format::Flamegraph,
+            FormatArg::Speedscope => Format::Speedscope,
         }
     }
 }
@@ -264,9 +270,10 @@ pub struct RecordArgs {
     /// Also record threads that are not running on a CPU.
     #[arg(long)]
     pub idle: bool,
-    /// Output format.
-    #[arg(long, short, value_enum, default_value_t = FormatArg::Pprof)]
-    pub format: FormatArg,
+    /// Output format [default: from the output's extension (`.pb.gz`, `.svg`, `.txt`), else
+    /// pprof].
+    #[arg(long, short, value_enum)]
+    pub format: Option<FormatArg>,
     /// Output file.
     #[arg(long, short)]
     pub output: PathBuf,

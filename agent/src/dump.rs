@@ -1,14 +1,19 @@
-//! `dump`: one snapshot of every thread of a process, as text: each thread's stack, whether it
-//! is on the CPU or what it waits in, and whether it holds the GIL. The `dump` command prints
-//! it; the service writes it next to the profiles when a thread stalls.
+//! `dump`: one snapshot of every thread of a process: each thread's stack, whether it is on the
+//! CPU or what it waits in and for how long, and whether it holds the GIL. [`snapshot`] takes it
+//! as typed values; [`write_text`] renders it as `dump` prints it, and `dump --json` serializes
+//! it. The service writes the text next to the profiles when a thread stalls.
 
 use std::io::{self, Write};
 use std::ops::Range;
+use std::time::Duration;
+
+use serde::Serialize;
 
 use crate::aggregate::WaitReason;
 use crate::discovery::{locate_runtime, DiscoveryError};
 use crate::sampler::blocking::PausedThreads;
-use crate::sampler::off_cpu::{blocked_in, syscall_name, wait_reason};
+use crate::sampler::off_cpu::{blocked_for, blocked_in, syscall_name, wait_reason};
+use crate::symbolize::{Frame, FrameKind};
 use crate::unwind::{
     GilState, LostThread, StackLoss, ThreadOutcome, UnwindError, UnwindOptions, Unwinder,
 };
@@ -27,27 +32,105 @@ pub enum DumpError {
     Write(#[from] io::Error),
 }
 
-/// Writes the snapshot of process `pid` to `out`: a header naming the interpreter, then each
-/// thread with its state and its frames, innermost first.
-pub fn write(pid: u32, options: UnwindOptions, out: &mut dyn Write) -> Result<(), DumpError> {
+/// One snapshot of a process.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessDump {
+    /// Host PID.
+    pub pid: u32,
+    /// CPython version (`3.12.1`).
+    pub python_version: String,
+    /// A free-threaded build (no GIL).
+    pub free_threaded: bool,
+    /// The runtime is in a shared libpython (else in the executable).
+    pub shared_libpython: bool,
+    /// The file holding the runtime.
+    pub runtime_object: String,
+    /// Every thread, in the interpreter's thread-list order.
+    pub threads: Vec<ThreadDump>,
+}
+
+/// One thread of a [`ProcessDump`].
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadDump {
+    /// Thread id, as CPython stores it (the process's PID namespace).
+    pub tid: u32,
+    /// Thread name, when known.
+    pub name: Option<String>,
+    /// On or off the CPU, and what it waits in.
+    pub state: ThreadState,
+    /// Whether it holds the GIL (`None`: a free-threaded build, or blocked on the GIL itself).
+    pub holds_gil: Option<bool>,
+    /// Frames, innermost first (empty: no Python frames, or no stack).
+    pub frames: Vec<FrameDump>,
+    /// The walk stopped before the bottom of the stack.
+    pub truncated: bool,
+    /// Why the stack could not be read, when it could not.
+    pub no_stack: Option<String>,
+}
+
+/// What a thread was doing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ThreadState {
+    /// Running or runnable.
+    OnCpu,
+    /// Blocked in a system call.
+    Waiting {
+        /// The wait reason, as off-CPU profiles label it (`io`, `sleep`, `lock`, `gil`, `other`).
+        wait: &'static str,
+        /// The system call's name, or its number.
+        syscall: String,
+        /// Seconds since it last ran, as the scheduler counts.
+        blocked_seconds: Option<f64>,
+    },
+    /// Off the CPU outside a system call (the task state letter from `/proc`).
+    OffCpu {
+        /// `S`, `D`, `T`, ...
+        task_state: char,
+    },
+    /// The thread's task could not be read.
+    Unknown,
+}
+
+/// One frame of a [`ThreadDump`].
+#[derive(Debug, Clone, Serialize)]
+pub struct FrameDump {
+    /// Qualified name, or `<native>` / `<GC>`.
+    pub function: String,
+    /// File (`~` for pseudo-frames).
+    pub file: String,
+    /// Line being executed.
+    pub line: Option<u32>,
+    /// `python`, `native` or `gc`.
+    pub kind: &'static str,
+}
+
+impl From<&Frame> for FrameDump {
+    fn from(f: &Frame) -> FrameDump {
+        FrameDump {
+            function: f.function().to_string(),
+            file: f.file().to_string(),
+            line: f.line,
+            kind: match f.kind {
+                FrameKind::Python => "python",
+                FrameKind::Native => "native",
+                FrameKind::Gc => "gc",
+            },
+        }
+    }
+}
+
+/// Takes the snapshot of process `pid`.
+pub fn snapshot(pid: u32, options: UnwindOptions) -> Result<ProcessDump, DumpError> {
     let target = locate_runtime(pid)?;
-    writeln!(
-        out,
-        "Process {} (CPython {}{}, {} {})",
-        target.pid,
-        target.version(),
-        if target.offsets.free_threaded {
-            ", free-threaded"
-        } else {
-            ""
-        },
-        if target.shared_libpython {
-            "shared libpython"
-        } else {
-            "runtime in"
-        },
-        target.object_path.display()
-    )?;
+    let mut dump = ProcessDump {
+        pid: target.pid,
+        python_version: target.version().to_string(),
+        free_threaded: target.offsets.free_threaded,
+        shared_libpython: target.shared_libpython,
+        runtime_object: target.object_path.display().to_string(),
+        threads: Vec::new(),
+    };
     // A snapshot: a thread whose stack moves under every read is stopped and read exactly
     // (`read_stopped`) rather than shown as read on the move.
     let options = UnwindOptions {
@@ -62,81 +145,146 @@ pub fn write(pid: u32, options: UnwindOptions, out: &mut dyn Write) -> Result<()
         .ok()
         .and_then(|_| unwinder.main_gil_words());
     for outcome in unwinder.sample_round(|_| true)? {
-        let s = match outcome {
-            ThreadOutcome::Stack(s) => s,
-            ThreadOutcome::Lost(lost) => match read_stopped(&mut unwinder, &lost)? {
-                ThreadOutcome::Stack(s) => s,
-                ThreadOutcome::Lost(lost) => {
-                    writeln!(
-                        out,
-                        "\nThread {}{}\n    (no stack: {})",
-                        lost.tid,
-                        quoted_name(lost.thread_name.as_deref()),
-                        lost.reason
-                    )?;
-                    continue;
+        let outcome = match outcome {
+            ThreadOutcome::Lost(lost) => read_stopped(&mut unwinder, &lost)?,
+            stack => stack,
+        };
+        let thread = match outcome {
+            ThreadOutcome::Stack(s) => {
+                let host_tid = unwinder.host_tid(s.tid);
+                let (state, waits_for_gil) = thread_state(pid, host_tid, gil.clone());
+                ThreadDump {
+                    tid: s.tid,
+                    name: s.thread_name.as_deref().map(str::to_string),
+                    state,
+                    // Blocked on the GIL's own futex: it has just released it, whatever
+                    // `last_holder` says.
+                    holds_gil: s
+                        .gil
+                        .filter(|_| !waits_for_gil)
+                        .map(|g| g == GilState::Held),
+                    frames: s.frames.iter().map(FrameDump::from).collect(),
+                    truncated: s.truncated,
+                    no_stack: None,
                 }
+            }
+            ThreadOutcome::Lost(lost) => ThreadDump {
+                tid: lost.tid,
+                name: lost.thread_name.as_deref().map(str::to_string),
+                state: ThreadState::Unknown,
+                holds_gil: None,
+                frames: Vec::new(),
+                truncated: false,
+                no_stack: Some(lost.reason.to_string()),
             },
         };
-        let name = quoted_name(s.thread_name.as_deref());
-        let host_tid = unwinder.host_tid(s.tid);
-        let holds_gil = s.gil.map(|g| g == GilState::Held);
-        let state = thread_state(pid, host_tid, holds_gil, gil.clone());
-        writeln!(out, "\nThread {}{} ({state})", s.tid, name)?;
-        if s.frames.is_empty() {
+        dump.threads.push(thread);
+    }
+    Ok(dump)
+}
+
+/// Writes the snapshot of process `pid` as text (what `dump` prints).
+pub fn write(pid: u32, options: UnwindOptions, out: &mut dyn Write) -> Result<(), DumpError> {
+    write_text(&snapshot(pid, options)?, out)?;
+    Ok(())
+}
+
+/// A header naming the interpreter, then each thread with its state and its frames, innermost
+/// first.
+pub fn write_text(dump: &ProcessDump, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "Process {} (CPython {}{}, {} {})",
+        dump.pid,
+        dump.python_version,
+        if dump.free_threaded {
+            ", free-threaded"
+        } else {
+            ""
+        },
+        if dump.shared_libpython {
+            "shared libpython"
+        } else {
+            "runtime in"
+        },
+        dump.runtime_object
+    )?;
+    for t in &dump.threads {
+        let name = t
+            .name
+            .as_deref()
+            .map(|n| format!(" \"{n}\""))
+            .unwrap_or_default();
+        if let Some(why) = &t.no_stack {
+            writeln!(out, "\nThread {}{name}\n    (no stack: {why})", t.tid)?;
+            continue;
+        }
+        let mut parts = vec![match &t.state {
+            ThreadState::OnCpu => "on CPU".to_string(),
+            ThreadState::Waiting {
+                wait,
+                syscall,
+                blocked_seconds,
+            } => {
+                let since = blocked_seconds
+                    .map(|s| format!(" for {s:.1} s"))
+                    .unwrap_or_default();
+                format!("waiting: {wait} in {syscall}{since}")
+            }
+            ThreadState::OffCpu { task_state } => format!("off CPU, state {task_state}"),
+            ThreadState::Unknown => "state unknown".to_string(),
+        }];
+        match t.holds_gil {
+            Some(true) => parts.push("holds the GIL".to_string()),
+            Some(false) => parts.push("GIL not held".to_string()),
+            None => {}
+        }
+        writeln!(out, "\nThread {}{name} ({})", t.tid, parts.join(", "))?;
+        if t.frames.is_empty() {
             writeln!(out, "    (no Python frames)")?;
         }
-        for f in &s.frames {
-            writeln!(out, "    {f}")?;
+        for f in &t.frames {
+            match (f.kind, f.line) {
+                ("python", Some(line)) => writeln!(out, "    {} ({}:{line})", f.function, f.file)?,
+                ("python", None) => writeln!(out, "    {} ({})", f.function, f.file)?,
+                _ => writeln!(out, "    {}", f.function)?,
+            }
         }
-        if s.truncated {
+        if t.truncated {
             writeln!(out, "    ... (truncated)")?;
         }
     }
     Ok(())
 }
 
-/// ` "name"`, or nothing for a thread without a name.
-fn quoted_name(name: Option<&str>) -> String {
-    name.map(|n| format!(" \"{n}\"")).unwrap_or_default()
-}
-
-/// What `dump` says of a thread besides its stack: on or off the CPU, what it waits in (the
-/// reason and system call, as off-CPU profiles label it), and whether it holds the GIL.
-fn thread_state(
-    pid: u32,
-    host_tid: Option<u32>,
-    holds_gil: Option<bool>,
-    gil: Option<Range<u64>>,
-) -> String {
-    let task_state = host_tid.and_then(|tid| {
-        procfs::process::Process::new(pid as i32)
-            .ok()?
-            .task_from_tid(tid as i32)
-            .ok()?
-            .stat()
-            .ok()
-            .map(|s| s.state)
-    });
-    let blocked = host_tid.and_then(|tid| blocked_in(pid, tid));
-    let wait = blocked.map(|b| wait_reason(b.class, b.wait_addr, gil));
-    let mut parts = vec![match (task_state, blocked, wait) {
-        (_, Some(b), Some(wait)) => match syscall_name(b.nr) {
-            Some(call) => format!("waiting: {wait} in {call}"),
-            None => format!("waiting: {wait} in system call {}", b.nr),
-        },
-        (Some('R'), _, _) => "on CPU".to_string(),
-        (Some(state), _, _) => format!("off CPU, state {state}"),
-        (None, _, _) => "state unknown".to_string(),
-    }];
-    match holds_gil {
-        // Blocked on the GIL's own futex: it has just released it, whatever `last_holder` says.
-        _ if wait == Some(WaitReason::Gil) => {}
-        Some(true) => parts.push("holds the GIL".to_string()),
-        Some(false) => parts.push("GIL not held".to_string()),
-        None => {}
+/// A thread's state: on or off the CPU, what it waits in (the reason and system call, as
+/// off-CPU profiles label it) and for how long (since it last ran, as the scheduler counts);
+/// and whether that wait is for the GIL.
+fn thread_state(pid: u32, host_tid: Option<u32>, gil: Option<Range<u64>>) -> (ThreadState, bool) {
+    let Some(tid) = host_tid else {
+        return (ThreadState::Unknown, false);
+    };
+    if let Some(b) = blocked_in(pid, tid) {
+        let wait = wait_reason(b.class, b.wait_addr, gil);
+        let state = ThreadState::Waiting {
+            wait: wait.label(),
+            syscall: syscall_name(b.nr)
+                .map_or_else(|| format!("system call {}", b.nr), str::to_string),
+            blocked_seconds: blocked_for(pid, tid).map(|d: Duration| d.as_secs_f64()),
+        };
+        return (state, wait == WaitReason::Gil);
     }
-    parts.join(", ")
+    let task_state = procfs::process::Process::new(pid as i32)
+        .ok()
+        .and_then(|p| p.task_from_tid(tid as i32).ok())
+        .and_then(|t| t.stat().ok())
+        .map(|s| s.state);
+    let state = match task_state {
+        Some('R') => ThreadState::OnCpu,
+        Some(task_state) => ThreadState::OffCpu { task_state },
+        None => ThreadState::Unknown,
+    };
+    (state, false)
 }
 
 /// `dump` is one snapshot, so it must show every thread: a thread whose stack moved under every

@@ -52,8 +52,14 @@ fn unwind_options(f: &FrameArgs) -> UnwindOptions {
 }
 
 fn dump(args: &DumpArgs) -> Result<()> {
+    let snapshot = pyagent::dump::snapshot(args.pid, unwind_options(&args.frames))?;
     let mut out = std::io::stdout().lock();
-    pyagent::dump::write(args.pid, unwind_options(&args.frames), &mut out)?;
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &snapshot).context("writing the dump")?;
+        writeln!(out)?;
+    } else {
+        pyagent::dump::write_text(&snapshot, &mut out)?;
+    }
     Ok(())
 }
 
@@ -70,6 +76,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         unwind: unwind_options(&args.frames),
     };
     // Open the output first: a bad path should fail before sampling, not after.
+    let format = output_format(args)?;
     let file = File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
     let mut sampler = UserspaceSampler::new(&[args.pid], config)?;
@@ -98,7 +105,7 @@ fn record(args: &RecordArgs) -> Result<()> {
     let mut window = agg.cut();
     let without_gil = keep_gil_holders(args, &mut window);
     let mut w = BufWriter::new(file);
-    export::write(args.format.into(), &window, &mut w)
+    export::write(format, &window, &mut w)
         .with_context(|| format!("writing {}", args.output.display()))?;
     w.flush()
         .with_context(|| format!("writing {}", args.output.display()))?;
@@ -136,6 +143,22 @@ fn record(args: &RecordArgs) -> Result<()> {
     Ok(())
 }
 
+/// The format `record` writes: `-f`, else the one the output's extension names, else pprof. A
+/// `-f` that contradicts the extension (`-f pprof -o out.svg`) is refused rather than writing a
+/// file its name lies about.
+fn output_format(args: &RecordArgs) -> Result<export::Format> {
+    let named = export::Format::from_extension(&args.output);
+    match (args.format.map(export::Format::from), named) {
+        (Some(given), Some(named)) if given != named => bail!(
+            "-f {given} but {} names a {named} file: drop -f, or name the file for {given} (.{})",
+            args.output.display(),
+            given.extension()
+        ),
+        (Some(given), _) => Ok(given),
+        (None, named) => Ok(named.unwrap_or(export::Format::Pprof)),
+    }
+}
+
 /// `record --gil` on a free-threaded build would write an empty profile: there is no GIL.
 fn check_gil_filter(args: &RecordArgs, offsets: &pyagent::offsets::Offsets) -> Result<()> {
     if args.gil && offsets.free_threaded {
@@ -151,22 +174,6 @@ fn check_gil_filter(args: &RecordArgs, offsets: &pyagent::offsets::Offsets) -> R
 /// GIL and returns how many; `None` without `--gil`.
 fn keep_gil_holders(args: &RecordArgs, window: &mut ProfileWindow) -> Option<u64> {
     args.gil.then(|| window.keep_gil_holders())
-}
-
-/// The start of a `--all-python --duration` file's name: the process's service name (the one the
-/// service labels it with), reduced to characters that are safe in a file name.
-fn file_stem_for(info: &ProcessInfo) -> String {
-    // This mode reads no config file, so there are no operator rules to apply.
-    service_name(info.identity(), &[])
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 fn host_profiler(
@@ -278,6 +285,12 @@ fn all_python(args: &HostArgs) -> Result<()> {
     install_stop_handlers();
     // The first scan parses every Python binary on the host: the duration starts after it.
     profiler.scan();
+    let denied = profiler.denied_processes();
+    if profiler.pids().is_empty() && denied > 0 {
+        bail!(
+            "no process can be profiled: {denied} processes cannot be inspected (permission denied); run as root, or grant CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH"
+        );
+    }
     let until = std::time::Instant::now() + duration;
     eprintln!(
         "pyagent: profiling every CPython process ({} mode, {rate} Hz, {} found so far)",
@@ -289,11 +302,11 @@ fn all_python(args: &HostArgs) -> Result<()> {
     let mut files = ProfileFiles::new(dir, args.format.into());
     profiler.run(&STOP, Some(until), |profiler| {
         for (info, window) in profiler.take_finished() {
-            files.write(&info, &window);
+            files.write(&info, window);
         }
     });
     for (info, window) in profiler.cut() {
-        files.write(&info, &window);
+        files.write(&info, window);
     }
     let ProfileFiles {
         written, failed, ..
@@ -335,6 +348,7 @@ fn all_python(args: &HostArgs) -> Result<()> {
 struct ProfileFiles<'a> {
     dir: &'a Path,
     format: export::Format,
+    host: String,
     written: usize,
     failed: usize,
 }
@@ -344,22 +358,27 @@ impl<'a> ProfileFiles<'a> {
         Self {
             dir,
             format,
+            host: pyagent::service::hostname(),
             written: 0,
             failed: 0,
         }
     }
 
-    /// Writes `SERVICE-PID.EXT`, counting it as written or failed (and saying why).
-    fn write(&mut self, info: &ProcessInfo, window: &ProfileWindow) {
+    /// Writes `SERVICE-PID.EXT`, labelled as the service labels its profiles, counting it as
+    /// written or failed (and saying why).
+    fn write(&mut self, info: &ProcessInfo, mut window: ProfileWindow) {
+        // This mode reads no config file, so there are no operator rules to apply.
+        let service = service_name(info.identity(), &[]);
+        window.labels = pyagent::service::process_labels(info, &service, &self.host);
         let path = self.dir.join(format!(
             "{}-{}.{}",
-            file_stem_for(info),
+            pyagent::export::sinks::file_safe_service(&service),
             info.pid,
             self.format.extension()
         ));
         let format = self.format;
         let fill = |mut out: &mut dyn Write| {
-            export::write(format, window, &mut out).map_err(std::io::Error::other)
+            export::write(format, &window, &mut out).map_err(std::io::Error::other)
         };
         match write_atomically(&path, fill) {
             Ok(_) => self.written += 1,
@@ -376,6 +395,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         bail!("--blocking, --idle and --subprocesses need --mode userspace");
     }
     check_gil_filter(args, &locate_runtime(args.pid)?.offsets)?;
+    let format = output_format(args)?;
     let file = File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
     let mut profiler = host_profiler(
@@ -406,7 +426,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     });
     let without_gil = keep_gil_holders(args, &mut window);
     let mut w = BufWriter::new(file);
-    export::write(args.format.into(), &window, &mut w)
+    export::write(format, &window, &mut w)
         .with_context(|| format!("writing {}", args.output.display()))?;
     w.flush()?;
     let s = profiler.stats();

@@ -52,8 +52,10 @@ pub struct ServiceReport {
     pub mode: &'static str,
 }
 
-/// Labels of one process's profiles.
-fn process_labels(info: &ProcessInfo, service: &str, host: &str) -> BTreeMap<String, String> {
+/// Labels of one process's profiles, the same for the service and `--duration` files:
+/// `service_name`, `hostname`, `pid` (`ns_pid` in a PID namespace), `python_version`, and
+/// `container_id`/`pod_uid` when its cgroup names them.
+pub fn process_labels(info: &ProcessInfo, service: &str, host: &str) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
     labels.insert("service_name".into(), service.to_string());
     labels.insert("hostname".into(), host.to_string());
@@ -71,7 +73,8 @@ fn process_labels(info: &ProcessInfo, service: &str, host: &str) -> BTreeMap<Str
     labels
 }
 
-fn hostname() -> String {
+/// This host's name (`unknown` when it cannot be read).
+pub fn hostname() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -165,6 +168,12 @@ pub fn run(
             }
             let live = profiler.pids();
             services.retain(|pid, _| live.contains(pid));
+            let threads: Vec<(&str, u64)> = profiler
+                .python_threads()
+                .into_iter()
+                .filter_map(|(pid, n)| services.get(&pid).map(|s| (s.as_str(), n)))
+                .collect();
+            metrics.set_service_threads(&threads);
         };
     profiler.scan();
     // Metrics once a second, not every collection (10 a second in eBPF mode): a scrape
@@ -235,6 +244,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
                 "unsupported" => ProcessState::Unsupported,
                 "ready" => ProcessState::Ready,
                 "failed" => ProcessState::Failed,
+                "denied" => ProcessState::Denied,
                 _ => return None,
             };
             Some((state, n as u64))

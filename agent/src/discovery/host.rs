@@ -24,6 +24,9 @@ pub enum ProcessState {
     Failed(String),
     /// Runtime not initialised yet; retried until the deadline.
     Pending,
+    /// Could not be inspected for lack of permission (with the reason): never `NotPython`,
+    /// since nothing says it is not.
+    Denied(String),
 }
 
 impl ProcessState {
@@ -35,6 +38,7 @@ impl ProcessState {
             ProcessState::Ready => "ready",
             ProcessState::Failed(_) => "failed",
             ProcessState::Pending => "pending",
+            ProcessState::Denied(_) => "denied",
         }
     }
 }
@@ -80,6 +84,8 @@ pub struct HostScanner {
     /// pids that exec'd since the last scan
     exec_noticed: HashSet<u32>,
     scans_since_full_check: u32,
+    /// denied processes at the last warning: it is repeated only when more are denied
+    denied_reported: usize,
 }
 
 /// With exec notices, every this many scans all known processes are re-read anyway: a notice
@@ -127,6 +133,7 @@ fn classify(e: &DiscoveryError) -> Option<ProcessState> {
             ..
         } => ProcessState::Unsupported(e.to_string()),
         DiscoveryError::NotInitialized { .. } => ProcessState::Pending,
+        DiscoveryError::Denied { .. } => ProcessState::Denied(e.to_string()),
         _ => ProcessState::Failed(e.to_string()),
     })
 }
@@ -142,6 +149,7 @@ impl HostScanner {
             exec_notices: false,
             exec_noticed: HashSet::new(),
             scans_since_full_check: 0,
+            denied_reported: 0,
         }
     }
 
@@ -245,14 +253,25 @@ impl HostScanner {
             let Some(stat) = StatIdentity::read(pid) else {
                 continue;
             };
-            // Kernel threads have no maps worth reading.
-            if std::fs::read_link(format!("/proc/{pid}/exe")).is_err() && self.only.is_none() {
+            // Kernel threads have no executable, so no maps worth reading; a process whose
+            // executable cannot be read for lack of permission is denied, not "not Python".
+            if let (Err(e), None) = (
+                std::fs::read_link(format!("/proc/{pid}/exe")),
+                self.only.as_ref(),
+            ) {
+                let state = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    ProcessState::Denied(format!(
+                        "permission denied reading /proc/{pid}/exe: run as root or grant CAP_SYS_PTRACE"
+                    ))
+                } else {
+                    ProcessState::NotPython
+                };
                 self.known.insert(
                     pid,
                     Known {
                         stat,
                         exe: None,
-                        state: ProcessState::NotPython,
+                        state,
                         first_seen: Instant::now(),
                     },
                 );
@@ -281,6 +300,7 @@ impl HostScanner {
             match &state {
                 ProcessState::Unsupported(why) => tracing::warn!(pid, "not profiling: {why}"),
                 ProcessState::Failed(why) => tracing::warn!(pid, "cannot profile: {why}"),
+                ProcessState::Denied(why) => tracing::debug!(pid, "cannot inspect: {why}"),
                 _ => {}
             }
             self.known.insert(
@@ -293,6 +313,23 @@ impl HostScanner {
                 },
             );
         }
+        let denied = self.denied_count();
+        if denied > self.denied_reported {
+            // Info, not warn: the service logs it; a one-shot run says it in its summary (and
+            // fails when nothing else can be profiled).
+            tracing::info!(
+                "{denied} processes cannot be inspected: permission denied (run as root, or grant CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH); they are not profiled"
+            );
+        }
+        self.denied_reported = denied;
         changes
+    }
+
+    /// Processes that could not be inspected for lack of permission.
+    pub fn denied_count(&self) -> usize {
+        self.known
+            .values()
+            .filter(|k| matches!(k.state, ProcessState::Denied(_)))
+            .count()
     }
 }

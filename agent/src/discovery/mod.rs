@@ -21,8 +21,8 @@ pub use elf::parse_facts as parse_elf_facts;
 pub use elf::{ElfError, ElfFacts};
 pub use host::{HostScanner, ProcessState, ScanChanges};
 pub use procfs_util::{
-    children, host_tids, mount_points, ns_pid, process_exists, task_ids, thread_name, MapsEntry,
-    TaskIds,
+    children, host_tids, mount_points, ns_pid, process_alive, process_exists, task_ids,
+    thread_name, MapsEntry, TaskIds,
 };
 
 use crate::memory::{MemoryError, ProcessMemory, RemoteMemory};

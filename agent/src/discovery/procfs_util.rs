@@ -146,6 +146,16 @@ pub fn process_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Whether process `pid` exists and has not exited: a zombie (exited, not yet reaped by its
+/// parent) still has `/proc/PID` but will never run again.
+pub fn process_alive(pid: u32) -> bool {
+    i32::try_from(pid)
+        .ok()
+        .and_then(|pid| procfs::process::Process::new(pid).ok())
+        .and_then(|p| p.stat().ok())
+        .is_some_and(|s| s.state != 'Z')
+}
+
 /// A thread's ids in the host and in its own PID namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TaskIds {

@@ -1,8 +1,8 @@
 //! Export stage: a [`ProfileWindow`] -> bytes in one of the [`Format`]s.
 //!
 //! In comes one window from [`crate::aggregate`]; out go the bytes of one file, written to any
-//! [`Write`]: a gzipped pprof `Profile` ([`pprof`]), Brendan Gregg's collapsed stacks ([`collapsed`]) or an
-//! SVG flame graph drawn from those ([`flamegraph`]). Every format is deterministic: the same window gives
+//! [`Write`]: a gzipped pprof `Profile` ([`pprof`]), Brendan Gregg's collapsed stacks ([`collapsed`]), an
+//! SVG flame graph drawn from those ([`flamegraph`]) or a speedscope JSON file ([`speedscope`]). Every format is deterministic: the same window gives
 //! the same bytes. Nothing is cached between windows.
 
 pub mod atomic_file;
@@ -11,6 +11,7 @@ pub mod flamegraph;
 pub mod metrics;
 pub mod pprof;
 pub mod sinks;
+pub mod speedscope;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -27,11 +28,18 @@ pub enum Format {
     Collapsed,
     /// An interactive SVG flame graph.
     Flamegraph,
+    /// speedscope's JSON file format, one profile per thread.
+    Speedscope,
 }
 
 impl Format {
     /// Every format, in the order the CLI lists them.
-    pub const ALL: [Format; 3] = [Format::Pprof, Format::Collapsed, Format::Flamegraph];
+    pub const ALL: [Format; 4] = [
+        Format::Pprof,
+        Format::Collapsed,
+        Format::Flamegraph,
+        Format::Speedscope,
+    ];
 
     /// The name used on the command line and in [`Display`](fmt::Display).
     pub fn name(self) -> &'static str {
@@ -39,7 +47,27 @@ impl Format {
             Format::Pprof => "pprof",
             Format::Collapsed => "collapsed",
             Format::Flamegraph => "flamegraph",
+            Format::Speedscope => "speedscope",
         }
+    }
+
+    /// The format a file name's extension names: `.pb.gz`, `.pb` or `.pprof` (pprof), `.svg`
+    /// (flame graph), `.txt`, `.folded` or `.collapsed` (collapsed stacks), `.json` (speedscope);
+    /// `None` for any other.
+    pub fn from_extension(path: &std::path::Path) -> Option<Format> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        [
+            (".pb.gz", Format::Pprof),
+            (".pb", Format::Pprof),
+            (".pprof", Format::Pprof),
+            (".svg", Format::Flamegraph),
+            (".txt", Format::Collapsed),
+            (".folded", Format::Collapsed),
+            (".collapsed", Format::Collapsed),
+            (".json", Format::Speedscope),
+        ]
+        .into_iter()
+        .find_map(|(ext, format)| name.ends_with(ext).then_some(format))
     }
 
     /// The file extension, without the leading dot.
@@ -48,6 +76,7 @@ impl Format {
             Format::Pprof => "pb.gz",
             Format::Collapsed => "txt",
             Format::Flamegraph => "svg",
+            Format::Speedscope => "speedscope.json",
         }
     }
 }
@@ -74,8 +103,10 @@ impl FromStr for Format {
 /// Why a window could not be exported.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    /// The name is none of `pprof`, `collapsed`, `flamegraph`.
-    #[error("unknown export format {name:?} (expected pprof, collapsed or flamegraph)")]
+    /// The name is none of `pprof`, `collapsed`, `flamegraph`, `speedscope`.
+    #[error(
+        "unknown export format {name:?} (expected pprof, collapsed, flamegraph or speedscope)"
+    )]
     UnknownFormat {
         /// The name given.
         name: String,
@@ -112,6 +143,7 @@ pub fn write(
             }
             flamegraph::write(window, out)
         }
+        Format::Speedscope => speedscope::write(window, out),
     };
     result.map_err(|source| ExportError::Write { format, source })
 }

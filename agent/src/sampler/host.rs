@@ -373,6 +373,11 @@ impl HostProfiler {
         self.scanner.counts()
     }
 
+    /// Processes that could not be inspected for lack of permission.
+    pub fn denied_processes(&self) -> usize {
+        self.scanner.denied_count()
+    }
+
     /// The BPF sampler, when that is the backend (for its counters and run statistics).
     pub fn bpf(&self) -> Option<&BpfSampler> {
         match &self.backend {
@@ -977,6 +982,23 @@ impl HostProfiler {
         }
         stalls.sort_by_key(|s| (s.pid, s.tid));
         stalls
+    }
+
+    /// Python threads (those with a thread state) of each process at its last thread-list read,
+    /// by PID (eBPF mode; the userspace sampler keeps no count between samples).
+    pub fn python_threads(&self) -> HashMap<u32, u64> {
+        match &self.backend {
+            Backend::Bpf { procs, .. } => procs
+                .iter()
+                .map(|(&pid, p)| {
+                    (
+                        pid,
+                        p.threads.values().filter(|&&ts| ts != 0).count() as u64,
+                    )
+                })
+                .collect(),
+            Backend::Userspace(_) => HashMap::new(),
+        }
     }
 
     /// What is known of tracked process `pid`.

@@ -87,11 +87,20 @@ impl UserspaceSampler {
     }
 
     /// Locates the runtime of each root pid; fails if any root is not a profilable CPython.
+    /// With `subprocesses`, a root that is not Python (a shell, a launcher) is only watched for
+    /// Python children, as py-spy does.
     pub fn new(roots: &[u32], config: UserspaceConfig) -> Result<UserspaceSampler, SamplerError> {
         let mut targets = HashMap::new();
         for &pid in roots {
-            let target = locate_runtime(pid)?;
-            targets.insert(pid, Unwinder::new(target, config.unwind));
+            match locate_runtime(pid) {
+                Ok(target) => {
+                    targets.insert(pid, Unwinder::new(target, config.unwind));
+                }
+                Err(DiscoveryError::NotPython { .. }) if config.subprocesses => {
+                    tracing::info!(pid, "not Python: following its Python subprocesses only");
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         Ok(UserspaceSampler {
             config,
@@ -198,7 +207,7 @@ impl UserspaceSampler {
     }
 
     /// Takes one sample of every process, handing each thread's stack to `sink`. Returns false
-    /// when no process is left.
+    /// when no process is left (with `subprocesses`: nor a live root that may start one).
     pub fn sample_once(&mut self, sink: &mut dyn FnMut(&ThreadSample)) -> bool {
         self.scan_children();
         self.stats.ticks += 1;
@@ -233,7 +242,7 @@ impl UserspaceSampler {
                 Err(e) => {
                     self.stats.failed += 1;
                     tracing::debug!(pid, error = %e, "sample failed");
-                    if !crate::discovery::process_exists(pid) {
+                    if !crate::discovery::process_alive(pid) {
                         gone.push(pid);
                     }
                 }
@@ -242,7 +251,13 @@ impl UserspaceSampler {
         for pid in gone {
             self.remove_target(pid);
         }
+        // With subprocesses, a root that lives may start Python children yet.
         !self.targets.is_empty()
+            || (self.config.subprocesses
+                && self
+                    .roots
+                    .iter()
+                    .any(|&pid| crate::discovery::process_alive(pid)))
     }
 
     /// Samples at the configured rate until the duration is over, every target exited, or

@@ -13,6 +13,7 @@ use crate::discovery::service_name::service_name;
 use crate::dump;
 use crate::export::atomic_file::write_atomically;
 use crate::export::metrics::AgentMetrics;
+use crate::export::sinks::file_safe_service;
 use crate::sampler::host::HostProfiler;
 use crate::sampler::off_cpu::Stall;
 use crate::unwind::UnwindOptions;
@@ -68,16 +69,7 @@ impl StallWatch<'_> {
         let at_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
-        let stem: String = service
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let stem = file_safe_service(service);
         let path = dir.join(format!(
             "stall-{stem}-{}-{}-{at_ms}.txt",
             stall.pid, stall.tid

@@ -171,6 +171,126 @@ fn record_collapsed_and_flamegraph(#[values("py312", "py315")] py: &str) {
         svg.contains("<svg") && svg.contains("hot"),
         "flame graph names hot()"
     );
+    // Without -f, the extension says the format.
+    let svg = record_file(&pid, &dir.join("inferred.svg"), &["-d", "1"]);
+    assert!(svg.contains("<svg"), "an SVG from the .svg extension");
+    // speedscope (issue 17, item 7): one sampled profile per thread, stacks root first.
+    let json = record_file(&pid, &dir.join("out.speedscope.json"), &["-d", "1"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("speedscope JSON");
+    assert_eq!(
+        v["$schema"], "https://www.speedscope.app/file-format-schema.json",
+        "{json}"
+    );
+    let frames = v["shared"]["frames"].as_array().expect("frames");
+    let hot = frames
+        .iter()
+        .position(|f| f["name"] == "hot")
+        .unwrap_or_else(|| panic!("no hot frame: {json}"));
+    let profile = &v["profiles"][0];
+    assert_eq!(profile["type"], "sampled", "{json}");
+    let samples = profile["samples"].as_array().expect("samples");
+    assert_eq!(
+        samples.len(),
+        profile["weights"].as_array().map_or(0, Vec::len)
+    );
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.as_array().and_then(|s| s.last()) == Some(&hot.into())),
+        "hot is the leaf of some stack: {json}"
+    );
+}
+
+/// Issue 17, item 6: with `--subprocesses` the root need not be Python. A shell that starts
+/// Python a second later (py-spy's delayed launch) is watched, its Python child profiled, and
+/// the run ends when the shell does.
+#[test]
+fn subprocesses_of_a_non_python_parent_are_profiled() {
+    pyagent_bin();
+    let py = Interpreter::by_name("py312");
+    let command = format!(
+        "sleep 1; {} {} 3; true",
+        py.host_path().display(),
+        script("busy.py").display()
+    );
+    let mut shell = std::process::Command::new("sh")
+        .args(["-c", &command])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("sh");
+    let dir = tempfile_dir("delayed");
+    let file = dir.join("out.txt");
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &shell.id().to_string(),
+        "--subprocesses",
+        "-o",
+        file.to_str().expect("utf-8"),
+    ]);
+    let _ = shell.wait();
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    let text = std::fs::read_to_string(&file).expect("collapsed output");
+    assert!(
+        text.contains("hot ("),
+        "the Python child was profiled: {text}\n{err}"
+    );
+}
+
+/// Issue 17, item 1: as `nobody` without capabilities, root's Python processes cannot be
+/// inspected. They are not "not_python": the run says in one line that nothing can be profiled
+/// for lack of permission, and fails.
+#[test]
+fn missing_privileges_are_named_not_counted_as_not_python() {
+    pyagent_bin();
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["30"]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = tempfile_dir("nobody");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .expect("chmod");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(pyagent_bin())
+        .args(["--all-python", "--mode", "userspace", "-d", "1", "-o"])
+        .arg(&dir)
+        .output()
+        .expect("setpriv runs");
+    assert_one_line_error(&out, "permission denied");
+    assert!(
+        stderr_of(&out).contains("CAP_SYS_PTRACE"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+/// `-f` that contradicts the output's extension is a one-line error, before any sampling.
+#[test]
+fn format_contradicting_the_extension_is_refused() {
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        "1",
+        "-d",
+        "1",
+        "-f",
+        "pprof",
+        "-o",
+        "/tmp/pyagent-out.svg",
+    ]);
+    let err = stderr_of(&out);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("-f pprof") && err.contains("flamegraph"),
+        "{err}"
+    );
 }
 
 #[apply(matrix)]

@@ -158,5 +158,9 @@ fn duration_under_churn_writes_exited_processes_before_the_run_ends() {
     assert!(out.status.success(), "{stderr}");
     let raw = go_pprof(&["-raw"], &file);
     assert!(raw.contains(" hot ") && raw.contains("busy.py"), "{raw}");
+    // Issue 17, item 2: labelled as the service labels its profiles.
+    for label in ["service_name:[busy]", "hostname:[", "python_version:[3.12"] {
+        assert!(raw.contains(label), "{label} missing:\n{raw}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -274,6 +274,40 @@ fn on_cpu_profile_is_unchanged_with_off_cpu_on() {
     assert!(hot_without >= 0.9 && hot_with >= 0.9, "{what}");
 }
 
+/// Bad input: a kernel without what the off-CPU program needs (its BTF, hidden here by a tmpfs
+/// over `/sys/kernel/btf` in a private mount namespace) gets one line naming what is missing,
+/// and the on-CPU profile all the same.
+#[test]
+fn off_cpu_without_kernel_btf_falls_back_with_one_line() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = out_dir("nobtf");
+    let file = dir.join("on.pb.gz");
+    let command = format!(
+        "mount -t tmpfs none /sys/kernel/btf && exec {} record --pid {} --mode ebpf --off-cpu -d 2 -o {}",
+        pyagent_bin().display(),
+        p.pid(),
+        file.display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &command])
+        .output()
+        .expect("unshare runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let fallback: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("off-CPU profiling unavailable"))
+        .collect();
+    assert_eq!(fallback.len(), 1, "{err}");
+    assert!(fallback[0].contains("/sys/kernel/btf/vmlinux"), "{err}");
+    let (types, samples) = raw_samples(&file);
+    assert_eq!(types, ["samples/count", "cpu/nanoseconds"], "{err}");
+    assert!(samples.iter().any(|s| s.top == "hot"), "{err}");
+}
+
 /// Bad input: off-CPU needs the eBPF sampler, and says so in one line.
 #[test]
 fn off_cpu_with_the_userspace_sampler_is_a_one_line_error() {
@@ -304,7 +338,8 @@ fn dump_shows_each_threads_wait_and_gil(#[values("py312", "py313t", "py315")] py
     let p = spawn_waits(py, &[]);
     let pid = p.pid().to_string();
     let expected = [
-        ("locker", "waiting: lock in futex"),
+        // The lock was taken before `ready`: blocked for some time, as the scheduler counts.
+        ("locker", "waiting: lock in futex for "),
         ("reader", "waiting: io in recvfrom"),
         ("<module>", "waiting: sleep in clock_nanosleep"),
         ("sleeper", "waiting: sleep in clock_nanosleep"),
@@ -504,4 +539,50 @@ fn idle_samples_say_on_or_off_cpu_and_who_waits_for_the_gil(#[values("py312", "p
     };
     assert!(count("on_cpu", "held") > 0, "{what}");
     assert!(count("off_cpu", "waiting") > 0, "{what}");
+}
+
+/// Issue 17, item 7: `dump --json` is the same snapshot as one JSON object: each thread's state
+/// (the wait, its system call and how long), the GIL, and its frames innermost first.
+#[test]
+fn dump_json_has_each_threads_state_and_frames() {
+    pyagent_bin();
+    let p = spawn_waits("py312", &[]);
+    let out = run_pyagent(&["dump", "--pid", &p.pid().to_string(), "--json"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dump: serde_json::Value = serde_json::from_str(&text).expect("one JSON object");
+    assert_eq!(dump["pid"], p.pid(), "{text}");
+    assert!(
+        dump["python_version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("3.12")),
+        "{text}"
+    );
+    let threads = dump["threads"].as_array().expect("threads");
+    let top = |t: &serde_json::Value| t["frames"][0]["function"].as_str().map(str::to_string);
+    let locker = threads
+        .iter()
+        .find(|t| top(t).as_deref() == Some("locker"))
+        .unwrap_or_else(|| panic!("no locker thread: {text}"));
+    assert_eq!(locker["state"]["state"], "waiting", "{text}");
+    assert_eq!(locker["state"]["wait"], "lock", "{text}");
+    assert_eq!(locker["state"]["syscall"], "futex", "{text}");
+    assert!(
+        locker["state"]["blocked_seconds"]
+            .as_f64()
+            .is_some_and(|s| s >= 0.0),
+        "{text}"
+    );
+    assert_eq!(locker["holds_gil"], false, "{text}");
+    assert_eq!(locker["frames"][0]["kind"], "python", "{text}");
+    assert!(
+        locker["frames"][0]["file"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("waits.py")),
+        "{text}"
+    );
 }

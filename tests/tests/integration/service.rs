@@ -519,6 +519,12 @@ fn service_profiles_off_cpu_time_with_wait_labels() {
     ] {
         assert!(series_value(&metrics, series) > 0.0, "{series}:\n{metrics}");
     }
+    // Issue 17, item 5: the Python threads of the service (main, sleeper, reader, locker).
+    assert_eq!(
+        series_value(&metrics, "pyagent_service_threads{service=\"waits\"}"),
+        4.0,
+        "{metrics}"
+    );
     // Off-CPU time per service and wait reason (wait="gil" gives the GIL-wait share).
     for wait in ["lock", "io", "sleep"] {
         let seconds: f64 = metrics

@@ -44,17 +44,20 @@ pub enum ProcessState {
     Unsupported,
     /// Being sampled.
     Ready,
-    /// Looked like CPython, but attaching failed (permissions, unreadable memory).
+    /// Looked like CPython, but attaching failed (unreadable memory, a refused BPF map).
     Failed,
+    /// Could not be inspected for lack of permission.
+    Denied,
 }
 
 impl ProcessState {
     /// Every state, in the order they are exported.
-    pub const ALL: [ProcessState; 4] = [
+    pub const ALL: [ProcessState; 5] = [
         ProcessState::NotPython,
         ProcessState::Unsupported,
         ProcessState::Ready,
         ProcessState::Failed,
+        ProcessState::Denied,
     ];
 
     /// The `state` label value.
@@ -64,6 +67,7 @@ impl ProcessState {
             ProcessState::Unsupported => "unsupported",
             ProcessState::Ready => "ready",
             ProcessState::Failed => "failed",
+            ProcessState::Denied => "denied",
         }
     }
 }
@@ -274,7 +278,7 @@ impl AgentMetrics {
             processes: gauge_vec(
                 &registry,
                 "pyagent_processes",
-                "Processes seen by discovery, by state (not_python, unsupported, ready, failed).",
+                "Processes seen by discovery, by state (not_python, unsupported, ready, failed, denied: not inspectable for lack of permission).",
                 &["state"],
             ),
             service_samples: counter_vec(

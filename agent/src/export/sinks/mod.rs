@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::aggregate::ProfileWindow;
 use crate::export::metrics::{AgentMetrics, DropReason, SinkMetrics};
 
-pub use directory::{DirectoryLimits, DirectoryRole, DirectorySink};
+pub use directory::{file_safe_service, DirectoryLimits, DirectoryRole, DirectorySink};
 pub use pyroscope::{Auth, PyroscopeApi, PyroscopeConfig, PyroscopeSink};
 pub use request::{ingest_name, ingest_query, push_body, push_labels};
 pub use stored::StoredProfileError;
