@@ -1,18 +1,17 @@
 //! `dump`: one snapshot of every thread of a process: each thread's stack, whether it is on the
-//! CPU or what it waits in and for how long, and whether it holds the GIL. [`snapshot`] takes it
+//! CPU or what it waits in, and whether it holds the GIL. [`snapshot`] takes it
 //! as typed values; [`write_text`] renders it as `dump` prints it, and `dump --json` serializes
 //! it. The service writes the text next to the profiles when a thread stalls.
 
 use std::io::{self, Write};
 use std::ops::Range;
-use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::aggregate::WaitReason;
 use crate::discovery::{locate_runtime, DiscoveryError};
 use crate::sampler::blocking::PausedThreads;
-use crate::sampler::off_cpu::{blocked_for, blocked_in, syscall_name, wait_reason};
+use crate::sampler::off_cpu::{blocked_in, syscall_name, wait_reason};
 use crate::symbolize::{Frame, FrameKind};
 use crate::unwind::{
     GilState, LostThread, StackLoss, ThreadOutcome, UnwindError, UnwindOptions, Unwinder,
@@ -80,8 +79,6 @@ pub enum ThreadState {
         wait: &'static str,
         /// The system call's name, or its number.
         syscall: String,
-        /// Seconds since it last ran, as the scheduler counts.
-        blocked_seconds: Option<f64>,
     },
     /// Off the CPU outside a system call (the task state letter from `/proc`).
     OffCpu {
@@ -221,16 +218,7 @@ pub fn write_text(dump: &ProcessDump, out: &mut dyn Write) -> io::Result<()> {
         }
         let mut parts = vec![match &t.state {
             ThreadState::OnCpu => "on CPU".to_string(),
-            ThreadState::Waiting {
-                wait,
-                syscall,
-                blocked_seconds,
-            } => {
-                let since = blocked_seconds
-                    .map(|s| format!(" for {s:.1} s"))
-                    .unwrap_or_default();
-                format!("waiting: {wait} in {syscall}{since}")
-            }
+            ThreadState::Waiting { wait, syscall } => format!("waiting: {wait} in {syscall}"),
             ThreadState::OffCpu { task_state } => format!("off CPU, state {task_state}"),
             ThreadState::Unknown => "state unknown".to_string(),
         }];
@@ -258,8 +246,9 @@ pub fn write_text(dump: &ProcessDump, out: &mut dyn Write) -> io::Result<()> {
 }
 
 /// A thread's state: on or off the CPU, what it waits in (the reason and system call, as
-/// off-CPU profiles label it) and for how long (since it last ran, as the scheduler counts);
-/// and whether that wait is for the GIL.
+/// off-CPU profiles label it), and whether that wait is for the GIL. How long it has waited is
+/// not said: the kernel here keeps no block start (no schedstats), and `se.exec_start` is a
+/// per-CPU task clock that leaves out steal time and differs between CPUs by seconds.
 fn thread_state(pid: u32, host_tid: Option<u32>, gil: Option<Range<u64>>) -> (ThreadState, bool) {
     let Some(tid) = host_tid else {
         return (ThreadState::Unknown, false);
@@ -270,7 +259,6 @@ fn thread_state(pid: u32, host_tid: Option<u32>, gil: Option<Range<u64>>) -> (Th
             wait: wait.label(),
             syscall: syscall_name(b.nr)
                 .map_or_else(|| format!("system call {}", b.nr), str::to_string),
-            blocked_seconds: blocked_for(pid, tid).map(|d: Duration| d.as_secs_f64()),
         };
         return (state, wait == WaitReason::Gil);
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{Counter, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
-use crate::aggregate::{Aggregator, ProfileWindow};
+use crate::aggregate::{Aggregator, ProfileWindow, WaitReason};
 use crate::discovery::service_name::{ProcessIdentity, SERVICE_ENV};
 use crate::discovery::{host_tids, HostScanner, PythonTarget};
 use crate::sampler::bpf::{
@@ -22,9 +22,10 @@ use crate::sampler::off_cpu::{
     blocked_in, monotonic_ns, wait_reason, BlockedIn, RecordKind, Stall, Waiting,
 };
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
+use crate::sampler::waits::{Waits, Woke};
 use crate::unwind::{
-    ExternalSkip, ExternalWalk, GilState, InterpreterInfo, RawFrame, ThreadInfo, UnwindOptions,
-    UnwindStats, Unwinder,
+    ExternalSkip, ExternalWalk, GilState, InterpreterInfo, RawFrame, ThreadInfo, ThreadSample,
+    UnwindOptions, UnwindStats, Unwinder,
 };
 
 /// Where samples come from.
@@ -248,11 +249,8 @@ pub struct HostProfiler {
     stats: HostStats,
     fallback_reason: Option<String>,
     off_cpu_unavailable: Option<String>,
-    /// Threads off the CPU since their stack was recorded, by host TID.
-    waiting: HashMap<u32, Waiting>,
-    /// Each thread's last recorded wait once it ended, by host TID: the program counts the
-    /// short waits that repeat it under it (`carried_ns` of the thread's next record).
-    last_waits: HashMap<u32, Waiting>,
+    /// Threads off the CPU since their stack was recorded (off-CPU profiling).
+    waits: Waits,
 }
 
 impl HostProfiler {
@@ -315,8 +313,7 @@ impl HostProfiler {
             stats: HostStats::default(),
             fallback_reason,
             off_cpu_unavailable,
-            waiting: HashMap::new(),
-            last_waits: HashMap::new(),
+            waits: Waits::default(),
         })
     }
 
@@ -471,7 +468,6 @@ impl HostProfiler {
     fn untrack(&mut self, pid: u32) {
         tracing::debug!(pid, "no longer profiling the process");
         self.weigh_waits(Some(pid));
-        self.last_waits.retain(|_, w| w.sample.pid != pid);
         match &mut self.backend {
             Backend::Bpf { sampler, procs } => {
                 if let Some(p) = procs.remove(&pid) {
@@ -554,9 +550,7 @@ impl HostProfiler {
         }
         for gone in p.threads.keys().filter(|tid| !now.contains_key(tid)) {
             let _ = sampler.remove_thread(*gone);
-            // A thread that exited blocked never wakes: its wait ends with it.
-            self.waiting.remove(gone);
-            self.last_waits.remove(gone);
+            self.waits.forget_thread(*gone);
         }
         p.threads = now;
     }
@@ -706,14 +700,17 @@ impl HostProfiler {
         self.stats.records += batch.len() as u64;
         for (walk, pid, raw, kind) in batch {
             if let RecordKind::Wake { tid, at_ns } = kind {
-                match (self.waiting.remove(&tid), self.profiles.get_mut(&pid)) {
-                    (Some(w), Some(profile)) => {
-                        let ns = at_ns.saturating_sub(w.since_ns);
-                        profile.agg.add_off_cpu(&w.sample, w.wait, ns);
-                        self.last_waits.insert(tid, w);
-                    }
-                    (None, _) => self.stats.unmatched_wakes += 1,
-                    (Some(_), None) => self.stats.untracked += 1,
+                let mut profile = self.profiles.get_mut(&pid);
+                let add = |s: &ThreadSample, w: WaitReason, ns: u64| {
+                    profile.as_mut().is_some_and(|p| {
+                        p.agg.add_off_cpu(s, w, ns);
+                        true
+                    })
+                };
+                match self.waits.woke(tid, at_ns, add) {
+                    Woke::Weighed => {}
+                    Woke::Unmatched => self.stats.unmatched_wakes += 1,
+                    Woke::Untracked => self.stats.untracked += 1,
                 }
                 continue;
             }
@@ -755,17 +752,14 @@ impl HostProfiler {
                     } => {
                         let wait = wait_reason(wait, wait_addr, p.unwinder.gil_words(&interp));
                         self.stats.off_cpu_waits += 1;
-                        // The repeats of the thread's previous recorded wait, timed by the
-                        // program but not walked: counted under that wait's stack and reason.
-                        let tid = walk.host_tid;
-                        let previous = self.waiting.get(&tid).or(self.last_waits.get(&tid));
-                        match previous {
-                            Some(w) => profile.agg.add_off_cpu(&w.sample, w.wait, carried_ns),
-                            None if carried_ns > 0 => self.stats.carried_lost += 1,
-                            None => {}
-                        }
                         let waiting = Waiting::new(sample, wait, at_ns, None);
-                        self.waiting.insert(tid, waiting);
+                        let add = |s: &ThreadSample, w: WaitReason, ns: u64| {
+                            profile.agg.add_off_cpu(s, w, ns);
+                            true
+                        };
+                        if !self.waits.blocked(walk.host_tid, waiting, carried_ns, add) {
+                            self.stats.carried_lost += 1;
+                        }
                     }
                     RecordKind::OnCpu | RecordKind::Wake { .. } => {
                         profile.agg.add(&sample);
@@ -856,29 +850,14 @@ impl HostProfiler {
     /// [`HostProfiler::weigh_ongoing_waits`] of every process, or only of `only` (which is
     /// leaving: its waits end with it).
     fn weigh_waits(&mut self, only: Option<u32>) {
-        let now = monotonic_ns();
         let profiles = &mut self.profiles;
-        self.waiting.retain(|&tid, w| {
-            if only.is_some_and(|pid| pid != w.sample.pid) {
-                return true;
-            }
-            let Some(profile) = profiles.get_mut(&w.sample.pid) else {
-                return false;
-            };
-            if only.is_some() {
-                let ns = now.saturating_sub(w.since_ns);
-                profile.agg.add_off_cpu(&w.sample, w.wait, ns);
-                return false;
-            }
-            profile
-                .agg
-                .add_off_cpu(&w.sample, w.wait, now.saturating_sub(w.since_ns));
-            w.since_ns = now;
-            // A wait found at attach ends with no wake-up record if the thread woke before its
-            // entry reached the program: it is over once the thread is in another call.
-            w.seen_blocked_in.is_none()
-                || blocked_in(w.sample.pid, tid).map(|b| b.nr) == w.seen_blocked_in
-        });
+        self.waits
+            .weigh(only, |s: &ThreadSample, w: WaitReason, ns: u64| {
+                profiles.get_mut(&s.pid).is_some_and(|p| {
+                    p.agg.add_off_cpu(s, w, ns);
+                    true
+                })
+            });
     }
 
     /// Threads already blocked when a process is tracked never switch out under the program
@@ -946,8 +925,8 @@ impl HostProfiler {
             if sampler.expect_wake(host_tid, pid).is_err() {
                 continue;
             }
-            self.waiting
-                .insert(host_tid, Waiting::new(sample, wait, now, Some(b.nr)));
+            self.waits
+                .found_blocked(host_tid, Waiting::new(sample, wait, now, Some(b.nr)));
         }
     }
 
@@ -955,33 +934,7 @@ impl HostProfiler {
     /// thread that wakes and blocks again is a new wait). Needs off-CPU profiling: without it
     /// nothing is known of waits and this is empty.
     pub fn take_new_stalls(&mut self, after: Duration) -> Vec<Stall> {
-        let now = monotonic_ns();
-        let after_ns = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
-        let mut stalls = Vec::new();
-        for (&host_tid, w) in self.waiting.iter_mut() {
-            let blocked_ns = now.saturating_sub(w.blocked_since_ns);
-            if w.stall_reported || blocked_ns < after_ns {
-                continue;
-            }
-            // A wait found at attach has no wake-up record if the thread woke before the
-            // program was told: it is still the same wait only while in the same call.
-            if w.seen_blocked_in.is_some()
-                && blocked_in(w.sample.pid, host_tid).map(|b| b.nr) != w.seen_blocked_in
-            {
-                continue;
-            }
-            w.stall_reported = true;
-            stalls.push(Stall {
-                pid: w.sample.pid,
-                tid: w.sample.tid,
-                thread_name: w.sample.thread_name.clone(),
-                wait: w.wait,
-                blocked_for: Duration::from_nanos(blocked_ns),
-                frames: w.sample.frames.clone(),
-            });
-        }
-        stalls.sort_by_key(|s| (s.pid, s.tid));
-        stalls
+        self.waits.take_new_stalls(after)
     }
 
     /// Python threads (those with a thread state) of each process at its last thread-list read,
@@ -1008,11 +961,7 @@ impl HostProfiler {
 
     /// Threads reported stalled and still blocked, per PID.
     pub fn stalled_threads(&self) -> HashMap<u32, u64> {
-        let mut per_pid = HashMap::new();
-        for w in self.waiting.values().filter(|w| w.stall_reported) {
-            *per_pid.entry(w.sample.pid).or_insert(0) += 1;
-        }
-        per_pid
+        self.waits.stalled_threads()
     }
 
     /// The windows of processes that exited since the last call (or cut), taken out so that a

@@ -14,3 +14,4 @@ pub mod host;
 pub mod off_cpu;
 pub mod slots;
 pub mod userspace;
+mod waits;

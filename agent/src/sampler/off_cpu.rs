@@ -129,30 +129,6 @@ pub fn blocked_in(pid: u32, tid: u32) -> Option<BlockedIn> {
     parse_syscall(&text)
 }
 
-/// How long blocked thread `tid` of `pid` has been off the CPU, as the scheduler says: the time
-/// since it last ran (`se.exec_start` of `/proc/PID/task/TID/sched`), against the same clock
-/// read for this thread just after it was scheduled (`sched_yield`), so no clock offset enters.
-/// Accurate to a scheduler tick.
-pub fn blocked_for(pid: u32, tid: u32) -> Option<std::time::Duration> {
-    let theirs = exec_start_ms(&format!("/proc/{pid}/task/{tid}/sched"))?;
-    std::thread::yield_now();
-    let now = exec_start_ms("/proc/thread-self/sched")?;
-    let ms = now - theirs;
-    (ms >= 0.0).then(|| std::time::Duration::from_secs_f64(ms / 1e3))
-}
-
-/// `se.exec_start` (milliseconds of the scheduler's clock) of a `sched` file.
-fn exec_start_ms(path: &str) -> Option<f64> {
-    parse_exec_start(&std::fs::read_to_string(path).ok()?)
-}
-
-fn parse_exec_start(text: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("se.exec_start"))
-        .and_then(|rest| rest.trim_start().strip_prefix(':'))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// `NR ARG0 ARG1 ... SP PC` (hex arguments); `running` and `-1 SP PC` (blocked outside any
 /// system call) say nothing.
 fn parse_syscall(text: &str) -> Option<BlockedIn> {
@@ -228,46 +204,6 @@ pub fn syscall_wait_class(nr: i64, a0: u64, a1: u64) -> (u32, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn exec_start_is_read_from_a_sched_file() {
-        let text = "python3 (1234, #threads: 3)\n----\nse.exec_start                                :      24281996.867784\nse.vruntime   :  1.0\n";
-        assert_eq!(parse_exec_start(text), Some(24281996.867784));
-        assert_eq!(parse_exec_start("se.vruntime : 1.0\n"), None);
-    }
-
-    /// The scheduler's count for a sleeping thread grows with its sleep, and never runs ahead
-    /// of the time since it began.
-    #[test]
-    fn a_sleeping_thread_has_been_blocked_for_as_long_as_it_slept() {
-        use std::time::{Duration, Instant};
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sleeper = std::thread::spawn(move || {
-            tx.send(nix::unistd::gettid().as_raw() as u32)
-                .expect("the test waits");
-            std::thread::sleep(Duration::from_secs(3));
-        });
-        let tid = rx.recv().expect("the sleeper's tid");
-        let started = Instant::now();
-        let blocked = loop {
-            if let Some(b) =
-                blocked_for(std::process::id(), tid).filter(|b| *b >= Duration::from_millis(500))
-            {
-                break b;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(3),
-                "never seen blocked"
-            );
-            std::thread::yield_now();
-        };
-        let elapsed = started.elapsed();
-        assert!(
-            blocked <= elapsed + Duration::from_millis(20),
-            "{blocked:?} > {elapsed:?}"
-        );
-        sleeper.join().expect("the sleeper");
-    }
 
     #[test]
     fn proc_syscall_lines_classify_like_the_bpf_program() {

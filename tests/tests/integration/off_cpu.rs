@@ -338,8 +338,7 @@ fn dump_shows_each_threads_wait_and_gil(#[values("py312", "py313t", "py315")] py
     let p = spawn_waits(py, &[]);
     let pid = p.pid().to_string();
     let expected = [
-        // The lock was taken before `ready`: blocked for some time, as the scheduler counts.
-        ("locker", "waiting: lock in futex for "),
+        ("locker", "waiting: lock in futex"),
         ("reader", "waiting: io in recvfrom"),
         ("<module>", "waiting: sleep in clock_nanosleep"),
         ("sleeper", "waiting: sleep in clock_nanosleep"),
@@ -542,7 +541,7 @@ fn idle_samples_say_on_or_off_cpu_and_who_waits_for_the_gil(#[values("py312", "p
 }
 
 /// Issue 17, item 7: `dump --json` is the same snapshot as one JSON object: each thread's state
-/// (the wait, its system call and how long), the GIL, and its frames innermost first.
+/// (the wait and its system call), the GIL, and its frames innermost first.
 #[test]
 fn dump_json_has_each_threads_state_and_frames() {
     pyagent_bin();
@@ -571,12 +570,6 @@ fn dump_json_has_each_threads_state_and_frames() {
     assert_eq!(locker["state"]["state"], "waiting", "{text}");
     assert_eq!(locker["state"]["wait"], "lock", "{text}");
     assert_eq!(locker["state"]["syscall"], "futex", "{text}");
-    assert!(
-        locker["state"]["blocked_seconds"]
-            .as_f64()
-            .is_some_and(|s| s >= 0.0),
-        "{text}"
-    );
     assert_eq!(locker["holds_gil"], false, "{text}");
     assert_eq!(locker["frames"][0]["kind"], "python", "{text}");
     assert!(
