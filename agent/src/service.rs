@@ -189,7 +189,7 @@ pub fn run(
         if Instant::now() >= next_metrics {
             next_metrics = Instant::now() + METRICS_INTERVAL;
             update_metrics(p, &metrics, &mut deltas);
-            stall_watch.check(p, &metrics);
+            stall_watch.check(p, &metrics, &mut services);
         }
         if Instant::now() >= next_cut {
             next_cut += config.interval;

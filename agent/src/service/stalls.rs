@@ -30,15 +30,26 @@ pub(super) struct StallWatch<'a> {
 
 impl StallWatch<'_> {
     /// Reports the stalls that began since the last check and sets the stalled-threads gauge.
-    pub fn check(&self, profiler: &mut HostProfiler, metrics: &AgentMetrics) {
+    /// `services` is the service's cache of service names by PID, filled here too.
+    pub fn check(
+        &self,
+        profiler: &mut HostProfiler,
+        metrics: &AgentMetrics,
+        services: &mut HashMap<u32, String>,
+    ) {
         if self.after.is_zero() {
             return;
         }
-        let service_of = |profiler: &HostProfiler, pid: u32| {
-            profiler.process_info(pid).map_or_else(
-                || "unknown".to_string(),
-                |info| service_name(info.identity(), self.rules),
-            )
+        let mut service_of = |profiler: &HostProfiler, pid: u32| -> String {
+            if let Some(name) = services.get(&pid) {
+                return name.clone();
+            }
+            let Some(info) = profiler.process_info(pid) else {
+                return "unknown".to_string();
+            };
+            let name = service_name(info.identity(), self.rules);
+            services.insert(pid, name.clone());
+            name
         };
         for stall in profiler.take_new_stalls(self.after) {
             let service = service_of(profiler, stall.pid);

@@ -105,11 +105,16 @@ fn off_cpu_seconds(types: &[String], samples: &[RawSample]) -> BTreeMap<(String,
     out
 }
 
-/// waits.py under `py` with `args`, once its threads are started.
-fn spawn_waits(py: &str, args: &[&str]) -> PythonProcess {
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("waits.py"), args);
+/// Test script `name` under `py` with `args`, once it says it is ready.
+fn spawn_ready(py: &str, name: &str, args: &[&str]) -> PythonProcess {
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script(name), args);
     p.wait_for_line("ready", Duration::from_secs(30));
     p
+}
+
+/// waits.py under `py` with `args`, once its threads are started.
+fn spawn_waits(py: &str, args: &[&str]) -> PythonProcess {
+    spawn_ready(py, "waits.py", args)
 }
 
 fn record_off_cpu(pid: u32, secs: &str, file: &Path) -> String {
@@ -247,8 +252,7 @@ fn repeated_short_waits_are_timed_without_walking_each() {
 fn on_cpu_profile_is_unchanged_with_off_cpu_on() {
     pyagent_bin();
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = spawn_ready("py312", "busy.py", &[]);
     let dir = out_dir("unchanged");
     let mut runs = Vec::new();
     for extra in [&[][..], &["--off-cpu"][..]] {
@@ -281,8 +285,7 @@ fn on_cpu_profile_is_unchanged_with_off_cpu_on() {
 fn off_cpu_without_kernel_btf_falls_back_with_one_line() {
     pyagent_bin();
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = spawn_ready("py312", "busy.py", &[]);
     let dir = out_dir("nobtf");
     let file = dir.join("on.pb.gz");
     let command = format!(

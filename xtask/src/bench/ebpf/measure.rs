@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use common::Counter;
 use pyagent::discovery::locate_runtime;
-use pyagent::sampler::bpf::{pa_proc_for, BpfConfig, BpfSampler};
+use pyagent::sampler::bpf::{pa_proc_for, set_gil, BpfConfig, BpfSampler};
 use pyagent::unwind::{UnwindOptions, Unwinder};
 
 use super::super::util::{Interpreter, Manifest, Proc, Table};
@@ -321,7 +321,10 @@ fn measure(
         bail!("{} has no frame-cache anchor", py.name);
     }
     let mut threads = Vec::new();
-    for (_, list) in u.threads().context("reading the thread list")? {
+    let interpreters = u.threads().context("reading the thread list")?;
+    // The main interpreter (the oldest, last in the list), whose GIL every record reads.
+    let main_interp = interpreters.last().map_or(0, |(i, _)| i.addr);
+    for (_, list) in interpreters {
         for t in list {
             let host = u
                 .host_tid(t.native_thread_id)
@@ -350,7 +353,10 @@ fn measure(
         for (host, t) in &threads {
             s.set_thread(*host, t.addr)?;
         }
-        s.track_process(pid, &pa_proc_for(&offsets, anchored))?;
+        // As the agent configures it: the walk, and where the GIL is.
+        let mut proc = pa_proc_for(&offsets, anchored);
+        set_gil(&mut proc, &offsets, u.target().runtime_addr, main_interp);
+        s.track_process(pid, &proc)?;
     }
     let mut incomplete = 0;
     let mut windows = Vec::new();
