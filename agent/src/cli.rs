@@ -149,7 +149,7 @@ pub struct DumpArgs {
 }
 
 /// Output formats.
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FormatArg {
     /// gzipped pprof protobuf (`go tool pprof`, Pyroscope, Parca)
     Pprof,
@@ -235,9 +235,10 @@ pub struct HostArgs {
     /// Samples per second (per CPU with eBPF; 1 to 10000) [default: 99 with --duration, else 19].
     #[arg(long, short, value_parser = parse_rate_hz, allow_hyphen_values = true)]
     pub rate: Option<u32>,
-    /// Output format of the per-process files.
-    #[arg(long, short, value_enum, default_value_t = FormatArg::Pprof)]
-    pub format: FormatArg,
+    /// Output format of the per-process files of a --duration run (the service writes
+    /// pprof) [default: pprof].
+    #[arg(long, short, value_enum)]
+    pub format: Option<FormatArg>,
     /// Directory for the per-process files.
     #[arg(long, short)]
     pub output: Option<PathBuf>,

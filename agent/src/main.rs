@@ -17,8 +17,8 @@ use pyagent::export::atomic_file::write_atomically;
 use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::UnwindOptions;
 
-use cli::{Cli, Command, DumpArgs, FrameArgs, HostArgs, ModeArg, RecordArgs};
-use pyagent::config::{Overrides, ServiceConfig};
+use cli::{Cli, Command, DumpArgs, FormatArg, FrameArgs, HostArgs, ModeArg, RecordArgs};
+use pyagent::config::{Mode, Overrides, ServiceConfig, ServiceNameRule};
 use pyagent::sampler::host::{HostConfig, HostProfiler, ProcessInfo};
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -176,28 +176,53 @@ fn keep_gil_holders(args: &RecordArgs, window: &mut ProfileWindow) -> Option<u64
     args.gil.then(|| window.keep_gil_holders())
 }
 
+/// Off-CPU profiling as a run asks for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OffCpu {
+    /// Not asked for.
+    Off,
+    /// Asked for by the configuration: on-CPU profiling goes on without it, with a warning.
+    IfAvailable,
+    /// Asked for by `--off-cpu`: the run fails without it.
+    Required,
+}
+
+impl OffCpu {
+    /// From the configured setting and whether the `--off-cpu` flag gave it.
+    fn from_config(configured: bool, flag: bool) -> OffCpu {
+        match (configured, flag) {
+            (_, true) => OffCpu::Required,
+            (true, false) => OffCpu::IfAvailable,
+            (false, false) => OffCpu::Off,
+        }
+    }
+}
+
 fn host_profiler(
-    mode: ModeArg,
+    mode: Mode,
     rate: u32,
     pids: Option<Vec<u32>>,
     frames: &FrameArgs,
-    off_cpu: bool,
+    off_cpu: OffCpu,
 ) -> Result<HostProfiler> {
     let config = HostConfig {
-        mode: mode.into(),
+        mode,
         rate_hz: rate,
         pids,
         unwind: unwind_options(frames),
         thread_search_max: thread_search_max()?,
-        off_cpu,
+        off_cpu: off_cpu != OffCpu::Off,
         ..HostConfig::default()
     };
     let profiler = HostProfiler::new(config)?;
     if let Some(why) = profiler.fallback_reason() {
-        if off_cpu {
+        if off_cpu == OffCpu::Required {
             bail!("--off-cpu needs the eBPF sampler, which is unavailable: {why}");
         }
         eprintln!("pyagent: eBPF sampler unavailable ({why}); using the userspace sampler");
+        if off_cpu == OffCpu::IfAvailable {
+            eprintln!("pyagent: off_cpu needs the eBPF sampler: profiling on-CPU time only");
+        }
     }
     if let Some(why) = profiler.off_cpu_unavailable() {
         eprintln!("pyagent: off-CPU profiling unavailable ({why}); profiling on-CPU time only");
@@ -218,8 +243,8 @@ fn thread_search_max() -> Result<u32> {
     }
 }
 
-/// The service configuration: file, then environment, then flags.
-fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
+/// The settings the flags give, as the top configuration layer.
+fn flag_layer(args: &HostArgs, log: Option<&str>) -> Result<Overrides> {
     let pyroscope_api = match &args.pyroscope_api {
         Some(api) => Some(
             api.parse()
@@ -227,7 +252,7 @@ fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
         ),
         None => None,
     };
-    let flags = Overrides {
+    Ok(Overrides {
         interval: args.interval,
         rate_hz: args.rate,
         mode: args.mode.map(Into::into),
@@ -240,12 +265,47 @@ fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
         pyroscope_api,
         pyroscope_tenant: args.pyroscope_tenant.clone(),
         ..Overrides::default()
-    };
+    })
+}
+
+/// The service configuration: file, then environment, then flags.
+fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
+    if let Some(format) = args.format.filter(|f| *f != FormatArg::Pprof) {
+        bail!(
+            "-f {}: the service writes pprof (.pb.gz), which Pyroscope takes and the directory's size bound counts; other formats are for --duration runs and record",
+            export::Format::from(format)
+        );
+    }
     Ok(ServiceConfig::load(
         args.config.as_deref(),
         std::env::vars(),
-        &flags,
+        &flag_layer(args, log)?,
     )?)
+}
+
+/// The configuration of an `--all-python --duration` run: the service's layers (flags >
+/// `PYAGENT_*` > `--config` file) with the service's validation, over the defaults of a
+/// one-off run (99 Hz, off-CPU only when asked). Settings only a running service uses are
+/// named in one line, not ignored in silence.
+fn duration_config(args: &HostArgs) -> Result<ServiceConfig> {
+    let layers = ServiceConfig::layers(
+        args.config.as_deref(),
+        std::env::vars(),
+        &flag_layer(args, None)?,
+    )?;
+    let unused = layers.service_only_settings();
+    if !unused.is_empty() {
+        eprintln!(
+            "pyagent: --duration writes one file per process and exits; these service settings do nothing here: {}",
+            unused.join(", ")
+        );
+    }
+    let one_off = Overrides {
+        rate_hz: Some(99),
+        off_cpu: Some(false),
+        ..Overrides::default()
+    };
+    Ok(ServiceConfig::from_overrides(layers.over(one_off))?)
 }
 
 fn service(config: &ServiceConfig, frames: &FrameArgs) -> Result<()> {
@@ -267,20 +327,21 @@ fn all_python(args: &HostArgs) -> Result<()> {
     let duration = args
         .duration
         .expect("service mode is handled by the caller");
-    let Some(dir) = &args.output else {
-        bail!("--all-python needs --output DIR")
-    };
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let rate = args.rate.unwrap_or(99);
     if args.off_cpu && args.mode == Some(ModeArg::Userspace) {
         bail!("--off-cpu needs --mode ebpf (the userspace sampler cannot see a thread block; --idle in `record --mode userspace` samples waiting threads instead)");
     }
+    let config = duration_config(args)?;
+    let Some(dir) = &config.output_dir else {
+        bail!("--all-python --duration needs --output DIR (or output.dir in the --config file)")
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let rate = config.rate_hz;
     let mut profiler = host_profiler(
-        args.mode.unwrap_or(ModeArg::Auto),
+        config.mode,
         rate,
         None,
         &args.frames,
-        args.off_cpu,
+        OffCpu::from_config(config.off_cpu, args.off_cpu),
     )?;
     install_stop_handlers();
     // The first scan parses every Python binary on the host: the duration starts after it.
@@ -299,7 +360,11 @@ fn all_python(args: &HostArgs) -> Result<()> {
     );
     // Windows of processes that exit during the run are written as soon as they are found gone,
     // so that memory stays bounded by the live processes under churn, not by all of them.
-    let mut files = ProfileFiles::new(dir, args.format.into());
+    let mut files = ProfileFiles::new(
+        dir,
+        args.format.unwrap_or(FormatArg::Pprof).into(),
+        &config.service_names,
+    );
     profiler.run(&STOP, Some(until), |profiler| {
         for (info, window) in profiler.take_finished() {
             files.write(&info, window);
@@ -347,6 +412,8 @@ fn all_python(args: &HostArgs) -> Result<()> {
 /// does not stop the others.
 struct ProfileFiles<'a> {
     dir: &'a Path,
+    /// the configuration's service-name rules, as the service applies them
+    rules: &'a [ServiceNameRule],
     format: export::Format,
     host: String,
     written: usize,
@@ -354,9 +421,10 @@ struct ProfileFiles<'a> {
 }
 
 impl<'a> ProfileFiles<'a> {
-    fn new(dir: &'a Path, format: export::Format) -> Self {
+    fn new(dir: &'a Path, format: export::Format, rules: &'a [ServiceNameRule]) -> Self {
         Self {
             dir,
+            rules,
             format,
             host: pyagent::service::hostname(),
             written: 0,
@@ -367,8 +435,7 @@ impl<'a> ProfileFiles<'a> {
     /// Writes `SERVICE-PID.EXT`, labelled as the service labels its profiles, counting it as
     /// written or failed (and saying why).
     fn write(&mut self, info: &ProcessInfo, mut window: ProfileWindow) {
-        // This mode reads no config file, so there are no operator rules to apply.
-        let service = service_name(info.identity(), &[]);
+        let service = service_name(info.identity(), self.rules);
         window.labels = pyagent::service::process_labels(info, &service, &self.host);
         let path = self.dir.join(format!(
             "{}-{}.{}",
@@ -399,11 +466,11 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     let file = File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
     let mut profiler = host_profiler(
-        args.mode,
+        args.mode.into(),
         args.rate,
         Some(vec![args.pid]),
         &args.frames,
-        args.off_cpu,
+        OffCpu::from_config(args.off_cpu, args.off_cpu),
     )?;
     install_stop_handlers();
     let until = args.duration.map(|d| std::time::Instant::now() + d);

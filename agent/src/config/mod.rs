@@ -162,12 +162,26 @@ impl ServiceConfig {
         K: AsRef<str>,
         V: AsRef<str>,
     {
+        ServiceConfig::from_overrides(ServiceConfig::layers(file, env, flags)?)
+    }
+
+    /// The file, the environment and `flags`, merged (highest first), not validated yet.
+    pub fn layers<I, K, V>(
+        file: Option<&Path>,
+        env: I,
+        flags: &Overrides,
+    ) -> Result<Overrides, ConfigError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
         let file = match file {
             Some(path) => Overrides::from_file(path)?,
             None => Overrides::default(),
         };
         let env = Overrides::from_env(env)?;
-        ServiceConfig::from_overrides(flags.clone().over(env.over(file)))
+        Ok(flags.clone().over(env.over(file)))
     }
 
     /// The defaults with `layer` applied, validated.

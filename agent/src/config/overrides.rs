@@ -77,4 +77,21 @@ impl Overrides {
             service_names: self.service_names.or(lower.service_names),
         }
     }
+
+    /// The settings this layer sets that only a running service uses (uploads, the metrics
+    /// endpoint, the window length, stall reports, the directory's bounds), by their config
+    /// names: a one-off `--duration` run names them rather than ignoring them in silence.
+    pub fn service_only_settings(&self) -> Vec<&'static str> {
+        [
+            ("interval", self.interval.is_some()),
+            ("stall_after", self.stall_after.is_some()),
+            ("metrics_addr", self.metrics_addr.is_some()),
+            ("output.max_bytes", self.output_max_bytes.is_some()),
+            ("output.max_age", self.output_max_age.is_some()),
+            ("pyroscope.url", self.pyroscope_url.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
+    }
 }

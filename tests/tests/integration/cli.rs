@@ -270,6 +270,59 @@ fn missing_privileges_are_named_not_counted_as_not_python() {
     );
 }
 
+/// Issue 17, item 2: `--all-python --duration` reads the service's configuration layers with
+/// the service's validation: a misspelt key and an out-of-range rate are refused, the file's
+/// rate, output directory and service-name rules apply. `-f` in service mode is refused
+/// rather than ignored.
+#[test]
+fn duration_runs_take_the_service_configuration() {
+    pyagent_bin();
+    let dir = tempfile_dir("duration-config");
+    let config = dir.join("pyagent.toml");
+    let run_with = |toml: &str, extra: &[&str]| {
+        std::fs::write(&config, toml).expect("config file");
+        let mut args = vec!["--all-python", "--config", config.to_str().expect("utf-8")];
+        args.extend_from_slice(extra);
+        run_pyagent(&args)
+    };
+    assert_one_line_error(
+        &run_with("intervall = \"5s\"\n", &["-d", "1", "-o", "/tmp"]),
+        "unknown field `intervall`",
+    );
+    assert_one_line_error(
+        &run_with("rate_hz = 50000\n", &["-d", "1", "-o", "/tmp"]),
+        "rate_hz",
+    );
+    assert_one_line_error(
+        &run_with("", &["-f", "flamegraph", "-o", "/tmp"]),
+        "-f flamegraph",
+    );
+
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let out_dir = dir.join("profiles");
+    let toml = format!(
+        "rate_hz = 50\n[output]\ndir = {:?}\n[[service_name]]\ncontains = \"busy.py\"\nname = \"billing\"\n",
+        out_dir.to_str().expect("utf-8")
+    );
+    let out = run_with(&toml, &["-d", "2", "--mode", "userspace"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let file = out_dir.join(format!("billing-{}.pb.gz", p.pid()));
+    assert!(
+        file.exists(),
+        "named by the file's rule: {}",
+        stderr_of(&out)
+    );
+    let raw = go_pprof(&["-raw"], &file);
+    assert!(raw.contains("service_name:[billing]"), "{raw}");
+    assert!(
+        raw.contains("Period: 20000000"),
+        "50 Hz from the file: {raw}"
+    );
+    assert!(stderr_of(&out).contains("50 Hz"), "{}", stderr_of(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `-f` that contradicts the output's extension is a one-line error, before any sampling.
 #[test]
 fn format_contradicting_the_extension_is_refused() {
