@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{bail, Context, Result};
 use pyagent::aggregate::{Aggregator, ProfileWindow};
 use pyagent::discovery::locate_runtime;
+use pyagent::discovery::privileges::{Privileges, Shortfall};
 use pyagent::discovery::service_name::service_name;
 use pyagent::export;
 use pyagent::export::atomic_file::write_atomically;
@@ -176,6 +177,19 @@ fn keep_gil_holders(args: &RecordArgs, window: &mut ProfileWindow) -> Option<u64
     args.gil.then(|| window.keep_gil_holders())
 }
 
+/// Says at start, one `pyagent: warning:` line each, what keeps this run from reading
+/// processes; fails when nothing could be read at all.
+fn privilege_shortfalls() -> Result<Vec<Shortfall>> {
+    let lacks = Privileges::current().shortfalls();
+    if let Some(fatal) = lacks.iter().find(|s| s.prevents_profiling()) {
+        bail!("{fatal}");
+    }
+    for lack in &lacks {
+        eprintln!("pyagent: warning: {lack}");
+    }
+    Ok(lacks)
+}
+
 /// Off-CPU profiling as a run asks for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OffCpu {
@@ -331,6 +345,7 @@ fn all_python(args: &HostArgs) -> Result<()> {
         bail!("--off-cpu needs --mode ebpf (the userspace sampler cannot see a thread block; --idle in `record --mode userspace` samples waiting threads instead)");
     }
     let config = duration_config(args)?;
+    let lacks = privilege_shortfalls()?;
     let Some(dir) = &config.output_dir else {
         bail!("--all-python --duration needs --output DIR (or output.dir in the --config file)")
     };
@@ -348,8 +363,10 @@ fn all_python(args: &HostArgs) -> Result<()> {
     profiler.scan();
     let denied = profiler.denied_processes();
     if profiler.pids().is_empty() && denied > 0 {
+        let why: Vec<String> = lacks.iter().map(Shortfall::brief).collect();
         bail!(
-            "no process can be profiled: {denied} processes cannot be inspected (permission denied); run as root, or grant CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH"
+            "no process can be profiled: {denied} processes cannot be inspected (permission denied{}); run as root, or grant CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH",
+            if why.is_empty() { String::new() } else { format!(": {}", why.join(", ")) }
         );
     }
     let until = std::time::Instant::now() + duration;

@@ -14,6 +14,7 @@ use common::Counter;
 
 use crate::config::ServiceConfig;
 use crate::discovery::container::{container_id, pod_uid};
+use crate::discovery::privileges::{Privileges, Shortfall};
 use crate::discovery::service_name::service_name;
 use crate::export::metrics::{serve, AgentMetrics, FailureReason, MetricsError, ProcessState};
 use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
@@ -35,6 +36,9 @@ pub enum ServiceError {
     /// A sink (unwritable directory, bad URL).
     #[error(transparent)]
     Sink(#[from] SinkError),
+    /// The kernel lets this process read no other process.
+    #[error("{0}")]
+    Privileges(Shortfall),
 }
 
 /// What a finished run did.
@@ -100,6 +104,15 @@ pub fn run(
     unwind: UnwindOptions,
     stop: &AtomicBool,
 ) -> Result<ServiceReport, ServiceError> {
+    // What this run lacks is said once, before anything starts, never left to look like an
+    // empty host.
+    let lacks = Privileges::current().shortfalls();
+    if let Some(fatal) = lacks.iter().find(|s| s.prevents_profiling()) {
+        return Err(ServiceError::Privileges(fatal.clone()));
+    }
+    for lack in &lacks {
+        tracing::warn!("{lack}");
+    }
     let metrics = AgentMetrics::new();
     let server = serve(config.metrics_addr, &metrics)?;
     let sinks = SinkSet::start(

@@ -10,6 +10,7 @@
 pub mod container;
 mod elf;
 pub mod host;
+pub mod privileges;
 mod procfs_util;
 pub mod service_name;
 

@@ -38,6 +38,7 @@ use common::{
     THREAD_SEARCH_MAX, THREAD_SLOTS,
 };
 
+use crate::discovery::privileges::Privileges;
 use crate::offsets::{GilLocation, Offsets};
 
 use super::slots::{SlotContent, SlotIndex};
@@ -136,11 +137,14 @@ pub enum BpfError {
     InvalidConfig(&'static str),
     /// The kernel refused for lack of privileges (EPERM/EACCES).
     #[error(
-        "permission denied while {during}: the BPF sampler needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN (run as root or grant them)"
+        "permission denied while {during}: the BPF sampler needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN{lacking} (run as root or grant them)"
     )]
     PermissionDenied {
         /// What was being done (`loading maps`, `loading the program`, `attaching to cpu 3`).
         during: String,
+        /// `; CAP_PERFMON missing; kernel.perf_event_paranoid = 2` when this process's
+        /// capabilities and the kernel's settings tell why.
+        lacking: String,
         /// The kernel's error.
         #[source]
         source: io::Error,
@@ -791,13 +795,24 @@ fn is_permission(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES))
 }
 
+/// The kernel said no: names the BPF capabilities this process lacks, if its set tells.
+fn permission_denied(during: &str, source: io::Error) -> BpfError {
+    let lacking: String = Privileges::current()
+        .bpf_shortfalls()
+        .iter()
+        .map(|s| format!("; {}", s.brief()))
+        .collect();
+    BpfError::PermissionDenied {
+        during: during.to_owned(),
+        lacking,
+        source,
+    }
+}
+
 fn load_error(e: EbpfError) -> BpfError {
     match e {
         EbpfError::MapError(MapError::CreateError { io_error, .. }) if is_permission(&io_error) => {
-            BpfError::PermissionDenied {
-                during: "creating the BPF maps".to_owned(),
-                source: io_error,
-            }
+            permission_denied("creating the BPF maps", io_error)
         }
         EbpfError::ProgramError(p) => program_error("loading the program", p),
         other => BpfError::Load(Box::new(other)),
@@ -812,18 +827,12 @@ fn program_error(during: &str, e: ProgramError) -> BpfError {
             io_error,
             verifier_log,
         } if is_permission(&io_error) && format!("{verifier_log}").trim().is_empty() => {
-            BpfError::PermissionDenied {
-                during: during.to_owned(),
-                source: io_error,
-            }
+            permission_denied(during, io_error)
         }
         ProgramError::SyscallError(aya::sys::SyscallError { io_error, .. })
             if is_permission(&io_error) =>
         {
-            BpfError::PermissionDenied {
-                during: during.to_owned(),
-                source: io_error,
-            }
+            permission_denied(during, io_error)
         }
         other => BpfError::Program {
             during: during.to_owned(),

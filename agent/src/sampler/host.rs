@@ -92,7 +92,7 @@ impl Default for HostConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     /// `--mode ebpf` and the program cannot be loaded.
-    #[error("eBPF sampler unavailable: {0}")]
+    #[error("eBPF sampler unavailable")]
     Bpf(#[from] BpfError),
 }
 

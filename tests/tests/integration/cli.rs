@@ -262,11 +262,28 @@ fn missing_privileges_are_named_not_counted_as_not_python() {
         .arg(&dir)
         .output()
         .expect("setpriv runs");
-    assert_one_line_error(&out, "permission denied");
+    // Warnings at start name what is missing; the error is the last line.
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (last, warnings) = err
+        .trim_end()
+        .lines()
+        .collect::<Vec<_>>()
+        .split_last()
+        .map(|(l, w)| (l.to_string(), w.to_vec()))
+        .expect("output");
     assert!(
-        stderr_of(&out).contains("CAP_SYS_PTRACE"),
-        "{}",
-        stderr_of(&out)
+        last.starts_with("pyagent: no process can be profiled")
+            && last.contains("permission denied")
+            && last.contains("CAP_SYS_PTRACE missing"),
+        "{err}"
+    );
+    assert!(
+        warnings.iter().all(|w| w.starts_with("pyagent: warning: "))
+            && warnings
+                .iter()
+                .any(|w| w.contains("CAP_SYS_PTRACE missing")),
+        "{err}"
     );
 }
 

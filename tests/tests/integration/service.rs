@@ -390,22 +390,74 @@ fn works_with_exactly_the_unit_capabilities() {
     assert!(!out.status.success(), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("CAP_BPF"), "names the capability: {err}");
-    let out = as_nobody(
-        "+sys_ptrace,+dac_read_search",
-        &[
-            "--all-python",
-            "-d",
-            "2",
-            "-o",
-            dir.to_str().expect("utf-8"),
-        ],
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(
-        err.contains("using the userspace sampler") && err.contains("userspace mode"),
-        "{err}"
-    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 17, item 1: the agent as `nobody` with the unit's capabilities, each one removed in
+/// turn. Each run names the missing capability; what still works, works (the userspace
+/// sampler without a BPF capability); what cannot work fails in one line, never "0 profiles".
+#[test]
+fn each_unit_capability_removed_is_named() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let unit = unit_capabilities();
+    // The target runs a pyenv interpreter under /root, a directory only root can search.
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let dir = std::env::temp_dir().join(format!("pyagent-caps-each-{}", std::process::id()));
+    for removed in unit.split(',') {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        assert!(Command::new("chown")
+            .arg("65534:65534")
+            .arg(&dir)
+            .status()
+            .expect("chown")
+            .success());
+        let caps: Vec<&str> = unit.split(',').filter(|c| *c != removed).collect();
+        let out = as_nobody(
+            &caps.join(","),
+            &[
+                "--all-python",
+                "-d",
+                "2",
+                "-o",
+                dir.to_str().expect("utf-8"),
+            ],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        let name = format!("CAP_{}", removed.trim_start_matches('+').to_uppercase());
+        assert!(
+            err.contains(&format!("{name} missing")),
+            "without {name}: {err}"
+        );
+        let profiled = dir.join(format!("busy-{}.pb.gz", p.pid())).exists();
+        match removed {
+            // BPF: the userspace sampler profiles the target.
+            "+bpf" | "+perfmon" => {
+                assert!(out.status.success(), "without {name}: {err}");
+                assert!(err.contains("using the userspace sampler"), "{err}");
+                assert!(
+                    profiled,
+                    "without {name}, the target is still profiled: {err}"
+                );
+            }
+            // Reading: the target cannot be read. The run names why, and fails when nothing
+            // else on the host could be profiled either.
+            _ => {
+                assert!(!profiled, "without {name}: {err}");
+                if !out.status.success() {
+                    let last = err.trim_end().lines().last().unwrap_or_default();
+                    assert!(
+                        last.starts_with("pyagent: no process can be profiled")
+                            && last.contains(&format!("{name} missing")),
+                        "{err}"
+                    );
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Reliability issue, defect 7: write failures were nearly silent: one warning, then a counter; /healthz
