@@ -325,10 +325,13 @@ fn duration_config(args: &HostArgs) -> Result<ServiceConfig> {
 fn service(config: &ServiceConfig, frames: &FrameArgs) -> Result<()> {
     install_stop_handlers();
     let report = pyagent::service::run(config, unwind_options(frames), &STOP)?;
+    // Whole-run totals first: what was delivered at shutdown alone is a small part of it.
     eprintln!(
-        "pyagent: stopped ({} mode): {} profiles, at shutdown {} delivered and {} spilled to disk; {} dropped in all, {} failed writes",
+        "pyagent: stopped ({} mode): {} profiles, {} written to the directory, {} uploaded; at shutdown {} delivered and {} spilled to disk; {} dropped in all, {} failed writes",
         report.mode,
         report.profiles,
+        report.written,
+        report.uploaded,
         report.shutdown.delivered,
         report.shutdown.spilled,
         report.dropped,

@@ -16,7 +16,9 @@ use crate::config::ServiceConfig;
 use crate::discovery::container::{container_id, pod_uid};
 use crate::discovery::privileges::{Privileges, Shortfall};
 use crate::discovery::service_name::service_name;
-use crate::export::metrics::{serve, AgentMetrics, FailureReason, MetricsError, ProcessState};
+use crate::export::metrics::{
+    serve, AgentMetrics, FailureReason, MetricsError, ProcessState, NOT_PROFILED_SHOWN,
+};
 use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
 use crate::sampler::host::{HostConfig, HostError, HostProfiler, HostStats, ProcessInfo};
 use crate::unwind::{StackLoss, UnwindOptions};
@@ -46,6 +48,10 @@ pub enum ServiceError {
 pub struct ServiceReport {
     /// profiles handed to the sinks
     pub profiles: u64,
+    /// profiles written to the output directory over the whole run
+    pub written: u64,
+    /// profiles uploaded to Pyroscope over the whole run
+    pub uploaded: u64,
     /// what the sinks did at shutdown
     pub shutdown: ShutdownReport,
     /// profiles lost over the whole run, by any sink for any reason (write failures included)
@@ -233,6 +239,8 @@ pub fn run(
     server.shutdown();
     Ok(ServiceReport {
         profiles,
+        written: metrics.sink("directory").successes(),
+        uploaded: metrics.sink("pyroscope").successes(),
         shutdown,
         dropped,
         write_failures,
@@ -251,19 +259,10 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
     let states: Vec<(ProcessState, u64)> = p
         .process_states()
         .into_iter()
-        .filter_map(|(label, n)| {
-            let state = match label {
-                "not_python" => ProcessState::NotPython,
-                "unsupported" => ProcessState::Unsupported,
-                "ready" => ProcessState::Ready,
-                "failed" => ProcessState::Failed,
-                "denied" => ProcessState::Denied,
-                _ => return None,
-            };
-            Some((state, n as u64))
-        })
+        .map(|(state, n)| (state, n as u64))
         .collect();
     metrics.set_process_states(&states);
+    metrics.set_not_profiled(&p.not_profiled(NOT_PROFILED_SHOWN));
     let HostStats {
         torn,
         anchor_miss,

@@ -1,4 +1,5 @@
 # Eight threads, thread i parked under i+1 nested calls of `level`, plus the main thread.
+# Thread i is named `worker-i`, except thread 3: `CustomThreadName-3`.
 import threading
 import time
 
@@ -17,7 +18,12 @@ def worker(i):
     level(i)  # @worker
 
 
-threads = [threading.Thread(target=worker, args=(i,), name=f"worker-{i}", daemon=True) for i in range(N)]
+def name(i):
+    # One name longer than the 15 characters an OS thread name can hold.
+    return "CustomThreadName-3" if i == 3 else f"worker-{i}"
+
+
+threads = [threading.Thread(target=worker, args=(i,), name=name(i), daemon=True) for i in range(N)]
 for t in threads:
     t.start()
 started.wait()

@@ -29,18 +29,87 @@ pub enum ProcessState {
     Denied(String),
 }
 
-impl ProcessState {
-    /// Metric label of the state.
-    pub fn label(&self) -> &'static str {
+/// A [`ProcessState`] without its reason: what processes are counted by
+/// (`pyagent_processes{state}`, the summary of a run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProcessKind {
+    /// Not a CPython process.
+    NotPython,
+    /// CPython, but a version or build we cannot read.
+    Unsupported,
+    /// Being profiled.
+    Ready,
+    /// Looked like CPython but could not be read.
+    Failed,
+    /// Runtime not initialised yet.
+    Pending,
+    /// Could not be inspected for lack of permission.
+    Denied,
+}
+
+impl ProcessKind {
+    /// Every kind, in the order they are exported.
+    pub const ALL: [ProcessKind; 6] = [
+        ProcessKind::NotPython,
+        ProcessKind::Unsupported,
+        ProcessKind::Ready,
+        ProcessKind::Failed,
+        ProcessKind::Pending,
+        ProcessKind::Denied,
+    ];
+
+    /// The `state` label value.
+    pub fn label(self) -> &'static str {
         match self {
-            ProcessState::NotPython => "not_python",
-            ProcessState::Unsupported(_) => "unsupported",
-            ProcessState::Ready => "ready",
-            ProcessState::Failed(_) => "failed",
-            ProcessState::Pending => "pending",
-            ProcessState::Denied(_) => "denied",
+            ProcessKind::NotPython => "not_python",
+            ProcessKind::Unsupported => "unsupported",
+            ProcessKind::Ready => "ready",
+            ProcessKind::Failed => "failed",
+            ProcessKind::Pending => "pending",
+            ProcessKind::Denied => "denied",
         }
     }
+}
+
+impl std::fmt::Display for ProcessKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl ProcessState {
+    /// The state without its reason.
+    pub fn kind(&self) -> ProcessKind {
+        match self {
+            ProcessState::NotPython => ProcessKind::NotPython,
+            ProcessState::Unsupported(_) => ProcessKind::Unsupported,
+            ProcessState::Ready => ProcessKind::Ready,
+            ProcessState::Failed(_) => ProcessKind::Failed,
+            ProcessState::Pending => ProcessKind::Pending,
+            ProcessState::Denied(_) => ProcessKind::Denied,
+        }
+    }
+
+    /// Why a process is not profiled, for the states that have a reason.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            ProcessState::Unsupported(why)
+            | ProcessState::Failed(why)
+            | ProcessState::Denied(why) => Some(why),
+            _ => None,
+        }
+    }
+}
+
+/// A process that looked like CPython (or could not be looked at) and is not profiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotProfiled {
+    /// Host pid.
+    pub pid: u32,
+    /// Unsupported, failed or denied.
+    pub kind: ProcessKind,
+    /// Why.
+    pub reason: String,
 }
 
 /// Identity of a process instance.
@@ -167,14 +236,37 @@ impl HostScanner {
     }
 
     /// Number of known processes per state label.
-    pub fn counts(&self) -> Vec<(&'static str, usize)> {
-        let mut counts: HashMap<&'static str, usize> = HashMap::new();
+    pub fn counts(&self) -> Vec<(ProcessKind, usize)> {
+        let mut counts: HashMap<ProcessKind, usize> = HashMap::new();
         for k in self.known.values() {
-            *counts.entry(k.state.label()).or_default() += 1;
+            *counts.entry(k.state.kind()).or_default() += 1;
         }
         let mut v: Vec<_> = counts.into_iter().collect();
         v.sort();
         v
+    }
+
+    /// The `limit` processes seen last that are not profiled for a reason (unsupported,
+    /// failed, denied), newest first: which process, and why, without one series per pid
+    /// on the host.
+    pub fn not_profiled(&self, limit: usize) -> Vec<NotProfiled> {
+        let mut v: Vec<(&Instant, NotProfiled)> = self
+            .known
+            .iter()
+            .filter_map(|(pid, k)| {
+                Some((
+                    &k.first_seen,
+                    NotProfiled {
+                        pid: *pid,
+                        kind: k.state.kind(),
+                        reason: k.state.reason()?.to_string(),
+                    },
+                ))
+            })
+            .collect();
+        // Newest first; within one scan (the same instant, near enough), higher pids first.
+        v.sort_by(|a, b| b.0.cmp(a.0).then(b.1.pid.cmp(&a.1.pid)));
+        v.into_iter().take(limit).map(|(_, n)| n).collect()
     }
 
     /// Marks a ready process as failed (e.g. the sampler could not take it), logging why.

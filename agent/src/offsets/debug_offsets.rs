@@ -7,9 +7,10 @@
 use std::collections::HashMap;
 
 use super::{
-    BytesObjectOffsets, CodeObjectOffsets, FrameModel, GcOffsets, GilLocation,
-    InterpreterFrameOffsets, InterpreterStateOffsets, Offsets, OffsetsError, PyObjectOffsets,
-    PythonVersion, RuntimeStateOffsets, ThreadStateOffsets, UnicodeObjectOffsets, UnicodeStateBits,
+    BytesObjectOffsets, CodeObjectOffsets, DictObjectOffsets, FrameModel, GcOffsets, GilLocation,
+    InterpreterFrameOffsets, InterpreterStateOffsets, LongFormat, LongObjectOffsets, ManagedDict,
+    Offsets, OffsetsError, PyObjectOffsets, PythonVersion, RuntimeStateOffsets, ThreadNameOffsets,
+    ThreadStateOffsets, UnicodeObjectOffsets, UnicodeStateBits, DICT_KEYS,
 };
 
 /// The 8 bytes that open `_Py_DebugOffsets`.
@@ -485,9 +486,56 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
             generator_owner: 1,
             is_entry: None,
         },
+        thread_names: Some(thread_names(&get, &opt, free_threaded, pyobject.size)),
     };
     offsets.validate()?;
     Ok(offsets)
+}
+
+/// The thread-name layout from the table. What the table lacks is derived from what it has,
+/// each rule checked on 3.13.0, 3.13.15, 3.13.15t, 3.14.10 and 3.15.2 (offsetof() against the
+/// 3.13 headers; ctypes reading the running 3.14 and 3.15 interpreters' own objects):
+/// - `tp_basicsize` (a slot from 3.15) follows `tp_name` in `PyTypeObject`;
+/// - `ht_cached_keys` (a slot from 3.15) is 464 bytes past the end of `PyTypeObject` in every
+///   version from 3.11 on: the five slot tables (`as_async` … `as_buffer`), then `ht_name`,
+///   `ht_slots`, `ht_qualname` (880 = 416 + 464 in 3.13 and 3.14; 896 in 3.13t; 888 = 424 + 464
+///   in 3.15, as its slot says);
+/// - `PyModuleObject.md_dict` comes right after the object header;
+/// - the managed dict pointer is 3 words before the object, 1 in free-threaded builds, which
+///   put no `PyGC_Head` there (`MANAGED_DICT_OFFSET`, 3.13t `pycore_object.h`; 3.14t and 3.15t
+///   inferred, not run).
+fn thread_names(
+    get: &impl Fn(&str) -> u64,
+    opt: &impl Fn(&str) -> Option<u64>,
+    free_threaded: bool,
+    header: u64,
+) -> ThreadNameOffsets {
+    // Saturating: a garbage table must reach `validate` and fail there, not overflow here.
+    ThreadNameOffsets {
+        imports_modules: get("interpreter_state.imports_modules"),
+        md_dict: header,
+        dict_object: DictObjectOffsets {
+            ma_keys: get("dict_object.ma_keys"),
+            ma_values: get("dict_object.ma_values"),
+        },
+        dict_keys: DICT_KEYS,
+        dict_values: 8,
+        tp_flags: get("type_object.tp_flags"),
+        tp_basicsize: opt("type_object.tp_basicsize")
+            .unwrap_or_else(|| get("type_object.tp_name").saturating_add(8)),
+        ht_cached_keys: opt("heap_type_object.ht_cached_keys")
+            .unwrap_or_else(|| get("type_object.size").saturating_add(464)),
+        long_object: LongObjectOffsets {
+            lv_tag: get("long_object.lv_tag"),
+            ob_digit: get("long_object.ob_digit"),
+            format: LongFormat::LvTag,
+        },
+        managed_dict: ManagedDict::InlineValues {
+            dict_before: if free_threaded { 8 } else { 24 },
+            capacity: 0,
+            valid: 3,
+        },
+    }
 }
 
 /// Offset of `PyThreadState.state`, which the debug table does not export, from `_status`,
@@ -596,51 +644,62 @@ mod tests {
         ));
     }
 
+    /// 3.15.2 default build values (Debian binary), the subset the unwinder reads.
+    const VALUES_3_15: &[(&str, u64)] = &[
+        ("runtime_state.size", 346568),
+        ("runtime_state.interpreters_head", 936),
+        ("interpreter_state.size", 226240),
+        ("interpreter_state.id", 7272),
+        ("interpreter_state.next", 7264),
+        ("interpreter_state.threads_head", 7336),
+        ("interpreter_state.gc", 7400),
+        ("interpreter_state.code_object_generation", 7944),
+        ("thread_state.size", 888),
+        ("thread_state.next", 8),
+        ("thread_state.interp", 16),
+        ("thread_state.current_frame", 72),
+        ("thread_state.base_frame", 80),
+        ("thread_state.last_profiled_frame", 88),
+        ("thread_state.last_profiled_frame_seq", 96),
+        ("thread_state.thread_id", 176),
+        ("thread_state.native_thread_id", 184),
+        ("thread_state.holds_gil", 36),
+        ("interpreter_frame.size", 88),
+        ("interpreter_frame.previous", 8),
+        ("interpreter_frame.instr_ptr", 56),
+        ("interpreter_frame.owner", 74),
+        ("code_object.size", 216),
+        ("code_object.filename", 112),
+        ("code_object.name", 120),
+        ("code_object.qualname", 128),
+        ("code_object.linetable", 136),
+        ("code_object.firstlineno", 68),
+        ("code_object.co_code_adaptive", 208),
+        ("pyobject.size", 16),
+        ("pyobject.ob_type", 8),
+        ("bytes_object.ob_size", 16),
+        ("bytes_object.ob_sval", 32),
+        ("unicode_object.state", 32),
+        ("unicode_object.length", 16),
+        ("unicode_object.asciiobject_size", 40),
+        ("unicode_object.compactunicodeobject_size", 56),
+        ("gc.collecting", 112),
+        ("gc.frame", 120),
+        ("interpreter_state.imports_modules", 7592),
+        ("dict_object.ma_keys", 32),
+        ("dict_object.ma_values", 40),
+        ("type_object.size", 424),
+        ("type_object.tp_name", 24),
+        ("type_object.tp_flags", 168),
+        ("type_object.tp_basicsize", 32),
+        ("heap_type_object.ht_cached_keys", 888),
+        ("long_object.lv_tag", 16),
+        ("long_object.ob_digit", 24),
+    ];
+
     #[test]
     fn parses_3_15_values() {
-        // 3.15.2 default build values (Debian binary), the subset the unwinder reads.
-        let vals = [
-            ("runtime_state.size", 346568),
-            ("runtime_state.interpreters_head", 936),
-            ("interpreter_state.size", 226240),
-            ("interpreter_state.id", 7272),
-            ("interpreter_state.next", 7264),
-            ("interpreter_state.threads_head", 7336),
-            ("interpreter_state.gc", 7400),
-            ("interpreter_state.code_object_generation", 7944),
-            ("thread_state.size", 888),
-            ("thread_state.next", 8),
-            ("thread_state.interp", 16),
-            ("thread_state.current_frame", 72),
-            ("thread_state.base_frame", 80),
-            ("thread_state.last_profiled_frame", 88),
-            ("thread_state.last_profiled_frame_seq", 96),
-            ("thread_state.thread_id", 176),
-            ("thread_state.native_thread_id", 184),
-            ("thread_state.holds_gil", 36),
-            ("interpreter_frame.size", 88),
-            ("interpreter_frame.previous", 8),
-            ("interpreter_frame.instr_ptr", 56),
-            ("interpreter_frame.owner", 74),
-            ("code_object.size", 216),
-            ("code_object.filename", 112),
-            ("code_object.name", 120),
-            ("code_object.qualname", 128),
-            ("code_object.linetable", 136),
-            ("code_object.firstlineno", 68),
-            ("code_object.co_code_adaptive", 208),
-            ("pyobject.size", 16),
-            ("pyobject.ob_type", 8),
-            ("bytes_object.ob_size", 16),
-            ("bytes_object.ob_sval", 32),
-            ("unicode_object.state", 32),
-            ("unicode_object.length", 16),
-            ("unicode_object.asciiobject_size", 40),
-            ("unicode_object.compactunicodeobject_size", 56),
-            ("gc.collecting", 112),
-            ("gc.frame", 120),
-        ];
-        let o = parse_debug_offsets(&table(0x030f02f0, SLOTS_3_15, &vals)).expect("valid");
+        let o = parse_debug_offsets(&table(0x030f02f0, SLOTS_3_15, VALUES_3_15)).expect("valid");
         assert_eq!(o.version, PythonVersion::new(3, 15, 2));
         assert!(o.has_frame_cache_anchor());
         assert_eq!(o.thread_state.last_profiled_frame, Some(88));
@@ -652,5 +711,59 @@ mod tests {
         assert_eq!(o.interpreter_frame.tlbc_index, None);
         assert_eq!(o.gc.frame, Some(120));
         assert_eq!(o.frame_read_len(), 75);
+        let n = o.thread_names.expect("thread names");
+        assert_eq!(n.imports_modules, 7592);
+        assert_eq!((n.tp_basicsize, n.ht_cached_keys), (32, 888));
+    }
+
+    /// 3.13 and 3.14 tables have no `tp_basicsize` and `ht_cached_keys` slots: both come from
+    /// the `PyTypeObject` layout (3.14.10: 32 and 880, read in the running interpreter).
+    #[test]
+    fn derives_what_older_tables_lack() {
+        let vals: Vec<(&str, u64)> = VALUES_3_15
+            .iter()
+            .map(|&(k, v)| (k, if k == "type_object.size" { 416 } else { v }))
+            .collect();
+        let o = parse_debug_offsets(&table(0x030e0af0, SLOTS_3_14, &vals)).expect("valid");
+        let n = o.thread_names.expect("thread names");
+        assert_eq!((n.tp_basicsize, n.ht_cached_keys), (32, 880));
+        assert_eq!(
+            n.managed_dict,
+            ManagedDict::InlineValues {
+                dict_before: 24,
+                capacity: 0,
+                valid: 3
+            }
+        );
+        // Free-threaded builds put no `PyGC_Head` before objects (3.13t).
+        let mut ft = vals.clone();
+        ft.push(("free_threaded", 1));
+        let o = parse_debug_offsets(&table(0x030d0ff0, SLOTS_3_13, &ft)).expect("valid");
+        assert!(matches!(
+            o.thread_names.expect("thread names").managed_dict,
+            ManagedDict::InlineValues { dict_before: 8, .. }
+        ));
+    }
+
+    /// A garbage `type_object.size` must fail validation, not overflow the derivation.
+    #[test]
+    fn huge_type_size_is_an_error() {
+        let vals: Vec<(&str, u64)> = VALUES_3_15
+            .iter()
+            .map(|&(k, v)| {
+                (
+                    k,
+                    if k == "type_object.size" {
+                        u64::MAX - 3
+                    } else {
+                        v
+                    },
+                )
+            })
+            .collect();
+        assert!(matches!(
+            parse_debug_offsets(&table(0x030e0af0, SLOTS_3_14, &vals)),
+            Err(OffsetsError::Implausible { .. })
+        ));
     }
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use common::{Counter, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
 use crate::aggregate::{Aggregator, ProfileWindow, WaitReason};
+use crate::discovery::host::{NotProfiled, ProcessKind};
 use crate::discovery::service_name::{ProcessIdentity, SERVICE_ENV};
 use crate::discovery::{host_tids, HostScanner, PythonTarget};
 use crate::sampler::bpf::{
@@ -366,8 +367,13 @@ impl HostProfiler {
     }
 
     /// Processes per discovery state.
-    pub fn process_states(&self) -> Vec<(&'static str, usize)> {
+    pub fn process_states(&self) -> Vec<(ProcessKind, usize)> {
         self.scanner.counts()
+    }
+
+    /// The `limit` newest processes not profiled for a reason (see [`HostScanner::not_profiled`]).
+    pub fn not_profiled(&self, limit: usize) -> Vec<NotProfiled> {
+        self.scanner.not_profiled(limit)
     }
 
     /// Processes that could not be inspected for lack of permission.

@@ -5,19 +5,19 @@
 //! thread's last complete stack, anchored on `last_profiled_frame`, so a sample reads only the
 //! frames pushed since the last one; writing that anchor is the only write pyagent makes into a
 //! target, and only into a runtime validated as 3.15+.
+//! Thread names (`threading.Thread.name`, else the OS name) are cached per thread and read again
+//! for new threads and once a second (`thread_names`), not per sample.
 
 pub mod frame_cache;
 pub mod loss;
 mod record;
 mod reread;
 mod sample;
+mod thread_names;
 pub mod threads;
 pub mod walk;
 
-// foldhash: these maps are looked up several times per sample, keyed by addresses.
 use std::sync::Arc;
-
-use foldhash::HashMap;
 
 pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};
 pub use loss::{LossCounts, StackLoss};
@@ -27,8 +27,9 @@ pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
 
 use reread::{same_page, RereadBudget};
+use thread_names::ThreadNames;
 
-use crate::discovery::{task_ids, thread_name, PythonTarget};
+use crate::discovery::PythonTarget;
 use crate::memory::{
     MemoryError, PageCache, PageCacheStats, ProcessMemory, RemoteMemory, StructBytes,
 };
@@ -239,49 +240,6 @@ impl std::ops::AddAssign for UnwindStats {
     }
 }
 
-/// Host TIDs and thread names of a process, looked up in /proc when a new thread shows up.
-#[derive(Debug, Default)]
-struct ThreadNames {
-    by_ns_tid: HashMap<u32, (u32, Option<Arc<str>>)>,
-    /// host TID → namespace TID, for BPF records (which carry host TIDs)
-    ns_of_host: HashMap<u32, u32>,
-}
-
-impl ThreadNames {
-    fn lookup(&mut self, pid: u32, ns_tid: u32) -> Option<&(u32, Option<Arc<str>>)> {
-        if !self.by_ns_tid.contains_key(&ns_tid) {
-            self.reload(pid);
-        }
-        self.by_ns_tid.get(&ns_tid)
-    }
-
-    /// The namespace TID of a host TID (itself outside containers).
-    fn ns_tid_of(&mut self, pid: u32, host_tid: u32) -> u32 {
-        if !self.ns_of_host.contains_key(&host_tid) {
-            self.reload(pid);
-        }
-        // A thread gone from /proc keeps its own id, without a /proc read per record.
-        *self.ns_of_host.entry(host_tid).or_insert(host_tid)
-    }
-
-    fn reload(&mut self, pid: u32) {
-        self.by_ns_tid = task_ids(pid)
-            .into_iter()
-            .map(|t| {
-                (
-                    t.ns_tid,
-                    (t.host_tid, thread_name(pid, t.host_tid).map(Arc::from)),
-                )
-            })
-            .collect();
-        self.ns_of_host = self
-            .by_ns_tid
-            .iter()
-            .map(|(ns, (host, _))| (*host, *ns))
-            .collect();
-    }
-}
-
 /// Resolves the Python stacks of every thread of one process.
 #[derive(Debug)]
 pub struct Unwinder {
@@ -351,7 +309,18 @@ impl Unwinder {
 
     /// Host TID of a thread given its in-namespace TID.
     pub fn host_tid(&mut self, ns_tid: u32) -> Option<u32> {
-        self.names.lookup(self.target.pid, ns_tid).map(|(h, _)| *h)
+        self.names.host_tid(self.target.pid, ns_tid)
+    }
+
+    /// The name of the thread `ns_tid`: its `threading.Thread.name`, or the OS one when
+    /// `threading` does not know it (cached: read again for a new thread and once a second).
+    pub fn thread_name(&mut self, ns_tid: u32) -> Option<Arc<str>> {
+        self.names.name(&self.target, ns_tid)
+    }
+
+    /// Reads of the `threading` names made so far (they are cached, not read per sample).
+    pub fn thread_name_reads(&self) -> u64 {
+        self.names.python_reads()
     }
 
     fn offsets(&self) -> &Offsets {
@@ -508,10 +477,7 @@ impl Unwinder {
     /// Counts a thread that yielded no stack and describes it.
     fn lost_thread(&mut self, ns_tid: u32, reason: StackLoss) -> LostThread {
         self.stats.lost.add(reason);
-        let thread_name = self
-            .names
-            .lookup(self.target.pid, ns_tid)
-            .and_then(|(_, n)| n.clone());
+        let thread_name = self.thread_name(ns_tid);
         LostThread {
             tid: ns_tid,
             thread_name,
@@ -629,10 +595,7 @@ impl Unwinder {
 
     fn make_sample(&mut self, t: &ThreadInfo, frames: Vec<Frame>, truncated: bool) -> ThreadSample {
         let pid = self.target.pid;
-        let name = self
-            .names
-            .lookup(pid, t.native_thread_id)
-            .and_then(|(_, n)| n.clone());
+        let name = self.thread_name(t.native_thread_id);
         ThreadSample {
             pid,
             tid: t.native_thread_id,

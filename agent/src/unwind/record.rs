@@ -157,10 +157,7 @@ impl Unwinder {
         } else if walk.truncated {
             self.stats.truncated += 1;
         }
-        let name = self
-            .names
-            .lookup(self.target.pid, ns_tid)
-            .and_then(|(_, n)| n.clone());
+        let name = self.thread_name(ns_tid);
         Ok(ThreadSample {
             pid: self.target.pid,
             tid: ns_tid,

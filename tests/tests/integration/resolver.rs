@@ -1,6 +1,6 @@
 //! The resolver on every interpreter of the matrix: exact qualified names and lines.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyagent::unwind::UnwindOptions;
 use pyagent_tests::stacks::{at, sample_until, script, simple, unwinder, SimpleFrame};
@@ -105,14 +105,13 @@ fn eight_threads_distinct_stacks(py: &str) {
         );
         assert!(frames[levels + 1..].iter().all(|f| f.1 == "threading.py"));
         depths.push(levels);
-        // 3.14+ names the OS thread after the Python thread (worker i runs at depth i + 1).
-        if Interpreter::by_name(py).minor() >= (3, 14) {
-            assert_eq!(
-                t.thread_name.as_deref(),
-                Some(format!("worker-{}", levels - 1).as_str()),
-                "{py}"
-            );
-        }
+        // The `threading` name, on every version (worker i runs at depth i + 1), in full: the
+        // OS name is `python3.x` before 3.14, and cut to 15 characters from 3.14 on.
+        let name = match levels - 1 {
+            3 => "CustomThreadName-3".to_string(),
+            i => format!("worker-{i}"),
+        };
+        assert_eq!(t.thread_name.as_deref(), Some(name.as_str()), "{py}");
         assert_ne!(t.tid, p.pid(), "workers have their own thread ids");
     }
     depths.sort_unstable();
@@ -120,6 +119,26 @@ fn eight_threads_distinct_stacks(py: &str) {
         depths,
         (1..=8).collect::<Vec<_>>(),
         "each worker at its own depth"
+    );
+    let main_thread = samples
+        .iter()
+        .find(|t| simple(t) == vec![main.clone()])
+        .expect("waited for above");
+    assert_eq!(
+        main_thread.thread_name.as_deref(),
+        Some("MainThread"),
+        "{py}"
+    );
+    // Names are cached: read again once they are a second old, not per sample.
+    let (reads, start) = (u.thread_name_reads(), Instant::now());
+    for _ in 0..20 {
+        u.sample().expect("sample");
+    }
+    let elapsed_s = start.elapsed().as_secs();
+    assert!(
+        u.thread_name_reads() - reads <= elapsed_s + 1,
+        "{py}: {} reads of the names in 20 samples over {elapsed_s} s",
+        u.thread_name_reads() - reads
     );
 }
 

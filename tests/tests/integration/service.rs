@@ -65,11 +65,17 @@ impl Service {
 
     /// [`Service::start`] with other arguments than `--mode ebpf`.
     fn start_with(tag: &str, interval: &str, args: &[&str]) -> Service {
+        Service::start_by(Command::new(pyagent_bin()), tag, interval, args)
+    }
+
+    /// The service started by `command` (pyagent itself, or a wrapper with pyagent as its
+    /// last argument so far).
+    fn start_by(mut command: Command, tag: &str, interval: &str, args: &[&str]) -> Service {
         let dir =
             std::env::temp_dir().join(format!("pyagent-service-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let port = free_port();
-        let child = Command::new(pyagent_bin())
+        let child = command
             .args(["--all-python", "--interval", interval])
             .args(args)
             .arg("--output")
@@ -154,6 +160,12 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
         .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         .expect("pyagent_samples_total");
     assert!(samples > 0.0, "{metrics}");
+    // Issue 17, item 5: the agent's own CPU time, not rounded down to whole seconds (it stayed
+    // 0 for an agent costing less than a second).
+    assert!(
+        series_value(&metrics, "process_cpu_seconds_total") > 0.0,
+        "{metrics}"
+    );
     let before = svc.profiles().len();
     let (status, stderr) = svc.terminate();
     assert!(status.success(), "{stderr}");
@@ -166,6 +178,17 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
     assert!(
         files.len() > before,
         "SIGTERM flushed the partial interval: {before} → {}: {stderr}",
+        files.len()
+    );
+    // Issue 17, item 5: the stop line counts what the whole run delivered, not only the
+    // shutdown's share.
+    assert!(
+        stderr.contains(&format!(
+            "{} profiles, {} written to the directory, 0 uploaded",
+            files.len(),
+            files.len()
+        )),
+        "{} files: {stderr}",
         files.len()
     );
     for f in files
@@ -458,6 +481,72 @@ fn each_unit_capability_removed_is_named() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 17, item 5: a process the agent cannot profile is named in the metrics with why
+/// (`pyagent_process_not_profiled_info`, the newest 20), not only counted. Here the service
+/// runs as `nobody` without CAP_SYS_PTRACE, so a root-owned Python started after it is denied.
+#[test]
+fn service_names_the_processes_it_does_not_profile() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let caps: Vec<String> = unit_capabilities()
+        .split(',')
+        .filter(|c| *c != "+sys_ptrace")
+        .map(str::to_string)
+        .collect();
+    let caps = caps.join(",");
+    let mut setpriv = Command::new("setpriv");
+    setpriv
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(format!("--inh-caps={caps}"))
+        .arg(format!("--ambient-caps={caps}"))
+        .arg(format!("--bounding-set=-all,{caps}"))
+        .arg(pyagent_bin());
+    let svc = Service::start_by(setpriv, "not-profiled", "2s", &["--mode", "ebpf"]);
+    // The target starts after the first scan, so that it is the newest process not profiled.
+    wait_for("the first scan", Duration::from_secs(30), || {
+        let (_, body) = http_get(svc.port, "/metrics")?;
+        (series_value(&body, "pyagent_processes{state=\"denied\"}") > 0.0).then_some(())
+    });
+    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let series = format!("pid=\"{}\"", p.pid());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let metrics = loop {
+        let body = http_get(svc.port, "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        if body
+            .lines()
+            .any(|l| l.starts_with("pyagent_process_not_profiled_info{") && l.contains(&series))
+        {
+            break body;
+        }
+        if Instant::now() > deadline {
+            let (_, stderr) = svc.terminate();
+            panic!("the target is not in pyagent_process_not_profiled_info: {body}\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    promtool_check_metrics(&metrics);
+    let line = metrics
+        .lines()
+        .find(|l| l.contains(&series))
+        .expect("the series");
+    assert!(
+        line.contains("state=\"denied\"") && line.contains("reason=\"") && line.ends_with(" 1"),
+        "{line}"
+    );
+    let named = metrics
+        .lines()
+        .filter(|l| l.starts_with("pyagent_process_not_profiled_info{"))
+        .count();
+    assert!((1..=20).contains(&named), "bounded: {named} series");
+    assert!(series_value(&metrics, "pyagent_processes{state=\"denied\"}") >= 1.0);
+    let (status, stderr) = svc.terminate();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("CAP_SYS_PTRACE missing"), "{stderr}");
 }
 
 /// Reliability issue, defect 7: write failures were nearly silent: one warning, then a counter; /healthz

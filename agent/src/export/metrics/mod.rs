@@ -10,6 +10,7 @@
 //! Names follow `promtool check metrics`: counters end in `_total`, times are in seconds (the BPF run time
 //! the kernel reports in nanoseconds is converted), bytes in bytes.
 
+mod own_process;
 mod server;
 mod sink;
 
@@ -35,42 +36,14 @@ pub const DEFAULT_MAX_SERVICES: usize = 100;
 /// The `service` value that absorbs every service past the cap.
 pub const OTHER_SERVICE: &str = "other";
 
-/// What discovery decided about a process, as counted by `pyagent_processes{state}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ProcessState {
-    /// Not a CPython process.
-    NotPython,
-    /// CPython, but a version or build the agent cannot read.
-    Unsupported,
-    /// Being sampled.
-    Ready,
-    /// Looked like CPython, but attaching failed (unreadable memory, a refused BPF map).
-    Failed,
-    /// Could not be inspected for lack of permission.
-    Denied,
-}
+pub use crate::discovery::host::{NotProfiled, ProcessKind as ProcessState};
 
-impl ProcessState {
-    /// Every state, in the order they are exported.
-    pub const ALL: [ProcessState; 5] = [
-        ProcessState::NotPython,
-        ProcessState::Unsupported,
-        ProcessState::Ready,
-        ProcessState::Failed,
-        ProcessState::Denied,
-    ];
+/// Processes named by `pyagent_process_not_profiled_info`: the newest ones not profiled for a
+/// reason, so that a host of thousands of short-lived failures stays a bounded set of series.
+pub const NOT_PROFILED_SHOWN: usize = 20;
 
-    /// The `state` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProcessState::NotPython => "not_python",
-            ProcessState::Unsupported => "unsupported",
-            ProcessState::Ready => "ready",
-            ProcessState::Failed => "failed",
-            ProcessState::Denied => "denied",
-        }
-    }
-}
+/// Longest `reason` label value; longer reasons are cut (on a character boundary).
+const REASON_LABEL_MAX: usize = 160;
 
 /// Caps the number of distinct `service` label values; services past the cap share [`OTHER_SERVICE`].
 ///
@@ -167,6 +140,7 @@ pub struct AgentMetrics {
     stalled_threads: IntGaugeVec,
     stalls: IntCounterVec,
     python_info: IntGaugeVec,
+    not_profiled: IntGaugeVec,
     sinks: Arc<SinkFamilies>,
 }
 
@@ -220,11 +194,8 @@ impl AgentMetrics {
     pub fn with_max_services(max_services: usize) -> AgentMetrics {
         let registry = Registry::new();
         // process_cpu_seconds_total, process_resident_memory_bytes, open fds, ...: the agent's own cost.
-        #[cfg(target_os = "linux")]
         registry
-            .register(Box::new(
-                prometheus::process_collector::ProcessCollector::for_self(),
-            ))
+            .register(Box::new(own_process::OwnProcessCollector::new()))
             .expect("the process collector registers once per registry");
 
         let bpf_run_time = register(
@@ -328,6 +299,12 @@ impl AgentMetrics {
                 "CPython version per service (always 1).",
                 &["service", "version"],
             ),
+            not_profiled: gauge_vec(
+                &registry,
+                "pyagent_process_not_profiled_info",
+                "The newest processes (at most 20) that are not profiled, with why (always 1): state unsupported, failed or denied.",
+                &["pid", "state", "reason"],
+            ),
             sinks: Arc::new(SinkFamilies::register(&registry)),
             services: ServiceLabels::new(max_services),
             registry,
@@ -394,7 +371,7 @@ impl AgentMetrics {
                 .map(|(_, n)| n)
                 .sum();
             self.processes
-                .with_label_values(&[state.as_str()])
+                .with_label_values(&[state.label()])
                 .set(saturating_i64(n));
         }
     }
@@ -488,6 +465,25 @@ impl AgentMetrics {
             let service = self.services.label(service);
             self.python_info
                 .with_label_values(&[service.as_str(), version])
+                .set(1);
+        }
+    }
+
+    /// Sets `pyagent_process_not_profiled_info{pid, state, reason} 1` for each of `processes`
+    /// (at most [`NOT_PROFILED_SHOWN`]); processes left out disappear.
+    pub fn set_not_profiled(&self, processes: &[NotProfiled]) {
+        self.not_profiled.reset();
+        for p in processes.iter().take(NOT_PROFILED_SHOWN) {
+            let mut reason = p.reason.as_str();
+            if reason.len() > REASON_LABEL_MAX {
+                let mut end = REASON_LABEL_MAX;
+                while !reason.is_char_boundary(end) {
+                    end -= 1;
+                }
+                reason = &reason[..end];
+            }
+            self.not_profiled
+                .with_label_values(&[p.pid.to_string().as_str(), p.kind.label(), reason])
                 .set(1);
         }
     }

@@ -89,4 +89,29 @@ pub(super) const OFFSETS: Offsets = Offsets {
         generator_owner: 1,
         is_entry: Some(68),
     },
+    // Thread names: offsetof() against the 3.11.7 pyenv headers, then read back with ctypes in
+    // the running 3.11.2 and 3.11.7 interpreters: `id(sys.modules)` is at `modules` of the
+    // interpreter state, and every `threading.Thread`'s `_name` comes out through these offsets.
+    thread_names: Some(ThreadNameOffsets {
+        imports_modules: 888,
+        md_dict: 16,
+        dict_object: DictObjectOffsets {
+            ma_keys: 32,
+            ma_values: 40,
+        },
+        dict_keys: DICT_KEYS,
+        dict_values: 0,
+        tp_flags: 168,
+        tp_basicsize: 32,
+        ht_cached_keys: 872,
+        long_object: LongObjectOffsets {
+            lv_tag: 16,
+            ob_digit: 24,
+            format: LongFormat::SignedSize,
+        },
+        managed_dict: ManagedDict::ValuesOrDict {
+            values_before: 32,
+            dict_before: 24,
+        },
+    }),
 };

@@ -88,4 +88,26 @@ pub(super) const OFFSETS: Offsets = Offsets {
         generator_owner: 1,
         is_entry: None,
     },
+    // Thread names: offsetof() against the 3.12.1 pyenv headers, then read back with ctypes in
+    // the running 3.12.1 interpreter: `id(sys.modules)` is at `imports.modules` of the interpreter
+    // state, and every `threading.Thread`'s `_name` comes out through these offsets.
+    thread_names: Some(ThreadNameOffsets {
+        imports_modules: 944,
+        md_dict: 16,
+        dict_object: DictObjectOffsets {
+            ma_keys: 32,
+            ma_values: 40,
+        },
+        dict_keys: DICT_KEYS,
+        dict_values: 0,
+        tp_flags: 168,
+        tp_basicsize: 32,
+        ht_cached_keys: 880,
+        long_object: LongObjectOffsets {
+            lv_tag: 16,
+            ob_digit: 24,
+            format: LongFormat::LvTag,
+        },
+        managed_dict: ManagedDict::TaggedDictOrValues { before: 24 },
+    }),
 };
