@@ -30,8 +30,11 @@ pub const DEFAULT_MAX_STACKS: usize = 65_536;
 pub struct StackKey {
     /// Host PID of the process.
     pub pid: u32,
-    /// Linux thread id, as the sample reported it.
+    /// Linux thread id as the host sees it (the `thread_id` label, like `pid`).
     pub tid: u32,
+    /// The thread's id in the target's PID namespace, when it differs (`ns_thread_id`, like
+    /// `ns_pid`).
+    pub ns_tid: Option<u32>,
     /// Python-level thread name, when it could be read.
     pub thread_name: Option<Arc<str>>,
     /// The thread and the GIL (the `gil` label), where the build has one.
@@ -198,7 +201,8 @@ impl Aggregator {
     fn key(&mut self, sample: &ThreadSample) -> StackKey {
         StackKey {
             pid: sample.pid,
-            tid: sample.tid,
+            tid: sample.host_tid,
+            ns_tid: (sample.tid != sample.host_tid).then_some(sample.tid),
             thread_name: sample.thread_name.as_deref().map(|name| self.intern(name)),
             gil: sample.gil,
             cpu: sample.cpu,
@@ -293,6 +297,7 @@ pub(crate) mod tests {
         ThreadSample {
             pid,
             tid,
+            host_tid: tid,
             thread_name: name.map(Arc::from),
             gil: None,
             cpu: None,

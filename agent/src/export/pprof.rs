@@ -15,7 +15,8 @@
 //! - one `Location` per distinct (function, line), holding one `Line`; a frame without a line gets line 0.
 //!   There is no `Mapping`: Python frames have no addresses, and pprof only symbolizes mapped locations.
 //! - `location_id` innermost first (pprof's leaf-first order).
-//! - sample labels, Pyroscope-style: `thread_id` (num), `thread_name` (str, when known), `wait` (off-CPU
+//! - sample labels, Pyroscope-style: `thread_id` (num, the host's id, as `pid`), `ns_thread_id` (num, the id
+//!   in the target's PID namespace, when it differs, as `ns_pid`), `thread_name` (str, when known), `wait` (off-CPU
 //!   samples), `gil` (held, released, waiting; not on free-threaded builds), `state` (on_cpu, off_cpu;
 //!   userspace `--idle` only), then every process-level label of the window (str). When those lack `pid`, each sample carries `pid` (num) instead.
 //! - a comment `pyagent: N samples dropped` when the window dropped any.
@@ -70,6 +71,13 @@ pub fn build(window: &ProfileWindow) -> Profile {
 
     let thread_id_key = builder.string("thread_id");
     let thread_name_key = builder.string("thread_name");
+    // Only profiles of processes in a PID namespace carry it.
+    let ns_thread_id_key = window
+        .counts
+        .keys()
+        .chain(window.off_cpu.keys().map(|(key, _)| key))
+        .any(|key| key.ns_tid.is_some())
+        .then(|| builder.string("ns_thread_id"));
     let pid_key = (!window.labels.contains_key("pid")).then(|| builder.string("pid"));
     let process_labels: Vec<Label> = window
         .labels
@@ -100,6 +108,13 @@ pub fn build(window: &ProfileWindow) -> Profile {
             num: i64::from(key.tid),
             ..Label::default()
         }];
+        if let (Some(ns_tid), Some(ns_thread_id_key)) = (key.ns_tid, ns_thread_id_key) {
+            label.push(Label {
+                key: ns_thread_id_key,
+                num: i64::from(ns_tid),
+                ..Label::default()
+            });
+        }
         if let Some(name) = &key.thread_name {
             label.push(Label {
                 key: thread_name_key,

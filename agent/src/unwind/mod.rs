@@ -596,9 +596,13 @@ impl Unwinder {
     fn make_sample(&mut self, t: &ThreadInfo, frames: Vec<Frame>, truncated: bool) -> ThreadSample {
         let pid = self.target.pid;
         let name = self.thread_name(t.native_thread_id);
+        let host_tid = self
+            .host_tid(t.native_thread_id)
+            .unwrap_or(t.native_thread_id);
         ThreadSample {
             pid,
             tid: t.native_thread_id,
+            host_tid,
             thread_name: name,
             gil: t.holds_gil.map(GilState::from_held),
             cpu: None,

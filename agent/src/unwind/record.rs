@@ -161,6 +161,7 @@ impl Unwinder {
         Ok(ThreadSample {
             pid: self.target.pid,
             tid: ns_tid,
+            host_tid: walk.host_tid,
             thread_name: name,
             gil: walk.gil,
             cpu: None,

@@ -9,6 +9,9 @@ pub struct ThreadSample {
     pub pid: u32,
     /// Linux thread id (in the target's PID namespace, as CPython stores it).
     pub tid: u32,
+    /// The same thread's id as the host sees it (equal to `tid` outside PID namespaces; `tid`
+    /// when the thread is already gone from `/proc`).
+    pub host_tid: u32,
     /// Python-level thread name (`threading.Thread.name`) when it could be read.
     pub thread_name: Option<Arc<str>>,
     /// The thread and the GIL when sampled (`None`: free-threaded build, or unknown).

@@ -256,6 +256,12 @@ fn process_in_a_new_pid_namespace() {
         "host pid label: {raw}"
     );
     assert!(raw.contains("ns_pid:[1]"), "in-namespace pid label: {raw}");
+    // Issue 17, item 4: thread ids are labelled as pids are: the host's in `thread_id`, the
+    // namespace's in `ns_thread_id` (the main thread's ids are its process's).
+    assert!(
+        raw.contains(&format!("thread_id:[{host_pid}]")) && raw.contains("ns_thread_id:[1]"),
+        "thread id labels: {raw}"
+    );
 }
 
 /// Self shares of each function, in percent, from `go tool pprof -raw`.
