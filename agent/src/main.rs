@@ -5,7 +5,7 @@ mod top;
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context, Result};
@@ -301,12 +301,17 @@ fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
 /// `PYAGENT_*` > `--config` file) with the service's validation, over the defaults of a
 /// one-off run (99 Hz, off-CPU only when asked). Settings only a running service uses are
 /// named in one line, not ignored in silence.
-fn duration_config(args: &HostArgs) -> Result<ServiceConfig> {
+fn duration_config(args: &HostArgs) -> Result<(ServiceConfig, PathBuf)> {
     let layers = ServiceConfig::layers(
         args.config.as_deref(),
         std::env::vars(),
         &flag_layer(args, None)?,
     )?;
+    // Checked before the service's validation, whose complaint (no directory and no upload
+    // URL) would point at an upload this mode does not make.
+    let Some(dir) = layers.output_dir.clone() else {
+        bail!("--all-python --duration needs --output DIR (or output.dir in the --config file)");
+    };
     let unused = layers.service_only_settings();
     if !unused.is_empty() {
         eprintln!(
@@ -319,7 +324,7 @@ fn duration_config(args: &HostArgs) -> Result<ServiceConfig> {
         off_cpu: Some(false),
         ..Overrides::default()
     };
-    Ok(ServiceConfig::from_overrides(layers.over(one_off))?)
+    Ok((ServiceConfig::from_overrides(layers.over(one_off))?, dir))
 }
 
 fn service(config: &ServiceConfig, frames: &FrameArgs) -> Result<()> {
@@ -347,11 +352,9 @@ fn all_python(args: &HostArgs) -> Result<()> {
     if args.off_cpu && args.mode == Some(ModeArg::Userspace) {
         bail!("--off-cpu needs --mode ebpf (the userspace sampler cannot see a thread block; --idle in `record --mode userspace` samples waiting threads instead)");
     }
-    let config = duration_config(args)?;
+    let (config, dir) = duration_config(args)?;
+    let dir = dir.as_path();
     let lacks = privilege_shortfalls()?;
-    let Some(dir) = &config.output_dir else {
-        bail!("--all-python --duration needs --output DIR (or output.dir in the --config file)")
-    };
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let rate = config.rate_hz;
     let mut profiler = host_profiler(

@@ -19,13 +19,11 @@ use crate::discovery::{host_tids, HostScanner, PythonTarget};
 use crate::sampler::bpf::{
     pa_proc_for, pa_thread_list_for, set_gil, BpfConfig, BpfError, BpfSampler,
 };
-use crate::sampler::off_cpu::{
-    blocked_in, monotonic_ns, wait_reason, BlockedIn, RecordKind, Stall, Waiting,
-};
+use crate::sampler::off_cpu::{blocked_in, monotonic_ns, wait_reason, BlockedIn, Stall, Waiting};
 use crate::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use crate::sampler::waits::{Waits, Woke};
 use crate::unwind::{
-    ExternalSkip, ExternalWalk, GilState, InterpreterInfo, RawFrame, ThreadInfo, ThreadSample,
+    DecodedRecord, ExternalSkip, InterpreterInfo, RecordKind, ThreadInfo, ThreadSample,
     UnwindOptions, UnwindStats, Unwinder,
 };
 
@@ -645,66 +643,16 @@ impl HostProfiler {
         let Backend::Bpf { sampler, procs } = &mut self.backend else {
             return sampled;
         };
-        let mut batch: Vec<(ExternalWalk, u32, Vec<RawFrame>, RecordKind)> = Vec::new();
-        sampler.drain(|rec: SampleRecord<'_>| {
-            let h = rec.header();
-            let kind = if h.is_wake() {
-                batch.push((
-                    ExternalWalk::default(),
-                    h.pid,
-                    Vec::new(),
-                    RecordKind::Wake {
-                        tid: h.tid,
-                        at_ns: h.time_ns,
-                    },
-                ));
-                return;
-            } else if h.is_off_cpu() {
-                RecordKind::OffCpu {
-                    wait: h.wait,
-                    wait_addr: h.wait_addr,
-                    at_ns: h.time_ns,
-                    carried_ns: h.carried_ns,
-                }
-            } else {
-                RecordKind::OnCpu
-            };
-            let mut raw = Vec::with_capacity(rec.len());
-            let mut frames = rec.frames().peekable();
-            while let Some(f) = frames.next() {
-                // `previous` is the next recorded frame; past the last one it is only known to
-                // be NULL when the walk was complete.
-                let previous = match frames.peek() {
-                    Some(next) => next.addr,
-                    None if h.is_complete() => 0,
-                    None => u64::MAX,
-                };
-                raw.push(RawFrame {
-                    addr: f.addr,
-                    code: f.executable,
-                    ip: f.instr_ptr,
-                    previous,
-                    owner: f.owner as u8,
-                    is_entry: false,
-                    tlbc_index: 0,
-                });
-            }
-            let walk = ExternalWalk {
-                tstate: h.tstate,
-                host_tid: h.tid,
-                complete: h.is_complete(),
-                reached_base: h.reached_base(),
-                truncated: h.is_truncated(),
-                read_failed: h.read_failed(),
-                cyclic: h.is_cyclic(),
-                anchor_hit: h.anchor_hit(),
-                anchor: (h.anchor_frame, h.anchor_seq),
-                gil: h.holds_gil().map(GilState::from_held),
-            };
-            batch.push((walk, h.pid, raw, kind));
-        });
+        let mut batch: Vec<DecodedRecord> = Vec::new();
+        sampler.drain(|rec: SampleRecord<'_>| batch.push(DecodedRecord::decode(&rec)));
         self.stats.records += batch.len() as u64;
-        for (walk, pid, raw, kind) in batch {
+        for DecodedRecord {
+            pid,
+            kind,
+            walk,
+            raw,
+        } in batch
+        {
             if let RecordKind::Wake { tid, at_ns } = kind {
                 let mut profile = self.profiles.get_mut(&pid);
                 let add = |s: &ThreadSample, w: WaitReason, ns: u64| {

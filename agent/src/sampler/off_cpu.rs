@@ -58,24 +58,6 @@ pub struct Stall {
     pub frames: Vec<crate::symbolize::Frame>,
 }
 
-/// What a ring-buffer record stands for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum RecordKind {
-    /// A cpu-clock tick.
-    OnCpu,
-    /// A thread blocking: its stack, the `common::WAIT_*` class of its system call, the futex
-    /// word for futex waits, when, and the time of its unrecorded waits since its last
-    /// recorded one (the program times short waits without walking them).
-    OffCpu {
-        wait: u32,
-        wait_addr: u64,
-        at_ns: u64,
-        carried_ns: u64,
-    },
-    /// A blocked thread running again, and when.
-    Wake { tid: u32, at_ns: u64 },
-}
-
 /// The wait reason of an off-CPU record: a futex inside the GIL's state is a GIL wait.
 pub fn wait_reason(class: u32, wait_addr: u64, gil: Option<std::ops::Range<u64>>) -> WaitReason {
     match class {

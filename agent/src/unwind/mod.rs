@@ -8,6 +8,7 @@
 //! Thread names (`threading.Thread.name`, else the OS name) are cached per thread and read again
 //! for new threads and once a second (`thread_names`), not per sample.
 
+mod decode;
 pub mod frame_cache;
 pub mod loss;
 mod record;
@@ -19,6 +20,7 @@ pub mod walk;
 
 use std::sync::Arc;
 
+pub use decode::{DecodedRecord, RecordKind};
 pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};
 pub use loss::{LossCounts, StackLoss};
 pub use record::{ExternalSkip, ExternalWalk};

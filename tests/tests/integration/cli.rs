@@ -545,7 +545,7 @@ fn duration_flags_take_seconds_and_units() {
     }
     for duration in ["2", "2s", "500ms", "0.5"] {
         let out = run_pyagent(&["--all-python", "--duration", duration]);
-        assert_one_line_error(&out, "--all-python needs --output DIR");
+        assert_one_line_error(&out, "--all-python --duration needs --output DIR");
     }
     // PYAGENT_INTERVAL goes through the same parser.
     let out = Command::new(pyagent_bin())

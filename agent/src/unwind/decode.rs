@@ -1,0 +1,110 @@
+//! A BPF sample record read off the ring buffer, decoded into what the unwinder resolves: the
+//! walk's outcome and its raw frames, or a wake-up, which carries no stack. The wire format
+//! (`common::SampleRecord`) stops here: past this point a record is typed values.
+
+use common::SampleRecord;
+
+use super::{ExternalWalk, GilState, RawFrame};
+
+/// What one record says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A cpu-clock tick.
+    OnCpu,
+    /// A thread blocking: its stack, the `common::WAIT_*` class of its system call, the futex
+    /// word for futex waits, when, and the time of its unrecorded waits since its last
+    /// recorded one (the program times short waits without walking them).
+    OffCpu {
+        /// `common::WAIT_*`
+        wait: u32,
+        /// the futex word of a futex wait
+        wait_addr: u64,
+        /// when it blocked (CLOCK_MONOTONIC ns)
+        at_ns: u64,
+        /// blocked time of the repeats the program only timed
+        carried_ns: u64,
+    },
+    /// A blocked thread running again, and when.
+    Wake {
+        /// host TID
+        tid: u32,
+        /// when it woke (CLOCK_MONOTONIC ns)
+        at_ns: u64,
+    },
+}
+
+/// One record, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedRecord {
+    /// host PID of the process
+    pub pid: u32,
+    /// what happened
+    pub kind: RecordKind,
+    /// how the walk ended (default for a wake-up)
+    pub walk: ExternalWalk,
+    /// the walked frames, innermost first (empty for a wake-up)
+    pub raw: Vec<RawFrame>,
+}
+
+impl DecodedRecord {
+    /// Decodes `rec`. Each frame's `previous` is the next recorded frame; past the last one it
+    /// is known to be NULL only when the walk was complete (`u64::MAX`: unknown).
+    pub fn decode(rec: &SampleRecord<'_>) -> DecodedRecord {
+        let h = rec.header();
+        let kind = if h.is_wake() {
+            return DecodedRecord {
+                pid: h.pid,
+                kind: RecordKind::Wake {
+                    tid: h.tid,
+                    at_ns: h.time_ns,
+                },
+                walk: ExternalWalk::default(),
+                raw: Vec::new(),
+            };
+        } else if h.is_off_cpu() {
+            RecordKind::OffCpu {
+                wait: h.wait,
+                wait_addr: h.wait_addr,
+                at_ns: h.time_ns,
+                carried_ns: h.carried_ns,
+            }
+        } else {
+            RecordKind::OnCpu
+        };
+        let mut raw = Vec::with_capacity(rec.len());
+        let mut frames = rec.frames().peekable();
+        while let Some(f) = frames.next() {
+            let previous = match frames.peek() {
+                Some(next) => next.addr,
+                None if h.is_complete() => 0,
+                None => u64::MAX,
+            };
+            raw.push(RawFrame {
+                addr: f.addr,
+                code: f.executable,
+                ip: f.instr_ptr,
+                previous,
+                owner: f.owner as u8,
+                is_entry: false,
+                tlbc_index: 0,
+            });
+        }
+        DecodedRecord {
+            pid: h.pid,
+            kind,
+            walk: ExternalWalk {
+                tstate: h.tstate,
+                host_tid: h.tid,
+                complete: h.is_complete(),
+                reached_base: h.reached_base(),
+                truncated: h.is_truncated(),
+                read_failed: h.read_failed(),
+                cyclic: h.is_cyclic(),
+                anchor_hit: h.anchor_hit(),
+                anchor: (h.anchor_frame, h.anchor_seq),
+                gil: h.holds_gil().map(GilState::from_held),
+            },
+            raw,
+        }
+    }
+}
