@@ -22,7 +22,7 @@ pub use elf::parse_facts as parse_elf_facts;
 pub use elf::{ElfError, ElfFacts};
 pub use host::{HostScanner, ProcessState, ScanChanges};
 pub use procfs_util::{
-    children, host_tids, mount_points, ns_pid, process_alive, process_exists, task_ids,
+    children, exe_path, host_tids, mount_points, ns_pid, process_alive, process_exists, task_ids,
     thread_name, MapsEntry, TaskIds,
 };
 

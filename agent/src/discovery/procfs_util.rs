@@ -113,7 +113,7 @@ pub(super) fn candidate_objects(
 }
 
 /// The executable's path as the target sees it.
-pub(super) fn exe_path(pid: u32) -> Option<PathBuf> {
+pub fn exe_path(pid: u32) -> Option<PathBuf> {
     let p = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
     let s = p.to_string_lossy();
     Some(PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s)))

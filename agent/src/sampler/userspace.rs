@@ -7,11 +7,12 @@
 //! remain, the duration is over, or `stop` is set.
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::aggregate::{Aggregator, WaitReason};
-use crate::discovery::{children, locate_runtime, DiscoveryError};
+use crate::discovery::{children, exe_path, locate_runtime, DiscoveryError};
 use crate::sampler::blocking::{PausedThreads, SeizeStats};
 use crate::sampler::off_cpu::{blocked_in, wait_reason};
 use crate::unwind::{
@@ -56,8 +57,8 @@ pub struct UserspaceSampler {
     config: UserspaceConfig,
     roots: Vec<u32>,
     targets: HashMap<u32, Unwinder>,
-    /// pids found not to be Python (not retried)
-    rejected: HashSet<u32>,
+    /// pids found not to be Python, with the executable they ran then (retried after an exec)
+    rejected: HashMap<u32, Option<PathBuf>>,
     stats: SamplerStats,
     /// unwinder counters of processes that already exited
     retired: Vec<UnwindStats>,
@@ -79,7 +80,7 @@ impl UserspaceSampler {
             config,
             roots: Vec::new(),
             targets: HashMap::new(),
-            rejected: HashSet::new(),
+            rejected: HashMap::new(),
             stats: SamplerStats::default(),
             retired: Vec::new(),
             last_scan: None,
@@ -106,7 +107,7 @@ impl UserspaceSampler {
             config,
             roots: roots.to_vec(),
             targets,
-            rejected: HashSet::new(),
+            rejected: HashMap::new(),
             stats: SamplerStats::default(),
             retired: Vec::new(),
             last_scan: None,
@@ -168,7 +169,10 @@ impl UserspaceSampler {
             }
             let kids = children(pid);
             for &kid in &kids {
-                if self.targets.contains_key(&kid) || self.rejected.contains(&kid) {
+                // A child rejected before its exec (a shell's fork on its way to Python) is
+                // looked at again once it runs another program.
+                let exe = exe_path(kid);
+                if self.targets.contains_key(&kid) || self.rejected.get(&kid) == Some(&exe) {
                     continue;
                 }
                 match locate_runtime(kid) {
@@ -181,7 +185,7 @@ impl UserspaceSampler {
                     Err(DiscoveryError::NotInitialized { .. }) => {}
                     Err(e) => {
                         tracing::debug!(pid = kid, error = %e, "not following subprocess");
-                        self.rejected.insert(kid);
+                        self.rejected.insert(kid, exe);
                     }
                 }
             }

@@ -11,6 +11,7 @@ use pyagent_tests::stacks::{
     host_wide_lock, marker_line, number_before, pyagent_bin, record_collapsed, run_pyagent, script,
 };
 use pyagent_tests::{Interpreter, PythonProcess, MATRIX};
+use rstest::rstest;
 
 fn out_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("pyagent-ebpf-{tag}-{}", std::process::id()));
@@ -468,6 +469,26 @@ fn ebpf_samples_short_lived_threads() {
         unknown * 10 <= short + main,
         "few ticks lost to unknown threads: {err}"
     );
+}
+
+/// Issue 17, item 4: records the BPF program walked carry the threads' Python names, whole
+/// (not the OS name, cut to 15 bytes where CPython sets it), on a version that keeps thread
+/// names to Python and on one that also names the OS thread.
+#[rstest]
+fn ebpf_samples_carry_python_thread_names(#[values("py312", "py315")] py: &str) {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
+    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("named_spinners.py"), &[]);
+    p.wait_for_line("ready", Duration::from_secs(60));
+    let dir = out_dir(&format!("names-{py}"));
+    let file = dir.join("names.txt");
+    let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "2"], &file);
+    for name in ["CustomThreadName-1", "CustomThreadName-2"] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(&format!("({name});")) && l.contains(";spin ")),
+            "{name} on its own samples: {text}\n{err}"
+        );
+    }
 }
 
 /// 3.15 with more threads than the frame cache holds (4,096): the main thread, the oldest and so
