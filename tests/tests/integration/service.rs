@@ -332,6 +332,14 @@ fn unit_capabilities() -> String {
 
 /// Runs pyagent as `nobody` with exactly `caps` (setpriv, ambient capabilities).
 fn as_nobody(caps: &str, args: &[&str]) -> std::process::Output {
+    nobody_with(caps)
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux)")
+}
+
+/// `setpriv … pyagent`: pyagent as `nobody` with exactly `caps`, arguments still to add.
+fn nobody_with(caps: &str) -> Command {
     let mut cmd = Command::new("setpriv");
     cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
     if !caps.is_empty() {
@@ -346,10 +354,8 @@ fn as_nobody(caps: &str, args: &[&str]) -> std::process::Output {
             format!(",{caps}")
         }
     ));
-    cmd.arg(pyagent_bin())
-        .args(args)
-        .output()
-        .expect("setpriv (util-linux)")
+    cmd.arg(pyagent_bin());
+    cmd
 }
 
 #[test]
@@ -496,14 +502,12 @@ fn service_names_the_processes_it_does_not_profile() {
         .map(str::to_string)
         .collect();
     let caps = caps.join(",");
-    let mut setpriv = Command::new("setpriv");
-    setpriv
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(format!("--inh-caps={caps}"))
-        .arg(format!("--ambient-caps={caps}"))
-        .arg(format!("--bounding-set=-all,{caps}"))
-        .arg(pyagent_bin());
-    let svc = Service::start_by(setpriv, "not-profiled", "2s", &["--mode", "ebpf"]);
+    let svc = Service::start_by(
+        nobody_with(&caps),
+        "not-profiled",
+        "2s",
+        &["--mode", "ebpf"],
+    );
     // The target starts after the first scan, so that it is the newest process not profiled.
     wait_for("the first scan", Duration::from_secs(30), || {
         let (_, body) = http_get(svc.port, "/metrics")?;
@@ -512,23 +516,16 @@ fn service_names_the_processes_it_does_not_profile() {
     let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
     p.wait_for_line("ready", Duration::from_secs(30));
     let series = format!("pid=\"{}\"", p.pid());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let metrics = loop {
-        let body = http_get(svc.port, "/metrics")
-            .map(|(_, b)| b)
-            .unwrap_or_default();
-        if body
-            .lines()
-            .any(|l| l.starts_with("pyagent_process_not_profiled_info{") && l.contains(&series))
-        {
-            break body;
-        }
-        if Instant::now() > deadline {
-            let (_, stderr) = svc.terminate();
-            panic!("the target is not in pyagent_process_not_profiled_info: {body}\n{stderr}");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let metrics = wait_for(
+        "the target in pyagent_process_not_profiled_info",
+        Duration::from_secs(30),
+        || {
+            let (_, body) = http_get(svc.port, "/metrics")?;
+            body.lines()
+                .any(|l| l.starts_with("pyagent_process_not_profiled_info{") && l.contains(&series))
+                .then_some(body)
+        },
+    );
     promtool_check_metrics(&metrics);
     let line = metrics
         .lines()
