@@ -183,9 +183,9 @@ pub enum ModeArg {
     Userspace,
 }
 
-impl From<ModeArg> for pyagent::sampler::host::Mode {
+impl From<ModeArg> for pyagent::profiler::Mode {
     fn from(m: ModeArg) -> Self {
-        use pyagent::sampler::host::Mode;
+        use pyagent::profiler::Mode;
         match m {
             ModeArg::Auto => Mode::Auto,
             ModeArg::Ebpf => Mode::Ebpf,

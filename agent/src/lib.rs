@@ -9,6 +9,10 @@
 //! [`symbolize`] (code object + instruction → function, file, line) →
 //! [`aggregate`] (stacks → counts per profile window) →
 //! [`export`] (pprof, collapsed stacks, flame graphs).
+//!
+//! [`profiler`] is the conductor that drives them for a whole host (discovery, one backend,
+//! each process's unwinder and aggregator); [`service`] runs it as a daemon and hands its
+//! windows to the exporters. A sample flows forward through the stages and never comes back.
 
 #![deny(missing_docs)]
 pub mod aggregate;
@@ -18,6 +22,7 @@ pub mod dump;
 pub mod export;
 pub mod memory;
 pub mod offsets;
+pub mod profiler;
 pub mod sampler;
 pub mod service;
 pub mod symbolize;

@@ -20,7 +20,7 @@ use pyagent::unwind::UnwindOptions;
 
 use cli::{Cli, Command, DumpArgs, FormatArg, FrameArgs, HostArgs, ModeArg, RecordArgs};
 use pyagent::config::{Mode, Overrides, ServiceConfig, ServiceNameRule};
-use pyagent::sampler::host::{HostConfig, HostProfiler, ProcessInfo};
+use pyagent::profiler::{HostConfig, HostProfiler, ProcessInfo};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 

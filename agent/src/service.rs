@@ -20,7 +20,7 @@ use crate::export::metrics::{
     serve, AgentMetrics, FailureReason, MetricsError, ProcessState, NOT_PROFILED_SHOWN,
 };
 use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
-use crate::sampler::host::{HostConfig, HostError, HostProfiler, HostStats, ProcessInfo};
+use crate::profiler::{HostConfig, HostError, HostProfiler, HostStats, ProcessInfo};
 use crate::unwind::{StackLoss, UnwindOptions};
 
 mod stalls;

@@ -164,7 +164,7 @@ mod tests {
     use super::*;
     use crate::config::{ServiceConfig, FILE_EXAMPLE};
     use crate::export::sinks::{Auth, PyroscopeApi};
-    use crate::sampler::host::Mode;
+    use crate::profiler::Mode;
 
     #[test]
     fn file_is_parsed() {

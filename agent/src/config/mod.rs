@@ -48,7 +48,7 @@ use std::time::Duration;
 
 pub use crate::discovery::service_name::ServiceNameRule;
 use crate::export::sinks::{Auth, DirectoryLimits, PyroscopeApi, PyroscopeConfig};
-pub use crate::sampler::host::Mode;
+pub use crate::profiler::Mode;
 pub use env::ENV_PREFIX;
 pub use overrides::Overrides;
 pub use values::{ValueError, RATE_HZ};

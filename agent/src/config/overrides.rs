@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::discovery::service_name::ServiceNameRule;
 use crate::export::sinks::PyroscopeApi;
-use crate::sampler::host::Mode;
+use crate::profiler::Mode;
 
 /// One layer of settings; `None` leaves the setting to a lower layer (or the default).
 ///

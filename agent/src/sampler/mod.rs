@@ -4,14 +4,13 @@
 //! thread the CPU is running and hands raw frame addresses over a ring buffer.
 //! [`userspace`]: a timer that unwinds each target through `process_vm_readv` (no privileges
 //! beyond ptrace rights, no BPF); [`blocking`] optionally stops a process around its sample.
-//! Both feed the same unwinder, symbolizer and aggregator. With off-CPU on, the BPF program
-//! also records a thread's stack as it blocks and its wake-up ([`host`] weighs the stack by the
-//! time between; `off_cpu.rs` classifies the wait).
+//! Both feed the same unwinder, symbolizer and aggregator, driven by the conductor
+//! ([`crate::profiler`]). With off-CPU on, the BPF program also records a thread's stack as it
+//! blocks and its wake-up (the conductor weighs the stack by the time between; [`off_cpu`]
+//! classifies the wait).
 
 pub mod blocking;
 pub mod bpf;
-pub mod host;
 pub mod off_cpu;
 pub mod slots;
 pub mod userspace;
-mod waits;

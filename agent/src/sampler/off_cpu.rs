@@ -1,62 +1,8 @@
-//! Off-CPU bookkeeping of the host profiler: what a record stands for, the wait reason of a
-//! blocked thread, and the threads found blocked when a process is first tracked.
+//! What a blocked thread waits for: the wait reason of an off-CPU record or of a thread found
+//! blocked (its system call, read from `/proc`), and the GIL state that wait implies.
 
 use crate::aggregate::WaitReason;
-use crate::unwind::{GilState, ThreadSample};
-
-/// A thread blocked in a recorded stack, until its wake-up record (or a cut) weighs it.
-#[derive(Debug)]
-pub(crate) struct Waiting {
-    pub sample: ThreadSample,
-    pub wait: WaitReason,
-    /// CLOCK_MONOTONIC nanoseconds from which the wait is not yet in a profile
-    pub since_ns: u64,
-    /// for a wait found already running at attach: the system call it was seen in
-    pub seen_blocked_in: Option<i64>,
-    /// CLOCK_MONOTONIC nanoseconds the wait began (or was found): how long it has lasted
-    pub blocked_since_ns: u64,
-    /// reported as stalled already (once per wait)
-    pub stall_reported: bool,
-}
-
-impl Waiting {
-    /// The wait of a thread that blocked in `sample` for `wait` at `since_ns`: its GIL state
-    /// becomes waiting when it waits for the GIL.
-    pub fn new(
-        mut sample: ThreadSample,
-        wait: WaitReason,
-        since_ns: u64,
-        seen_blocked_in: Option<i64>,
-    ) -> Waiting {
-        sample.gil = gil_while_blocked(sample.gil, wait);
-        Waiting {
-            sample,
-            wait,
-            since_ns,
-            seen_blocked_in,
-            blocked_since_ns: since_ns,
-            stall_reported: false,
-        }
-    }
-}
-
-/// A thread blocked in one stack for longer than the stall threshold: what the service reports
-/// once per stall.
-#[derive(Debug, Clone)]
-pub struct Stall {
-    /// Host PID of its process.
-    pub pid: u32,
-    /// Its thread id (in the process's PID namespace, as CPython stores it).
-    pub tid: u32,
-    /// Its Python thread name, when known.
-    pub thread_name: Option<std::sync::Arc<str>>,
-    /// What it waits in.
-    pub wait: WaitReason,
-    /// How long it has been blocked (since the agent first saw the wait).
-    pub blocked_for: std::time::Duration,
-    /// The stack it blocked in, innermost first.
-    pub frames: Vec<crate::symbolize::Frame>,
-}
+use crate::unwind::GilState;
 
 /// The wait reason of an off-CPU record: a futex inside the GIL's state is a GIL wait.
 pub fn wait_reason(class: u32, wait_addr: u64, gil: Option<std::ops::Range<u64>>) -> WaitReason {

@@ -14,8 +14,8 @@ use crate::dump;
 use crate::export::atomic_file::write_atomically;
 use crate::export::metrics::AgentMetrics;
 use crate::export::sinks::file_safe_service;
-use crate::sampler::host::HostProfiler;
-use crate::sampler::off_cpu::Stall;
+use crate::profiler::HostProfiler;
+use crate::profiler::Stall;
 use crate::unwind::UnwindOptions;
 
 /// Watches the profiler's waits for stalls.

@@ -6,6 +6,7 @@
 //! interpreter's `code_object_generation` where it exists (3.14+); before 3.14 each entry is
 //! re-validated once per sample against a fingerprint of the code object's header.
 
+mod bytecode;
 mod frame;
 mod linetable;
 mod strings;
@@ -14,6 +15,7 @@ mod strings;
 use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
+pub use bytecode::bytecode_base;
 pub use frame::{CodeName, Frame, FrameKind};
 pub use linetable::{LineRange, LineTable};
 pub use strings::{read_bytes, read_str, ObjectError};

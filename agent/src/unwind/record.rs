@@ -1,8 +1,57 @@
 //! Stacks walked by someone else (the BPF program): raw frame addresses in, symbolized
 //! [`ThreadSample`] out, through the same symbolizer and 3.15 frame cache as userspace walks.
+//!
+//! Records come in batches (one ring-buffer drain). The unwinder keeps what they are resolved
+//! against between batches ([`RecordContext`]): which interpreter each thread state belongs to,
+//! and when that and the code-object cache were last validated against the process.
 
-use super::{CachedFrame, InterpreterInfo, RawFrame, ThreadKey, ThreadSample, Unwinder};
-use crate::memory::MemoryError;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::{
+    CachedFrame, InterpreterInfo, RawFrame, ThreadInfo, ThreadKey, ThreadSample, UnwindError,
+    Unwinder,
+};
+
+/// A process's records are resolved against interpreter state and a code-object cache validated
+/// at most this long ago. Re-validating every drain cost one remote read per process per drain:
+/// most of the agent's time with many processes. A code object freed and another allocated at
+/// its address within this window is shown under the old name until then (py-spy never
+/// re-validates).
+const RECORD_VALIDATE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// What the records of one process are resolved against, kept between batches.
+#[derive(Debug)]
+pub(super) struct RecordContext {
+    /// interpreter of each thread state, from the last read of the thread list
+    interp_of: HashMap<u64, InterpreterInfo>,
+    /// the interpreter whose thread list the BPF program searches for threads not registered
+    /// with it: their records carry thread states the last read did not see
+    searched: Option<InterpreterInfo>,
+    /// when the interpreter state and code-object cache were last validated
+    last_validated: Instant,
+}
+
+impl Default for RecordContext {
+    fn default() -> Self {
+        RecordContext {
+            interp_of: HashMap::new(),
+            searched: None,
+            last_validated: Instant::now(),
+        }
+    }
+}
+
+impl RecordContext {
+    /// Records which interpreter each thread state belongs to, as just read.
+    fn set_interpreters(&mut self, interpreters: &[(InterpreterInfo, Vec<ThreadInfo>)]) {
+        self.interp_of.clear();
+        for (interp, threads) in interpreters {
+            self.interp_of
+                .extend(threads.iter().map(|t| (t.addr, *interp)));
+        }
+    }
+}
 
 /// How the external walk ended, and the 3.15 anchor it saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,6 +89,9 @@ pub enum ExternalSkip {
     Incomplete,
     /// the chain loops back on itself (corrupt memory): a stack that never existed
     CyclicChain,
+    /// a thread state of no interpreter known: not read since the process's last thread-list
+    /// read, and not in the interpreter the program searches
+    UnknownThreadState,
 }
 
 /// Whether a walk cut at the depth bound names a frame twice: a loop longer than the BPF
@@ -51,11 +103,66 @@ fn names_a_frame_twice(raw: &[RawFrame]) -> bool {
 }
 
 impl Unwinder {
+    /// Reads every thread for the BPF program's maps (and on 3.15 walks each through the frame
+    /// cache, moving its anchor: see [`Unwinder::refresh_anchors`]); records resolved from now
+    /// on use these interpreters.
+    pub fn refresh_for_records(
+        &mut self,
+    ) -> Result<Vec<(InterpreterInfo, Vec<ThreadInfo>)>, UnwindError> {
+        self.records.last_validated = Instant::now();
+        let interpreters = if self.frame_cache_enabled() {
+            self.refresh_anchors()?
+        } else {
+            self.begin_batch()?
+        };
+        self.records.set_interpreters(&interpreters);
+        Ok(interpreters)
+    }
+
+    /// Records of threads the last read did not see belong to `interp`: the BPF program found
+    /// them by searching its thread list.
+    pub fn search_unregistered_in(&mut self, interp: InterpreterInfo) {
+        self.records.searched = Some(interp);
+    }
+
+    /// Starts a batch of records. At most every [`RECORD_VALIDATE_INTERVAL`] the interpreter
+    /// state and the code-object cache are validated again (one read on a steady process); in
+    /// between nothing is read up front. An error means the old interpreters are kept.
+    pub fn begin_records(&mut self) -> Result<(), UnwindError> {
+        if self.records.last_validated.elapsed() < RECORD_VALIDATE_INTERVAL {
+            self.begin_cached_batch();
+            return Ok(());
+        }
+        self.records.last_validated = Instant::now();
+        let interpreters = self.begin_batch()?;
+        self.records.set_interpreters(&interpreters);
+        Ok(())
+    }
+
+    /// The interpreter a record's thread state belongs to: as last read, else the searched one.
+    pub fn record_interpreter(&self, tstate: u64) -> Option<InterpreterInfo> {
+        self.records
+            .interp_of
+            .get(&tstate)
+            .or(self.records.searched.as_ref())
+            .copied()
+    }
+
+    /// Turns one record's walk into a sample, in the interpreter its thread state belongs to.
+    pub fn resolve_record(
+        &mut self,
+        walk: &ExternalWalk,
+        raw: &[RawFrame],
+    ) -> Result<ThreadSample, ExternalSkip> {
+        let interp = self
+            .record_interpreter(walk.tstate)
+            .ok_or(ExternalSkip::UnknownThreadState)?;
+        self.resolve_external(&interp, walk, raw)
+    }
+
     /// Resets per-batch state and reads the interpreters (for `<GC>`, the code-object cache
     /// generation and the thread map): call once before resolving a batch of records.
-    pub fn begin_batch(
-        &mut self,
-    ) -> Result<Vec<(InterpreterInfo, Vec<super::ThreadInfo>)>, super::UnwindError> {
+    pub fn begin_batch(&mut self) -> Result<Vec<(InterpreterInfo, Vec<ThreadInfo>)>, UnwindError> {
         self.mem.begin_sample();
         let interpreters = self.threads()?;
         if let Some((interp, _)) = interpreters.first() {
@@ -69,33 +176,6 @@ impl Unwinder {
     /// the batch must read (a code object not seen before) is read fresh.
     pub fn begin_cached_batch(&mut self) {
         self.mem.begin_without_prefetch();
-    }
-
-    /// Like [`Unwinder::begin_batch`], and also walks every thread in userspace through the
-    /// 3.15 frame cache, which stores each thread's stack and moves its anchor to the top frame
-    /// right after the walk. BPF walks that stop at that anchor are spliced onto these stacks,
-    /// with the sequence check guarding against reused frame addresses.
-    pub fn refresh_anchors(
-        &mut self,
-    ) -> Result<Vec<(InterpreterInfo, Vec<super::ThreadInfo>)>, super::UnwindError> {
-        let interpreters = self.begin_batch()?;
-        for (interp, threads) in &interpreters {
-            for t in threads {
-                match self.sample_thread(interp, t) {
-                    Ok(_) => {}
-                    Err(super::AttemptError::Memory(MemoryError::Gone { .. })) => {
-                        return Err(super::UnwindError::Gone {
-                            pid: self.target.pid,
-                        })
-                    }
-                    Err(_) => self.stats.torn += 1,
-                }
-            }
-        }
-        if let Some(fc) = self.frame_cache.as_mut() {
-            fc.end_round();
-        }
-        Ok(interpreters)
     }
 
     /// Turns an external walk of `raw` frames (innermost first; `previous` of the last frame

@@ -11,8 +11,62 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::aggregate::WaitReason;
-use crate::sampler::off_cpu::{blocked_in, monotonic_ns, Stall, Waiting};
+use crate::sampler::off_cpu::{blocked_in, gil_while_blocked, monotonic_ns};
 use crate::unwind::ThreadSample;
+
+/// A thread blocked in a recorded stack, until its wake-up record (or a cut) weighs it.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    pub sample: ThreadSample,
+    pub wait: WaitReason,
+    /// CLOCK_MONOTONIC nanoseconds from which the wait is not yet in a profile
+    pub since_ns: u64,
+    /// for a wait found already running at attach: the system call it was seen in
+    pub seen_blocked_in: Option<i64>,
+    /// CLOCK_MONOTONIC nanoseconds the wait began (or was found): how long it has lasted
+    pub blocked_since_ns: u64,
+    /// reported as stalled already (once per wait)
+    pub stall_reported: bool,
+}
+
+impl Waiting {
+    /// The wait of a thread that blocked in `sample` for `wait` at `since_ns`: its GIL state
+    /// becomes waiting when it waits for the GIL.
+    pub fn new(
+        mut sample: ThreadSample,
+        wait: WaitReason,
+        since_ns: u64,
+        seen_blocked_in: Option<i64>,
+    ) -> Waiting {
+        sample.gil = gil_while_blocked(sample.gil, wait);
+        Waiting {
+            sample,
+            wait,
+            since_ns,
+            seen_blocked_in,
+            blocked_since_ns: since_ns,
+            stall_reported: false,
+        }
+    }
+}
+
+/// A thread blocked in one stack for longer than the stall threshold: what the service reports
+/// once per stall.
+#[derive(Debug, Clone)]
+pub struct Stall {
+    /// Host PID of its process.
+    pub pid: u32,
+    /// Its thread id (in the process's PID namespace, as CPython stores it).
+    pub tid: u32,
+    /// Its Python thread name, when known.
+    pub thread_name: Option<std::sync::Arc<str>>,
+    /// What it waits in.
+    pub wait: WaitReason,
+    /// How long it has been blocked (since the agent first saw the wait).
+    pub blocked_for: std::time::Duration,
+    /// The stack it blocked in, innermost first.
+    pub frames: Vec<crate::symbolize::Frame>,
+}
 
 /// Hands a wait's time to the profile of its process: `false` when the process has none.
 pub(crate) trait AddWait: FnMut(&ThreadSample, WaitReason, u64) -> bool {}

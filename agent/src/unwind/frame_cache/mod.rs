@@ -10,6 +10,8 @@
 //! another caller, a foreign writer) is a miss, never a spliced chain (the ABA problem).
 
 // foldhash: these maps are looked up several times per sample, keyed by addresses.
+mod anchor;
+
 use foldhash::HashMap;
 
 use crate::symbolize::{Frame, FrameKind};

@@ -1,0 +1,432 @@
+//! The BPF backend of the host profiler: each tracked process's walk configuration and threads
+//! in the program's maps, and the records drained from its ring buffer, handed to the process's
+//! [`Unwinder`] and on to its profile.
+//!
+//! A record's path: [`BpfSampler::drain`] (ring buffer) → [`DecodedRecord::decode`] (wire
+//! format → typed walk) → [`Unwinder::resolve_record`] (frames, through the code-object and
+//! frame caches) → the process's aggregator (on-CPU), or [`Waits`] until its wake-up (off-CPU).
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use common::{Counter, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
+
+use crate::aggregate::WaitReason;
+use crate::discovery::{host_tids, HostScanner, PythonTarget};
+use crate::sampler::bpf::{pa_proc_for, pa_thread_list_for, set_gil, BpfError, BpfSampler};
+use crate::sampler::off_cpu::{blocked_in, monotonic_ns, wait_reason, BlockedIn};
+use crate::unwind::{
+    DecodedRecord, ExternalSkip, InterpreterInfo, RecordKind, ThreadInfo, ThreadSample,
+    UnwindOptions, Unwinder,
+};
+
+use super::process::Collected;
+use super::waits::{Waiting, Woke};
+
+/// Every process's thread list is re-read at least this often, whatever the BPF program
+/// reports: a thread state replaced under a known thread id sends no notice.
+const THREAD_REFRESH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A process the program samples.
+struct BpfProcess {
+    unwinder: Unwinder,
+    /// host TIDs registered in the thread map
+    threads: HashMap<u32, u64>,
+    /// when all of its tasks were last registered
+    last_refresh: Instant,
+    /// the process's PID namespace (`st_dev`, `st_ino`), in which `native_thread_id`s are
+    /// given; `None` when unreadable (then the program cannot search for new threads)
+    pidns: Option<(u64, u64)>,
+    /// the walk configuration in the program's maps (its GIL addresses are set once the main
+    /// interpreter is known)
+    proc_config: PaProc,
+}
+
+/// The loaded program and the processes it samples.
+pub(super) struct BpfBackend {
+    pub sampler: BpfSampler,
+    procs: HashMap<u32, BpfProcess>,
+}
+
+impl BpfBackend {
+    pub fn new(sampler: BpfSampler) -> BpfBackend {
+        BpfBackend {
+            sampler,
+            procs: HashMap::new(),
+        }
+    }
+
+    /// Starts sampling `target`: its walk configuration goes into the program's maps (an error
+    /// says why it cannot be profiled).
+    pub fn track(&mut self, target: PythonTarget, unwind: UnwindOptions) -> Result<(), BpfError> {
+        let pid = target.pid;
+        // 3.15: the program stops at `last_profiled_frame` and the agent splices its cached
+        // stack. The anchor is written by the agent right after its own userspace walk of the
+        // thread (every refresh), never late: a BPF program cannot write it here (kernel
+        // lockdown refuses bpf_probe_write_user, which also fails in the interrupt context of a
+        // cpu-clock event), and a write long after the walk would let a reused frame address
+        // splice another call chain.
+        let use_anchor = unwind.frame_cache && target.offsets.has_frame_cache_anchor();
+        let proc_config = pa_proc_for(&target.offsets, use_anchor);
+        self.sampler.track_process(pid, &proc_config)?;
+        let options = UnwindOptions {
+            frame_cache: use_anchor,
+            ..unwind
+        };
+        self.procs.insert(
+            pid,
+            BpfProcess {
+                unwinder: Unwinder::new(target, options),
+                threads: HashMap::new(),
+                last_refresh: Instant::now(),
+                pidns: pid_namespace(pid),
+                proc_config,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops sampling `pid` and forgets its threads.
+    pub fn untrack(&mut self, pid: u32) {
+        if let Some(p) = self.procs.remove(&pid) {
+            for tid in p.threads.into_keys() {
+                let _ = self.sampler.remove_thread(tid);
+            }
+        }
+        let _ = self.sampler.untrack_process(pid);
+    }
+
+    /// The program stops recording every process (the run ends): what the ring buffer holds
+    /// now is all there will be.
+    pub fn stop_recording(&mut self) {
+        for pid in self.procs.keys() {
+            let _ = self.sampler.untrack_process(*pid);
+        }
+    }
+
+    /// The unwinders of the processes sampled.
+    pub fn unwinders(&self) -> impl Iterator<Item = &Unwinder> {
+        self.procs.values().map(|p| &p.unwinder)
+    }
+
+    /// Python threads (those with a thread state) of each process at its last thread-list read.
+    pub fn python_threads(&self) -> HashMap<u32, u64> {
+        self.procs
+            .iter()
+            .map(|(&pid, p)| {
+                let python = p.threads.values().filter(|&&ts| ts != 0).count();
+                (pid, python as u64)
+            })
+            .collect()
+    }
+
+    /// Ticks the program lost: a thread neither registered nor found in its interpreter's
+    /// thread list.
+    pub fn unknown_thread_ticks(&self) -> u64 {
+        self.sampler.counter(Counter::ThreadUnknown).unwrap_or(0)
+    }
+
+    /// Drains and resolves the ring buffer, passes on the program's notices, and re-reads the
+    /// thread lists that need it.
+    pub fn collect(&mut self, scanner: &mut HostScanner, out: &mut Collected) {
+        // Records first: on 3.15 they were walked against the anchors and cached stacks of the
+        // last refresh, which the next refresh replaces.
+        let sampled = self.drain_records(out);
+        let mut unknown_thread = HashSet::new();
+        for (pid, bits) in self.sampler.take_notices() {
+            if bits & NOTICE_EXEC != 0 {
+                scanner.notice_exec(pid);
+            }
+            if bits & NOTICE_UNKNOWN_THREAD != 0 {
+                unknown_thread.insert(pid);
+            }
+        }
+        // Re-read a thread list only when it matters: the program met a thread it cannot walk;
+        // a 3.15 process was sampled (its anchors move the next BPF walks' stopping points up
+        // to now); or the slow pass is due.
+        let due: Vec<(u32, bool)> = self
+            .procs
+            .iter()
+            .filter_map(|(pid, p)| {
+                let full = unknown_thread.contains(pid)
+                    || p.last_refresh.elapsed() >= THREAD_REFRESH_INTERVAL;
+                let anchors = p.unwinder.frame_cache_enabled() && sampled.contains(pid);
+                (full || anchors).then_some((*pid, full))
+            })
+            .collect();
+        for (pid, full) in due {
+            self.refresh_threads(pid, full, out);
+        }
+    }
+
+    /// Re-reads a process's thread list into the BPF thread map; with `all_tasks`, also
+    /// registers its threads without a thread state (a /proc read of every task).
+    pub fn refresh_threads(&mut self, pid: u32, all_tasks: bool, out: &mut Collected) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if all_tasks {
+            p.last_refresh = Instant::now();
+        }
+        let interpreters = match p.unwinder.refresh_for_records() {
+            Ok(i) => i,
+            Err(e) => {
+                out.stats.refresh_failed += 1;
+                tracing::debug!(pid, "thread refresh failed: {e}");
+                return;
+            }
+        };
+        let sampler = &mut self.sampler;
+        set_thread_list(sampler, pid, p, &interpreters);
+        let mut now = HashMap::new();
+        for (_, threads) in interpreters {
+            for t in threads {
+                let Some(host_tid) = p.unwinder.host_tid(t.native_thread_id) else {
+                    continue;
+                };
+                // The sampler writes nothing for a thread that has not moved.
+                if sampler.set_thread(host_tid, t.addr).is_ok() {
+                    now.insert(host_tid, t.addr);
+                }
+            }
+        }
+        // The process's other threads (C extension workers, threads that never ran Python) go
+        // in as "no thread state": the program then counts their samples without asking for
+        // another refresh on every tick. One that starts running Python later is picked up by
+        // the periodic refresh.
+        let others = if all_tasks {
+            host_tids(pid)
+        } else {
+            // Keep the ones registered before.
+            p.threads
+                .iter()
+                .filter(|(_, ts)| **ts == 0)
+                .map(|(tid, _)| *tid)
+                .collect()
+        };
+        for tid in others {
+            if now.contains_key(&tid) {
+                continue;
+            }
+            if sampler.set_thread(tid, 0).is_ok() {
+                now.insert(tid, 0);
+            }
+        }
+        for gone in p.threads.keys().filter(|tid| !now.contains_key(tid)) {
+            let _ = sampler.remove_thread(*gone);
+            out.waits.forget_thread(*gone);
+        }
+        p.threads = now;
+    }
+
+    /// Resolves the records in the ring buffer; returns the pids that had some.
+    pub fn drain_records(&mut self, out: &mut Collected) -> HashSet<u32> {
+        let mut sampled = HashSet::new();
+        let mut batch: Vec<DecodedRecord> = Vec::new();
+        self.sampler
+            .drain(|rec: SampleRecord<'_>| batch.push(DecodedRecord::decode(&rec)));
+        out.stats.records += batch.len() as u64;
+        for record in batch {
+            if let RecordKind::Wake { tid, at_ns } = record.kind {
+                woke(out, record.pid, tid, at_ns);
+                continue;
+            }
+            let pid = record.pid;
+            let (Some(p), true) = (self.procs.get_mut(&pid), out.profiles.contains_key(&pid))
+            else {
+                out.stats.untracked += 1;
+                continue;
+            };
+            if sampled.insert(pid) {
+                if let Err(e) = p.unwinder.begin_records() {
+                    out.stats.refresh_failed += 1;
+                    tracing::debug!(pid, "reading the interpreters failed: {e}");
+                }
+            }
+            resolve(&mut p.unwinder, record, out);
+        }
+        sampled
+    }
+
+    /// Threads already blocked when a process is tracked never switch out under the program
+    /// until they wake: their stacks are read now, their waits start now, and the program is
+    /// told to report their wake-up.
+    pub fn seed_blocked_threads(&mut self, pid: u32, out: &mut Collected) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        let blocked: HashMap<u32, BlockedIn> = p
+            .threads
+            .iter()
+            .filter(|(_, tstate)| **tstate != 0)
+            .filter_map(|(&tid, _)| blocked_in(pid, tid).map(|b| (tid, b)))
+            .collect();
+        tracing::debug!(
+            pid,
+            threads = p.threads.len(),
+            blocked = blocked.len(),
+            "threads blocked at attach"
+        );
+        if blocked.is_empty() {
+            return;
+        }
+        let samples = match p
+            .unwinder
+            .sample_filtered(|host| host.is_some_and(|h| blocked.contains_key(&h)))
+        {
+            Ok(samples) => samples,
+            Err(e) => {
+                tracing::debug!(pid, "reading the threads blocked at attach failed: {e}");
+                return;
+            }
+        };
+        tracing::debug!(
+            pid,
+            stacks = samples.len(),
+            "stacks of threads blocked at attach"
+        );
+        let now = monotonic_ns();
+        for sample in samples {
+            let Some(host_tid) = p.unwinder.host_tid(sample.tid) else {
+                tracing::debug!(
+                    pid,
+                    tid = sample.tid,
+                    "no host thread id for a blocked thread"
+                );
+                continue;
+            };
+            let (Some(b), Some(interp)) = (
+                blocked.get(&host_tid),
+                p.threads
+                    .get(&host_tid)
+                    .and_then(|&tstate| p.unwinder.record_interpreter(tstate)),
+            ) else {
+                tracing::debug!(
+                    pid,
+                    host_tid,
+                    "no thread state or interpreter for a blocked thread"
+                );
+                continue;
+            };
+            let wait = wait_reason(b.class, b.wait_addr, p.unwinder.gil_words(&interp));
+            if self.sampler.expect_wake(host_tid, pid).is_err() {
+                continue;
+            }
+            out.waits
+                .found_blocked(host_tid, Waiting::new(sample, wait, now, Some(b.nr)));
+        }
+    }
+}
+
+/// A wake-up record: the thread's recorded wait ends, and its time goes to the profile.
+fn woke(out: &mut Collected, pid: u32, tid: u32, at_ns: u64) {
+    let mut profile = out.profiles.get_mut(&pid);
+    let add = |s: &ThreadSample, w: WaitReason, ns: u64| {
+        profile.as_mut().is_some_and(|p| {
+            p.agg.add_off_cpu(s, w, ns);
+            true
+        })
+    };
+    match out.waits.woke(tid, at_ns, add) {
+        Woke::Weighed => {}
+        Woke::Unmatched => out.stats.unmatched_wakes += 1,
+        Woke::Untracked => out.stats.untracked += 1,
+    }
+}
+
+/// An on- or off-CPU record of a tracked process: its stack into the profile, or into the
+/// blocked threads until its wake-up; a record without a stack is counted by reason.
+fn resolve(unwinder: &mut Unwinder, record: DecodedRecord, out: &mut Collected) {
+    let DecodedRecord {
+        pid,
+        kind,
+        walk,
+        raw,
+    } = record;
+    let Some(profile) = out.profiles.get_mut(&pid) else {
+        return;
+    };
+    let stats = &mut out.stats;
+    let sample = match unwinder.resolve_record(&walk, &raw) {
+        Ok(sample) => sample,
+        // Not dropped from a profile: no interpreter says what the record was.
+        Err(ExternalSkip::UnknownThreadState) => {
+            stats.untracked += 1;
+            return;
+        }
+        Err(skip) => {
+            profile.agg.add_dropped(1);
+            match skip {
+                ExternalSkip::Torn => stats.torn += 1,
+                ExternalSkip::AnchorMiss => stats.anchor_miss += 1,
+                ExternalSkip::Incomplete => stats.incomplete += 1,
+                ExternalSkip::CyclicChain => stats.cyclic += 1,
+                ExternalSkip::UnknownThreadState => {}
+            }
+            return;
+        }
+    };
+    match kind {
+        RecordKind::OffCpu {
+            wait,
+            wait_addr,
+            at_ns,
+            carried_ns,
+        } => {
+            let gil = unwinder
+                .record_interpreter(walk.tstate)
+                .and_then(|interp| unwinder.gil_words(&interp));
+            let wait = wait_reason(wait, wait_addr, gil);
+            stats.off_cpu_waits += 1;
+            let waiting = Waiting::new(sample, wait, at_ns, None);
+            let add = |s: &ThreadSample, w: WaitReason, ns: u64| {
+                profile.agg.add_off_cpu(s, w, ns);
+                true
+            };
+            if !out.waits.blocked(walk.host_tid, waiting, carried_ns, add) {
+                stats.carried_lost += 1;
+            }
+        }
+        RecordKind::OnCpu | RecordKind::Wake { .. } => {
+            profile.agg.add(&sample);
+            stats.samples += 1;
+        }
+    }
+}
+
+/// Points the program at the main interpreter (the oldest, last in the runtime's list): its
+/// thread list, where it finds threads started since this refresh, and its GIL.
+fn set_thread_list(
+    sampler: &mut BpfSampler,
+    pid: u32,
+    p: &mut BpfProcess,
+    interpreters: &[(InterpreterInfo, Vec<ThreadInfo>)],
+) {
+    let Some((main, _)) = interpreters.last() else {
+        return;
+    };
+    if let Some(pidns) = p.pidns {
+        p.unwinder.search_unregistered_in(*main);
+        let list = pa_thread_list_for(&p.unwinder.target().offsets, main.addr, pidns);
+        if let Err(e) = sampler.set_thread_list(pid, &list) {
+            tracing::debug!(pid, "cannot set the thread list: {e}");
+        }
+    }
+    let target = p.unwinder.target();
+    let mut config = p.proc_config;
+    set_gil(&mut config, &target.offsets, target.runtime_addr, main.addr);
+    if config != p.proc_config {
+        match sampler.track_process(pid, &config) {
+            Ok(()) => p.proc_config = config,
+            Err(e) => tracing::debug!(pid, "cannot set where the GIL is: {e}"),
+        }
+    }
+}
+
+/// `st_dev` and `st_ino` of `/proc/PID/ns/pid`: the PID namespace the process's thread ids are
+/// given in.
+fn pid_namespace(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;
+    Some((m.dev(), m.ino()))
+}

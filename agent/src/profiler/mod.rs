@@ -1,0 +1,466 @@
+//! The conductor: host-wide profiling of every CPython process on the host (or a given set),
+//! new ones as they start, through the BPF sampler or, where BPF cannot load, the userspace
+//! sampler. It drives the stages in order and is the only module that knows them all.
+//!
+//! In: a [`HostConfig`]. Out: one [`ProfileWindow`] per process each time
+//! [`HostProfiler::cut`] is called. Discovery ([`HostScanner`]) says which processes are ready;
+//! each is handed to a backend ([`bpf`]: the program's maps and ring buffer; [`userspace`]: a
+//! timer), whose samples go through the process's [`Unwinder`] into its aggregator
+//! ([`process`]); off-CPU time waits in [`waits`] for the wake-up that ends it.
+
+mod bpf;
+mod process;
+mod userspace;
+mod waits;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+pub use process::ProcessInfo;
+pub use waits::Stall;
+
+use crate::aggregate::ProfileWindow;
+use crate::discovery::host::{NotProfiled, ProcessKind};
+use crate::discovery::{HostScanner, PythonTarget};
+use crate::sampler::bpf::{BpfConfig, BpfError, BpfSampler};
+use crate::sampler::userspace::UserspaceSampler;
+use crate::unwind::{UnwindOptions, UnwindStats, Unwinder};
+
+use bpf::BpfBackend;
+use process::Collected;
+/// Where samples come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// BPF if it loads, else userspace (with one line saying why).
+    Auto,
+    /// BPF or fail.
+    Ebpf,
+    /// The userspace sampler only.
+    Userspace,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "auto" => Ok(Mode::Auto),
+            "ebpf" => Ok(Mode::Ebpf),
+            "userspace" => Ok(Mode::Userspace),
+            other => Err(format!("unknown mode {other:?} (auto, ebpf or userspace)")),
+        }
+    }
+}
+
+/// What to profile and how.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// sampler backend
+    pub mode: Mode,
+    /// samples per second per CPU (BPF) or per process (userspace)
+    pub rate_hz: u32,
+    /// only these pids; None: every process on the host
+    pub pids: Option<Vec<u32>>,
+    /// unwinder knobs (the frame cache also switches the BPF anchor on 3.15)
+    pub unwind: UnwindOptions,
+    /// how often /proc is scanned for new processes
+    pub scan_interval: Duration,
+    /// how often the ring buffer is drained and thread maps refreshed
+    pub drain_interval: Duration,
+    /// eBPF: thread states the program searches at most for a thread started since the last
+    /// refresh (0: such threads are only counted as lost)
+    pub thread_search_max: u32,
+    /// eBPF: also profile the time threads spend blocked (off-CPU), with its wait reason
+    pub off_cpu: bool,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            mode: Mode::Auto,
+            rate_hz: 19,
+            pids: None,
+            unwind: UnwindOptions::default(),
+            scan_interval: Duration::from_millis(500),
+            drain_interval: Duration::from_millis(100),
+            thread_search_max: common::THREAD_SEARCH_MAX,
+            off_cpu: false,
+        }
+    }
+}
+
+/// Errors that stop the host profiler from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// `--mode ebpf` and the program cannot be loaded.
+    #[error("eBPF sampler unavailable")]
+    Bpf(#[from] BpfError),
+}
+
+/// Counters of the host profiler.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HostStats {
+    /// records drained from the ring buffer
+    pub records: u64,
+    /// samples added to a profile
+    pub samples: u64,
+    /// records of processes no longer tracked
+    pub untracked: u64,
+    /// records dropped: torn reads
+    pub torn: u64,
+    /// records dropped: 3.15 anchor not vouched for by the frame cache
+    pub anchor_miss: u64,
+    /// records dropped: walk did not reach the base frame
+    pub incomplete: u64,
+    /// ticks lost in the program: a thread neither registered nor found in its interpreter's
+    /// thread list (eBPF)
+    pub unknown_thread: u64,
+    /// records dropped: the frame chain looped back on itself
+    pub cyclic: u64,
+    /// thread-map refreshes that failed
+    pub refresh_failed: u64,
+    /// off-CPU records resolved into a waiting stack
+    pub off_cpu_waits: u64,
+    /// wake-up records whose wait had no resolved stack (its record was dropped or torn)
+    pub unmatched_wakes: u64,
+    /// off-CPU records carrying the time of repeated waits whose first one was not seen
+    pub carried_lost: u64,
+}
+
+/// Where samples come from: one backend for the whole host.
+enum Backend {
+    Bpf(Box<BpfBackend>),
+    Userspace(Box<UserspaceSampler>),
+}
+
+impl Backend {
+    /// The unwinders of the processes sampled.
+    fn unwinders(&self) -> Box<dyn Iterator<Item = &Unwinder> + '_> {
+        match self {
+            Backend::Bpf(b) => Box::new(b.unwinders()),
+            Backend::Userspace(s) => Box::new(s.unwinders()),
+        }
+    }
+}
+
+/// Profiles every CPython process of the host.
+pub struct HostProfiler {
+    config: HostConfig,
+    backend: Backend,
+    scanner: HostScanner,
+    collected: Collected,
+    fallback_reason: Option<String>,
+    off_cpu_unavailable: Option<String>,
+}
+
+impl HostProfiler {
+    /// Starts the backend the mode asks for.
+    pub fn new(config: HostConfig) -> Result<HostProfiler, HostError> {
+        let bpf_config = BpfConfig {
+            rate_hz: config.rate_hz as u64,
+            thread_search_max: config.thread_search_max,
+            off_cpu: config.off_cpu,
+            ..BpfConfig::default()
+        };
+        let mut fallback_reason = None;
+        let mut off_cpu_unavailable = None;
+        let mut load = || match BpfSampler::load(&bpf_config) {
+            // A kernel without what off-CPU needs still gets on-CPU profiles.
+            Err(e) if bpf_config.off_cpu => {
+                let on_cpu = BpfConfig {
+                    off_cpu: false,
+                    ..bpf_config.clone()
+                };
+                let sampler = BpfSampler::load(&on_cpu)?;
+                off_cpu_unavailable = Some(e.to_string());
+                Ok(sampler)
+            }
+            other => other,
+        };
+        let bpf = |s: BpfSampler| Backend::Bpf(Box::new(BpfBackend::new(s)));
+        let backend = match config.mode {
+            Mode::Userspace => Backend::Userspace(Box::new(userspace::sampler_for(&config))),
+            Mode::Ebpf => bpf(load()?),
+            Mode::Auto => match load() {
+                Ok(s) => bpf(s),
+                Err(e) => {
+                    fallback_reason = Some(e.to_string());
+                    if config.off_cpu {
+                        off_cpu_unavailable =
+                            Some("the userspace sampler cannot see a thread block".to_string());
+                    }
+                    Backend::Userspace(Box::new(userspace::sampler_for(&config)))
+                }
+            },
+        };
+        let mut scanner = HostScanner::new(config.pids.as_deref());
+        if let Backend::Bpf(b) = &backend {
+            if b.sampler.notices_execs() {
+                scanner.use_exec_notices();
+            }
+        }
+        Ok(HostProfiler {
+            scanner,
+            config,
+            backend,
+            collected: Collected::default(),
+            fallback_reason,
+            off_cpu_unavailable,
+        })
+    }
+
+    /// Why off-CPU profiling was asked for and is off (the sampler runs on-CPU only).
+    pub fn off_cpu_unavailable(&self) -> Option<&str> {
+        self.off_cpu_unavailable.as_deref()
+    }
+
+    /// `ebpf` or `userspace`.
+    pub fn mode_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Bpf(_) => "ebpf",
+            Backend::Userspace(_) => "userspace",
+        }
+    }
+
+    /// Why `auto` fell back to userspace, if it did.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.fallback_reason.as_deref()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> HostStats {
+        let mut stats = self.collected.stats;
+        if let Backend::Bpf(b) = &self.backend {
+            stats.unknown_thread = b.unknown_thread_ticks();
+        }
+        stats
+    }
+
+    /// The userspace sampler's unwinder counters since the start (threads sampled without a
+    /// stack, by reason; stacks kept unverified); `None` in eBPF mode, whose losses are the
+    /// dropped records of [`HostStats`].
+    pub fn userspace_unwind_stats(&self) -> Option<UnwindStats> {
+        match &self.backend {
+            Backend::Userspace(s) => Some(s.unwind_stats()),
+            Backend::Bpf(_) => None,
+        }
+    }
+
+    /// Processes per discovery state.
+    pub fn process_states(&self) -> Vec<(ProcessKind, usize)> {
+        self.scanner.counts()
+    }
+
+    /// The `limit` newest processes not profiled for a reason (see [`HostScanner::not_profiled`]).
+    pub fn not_profiled(&self, limit: usize) -> Vec<NotProfiled> {
+        self.scanner.not_profiled(limit)
+    }
+
+    /// Processes that could not be inspected for lack of permission.
+    pub fn denied_processes(&self) -> usize {
+        self.scanner.denied_count()
+    }
+
+    /// The BPF sampler, when that is the backend (for its counters and run statistics).
+    pub fn bpf(&self) -> Option<&BpfSampler> {
+        match &self.backend {
+            Backend::Bpf(b) => Some(&b.sampler),
+            Backend::Userspace(_) => None,
+        }
+    }
+
+    /// Pids being profiled.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.collected.profiles.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn period_ns(&self) -> u64 {
+        1_000_000_000 / self.config.rate_hz.max(1) as u64
+    }
+
+    /// Scans for new and exited processes.
+    pub fn scan(&mut self) {
+        let changes = self.scanner.scan();
+        if !changes.gone.is_empty() {
+            // Records of an exited process may still sit in the ring buffer: keep them.
+            if let Backend::Bpf(b) = &mut self.backend {
+                b.drain_records(&mut self.collected);
+            }
+        }
+        for pid in changes.gone {
+            self.untrack(pid);
+        }
+        for target in changes.ready {
+            self.track(target);
+        }
+    }
+
+    fn track(&mut self, target: PythonTarget) {
+        let pid = target.pid;
+        let info = ProcessInfo::of(&target);
+        let period_ns = self.period_ns();
+        match &mut self.backend {
+            Backend::Bpf(b) => {
+                if let Err(e) = b.track(target, self.config.unwind) {
+                    self.scanner
+                        .mark_failed(pid, format!("cannot track it in the BPF maps: {e}"));
+                    return;
+                }
+                self.collected.start(info, period_ns);
+                // Register its threads now: until then the program finds no thread state.
+                b.refresh_threads(pid, true, &mut self.collected);
+                if self.config.off_cpu && self.off_cpu_unavailable.is_none() {
+                    b.seed_blocked_threads(pid, &mut self.collected);
+                }
+            }
+            Backend::Userspace(s) => {
+                self.collected.start(info, period_ns);
+                s.add_target(Unwinder::new(target, self.config.unwind));
+            }
+        }
+    }
+
+    fn untrack(&mut self, pid: u32) {
+        tracing::debug!(pid, "no longer profiling the process");
+        match &mut self.backend {
+            Backend::Bpf(b) => b.untrack(pid),
+            Backend::Userspace(s) => {
+                s.remove_target(pid);
+            }
+        }
+        self.collected.finish(pid);
+    }
+
+    /// Drains the ring buffer and resolves every record (BPF), or takes one sample of every
+    /// process (userspace).
+    pub fn collect(&mut self) {
+        match &mut self.backend {
+            Backend::Userspace(s) => userspace::collect(s, &mut self.collected),
+            Backend::Bpf(b) => b.collect(&mut self.scanner, &mut self.collected),
+        }
+    }
+
+    /// Runs until `stop` is set or `until` passes, scanning, sampling and draining on
+    /// schedule; `tick` runs after each collection (the service cuts windows there).
+    pub fn run(
+        &mut self,
+        stop: &AtomicBool,
+        until: Option<Instant>,
+        mut tick: impl FnMut(&mut HostProfiler),
+    ) {
+        let collect_every = match self.backend {
+            Backend::Bpf(_) => self.config.drain_interval,
+            Backend::Userspace(_) => {
+                Duration::from_secs_f64(1.0 / self.config.rate_hz.max(1) as f64)
+            }
+        };
+        let mut next_scan = Instant::now();
+        let mut next_collect = Instant::now();
+        while !stop.load(Ordering::Relaxed) && until.is_none_or(|u| Instant::now() < u) {
+            let now = Instant::now();
+            if now >= next_scan {
+                self.scan();
+                next_scan = now + self.config.scan_interval;
+            }
+            if now >= next_collect {
+                self.collect();
+                tick(self);
+                next_collect += collect_every;
+                if next_collect < Instant::now() {
+                    next_collect = Instant::now() + collect_every;
+                }
+            }
+            let wake = next_scan.min(next_collect);
+            let wake = until.map_or(wake, |u| wake.min(u));
+            if let Some(d) = wake.checked_duration_since(Instant::now()) {
+                std::thread::sleep(d.min(Duration::from_millis(100)));
+            }
+        }
+        // The run ends now: the program stops recording these processes, and what the ring
+        // buffer holds is this run's (no per-record timestamp needed to tell).
+        if let Backend::Bpf(b) = &mut self.backend {
+            b.stop_recording();
+        }
+        self.collect();
+    }
+
+    /// One window per process with samples since the last cut (processes that exited
+    /// included), labelled with pid, ns_pid and python_version.
+    pub fn cut(&mut self) -> Vec<(ProcessInfo, ProfileWindow)> {
+        // Threads still blocked at a cut have waited since their stack was recorded (or the
+        // last cut): that much goes into this window.
+        self.collected.weigh_waits(None);
+        let mut out = std::mem::take(&mut self.collected.finished);
+        for p in self.collected.profiles.values_mut() {
+            if !p.agg.is_empty() {
+                out.push((p.info.clone(), p.agg.cut()));
+            }
+        }
+        out.sort_by_key(|(i, _)| i.pid);
+        out
+    }
+
+    /// Threads blocked in one stack for at least `after`, each returned once per wait (a
+    /// thread that wakes and blocks again is a new wait). Needs off-CPU profiling: without it
+    /// nothing is known of waits and this is empty.
+    pub fn take_new_stalls(&mut self, after: Duration) -> Vec<Stall> {
+        self.collected.waits.take_new_stalls(after)
+    }
+
+    /// Python threads (those with a thread state) of each process at its last thread-list read,
+    /// by PID (eBPF mode; the userspace sampler keeps no count between samples).
+    pub fn python_threads(&self) -> HashMap<u32, u64> {
+        match &self.backend {
+            Backend::Bpf(b) => b.python_threads(),
+            Backend::Userspace(_) => HashMap::new(),
+        }
+    }
+
+    /// What is known of tracked process `pid`.
+    pub fn process_info(&self, pid: u32) -> Option<&ProcessInfo> {
+        self.collected.profiles.get(&pid).map(|p| &p.info)
+    }
+
+    /// Threads reported stalled and still blocked, per PID.
+    pub fn stalled_threads(&self) -> HashMap<u32, u64> {
+        self.collected.waits.stalled_threads()
+    }
+
+    /// The windows of processes that exited since the last call (or cut), taken out so that a
+    /// one-shot run can write them at once instead of holding them to its end.
+    pub fn take_finished(&mut self) -> Vec<(ProcessInfo, ProfileWindow)> {
+        std::mem::take(&mut self.collected.finished)
+    }
+
+    /// 3.15 thread walks the frame cache could not hold (beyond its thread or depth bound),
+    /// whose threads BPF walks whole instead, summed over the live processes.
+    pub fn frame_cache_bypassed(&self) -> u64 {
+        self.backend
+            .unwinders()
+            .map(|u| u.stats().uncached_walks)
+            .sum()
+    }
+
+    /// Unwinder statistics summed over the live processes, per cache.
+    pub fn cache_stats(&self) -> BTreeMap<&'static str, (u64, u64)> {
+        let mut m: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+        for u in self.backend.unwinders() {
+            let p = u.page_cache_stats();
+            let s = u.symbolizer_stats();
+            let w = u.stats();
+            let e = m.entry("page").or_default();
+            e.0 += p.hits;
+            // Pages read from the process, one by one or in a prefetch.
+            e.1 += p.misses + p.prefetched;
+            let e = m.entry("code").or_default();
+            e.0 += s.hits;
+            e.1 += s.misses;
+            let e = m.entry("frame").or_default();
+            e.0 += w.cache_full_hits + w.cache_partial_hits;
+            e.1 += w.cache_misses;
+        }
+        m
+    }
+}

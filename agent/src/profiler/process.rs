@@ -1,0 +1,132 @@
+//! A profiled process as the exporters see it ([`ProcessInfo`]), and what its samples go into
+//! until the next cut.
+
+use std::collections::HashMap;
+
+use crate::aggregate::{Aggregator, ProfileWindow, WaitReason};
+use crate::discovery::service_name::{ProcessIdentity, SERVICE_ENV};
+use crate::discovery::PythonTarget;
+use crate::unwind::ThreadSample;
+
+use super::waits::Waits;
+use super::HostStats;
+
+/// A profiled process, as the exporters label it.
+#[derive(Debug, Clone)]
+pub struct ProcessInfo {
+    /// host pid
+    pub pid: u32,
+    /// pid in its own namespace
+    pub ns_pid: u32,
+    /// CPython version
+    pub version: String,
+    /// command line
+    pub cmdline: Vec<String>,
+    /// `PYAGENT_SERVICE` from its environment, if set
+    pub service_env: Option<String>,
+    /// cgroup path (container and pod ids are parsed from it)
+    pub cgroup: String,
+}
+
+impl ProcessInfo {
+    /// What its service name is made of (see [`crate::discovery::service_name`]).
+    pub fn identity(&self) -> ProcessIdentity<'_> {
+        ProcessIdentity {
+            pid: self.pid,
+            cmdline: &self.cmdline,
+            service_env: self.service_env.as_deref(),
+        }
+    }
+
+    pub(super) fn of(target: &PythonTarget) -> ProcessInfo {
+        let pid = target.pid;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| {
+                b.split(|&c| c == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let service_env = std::fs::read(format!("/proc/{pid}/environ"))
+            .ok()
+            .and_then(|env| {
+                env.split(|&c| c == 0).find_map(|kv| {
+                    kv.strip_prefix(SERVICE_ENV.as_bytes())
+                        .and_then(|rest| rest.strip_prefix(b"="))
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                })
+            });
+        ProcessInfo {
+            pid,
+            ns_pid: target.ns_pid,
+            version: target.version().to_string(),
+            cmdline,
+            service_env,
+            cgroup: std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default(),
+        }
+    }
+}
+
+/// One tracked process's samples since the last cut.
+pub(super) struct Profile {
+    pub info: ProcessInfo,
+    pub agg: Aggregator,
+}
+
+/// Where both backends put what they resolve: each process's profile, the windows of processes
+/// that have exited, the blocked threads whose time is still running, and the counters.
+#[derive(Default)]
+pub(super) struct Collected {
+    pub profiles: HashMap<u32, Profile>,
+    pub finished: Vec<(ProcessInfo, ProfileWindow)>,
+    pub waits: Waits,
+    pub stats: HostStats,
+}
+
+impl Collected {
+    /// Starts the profile of a newly tracked process, labelled with its pid, namespace pid and
+    /// Python version.
+    pub fn start(&mut self, info: ProcessInfo, period_ns: u64) {
+        let mut agg = Aggregator::new(period_ns);
+        agg.set_label("pid", info.pid.to_string());
+        if info.ns_pid != info.pid {
+            agg.set_label("ns_pid", info.ns_pid.to_string());
+        }
+        agg.set_label("python_version", info.version.clone());
+        self.profiles.insert(info.pid, Profile { info, agg });
+    }
+
+    /// Ends the profile of a process no longer tracked: its waits end with it, and what it
+    /// collected since the last cut waits for the next one.
+    pub fn finish(&mut self, pid: u32) {
+        self.weigh_waits(Some(pid));
+        if let Some(mut p) = self.profiles.remove(&pid) {
+            if !p.agg.is_empty() {
+                self.finished.push((p.info, p.agg.cut()));
+            }
+        }
+    }
+
+    /// Threads still blocked have waited since their stack was recorded (or the last cut): that
+    /// much goes into the current window, so a long wait (a stalled thread) shows in every
+    /// window it spans, not only in the one it ends in. `only`: just that process's threads.
+    pub fn weigh_waits(&mut self, only: Option<u32>) {
+        let profiles = &mut self.profiles;
+        self.waits
+            .weigh(only, |s: &ThreadSample, w: WaitReason, ns: u64| {
+                profiles.get_mut(&s.pid).is_some_and(|p| {
+                    p.agg.add_off_cpu(s, w, ns);
+                    true
+                })
+            });
+    }
+
+    /// One on-CPU sample into its process's profile (none: the process is no longer tracked).
+    pub fn add(&mut self, sample: &ThreadSample) {
+        if let Some(p) = self.profiles.get_mut(&sample.pid) {
+            p.agg.add(sample);
+            self.stats.samples += 1;
+        }
+    }
+}

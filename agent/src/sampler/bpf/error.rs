@@ -1,0 +1,144 @@
+//! What goes wrong loading and driving the BPF sampler, and how a refusal by the kernel is
+//! told apart from a rejection by the verifier.
+
+use std::io;
+
+use aya::maps::MapError;
+use aya::programs::ProgramError;
+use aya::EbpfError;
+use common::ProcError;
+
+use crate::discovery::privileges::Privileges;
+
+/// Errors of the BPF sampler.
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    /// The configuration is out of range.
+    #[error("invalid BPF sampler configuration: {0}")]
+    InvalidConfig(&'static str),
+    /// The kernel refused for lack of privileges (EPERM/EACCES).
+    #[error(
+        "permission denied while {during}: the BPF sampler needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN{lacking} (run as root or grant them)"
+    )]
+    PermissionDenied {
+        /// What was being done (`loading maps`, `loading the program`, `attaching to cpu 3`).
+        during: String,
+        /// `; CAP_PERFMON missing; kernel.perf_event_paranoid = 2` when this process's
+        /// capabilities and the kernel's settings tell why.
+        lacking: String,
+        /// The kernel's error.
+        #[source]
+        source: io::Error,
+    },
+    /// Loading the object failed (map creation, relocation, verifier).
+    #[error("loading the BPF sampler failed")]
+    Load(#[source] Box<EbpfError>),
+    /// Loading or attaching the program failed; the verifier log, if any, is in the source.
+    #[error("{during} failed")]
+    Program {
+        /// What was being done.
+        during: String,
+        /// aya's error.
+        #[source]
+        source: Box<ProgramError>,
+    },
+    /// A map operation failed.
+    #[error("BPF map {map} operation failed")]
+    Map {
+        /// The map's name.
+        map: &'static str,
+        /// aya's error.
+        #[source]
+        source: Box<MapError>,
+    },
+    /// The object lacks a map or program this module expects (build mismatch).
+    #[error("BPF object has no {0}")]
+    Missing(&'static str),
+    /// Off-CPU profiling needs the kernel's BTF (`/sys/kernel/btf/vmlinux`) for its
+    /// `tp_btf/sched_switch` program.
+    #[error("off-CPU profiling needs the kernel's BTF at /sys/kernel/btf/vmlinux: {0}")]
+    OffCpuUnavailable(String),
+    /// Listing CPUs from sysfs failed.
+    #[error("cannot read {path}")]
+    Cpus {
+        /// The sysfs file.
+        path: &'static str,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// The process configuration would be refused by the program.
+    #[error("invalid walk configuration for pid {pid}")]
+    InvalidProc {
+        /// The host tgid.
+        pid: u32,
+        /// What is wrong.
+        #[source]
+        source: ProcError,
+    },
+}
+
+pub(super) fn map_error(map: &'static str) -> impl Fn(MapError) -> BpfError {
+    move |e| BpfError::Map {
+        map,
+        source: Box::new(e),
+    }
+}
+
+pub(super) fn ignore_absent(r: Result<(), MapError>) -> Result<(), MapError> {
+    match r {
+        Err(MapError::KeyNotFound) => Ok(()),
+        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        other => other,
+    }
+}
+
+pub(super) fn is_permission(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+}
+
+/// The kernel said no: names the BPF capabilities this process lacks, if its set tells.
+pub(super) fn permission_denied(during: &str, source: io::Error) -> BpfError {
+    let lacking: String = Privileges::current()
+        .bpf_shortfalls()
+        .iter()
+        .map(|s| format!("; {}", s.brief()))
+        .collect();
+    BpfError::PermissionDenied {
+        during: during.to_owned(),
+        lacking,
+        source,
+    }
+}
+
+pub(super) fn load_error(e: EbpfError) -> BpfError {
+    match e {
+        EbpfError::MapError(MapError::CreateError { io_error, .. }) if is_permission(&io_error) => {
+            permission_denied("creating the BPF maps", io_error)
+        }
+        EbpfError::ProgramError(p) => program_error("loading the program", p),
+        other => BpfError::Load(Box::new(other)),
+    }
+}
+
+pub(super) fn program_error(during: &str, e: ProgramError) -> BpfError {
+    match e {
+        // The verifier answers EACCES too when it rejects a program: with a log, that is what
+        // it is, and the log must reach the user.
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } if is_permission(&io_error) && format!("{verifier_log}").trim().is_empty() => {
+            permission_denied(during, io_error)
+        }
+        ProgramError::SyscallError(aya::sys::SyscallError { io_error, .. })
+            if is_permission(&io_error) =>
+        {
+            permission_denied(during, io_error)
+        }
+        other => BpfError::Program {
+            during: during.to_owned(),
+            source: Box::new(other),
+        },
+    }
+}

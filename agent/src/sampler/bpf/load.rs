@@ -1,0 +1,201 @@
+//! Loading the program: its knobs checked and set, maps taken, the perf events attached on every
+//! CPU, the off-CPU and exec programs attached where the kernel allows.
+
+use aya::maps::{Array, HashMap, PerCpuArray, RingBuf};
+use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::{BtfTracePoint, PerfEvent, RawTracePoint};
+use aya::sys::{enable_stats, Stats};
+use aya::{Btf, Ebpf, EbpfLoader};
+use common::{MAX_FRAMES, PROC_SLOTS, THREAD_SLOTS};
+
+use super::error::{load_error, map_error, program_error, BpfError};
+use super::{
+    BpfConfig, BpfSampler, EXEC_PROGRAM, KNOB_MAX_FRAMES, KNOB_OFF_CPU, KNOB_OFF_CPU_MIN_GAP,
+    KNOB_STOP_AFTER, KNOB_THREAD_SEARCH_MAX, KNOB_WAKEUP_BYTES, MAP_COUNTERS, MAP_NOTICES,
+    MAP_OFF_CPU_THREADS, MAP_PROCS, MAP_PROC_SLOTS, MAP_SAMPLES, MAP_SCRATCH, MAP_THREADS,
+    MAP_THREAD_LISTS, MAP_THREAD_SLOTS, OFF_CPU_PROGRAM, PROGRAM, SAMPLER_OBJ,
+};
+use crate::sampler::slots::SlotIndex;
+
+impl BpfSampler {
+    pub(super) fn load_inner(config: &BpfConfig, attach: bool) -> Result<Self, BpfError> {
+        validate(config)?;
+        let nr_cpus =
+            aya::util::nr_cpus().map_err(|(path, source)| BpfError::Cpus { path, source })?;
+        let nr_cpus =
+            u32::try_from(nr_cpus).map_err(|_| BpfError::InvalidConfig("too many CPUs"))?;
+        let min_gap_ns = u64::try_from(config.off_cpu_min_gap.as_nanos()).unwrap_or(u64::MAX);
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global(KNOB_MAX_FRAMES, &config.max_frames, true)
+            .override_global(KNOB_WAKEUP_BYTES, &config.wakeup_bytes, true)
+            .override_global(KNOB_STOP_AFTER, &config.stop_after, true)
+            .override_global(KNOB_THREAD_SEARCH_MAX, &config.thread_search_max, true)
+            .override_global(KNOB_OFF_CPU, &u32::from(config.off_cpu), true)
+            .override_global(KNOB_OFF_CPU_MIN_GAP, &min_gap_ns, true)
+            .map_max_entries(MAP_SAMPLES, config.ring_bytes)
+            .map_max_entries(MAP_SCRATCH, nr_cpus)
+            .map_max_entries(MAP_PROCS, config.max_processes)
+            .map_max_entries(MAP_THREADS, config.max_threads)
+            .map_max_entries(MAP_THREAD_LISTS, config.max_processes)
+            .load(SAMPLER_OBJ)
+            .map_err(load_error)?;
+
+        let program: &mut PerfEvent = ebpf
+            .program_mut(PROGRAM)
+            .ok_or(BpfError::Missing("program pa_sample"))?
+            .try_into()
+            .map_err(|e| program_error("loading the program", e))?;
+        program
+            .load()
+            .map_err(|e| program_error("loading the program", e))?;
+
+        // Statistics must be on before the first run to count it; optional (CAP_SYS_ADMIN).
+        let stats = if config.enable_stats {
+            enable_stats(Stats::RunTime).ok()
+        } else {
+            None
+        };
+
+        let mut cpus = Vec::new();
+        if attach {
+            cpus = aya::util::online_cpus()
+                .map_err(|(path, source)| BpfError::Cpus { path, source })?;
+            let scopes: Vec<(PerfEventScope, String)> = match config.only_thread {
+                Some(tid) => vec![(
+                    PerfEventScope::OneProcess {
+                        pid: tid,
+                        cpu: None,
+                    },
+                    format!("attaching to thread {tid}"),
+                )],
+                None => cpus
+                    .iter()
+                    .map(|&cpu| {
+                        (
+                            PerfEventScope::AllProcessesOneCpu { cpu },
+                            format!("attaching to cpu {cpu}"),
+                        )
+                    })
+                    .collect(),
+            };
+            for (scope, during) in scopes {
+                program
+                    .attach(
+                        PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                        scope,
+                        SamplePolicy::Frequency(config.rate_hz),
+                        false,
+                    )
+                    .map_err(|e| program_error(&during, e))?;
+            }
+        }
+
+        if config.off_cpu {
+            attach_off_cpu(&mut ebpf, attach)?;
+        }
+
+        let exec: &mut RawTracePoint = ebpf
+            .program_mut(EXEC_PROGRAM)
+            .ok_or(BpfError::Missing("program pa_exec"))?
+            .try_into()
+            .map_err(|e| program_error("loading the exec program", e))?;
+        exec.load()
+            .map_err(|e| program_error("loading the exec program", e))?;
+        // Without it the caller polls /proc for execs as before: worth a warning, not a failure.
+        let exec_notices = attach
+            && exec
+                .attach("sched_process_exec")
+                .inspect_err(|e| tracing::warn!("no exec notices (polling /proc instead): {e}"))
+                .is_ok();
+
+        let procs =
+            HashMap::try_from(take_map(&mut ebpf, MAP_PROCS)?).map_err(map_error(MAP_PROCS))?;
+        let threads =
+            HashMap::try_from(take_map(&mut ebpf, MAP_THREADS)?).map_err(map_error(MAP_THREADS))?;
+        let thread_lists = HashMap::try_from(take_map(&mut ebpf, MAP_THREAD_LISTS)?)
+            .map_err(map_error(MAP_THREAD_LISTS))?;
+        let proc_slots = Array::try_from(take_map(&mut ebpf, MAP_PROC_SLOTS)?)
+            .map_err(map_error(MAP_PROC_SLOTS))?;
+        let thread_slots = Array::try_from(take_map(&mut ebpf, MAP_THREAD_SLOTS)?)
+            .map_err(map_error(MAP_THREAD_SLOTS))?;
+        let ring =
+            RingBuf::try_from(take_map(&mut ebpf, MAP_SAMPLES)?).map_err(map_error(MAP_SAMPLES))?;
+        let counters = PerCpuArray::try_from(take_map(&mut ebpf, MAP_COUNTERS)?)
+            .map_err(map_error(MAP_COUNTERS))?;
+        let notices =
+            HashMap::try_from(take_map(&mut ebpf, MAP_NOTICES)?).map_err(map_error(MAP_NOTICES))?;
+        let off_cpu_threads = HashMap::try_from(take_map(&mut ebpf, MAP_OFF_CPU_THREADS)?)
+            .map_err(map_error(MAP_OFF_CPU_THREADS))?;
+        Ok(BpfSampler {
+            procs,
+            threads,
+            thread_lists,
+            proc_slots,
+            thread_slots,
+            proc_index: SlotIndex::new(PROC_SLOTS),
+            thread_index: SlotIndex::new(THREAD_SLOTS),
+            ring,
+            counters,
+            notices,
+            off_cpu_threads,
+            exec_notices,
+            ebpf,
+            stats,
+            cpus,
+            malformed: 0,
+        })
+    }
+}
+
+/// Loads the off-CPU program against the kernel's BTF and attaches it to `sched_switch`.
+pub(super) fn attach_off_cpu(ebpf: &mut Ebpf, attach: bool) -> Result<(), BpfError> {
+    const DURING: &str = "loading the off-CPU program (tp_btf/sched_switch)";
+    let btf = Btf::from_sys_fs().map_err(|e| BpfError::OffCpuUnavailable(e.to_string()))?;
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut(OFF_CPU_PROGRAM)
+        .ok_or(BpfError::Missing("program pa_switch"))?
+        .try_into()
+        .map_err(|e| program_error(DURING, e))?;
+    program
+        .load("sched_switch", &btf)
+        .map_err(|e| program_error(DURING, e))?;
+    if attach {
+        program
+            .attach()
+            .map_err(|e| program_error("attaching to sched_switch", e))?;
+    }
+    Ok(())
+}
+
+pub(super) fn validate(config: &BpfConfig) -> Result<(), BpfError> {
+    if config.rate_hz == 0 {
+        return Err(BpfError::InvalidConfig("rate_hz must be positive"));
+    }
+    if !config.ring_bytes.is_power_of_two() || config.ring_bytes < 4096 {
+        return Err(BpfError::InvalidConfig(
+            "ring_bytes must be a power of two of at least 4096",
+        ));
+    }
+    if config.max_frames == 0 || config.max_frames > MAX_FRAMES {
+        return Err(BpfError::InvalidConfig("max_frames must be in 1..=1024"));
+    }
+    if config.max_processes == 0 || config.max_threads == 0 {
+        return Err(BpfError::InvalidConfig(
+            "max_processes and max_threads must be positive",
+        ));
+    }
+    if config.stop_after > common::STAGE_LAST {
+        return Err(BpfError::InvalidConfig("stop_after must name a stage"));
+    }
+    if config.thread_search_max > MAX_FRAMES {
+        return Err(BpfError::InvalidConfig(
+            "thread_search_max must be in 0..=1024",
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, BpfError> {
+    ebpf.take_map(name).ok_or(BpfError::Missing(name))
+}

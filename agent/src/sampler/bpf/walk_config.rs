@@ -1,0 +1,99 @@
+//! What the program is told about one process: how to walk its frames ([`PaProc`] from the
+//! process's [`Offsets`]), where its GIL is, and where to search for threads not registered.
+
+use common::{
+    PaProc, PaThreadList, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, PROC_ANCHOR, PROC_BASE_FRAME,
+    PROC_CFRAME,
+};
+
+use crate::offsets::{GilLocation, Offsets};
+
+/// Where the program looks for an unregistered thread of a process with layout `offsets`: the
+/// thread list of the interpreter at `interpreter_addr`, matched by `native_thread_id` in the
+/// process's PID namespace `pidns` (`st_dev`, `st_ino` of `/proc/PID/ns/pid`).
+pub fn pa_thread_list_for(
+    offsets: &Offsets,
+    interpreter_addr: u64,
+    pidns: (u64, u64),
+) -> PaThreadList {
+    let off = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    PaThreadList {
+        threads_head_addr: interpreter_addr.saturating_add(offsets.interpreter_state.threads_head),
+        pidns_dev: pidns.0,
+        pidns_ino: pidns.1,
+        thread_state_next: off(offsets.thread_state.next),
+        thread_state_native_thread_id: off(offsets.thread_state.native_thread_id),
+    }
+}
+
+/// The walk configuration of a process whose CPython layout is `offsets` (generation 0: the
+/// caller sets [`PaProc::generation`]). Sets [`PROC_CFRAME`] when the current frame is behind
+/// `tstate->cframe` (3.11, 3.12), [`PROC_BASE_FRAME`] when `base_frame` is known (3.15), and
+/// [`PROC_ANCHOR`] when `use_anchor` is true and the layout has the 3.15 frame-cache anchor
+/// ([`Offsets::has_frame_cache_anchor`]). An offset too large for the map is saturated, so that
+/// [`PaProc::validate`] (and [`BpfSampler::track_process`]) refuses it.
+pub fn pa_proc_for(offsets: &Offsets, use_anchor: bool) -> PaProc {
+    let off = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    let t = &offsets.thread_state;
+    let f = &offsets.interpreter_frame;
+    let mut p = PaProc {
+        generation: 0,
+        executable_tag_mask: offsets.frame.executable_tag_mask,
+        flags: 0,
+        thread_state_current_frame: off(t.current_frame),
+        cframe_current_frame: 0,
+        thread_state_base_frame: 0,
+        thread_state_last_profiled_frame: 0,
+        thread_state_last_profiled_frame_seq: 0,
+        interpreter_frame_previous: off(f.previous),
+        interpreter_frame_executable: off(f.executable),
+        interpreter_frame_instr_ptr: off(f.instr_ptr),
+        interpreter_frame_owner: off(f.owner),
+        ..PaProc::default()
+    };
+    if let Some(c) = t.cframe_current_frame {
+        p.flags |= PROC_CFRAME;
+        p.cframe_current_frame = off(c);
+    }
+    if let Some(b) = t.base_frame {
+        p.flags |= PROC_BASE_FRAME;
+        p.thread_state_base_frame = off(b);
+    }
+    if let (true, Some(a), Some(seq)) =
+        (use_anchor, t.last_profiled_frame, t.last_profiled_frame_seq)
+    {
+        p.flags |= PROC_ANCHOR;
+        p.thread_state_last_profiled_frame = off(a);
+        p.thread_state_last_profiled_frame_seq = off(seq);
+    }
+    p
+}
+
+/// Tells the program of `proc` how to read whether a sampled thread holds the GIL: the main
+/// interpreter's `locked`/`last_holder` pair (3.11 in `_PyRuntime` at `runtime_addr`, 3.12-3.14
+/// in the interpreter at `interpreter_addr`), or the thread state's own flag (3.15). Threads of
+/// sub-interpreters with their own GIL read as not holding the main one. Free-threaded builds
+/// have no GIL: their records carry no GIL bits.
+pub fn set_gil(proc: &mut PaProc, offsets: &Offsets, runtime_addr: u64, interpreter_addr: u64) {
+    proc.gil_model = GIL_NONE;
+    proc.gil_locked_addr = 0;
+    proc.gil_holder_addr = 0;
+    proc.thread_state_holds_gil = 0;
+    let (base, locked, holder) = match offsets.gil {
+        GilLocation::Runtime { locked, holder } => (runtime_addr, locked, holder),
+        GilLocation::Interpreter { locked, holder } => (interpreter_addr, locked, holder),
+        GilLocation::ThreadFlag { holds_gil, .. } => {
+            if let Ok(off) = u32::try_from(holds_gil) {
+                proc.gil_model = GIL_THREAD_FLAG;
+                proc.thread_state_holds_gil = off;
+            }
+            return;
+        }
+        GilLocation::Disabled { .. } => return,
+    };
+    if let (Some(locked), Some(holder)) = (base.checked_add(locked), base.checked_add(holder)) {
+        proc.gil_model = GIL_HOLDER;
+        proc.gil_locked_addr = locked;
+        proc.gil_holder_addr = holder;
+    }
+}

@@ -1,0 +1,117 @@
+//! The unwinder's knobs ([`UnwindOptions`]) and counters ([`UnwindStats`]).
+
+use super::LossCounts;
+
+/// Unwinder knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnwindOptions {
+    /// emit `<native>` where Python was re-entered from C
+    pub native: bool,
+    /// emit `<GC>` where the collector runs
+    pub gc: bool,
+    /// use the 3.15 frame cache (writes `last_profiled_frame` into the target)
+    pub frame_cache: bool,
+    /// most frames read per thread
+    pub max_depth: usize,
+    /// most reads of one thread's stack per sample: a walk the target moved under is read
+    /// again, up to this many times (1: never re-read)
+    pub read_attempts: u32,
+    /// keep a walk whose top frame moved while it was read, when its chain is otherwise sound
+    /// (see [`Unwinder::sample_thread`]); false re-reads it like any torn walk
+    pub keep_moved_top: bool,
+}
+
+impl Default for UnwindOptions {
+    fn default() -> Self {
+        UnwindOptions {
+            native: false,
+            gc: true,
+            frame_cache: true,
+            max_depth: 4096,
+            // A stack that changes every few dozen nanoseconds (a tight recursion) is still at
+            // the depth it was read at in about 1 read in `depth`: 128 keep 95% of a 20-deep
+            // one's ticks at ~5 µs a read.
+            read_attempts: 128,
+            keep_moved_top: true,
+        }
+    }
+}
+
+/// Counters of one [`Unwinder`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct UnwindStats {
+    /// calls to `sample`
+    pub samples: u64,
+    /// thread stacks produced
+    pub thread_samples: u64,
+    /// frames read from memory
+    pub frames_read: u64,
+    /// frames taken from the frame cache
+    pub frames_cached: u64,
+    /// frame cache: top frame unchanged, whole stack from the cache
+    pub cache_full_hits: u64,
+    /// frame cache: read down to the anchor, rest from the cache
+    pub cache_partial_hits: u64,
+    /// frame cache: anchor found but the sequence check failed, walked on
+    pub cache_misses: u64,
+    /// stacks cut at the depth bound
+    pub truncated: u64,
+    /// external (BPF) walks dropped because a read failed or the chain was inconsistent
+    pub torn: u64,
+    /// sampled threads that yielded no stack, by reason (after every re-read)
+    pub lost: LossCounts,
+    /// re-reads of a thread's stack after a walk the target moved under
+    pub rereads: u64,
+    /// stacks kept although their top frame moved while they were read (see
+    /// [`UnwindOptions::keep_moved_top`]): sound chains, not proven to be one instant's
+    pub unverified: u64,
+    /// frames whose executable is not a code object (the sample is rejected as torn)
+    pub non_code_frames: u64,
+    /// anchor writes made
+    pub anchor_writes: u64,
+    /// anchor writes after which the walked frames had changed (the stored stack is dropped)
+    pub anchor_write_races: u64,
+    /// 3.15 walks whose stack the frame cache could not hold (its thread or depth bound, a
+    /// truncated walk): the thread's anchor is cleared, so BPF walks it whole
+    pub uncached_walks: u64,
+}
+
+impl std::ops::AddAssign for UnwindStats {
+    /// Sums the counters of two unwinders (a host's processes, live and exited).
+    fn add_assign(&mut self, o: UnwindStats) {
+        let UnwindStats {
+            samples,
+            thread_samples,
+            frames_read,
+            frames_cached,
+            cache_full_hits,
+            cache_partial_hits,
+            cache_misses,
+            truncated,
+            torn,
+            lost,
+            rereads,
+            unverified,
+            non_code_frames,
+            anchor_writes,
+            anchor_write_races,
+            uncached_walks,
+        } = o;
+        self.samples += samples;
+        self.thread_samples += thread_samples;
+        self.frames_read += frames_read;
+        self.frames_cached += frames_cached;
+        self.cache_full_hits += cache_full_hits;
+        self.cache_partial_hits += cache_partial_hits;
+        self.cache_misses += cache_misses;
+        self.truncated += truncated;
+        self.torn += torn;
+        self.lost.merge(&lost);
+        self.rereads += rereads;
+        self.unverified += unverified;
+        self.non_code_frames += non_code_frames;
+        self.anchor_writes += anchor_writes;
+        self.anchor_write_races += anchor_write_races;
+        self.uncached_walks += uncached_walks;
+    }
+}

@@ -1,0 +1,264 @@
+//! One read of one thread's stack: the frame cache's full and partial hits, the walk, the
+//! checks that reject a walk the target moved under, and storing what a sound walk found.
+
+use super::error::AttemptError;
+use super::resolve::sound_end;
+use super::{
+    walk, CachedFrame, InterpreterInfo, RawFrame, StackLoss, ThreadInfo, ThreadKey, ThreadSample,
+    Unwinder, WalkEnd,
+};
+use crate::memory::{MemoryError, ProcessMemory, StructBytes};
+use crate::symbolize::{Frame, FrameKind};
+
+impl Unwinder {
+    /// Stack of one thread, read once; an inconsistent read is an [`AttemptError::Lost`].
+    pub(in crate::unwind) fn sample_thread(
+        &mut self,
+        interp: &InterpreterInfo,
+        t: &ThreadInfo,
+    ) -> Result<ThreadSample, AttemptError> {
+        if t.top_frame == 0 {
+            let frames = self
+                .gc_marker_without_frame(interp, t)
+                .into_iter()
+                .collect();
+            return Ok(self.make_sample(t, frames, false));
+        }
+        let key: ThreadKey = (t.addr, t.native_thread_id);
+        let anchor = t.anchor.filter(|_| self.frame_cache.is_some());
+
+        // Full hit: nothing returned past the anchor and the top frame is the anchor.
+        if let Some((anchor_frame, seq)) = anchor.filter(|(a, _)| *a == t.top_frame) {
+            let hit = self
+                .frame_cache
+                .as_mut()
+                .and_then(|fc| fc.full_hit(key, anchor_frame, seq).map(<[_]>::len));
+            if let Some(tail_len) = hit {
+                // The top frame's line moves while it runs: always read it fresh.
+                let top = walk::read_frame(&mut self.mem, &self.target.offsets, t.top_frame)?;
+                let mut resolved = Vec::with_capacity(2);
+                let pending_native = self.resolve_frames(&[top], interp, &mut resolved)?;
+                if self.top_read_before_anchor(t) || self.anchor_unchanged(t, anchor_frame, seq)? {
+                    return Ok(self.full_hit_sample(
+                        interp,
+                        t,
+                        key,
+                        resolved,
+                        pending_native,
+                        tail_len,
+                    ));
+                }
+                // The anchor moved since the thread state was read: the top frame returned.
+                // Walk the stack as it was read (below), which checks it like any other walk.
+            }
+        }
+
+        let o = self.target.offsets;
+        let max_depth = self.options.max_depth;
+        let mut raw = std::mem::take(&mut self.raw);
+        raw.clear();
+        let stop_at = anchor.map(|(a, _)| a).filter(|&a| a != 0);
+        let result = (|| -> Result<(Vec<CachedFrame>, WalkEnd, bool), AttemptError> {
+            let mut end =
+                walk::walk_frames(&mut self.mem, &o, t.top_frame, stop_at, max_depth, &mut raw)?;
+            let mut spliced: Option<Vec<CachedFrame>> = None;
+            if end == WalkEnd::Anchor {
+                let (anchor_frame, seq) = anchor.expect("stopped at an anchor");
+                let tail = self
+                    .frame_cache
+                    .as_mut()
+                    .and_then(|fc| fc.splice(key, anchor_frame, seq).map(|s| s.to_vec()));
+                match tail {
+                    Some(tail) if self.anchor_unchanged(t, anchor_frame, seq)? => {
+                        self.stats.cache_partial_hits += 1;
+                        self.stats.frames_cached += tail.len() as u64;
+                        spliced = Some(tail);
+                        end = WalkEnd::Bottom;
+                    }
+                    _ => {
+                        // Stale or foreign anchor: it only costs the rest of the walk.
+                        self.stats.cache_misses += 1;
+                        let previous = raw.last().map(|f| f.previous).unwrap_or(0);
+                        end = if previous == 0 {
+                            WalkEnd::Bottom
+                        } else {
+                            let left = max_depth.saturating_sub(raw.len());
+                            walk::walk_frames(&mut self.mem, &o, previous, None, left, &mut raw)?
+                        };
+                    }
+                }
+            }
+            self.stats.frames_read += raw.len() as u64;
+            // The thread ran on while we read: if its top frame returned between the thread
+            // state read and the frame read, the stale frame's `previous` may point at a frame
+            // that now belongs to another call chain. Reject the sample unless the top is still
+            // the same frame running the same code with the same caller.
+            let moved = !self.top_still_current(t, raw.first())?;
+            if moved
+                && !(self.options.keep_moved_top && sound_end(&o, end, spliced.is_some(), &raw))
+            {
+                return Err(AttemptError::Lost(StackLoss::TopMoved));
+            }
+            // 3.15: a complete walk ends at the thread's base frame; anything else is torn.
+            if spliced.is_none() && end == WalkEnd::Bottom {
+                if let (Some(base), Some(last)) = (t.base_frame, raw.last()) {
+                    if base != 0 && last.addr != base {
+                        return Err(AttemptError::Lost(StackLoss::BrokenChain));
+                    }
+                }
+            }
+            match end {
+                WalkEnd::Corrupt => return Err(AttemptError::Lost(StackLoss::BrokenChain)),
+                WalkEnd::Cycle => return Err(AttemptError::Lost(StackLoss::CyclicChain)),
+                WalkEnd::Bottom | WalkEnd::Anchor | WalkEnd::DepthLimit => {}
+            }
+            let mut resolved = Vec::with_capacity(raw.len() + 4);
+            let pending_native = self.resolve_frames(&raw, interp, &mut resolved)?;
+            if let Some(tail) = spliced {
+                Self::splice_tail(&mut resolved, pending_native, self.gc_frame(interp), tail);
+            }
+            Ok((resolved, end, moved))
+        })();
+        self.raw = raw;
+        // A torn sample writes no anchor and leaves the stored stacks alone: the sequence check
+        // keeps them honest, and walks recorded against them may still be waiting.
+        let (resolved, end, moved) = result?;
+        let truncated = end == WalkEnd::DepthLimit;
+        if truncated {
+            self.stats.truncated += 1;
+        }
+        if moved {
+            // Kept for the profile's sake, never cached: the next walk must not build on it.
+            self.stats.unverified += 1;
+            let frames = self.finish(interp, t, resolved);
+            return Ok(self.make_sample(t, frames, truncated));
+        }
+        if let (Some(fc), Some((anchor_frame, seq))) = (self.frame_cache.as_mut(), anchor) {
+            let stored = !truncated && fc.store(key, seq, resolved.iter().cloned());
+            if !stored {
+                // Nothing to splice under an anchor (a truncated walk, or a thread or stack
+                // beyond the cache's bounds): a BPF walk that stopped at one would be lost.
+                // Clear it, so that BPF walks this thread whole instead.
+                fc.forget(key);
+                self.stats.uncached_walks += 1;
+                if anchor_frame != 0 {
+                    self.write_anchor(t, 0);
+                }
+            } else if anchor_frame != t.top_frame && self.write_anchor(t, t.top_frame) {
+                // The write lands after the walk. If the walked frames returned and others were
+                // pushed at the same addresses in between (with the old anchor further down, no
+                // sequence moves), the new anchor names a frame of another call chain, and the
+                // stored stack would be spliced under it until that frame returns. Re-read the
+                // walked frames and the anchor pair after the write and drop the stored stack if
+                // the callers of the anchored frame are not the walked ones.
+                if !self.walk_still_live(t.addr, seq)? {
+                    self.stats.anchor_write_races += 1;
+                    if let Some(fc) = self.frame_cache.as_mut() {
+                        fc.forget(key);
+                    }
+                }
+            }
+        }
+        let frames = self.finish(interp, t, resolved);
+        Ok(self.make_sample(t, frames, truncated))
+    }
+
+    /// A sample made of the freshly read top frame and the stack cached below it.
+    pub(in crate::unwind) fn full_hit_sample(
+        &mut self,
+        interp: &InterpreterInfo,
+        t: &ThreadInfo,
+        key: ThreadKey,
+        resolved: Vec<CachedFrame>,
+        pending_native: bool,
+        tail_len: usize,
+    ) -> ThreadSample {
+        self.stats.cache_full_hits += 1;
+        self.stats.frames_read += 1;
+        self.stats.frames_cached += tail_len as u64;
+        let mut frames = Vec::with_capacity(tail_len + 3);
+        frames.extend(self.gc_marker_without_frame(interp, t));
+        frames.extend(resolved.into_iter().map(|c| c.frame));
+        let gc_frame = self.gc_frame(interp);
+        let tail = self
+            .frame_cache
+            .as_ref()
+            .and_then(|fc| fc.stack(key))
+            .map_or(&[][..], |s| &s[1..]);
+        Self::append_tail(&mut frames, pending_native, gc_frame, tail);
+        self.make_sample(t, frames, false)
+    }
+
+    /// Adds a `<GC>` marker for versions that only say "collecting" and drops addresses.
+    pub(in crate::unwind) fn finish(
+        &self,
+        interp: &InterpreterInfo,
+        t: &ThreadInfo,
+        resolved: Vec<CachedFrame>,
+    ) -> Vec<Frame> {
+        let mut frames = Vec::with_capacity(resolved.len() + 1);
+        frames.extend(self.gc_marker_without_frame(interp, t));
+        frames.extend(resolved.into_iter().map(|c| c.frame));
+        frames
+    }
+
+    /// Before 3.15 there is no `gc.frame`: while the interpreter collects, the collection runs on
+    /// top of the stack of the thread that runs it ([`threads::collecting_thread`]: the GIL
+    /// holder, or on free-threaded builds the one attached thread).
+    pub(in crate::unwind) fn gc_marker_without_frame(
+        &self,
+        interp: &InterpreterInfo,
+        t: &ThreadInfo,
+    ) -> Option<Frame> {
+        (self.options.gc && self.offsets().gc.frame.is_none() && interp.gc_thread == Some(t.addr))
+            .then(|| Frame::pseudo(FrameKind::Gc))
+    }
+
+    /// Whether `top` (read through the page cache) is still the thread's current frame, with the
+    /// same code and caller, read now without the cache.
+    ///
+    /// One vectored read: the thread state's frame pointer, on 3.11/3.12 the `_PyCFrame` field
+    /// it leads to, then the frame. The check's window is what decides how often a walk of a
+    /// fast-changing stack validates, and each syscall in it costs a microsecond. On 3.11/3.12
+    /// the `_PyCFrame` is the one the page-cached thread state named; reading the pointer again
+    /// in the same call proves it is still the thread's.
+    pub(in crate::unwind) fn top_still_current(
+        &mut self,
+        t: &ThreadInfo,
+        top: Option<&RawFrame>,
+    ) -> Result<bool, MemoryError> {
+        let Some(top) = top else { return Ok(true) };
+        let o = self.target.offsets;
+        let ts = &o.thread_state;
+        let frame_len = o.frame_read_len().min(128);
+        let mut ranges: Vec<(u64, usize)> = Vec::with_capacity(3);
+        ranges.push((t.addr + ts.current_frame, 8));
+        let cframe = match ts.cframe_current_frame {
+            Some(off) => {
+                let cframe = self.mem.read_u64(t.addr + ts.current_frame)?;
+                if cframe == 0 {
+                    return Ok(false);
+                }
+                ranges.push((cframe + off, 8));
+                Some(cframe)
+            }
+            None => None,
+        };
+        ranges.push((top.addr, frame_len));
+        let mut b = [0u8; 8 + 8 + 128];
+        let want = ranges.iter().map(|r| r.1).sum::<usize>();
+        if self.mem.remote().read_ranges(&ranges, &mut b[..want])? < want {
+            return Ok(false);
+        }
+        let (current, frame_at) = match cframe {
+            Some(cframe) if b.u64_at(0) != cframe => return Ok(false),
+            Some(_) => (b.u64_at(8), 16),
+            None => (b.u64_at(0), 8),
+        };
+        if current != top.addr {
+            return Ok(false);
+        }
+        let live = walk::parse_frame(&o, top.addr, &b[frame_at..frame_at + frame_len]);
+        Ok(live.same_call(top))
+    }
+}
