@@ -1,0 +1,243 @@
+//! `pyagent --all-python`: the host-wide run, as a service (configuration layers: defaults, file,
+//! environment, flags) or for `--duration` (one profile per process written to a directory).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use pyagent::aggregate::ProfileWindow;
+use pyagent::config::{Overrides, ServiceConfig, ServiceNameRule};
+use pyagent::discovery::privileges::Shortfall;
+use pyagent::discovery::service_name::service_name;
+use pyagent::export;
+use pyagent::export::atomic_file::write_atomically;
+use pyagent::profiler::ProcessInfo;
+
+use crate::cli::{FormatArg, FrameArgs, HostArgs, ModeArg};
+use crate::{
+    host_profiler, install_stop_handlers, print_off_cpu_summary, privilege_shortfalls,
+    unwind_options, OffCpu, STOP,
+};
+
+/// The settings the flags give, as the top configuration layer.
+fn flag_layer(args: &HostArgs, log: Option<&str>) -> Result<Overrides> {
+    let pyroscope_api = match &args.pyroscope_api {
+        Some(api) => Some(
+            api.parse()
+                .map_err(|e| anyhow::anyhow!("pyroscope_api: {e}"))?,
+        ),
+        None => None,
+    };
+    Ok(Overrides {
+        interval: args.interval,
+        rate_hz: args.rate,
+        mode: args.mode.map(Into::into),
+        off_cpu: args.off_cpu.then_some(true),
+        stall_after: args.stall_after,
+        metrics_addr: args.metrics_addr,
+        log: log.map(str::to_string),
+        output_dir: args.output.clone(),
+        pyroscope_url: args.pyroscope_url.clone(),
+        pyroscope_api,
+        pyroscope_tenant: args.pyroscope_tenant.clone(),
+        ..Overrides::default()
+    })
+}
+
+/// The service configuration: file, then environment, then flags.
+pub(crate) fn service_config(args: &HostArgs, log: Option<&str>) -> Result<ServiceConfig> {
+    if let Some(format) = args.format.filter(|f| *f != FormatArg::Pprof) {
+        bail!(
+            "-f {}: the service writes pprof (.pb.gz), which Pyroscope takes and the directory's size bound counts; other formats are for --duration runs and record",
+            export::Format::from(format)
+        );
+    }
+    Ok(ServiceConfig::load(
+        args.config.as_deref(),
+        std::env::vars(),
+        &flag_layer(args, log)?,
+    )?)
+}
+
+/// The configuration of an `--all-python --duration` run: the service's layers (flags >
+/// `PYAGENT_*` > `--config` file) with the service's validation, over the defaults of a
+/// one-off run (99 Hz, off-CPU only when asked). Settings only a running service uses are
+/// named in one line, not ignored in silence.
+fn duration_config(args: &HostArgs) -> Result<(ServiceConfig, PathBuf)> {
+    let layers = ServiceConfig::layers(
+        args.config.as_deref(),
+        std::env::vars(),
+        &flag_layer(args, None)?,
+    )?;
+    // Checked before the service's validation, whose complaint (no directory and no upload
+    // URL) would point at an upload this mode does not make.
+    let Some(dir) = layers.output_dir.clone() else {
+        bail!("--all-python --duration needs --output DIR (or output.dir in the --config file)");
+    };
+    let unused = layers.service_only_settings();
+    if !unused.is_empty() {
+        eprintln!(
+            "pyagent: --duration writes one file per process and exits; these service settings do nothing here: {}",
+            unused.join(", ")
+        );
+    }
+    let one_off = Overrides {
+        rate_hz: Some(99),
+        off_cpu: Some(false),
+        ..Overrides::default()
+    };
+    Ok((ServiceConfig::from_overrides(layers.over(one_off))?, dir))
+}
+
+pub(crate) fn service(config: &ServiceConfig, frames: &FrameArgs) -> Result<()> {
+    install_stop_handlers();
+    let report = pyagent::service::run(config, unwind_options(frames), &STOP)?;
+    // Whole-run totals first: what was delivered at shutdown alone is a small part of it.
+    eprintln!(
+        "pyagent: stopped ({} mode): {} profiles, {} written to the directory, {} uploaded; at shutdown {} delivered and {} spilled to disk; {} dropped in all, {} failed writes",
+        report.mode,
+        report.profiles,
+        report.written,
+        report.uploaded,
+        report.shutdown.delivered,
+        report.shutdown.spilled,
+        report.dropped,
+        report.write_failures
+    );
+    Ok(())
+}
+
+pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
+    let duration = args
+        .duration
+        .expect("service mode is handled by the caller");
+    if args.off_cpu && args.mode == Some(ModeArg::Userspace) {
+        bail!("--off-cpu needs --mode ebpf (the userspace sampler cannot see a thread block; --idle in `record --mode userspace` samples waiting threads instead)");
+    }
+    let (config, dir) = duration_config(args)?;
+    let dir = dir.as_path();
+    let lacks = privilege_shortfalls()?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let rate = config.rate_hz;
+    let mut profiler = host_profiler(
+        config.mode,
+        rate,
+        None,
+        &args.frames,
+        OffCpu::from_config(config.off_cpu, args.off_cpu),
+    )?;
+    install_stop_handlers();
+    // The first scan parses every Python binary on the host: the duration starts after it.
+    profiler.scan();
+    let denied = profiler.denied_processes();
+    if profiler.pids().is_empty() && denied > 0 {
+        let why: Vec<String> = lacks.iter().map(Shortfall::brief).collect();
+        bail!(
+            "no process can be profiled: {denied} processes cannot be inspected (permission denied{}); run as root, or grant CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH",
+            if why.is_empty() { String::new() } else { format!(": {}", why.join(", ")) }
+        );
+    }
+    let until = std::time::Instant::now() + duration;
+    eprintln!(
+        "pyagent: profiling every CPython process ({} mode, {rate} Hz, {} found so far)",
+        profiler.mode_name(),
+        profiler.pids().len()
+    );
+    // Windows of processes that exit during the run are written as soon as they are found gone,
+    // so that memory stays bounded by the live processes under churn, not by all of them.
+    let mut files = ProfileFiles::new(
+        dir,
+        args.format.unwrap_or(FormatArg::Pprof).into(),
+        &config.service_names,
+    );
+    profiler.run(&STOP, Some(until), |profiler| {
+        for (info, window) in profiler.take_finished() {
+            files.write(&info, window);
+        }
+    });
+    for (info, window) in profiler.cut() {
+        files.write(&info, window);
+    }
+    let ProfileFiles {
+        written, failed, ..
+    } = files;
+    let s = profiler.stats();
+    let states: Vec<String> = profiler
+        .process_states()
+        .iter()
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect();
+    eprintln!(
+        "pyagent: {} mode, wrote {written} profiles to {}, {failed} failed ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread, {} cyclic chains; processes: {})",
+        profiler.mode_name(),
+        dir.display(),
+        s.samples,
+        s.torn + s.anchor_miss + s.incomplete + s.unknown_thread + s.cyclic,
+        s.torn,
+        s.anchor_miss,
+        s.incomplete,
+        s.unknown_thread,
+        s.cyclic,
+        states.join(", ")
+    );
+    if args.off_cpu {
+        print_off_cpu_summary(&profiler);
+    }
+    if failed > 0 {
+        bail!(
+            "{failed} of {} profiles could not be written",
+            written + failed
+        );
+    }
+    Ok(())
+}
+
+/// The profiles of an `--all-python --duration` run, one file per process. Each file is written
+/// atomically (a kill or a full disk leaves no empty or truncated profile), and one failed file
+/// does not stop the others.
+struct ProfileFiles<'a> {
+    dir: &'a Path,
+    /// the configuration's service-name rules, as the service applies them
+    rules: &'a [ServiceNameRule],
+    format: export::Format,
+    host: String,
+    written: usize,
+    failed: usize,
+}
+
+impl<'a> ProfileFiles<'a> {
+    fn new(dir: &'a Path, format: export::Format, rules: &'a [ServiceNameRule]) -> Self {
+        Self {
+            dir,
+            rules,
+            format,
+            host: pyagent::service::hostname(),
+            written: 0,
+            failed: 0,
+        }
+    }
+
+    /// Writes `SERVICE-PID.EXT`, labelled as the service labels its profiles, counting it as
+    /// written or failed (and saying why).
+    fn write(&mut self, info: &ProcessInfo, mut window: ProfileWindow) {
+        let service = service_name(info.identity(), self.rules);
+        window.labels = pyagent::service::process_labels(info, &service, &self.host);
+        let path = self.dir.join(format!(
+            "{}-{}.{}",
+            pyagent::export::sinks::file_safe_service(&service),
+            info.pid,
+            self.format.extension()
+        ));
+        let format = self.format;
+        let fill = |mut out: &mut dyn Write| {
+            export::write(format, &window, &mut out).map_err(std::io::Error::other)
+        };
+        match write_atomically(&path, fill) {
+            Ok(_) => self.written += 1,
+            Err(err) => {
+                self.failed += 1;
+                eprintln!("pyagent: cannot write {}: {err}", path.display());
+            }
+        }
+    }
+}
