@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Registry};
 
-use super::{counter_vec, gauge_vec, register, saturating_i64};
+use super::registration::{counter_vec, gauge_vec, register};
+use super::saturating_i64;
 
 /// Why one delivery attempt of a sink failed (`pyagent_sink_failures_total{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,138 @@
+//! What every metric of [`AgentMetrics`] is called and means: names, help texts and labels, registered
+//! once per [`AgentMetrics`] (so tests can run many agents in one process).
+
+use std::sync::{Arc, Mutex};
+
+use prometheus::{Counter, CounterVec, Opts, Registry};
+
+use super::own_process;
+use super::registration::{counter, counter_vec, gauge_vec, register};
+use super::{AgentMetrics, BpfTotals, ServiceLabels, SinkFamilies, DEFAULT_MAX_SERVICES};
+
+impl AgentMetrics {
+    /// All metrics, with at most [`DEFAULT_MAX_SERVICES`] distinct services.
+    pub fn new() -> AgentMetrics {
+        AgentMetrics::with_max_services(DEFAULT_MAX_SERVICES)
+    }
+
+    /// All metrics, with at most `max_services` distinct `service` label values (plus `other`).
+    pub fn with_max_services(max_services: usize) -> AgentMetrics {
+        let registry = Registry::new();
+        // process_cpu_seconds_total, process_resident_memory_bytes, open fds, ...: the agent's own cost.
+        registry
+            .register(Box::new(own_process::OwnProcessCollector::new()))
+            .expect("the process collector registers once per registry");
+
+        let bpf_run_time = register(
+            &registry,
+            Counter::new(
+                "pyagent_bpf_run_time_seconds_total",
+                "CPU time the sampling BPF program ran, as the kernel reports it (bpf_stats_enabled).",
+            )
+            .expect("valid counter name"),
+        );
+        AgentMetrics {
+            samples: counter(
+                &registry,
+                "pyagent_samples_total",
+                "Thread samples turned into stacks.",
+            ),
+            samples_lost: counter_vec(
+                &registry,
+                "pyagent_samples_lost_total",
+                "Thread samples lost before they reached a profile, by reason.",
+                &["reason"],
+            ),
+            samples_unverified: counter(
+                &registry,
+                "pyagent_samples_unverified_total",
+                "Thread samples kept although the thread's top frame moved while its stack was read (userspace sampler; the chain was whole, but not proven to be one instant's).",
+            ),
+            bpf_run_time,
+            bpf_runs: counter(
+                &registry,
+                "pyagent_bpf_runs_total",
+                "Times the sampling BPF program ran, as the kernel reports it (bpf_stats_enabled).",
+            ),
+            ring_drops: counter(
+                &registry,
+                "pyagent_ringbuf_drops_total",
+                "Samples the BPF program could not put in the full ring buffer.",
+            ),
+            bpf_last: Mutex::new(BpfTotals::default()),
+            bpf_counters: common::COUNTERS
+                .iter()
+                .map(|c| counter(&registry, c.name, c.help))
+                .collect(),
+            bpf_counters_last: Mutex::new([0; common::COUNTER_COUNT]),
+            cache_lookups: counter_vec(
+                &registry,
+                "pyagent_cache_lookups_total",
+                "Lookups in the agent's caches (page, frame, code), by cache and result (hit, miss; bypassed: frame-cache walks beyond its bounds, done whole).",
+                &["cache", "result"],
+            ),
+            processes: gauge_vec(
+                &registry,
+                "pyagent_processes",
+                "Processes seen by discovery, by state (not_python, unsupported, ready, failed, denied: not inspectable for lack of permission).",
+                &["state"],
+            ),
+            service_samples: counter_vec(
+                &registry,
+                "pyagent_service_samples_total",
+                "Thread samples per service (services past the cap are counted as other).",
+                &["service"],
+            ),
+            service_gil_samples: counter_vec(
+                &registry,
+                "pyagent_service_gil_samples_total",
+                "Thread samples per service taken while the thread held the GIL.",
+                &["service"],
+            ),
+            service_off_cpu: register(
+                &registry,
+                CounterVec::new(
+                    Opts::new(
+                        "pyagent_service_off_cpu_seconds_total",
+                        "Time Python threads per service spent off the CPU, by wait reason (io, sleep, lock, gil, other; eBPF mode with off-CPU on). The share of wait=\"gil\" is the time spent waiting for the GIL.",
+                    ),
+                    &["service", "wait"],
+                )
+                .expect("valid counter vec"),
+            ),
+            service_threads: gauge_vec(
+                &registry,
+                "pyagent_service_threads",
+                "Python threads per service at the last scan.",
+                &["service"],
+            ),
+            stalled_threads: gauge_vec(
+                &registry,
+                "pyagent_python_stalled_threads",
+                "Python threads per service blocked in one stack for longer than stall_after (needs off-CPU profiling).",
+                &["service"],
+            ),
+            stalls: counter_vec(
+                &registry,
+                "pyagent_python_stalls_total",
+                "Stalls reported per service: a thread blocked in one stack past stall_after counts once per wait.",
+                &["service"],
+            ),
+            python_info: gauge_vec(
+                &registry,
+                "pyagent_python_info",
+                "CPython version per service (always 1).",
+                &["service", "version"],
+            ),
+            not_profiled: gauge_vec(
+                &registry,
+                "pyagent_process_not_profiled_info",
+                "The newest processes (at most 20) that are not profiled, with why (always 1): state unsupported, failed or denied.",
+                &["pid", "state", "reason"],
+            ),
+            sinks: Arc::new(SinkFamilies::register(&registry)),
+            services: ServiceLabels::new(max_services),
+            registry,
+        }
+    }
+}
