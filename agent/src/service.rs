@@ -17,11 +17,11 @@ use crate::discovery::container::{container_id, pod_uid};
 use crate::discovery::privileges::{Privileges, Shortfall};
 use crate::discovery::service_name::service_name;
 use crate::export::metrics::{
-    serve, AgentMetrics, FailureReason, MetricsError, ProcessState, NOT_PROFILED_SHOWN,
+    serve, AgentMetrics, Deltas, FailureReason, MetricsError, ProcessState, NOT_PROFILED_SHOWN,
 };
 use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
 use crate::profiler::{HostConfig, HostError, HostProfiler, HostStats, ProcessInfo};
-use crate::unwind::{StackLoss, UnwindOptions};
+use crate::unwind::{LossReason, RecordLoss, StackLoss, UnwindOptions};
 
 mod stalls;
 use stalls::StallWatch;
@@ -91,17 +91,19 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Differences of monotonically growing totals, for counters fed from cumulative stats.
-#[derive(Default)]
-struct Deltas {
-    last: HashMap<String, u64>,
-}
-
-impl Deltas {
-    fn delta(&mut self, key: &str, total: u64) -> u64 {
-        let last = self.last.insert(key.to_string(), total).unwrap_or(0);
-        total.saturating_sub(last)
-    }
+/// A running total the service turns into metric increments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Total {
+    /// Ticks lost for a reason.
+    Lost(LossReason),
+    /// Userspace stacks kept although their top frame moved while they were read.
+    Unverified,
+    /// Hits of one unwinder cache.
+    CacheHits(&'static str),
+    /// Misses of one unwinder cache.
+    CacheMisses(&'static str),
+    /// 3.15 walks the frame cache could not hold.
+    FrameCacheBypassed,
 }
 
 /// Runs the service until `stop` is set.
@@ -160,7 +162,7 @@ pub fn run(
     );
     let host = hostname();
     let mut services: HashMap<u32, String> = HashMap::new();
-    let mut deltas = Deltas::default();
+    let mut deltas: Deltas<Total> = Deltas::default();
     let mut profiles = 0u64;
     let mut next_cut = Instant::now() + config.interval;
     let emit =
@@ -172,9 +174,6 @@ pub fn run(
                     .clone();
                 window.labels = process_labels(&info, &service, &host);
                 metrics.add_window(&service, &window);
-                if window.dropped > 0 {
-                    metrics.add_lost("unreadable_stack", window.dropped);
-                }
                 let meta = ProfileMeta {
                     service,
                     pid: info.pid,
@@ -255,7 +254,7 @@ const SINKS: [&str; 3] = ["directory", "pyroscope", "encode"];
 const METRICS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Copies the profiler's and the BPF program's counters into the metrics.
-fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas) {
+fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<Total>) {
     let states: Vec<(ProcessState, u64)> = p
         .process_states()
         .into_iter()
@@ -272,55 +271,57 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas)
         unknown_thread,
         ..
     } = p.stats();
-    for (reason, total) in [
-        ("torn_read", torn),
-        ("anchor_miss", anchor_miss),
-        ("incomplete_stack", incomplete),
-        ("cyclic_chain", cyclic),
-        ("untracked_process", untracked),
-        ("unknown_thread", unknown_thread),
-    ] {
-        // Keyed apart from the userspace reasons below: both backends report `cyclic_chain`.
-        let d = deltas.delta(&format!("bpf.{reason}"), total);
+    let mut lost = |reason: LossReason, total: u64| {
+        let d = deltas.delta(Total::Lost(reason), total);
         if d > 0 {
             metrics.add_lost(reason, d);
         }
+    };
+    for (reason, total) in [
+        (RecordLoss::TornRead, torn),
+        (RecordLoss::AnchorMiss, anchor_miss),
+        (RecordLoss::IncompleteStack, incomplete),
+        (RecordLoss::CyclicChain, cyclic),
+        (RecordLoss::UntrackedProcess, untracked),
+        (RecordLoss::UnknownThread, unknown_thread),
+    ] {
+        lost(LossReason::Record(reason), total);
     }
     if let Some(u) = p.userspace_unwind_stats() {
         for reason in StackLoss::ALL {
-            let d = deltas.delta(reason.label(), u.lost.get(reason));
-            if d > 0 {
-                metrics.add_lost(reason.label(), d);
-            }
+            lost(LossReason::Thread(reason), u.lost.get(reason));
         }
-        metrics.add_unverified(deltas.delta("unverified", u.unverified));
     }
-    for (cache, (hits, misses)) in p.cache_stats() {
-        let h = deltas.delta(&format!("{cache}.hits"), hits);
-        let m = deltas.delta(&format!("{cache}.misses"), misses);
-        metrics.add_cache(cache, h, m);
-    }
-    let bypassed = deltas.delta("frame.bypassed", p.frame_cache_bypassed());
-    if bypassed > 0 {
-        metrics.add_cache_bypassed("frame", bypassed);
-    }
-    if let Some(bpf) = p.bpf() {
+    let bpf_counters = p.bpf().map(|bpf| {
         let sums = bpf.counter_sums().unwrap_or([0; common::COUNTER_COUNT]);
+        (sums, bpf.run_stats().unwrap_or((0, 0)))
+    });
+    if let Some((sums, _)) = &bpf_counters {
         let get = |c: Counter| sums[c.index() as usize];
-        let (run_ns, runs) = bpf.run_stats().unwrap_or((0, 0));
-        metrics.set_bpf(run_ns, runs, get(Counter::RingbufDropped));
-        metrics.set_bpf_counters(&sums);
         let read_failures = get(Counter::ReadFailTstate)
             + get(Counter::ReadFailCframe)
             + get(Counter::ReadFailFrame);
-        for (reason, total) in [
-            ("bpf_read_failed", read_failures),
-            ("bpf_truncated", get(Counter::Truncated)),
-        ] {
-            let d = deltas.delta(reason, total);
-            if d > 0 {
-                metrics.add_lost(reason, d);
-            }
-        }
+        lost(LossReason::Record(RecordLoss::BpfReadFailed), read_failures);
+        lost(
+            LossReason::Record(RecordLoss::BpfTruncated),
+            get(Counter::Truncated),
+        );
+    }
+    if let Some((sums, (run_ns, runs))) = &bpf_counters {
+        let ring_drops = sums[Counter::RingbufDropped.index() as usize];
+        metrics.set_bpf(*run_ns, *runs, ring_drops);
+        metrics.set_bpf_counters(sums);
+    }
+    if let Some(u) = p.userspace_unwind_stats() {
+        metrics.add_unverified(deltas.delta(Total::Unverified, u.unverified));
+    }
+    for (cache, (hits, misses)) in p.cache_stats() {
+        let h = deltas.delta(Total::CacheHits(cache), hits);
+        let m = deltas.delta(Total::CacheMisses(cache), misses);
+        metrics.add_cache(cache, h, m);
+    }
+    let bypassed = deltas.delta(Total::FrameCacheBypassed, p.frame_cache_bypassed());
+    if bypassed > 0 {
+        metrics.add_cache_bypassed("frame", bypassed);
     }
 }

@@ -86,14 +86,15 @@ impl BpfBackend {
         Ok(())
     }
 
-    /// Stops sampling `pid` and forgets its threads.
-    pub fn untrack(&mut self, pid: u32) {
-        if let Some(p) = self.procs.remove(&pid) {
-            for tid in p.threads.into_keys() {
-                let _ = self.sampler.remove_thread(tid);
-            }
-        }
+    /// Stops sampling `pid` and forgets its threads; returns its unwinder (for its totals).
+    pub fn untrack(&mut self, pid: u32) -> Option<Unwinder> {
+        let p = self.procs.remove(&pid);
         let _ = self.sampler.untrack_process(pid);
+        let p = p?;
+        for tid in p.threads.into_keys() {
+            let _ = self.sampler.remove_thread(tid);
+        }
+        Some(p.unwinder)
     }
 
     /// The program stops recording every process (the run ends): what the ring buffer holds

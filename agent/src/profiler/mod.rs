@@ -151,6 +151,38 @@ pub struct HostProfiler {
     collected: Collected,
     fallback_reason: Option<String>,
     off_cpu_unavailable: Option<String>,
+    /// The cache totals of processes no longer tracked, so that the host's totals only grow.
+    retired: CacheTotals,
+}
+
+/// Unwinder cache counters summed over processes: hits and misses per cache (`page`, `code`,
+/// `frame`), and 3.15 walks the frame cache could not hold.
+#[derive(Debug, Default, Clone)]
+struct CacheTotals {
+    caches: BTreeMap<&'static str, (u64, u64)>,
+    frame_cache_bypassed: u64,
+}
+
+impl CacheTotals {
+    fn add(&mut self, u: &Unwinder) {
+        let p = u.page_cache_stats();
+        let s = u.symbolizer_stats();
+        let w = u.stats();
+        let mut add = |cache, hits, misses| {
+            let e = self.caches.entry(cache).or_default();
+            e.0 += hits;
+            e.1 += misses;
+        };
+        // Pages read from the process, one by one or in a prefetch.
+        add("page", p.hits, p.misses + p.prefetched);
+        add("code", s.hits, s.misses);
+        add(
+            "frame",
+            w.cache_full_hits + w.cache_partial_hits,
+            w.cache_misses,
+        );
+        self.frame_cache_bypassed += w.uncached_walks;
+    }
 }
 
 impl HostProfiler {
@@ -206,6 +238,7 @@ impl HostProfiler {
             collected: Collected::default(),
             fallback_reason,
             off_cpu_unavailable,
+            retired: CacheTotals::default(),
         })
     }
 
@@ -324,11 +357,12 @@ impl HostProfiler {
 
     fn untrack(&mut self, pid: u32) {
         tracing::debug!(pid, "no longer profiling the process");
-        match &mut self.backend {
+        let unwinder = match &mut self.backend {
             Backend::Bpf(b) => b.untrack(pid),
-            Backend::Userspace(s) => {
-                s.remove_target(pid);
-            }
+            Backend::Userspace(s) => s.remove_target(pid),
+        };
+        if let Some(u) = unwinder {
+            self.retired.add(&u);
         }
         self.collected.finish(pid);
     }
@@ -435,32 +469,22 @@ impl HostProfiler {
     }
 
     /// 3.15 thread walks the frame cache could not hold (beyond its thread or depth bound),
-    /// whose threads BPF walks whole instead, summed over the live processes.
+    /// whose threads BPF walks whole instead, since the start (processes that exited included).
     pub fn frame_cache_bypassed(&self) -> u64 {
-        self.backend
-            .unwinders()
-            .map(|u| u.stats().uncached_walks)
-            .sum()
+        self.cache_totals().frame_cache_bypassed
     }
 
-    /// Unwinder statistics summed over the live processes, per cache.
+    /// Unwinder cache hits and misses since the start (processes that exited included), per
+    /// cache: totals that only grow.
     pub fn cache_stats(&self) -> BTreeMap<&'static str, (u64, u64)> {
-        let mut m: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+        self.cache_totals().caches
+    }
+
+    fn cache_totals(&self) -> CacheTotals {
+        let mut totals = self.retired.clone();
         for u in self.backend.unwinders() {
-            let p = u.page_cache_stats();
-            let s = u.symbolizer_stats();
-            let w = u.stats();
-            let e = m.entry("page").or_default();
-            e.0 += p.hits;
-            // Pages read from the process, one by one or in a prefetch.
-            e.1 += p.misses + p.prefetched;
-            let e = m.entry("code").or_default();
-            e.0 += s.hits;
-            e.1 += s.misses;
-            let e = m.entry("frame").or_default();
-            e.0 += w.cache_full_hits + w.cache_partial_hits;
-            e.1 += w.cache_misses;
+            totals.add(u);
         }
-        m
+        totals
     }
 }

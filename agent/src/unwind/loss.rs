@@ -66,6 +66,66 @@ impl StackLoss {
     }
 }
 
+/// Why a record of the BPF program (eBPF mode) yielded no sample: counted by the conductor, or by
+/// the program itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordLoss {
+    /// A read failed in the walk or while symbolizing.
+    TornRead,
+    /// The walk stopped at a 3.15 anchor the frame cache could not vouch for.
+    AnchorMiss,
+    /// A 3.15 walk did not end at the thread's base frame.
+    IncompleteStack,
+    /// The frame chain loops back on itself.
+    CyclicChain,
+    /// The record's process is no longer tracked, or its thread state belongs to no interpreter
+    /// known.
+    UntrackedProcess,
+    /// The program met a thread neither registered nor found in its interpreter's thread list.
+    UnknownThread,
+    /// The program could not read a thread state or frame.
+    BpfReadFailed,
+    /// The program cut the walk at its depth bound.
+    BpfTruncated,
+}
+
+impl RecordLoss {
+    /// The `reason` label of `pyagent_samples_lost_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            RecordLoss::TornRead => "torn_read",
+            RecordLoss::AnchorMiss => "anchor_miss",
+            RecordLoss::IncompleteStack => "incomplete_stack",
+            RecordLoss::CyclicChain => "cyclic_chain",
+            RecordLoss::UntrackedProcess => "untracked_process",
+            RecordLoss::UnknownThread => "unknown_thread",
+            RecordLoss::BpfReadFailed => "bpf_read_failed",
+            RecordLoss::BpfTruncated => "bpf_truncated",
+        }
+    }
+}
+
+/// Any reason a tick reached no profile: a thread the unwinder read without a stack, or a BPF
+/// record that yielded no sample. Both kinds count in one metric, under one label each
+/// (`cyclic_chain` is the same loss whoever walked the chain).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LossReason {
+    /// A sampled thread without a stack (userspace walks).
+    Thread(StackLoss),
+    /// A BPF record without a sample.
+    Record(RecordLoss),
+}
+
+impl LossReason {
+    /// The `reason` label of `pyagent_samples_lost_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            LossReason::Thread(loss) => loss.label(),
+            LossReason::Record(loss) => loss.label(),
+        }
+    }
+}
+
 impl std::fmt::Display for StackLoss {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.describe())

@@ -28,7 +28,7 @@ use std::sync::Arc;
 pub use decode::{DecodedRecord, RecordKind};
 pub use error::{LostThread, ThreadOutcome, UnwindError};
 pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};
-pub use loss::{LossCounts, StackLoss};
+pub use loss::{LossCounts, LossReason, RecordLoss, StackLoss};
 pub use options::{UnwindOptions, UnwindStats};
 pub use record::{ExternalSkip, ExternalWalk};
 pub use sample::{CpuState, GilState, ThreadSample};

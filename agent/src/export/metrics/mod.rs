@@ -15,6 +15,7 @@
 //! them; this module counts what the service loop reports.
 
 mod catalog;
+mod deltas;
 mod own_process;
 mod registration;
 mod server;
@@ -32,11 +33,13 @@ use prometheus::{
     Counter, CounterVec, Encoder, IntCounter, IntCounterVec, IntGaugeVec, Registry, TextEncoder,
 };
 
+pub use deltas::{increase, Deltas};
 pub use server::{serve, MetricsError, MetricsServer, DEFAULT_METRICS_ADDR};
 pub use service_labels::ServiceLabels;
 use sink::SinkFamilies;
 
 use crate::aggregate::ProfileWindow;
+use crate::unwind::LossReason;
 pub use sink::{DropReason, EvictReason, FailureReason, SinkHealth, SinkMetrics, SpoolOutcome};
 
 /// Distinct `service` label values kept before new services are counted as `other`.
@@ -59,16 +62,6 @@ struct BpfTotals {
     run_time_ns: u64,
     runs: u64,
     ring_drops: u64,
-}
-
-/// The increase from `last` to `now` of a kernel counter; a smaller `now` means the counter restarted
-/// (program reloaded), so all of `now` is new.
-fn increase(last: u64, now: u64) -> u64 {
-    if now >= last {
-        now - last
-    } else {
-        now
-    }
 }
 
 /// Every metric of the agent, registered in one [`Registry`].
@@ -148,10 +141,11 @@ impl AgentMetrics {
         }
     }
 
-    /// Counts `n` samples lost for `reason`. Use a fixed set of reasons (for instance `ringbuf_full`,
-    /// `unreadable_stack`, `process_gone`, `stack_map_full`): each is one series.
-    pub fn add_lost(&self, reason: &str, n: u64) {
-        self.samples_lost.with_label_values(&[reason]).inc_by(n);
+    /// Counts `n` samples lost for `reason` (one series per reason).
+    pub fn add_lost(&self, reason: LossReason, n: u64) {
+        self.samples_lost
+            .with_label_values(&[reason.label()])
+            .inc_by(n);
     }
 
     /// Counts `n` samples kept unverified (see `pyagent_samples_unverified_total`).

@@ -396,7 +396,7 @@ mod tests {
         let text = String::from_utf8(body).expect("UTF-8 exposition");
         for expected in [
             "pyagent_samples_total 107",
-            "pyagent_samples_lost_total{reason=\"ringbuf_full\"} 3",
+            "pyagent_samples_lost_total{reason=\"torn_read\"} 3",
             "pyagent_bpf_runs_total 200",
             "pyagent_cache_lookups_total{cache=\"page\",result=\"hit\"} 90",
             "pyagent_processes{state=\"ready\"} 2",

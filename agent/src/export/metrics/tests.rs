@@ -3,13 +3,14 @@
 use std::process::{Command, Stdio};
 
 use super::*;
+use crate::unwind::RecordLoss;
 
 /// Metrics with at least one series in every family.
 pub(crate) fn busy_metrics() -> AgentMetrics {
     let metrics = AgentMetrics::new();
     metrics.add_samples("web", 100, 40);
     metrics.add_samples("worker", 7, 0);
-    metrics.add_lost("ringbuf_full", 3);
+    metrics.add_lost(LossReason::Record(RecordLoss::TornRead), 3);
     metrics.set_bpf(12_345_678, 200, 1);
     metrics.add_cache("page", 90, 10);
     metrics.add_cache("frame", 50, 5);
