@@ -9,6 +9,7 @@ pub mod atomic_file;
 pub mod collapsed;
 pub mod flamegraph;
 pub mod metrics;
+pub mod otlp;
 pub mod pprof;
 pub mod sinks;
 pub mod speedscope;
