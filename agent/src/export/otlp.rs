@@ -516,8 +516,8 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         assert_eq!(attributes, expected);
-        let pid = resource.resource.as_ref().unwrap().attributes.iter();
-        let pid = pid.filter(|kv| kv.key == "process.pid").next().unwrap();
+        let mut attributes = resource.resource.as_ref().unwrap().attributes.iter();
+        let pid = attributes.find(|kv| kv.key == "process.pid").unwrap();
         assert_eq!(pid.value, Some(int_value(4321)), "process.pid is an int");
 
         let [scope] = &resource.scope_profiles[..] else {
