@@ -40,6 +40,7 @@ fn flag_layer(args: &HostArgs, log: Option<&str>) -> Result<Overrides> {
         pyroscope_url: args.pyroscope_url.clone(),
         pyroscope_api,
         pyroscope_tenant: args.pyroscope_tenant.clone(),
+        otlp_endpoint: args.otlp_endpoint.clone(),
         ..Overrides::default()
     })
 }

@@ -226,12 +226,16 @@ pub struct HostArgs {
     /// Service mode: Grafana Pyroscope base URL to upload profiles to.
     #[arg(long)]
     pub pyroscope_url: Option<String>,
-    /// Service mode: Pyroscope API, `push` or `ingest` [default: push].
+    /// Service mode: Pyroscope API, `push`, `ingest` or `otlp` (Pyroscope 1.20+) [default: push].
     #[arg(long)]
     pub pyroscope_api: Option<String>,
     /// Service mode: tenant (X-Scope-OrgID) for Pyroscope.
     #[arg(long)]
     pub pyroscope_tenant: Option<String>,
+    /// Service mode: base URL of an OTLP receiver (OpenTelemetry Collector, e.g.
+    /// http://collector:4318) to send OTLP profiles to [config: otlp.endpoint].
+    #[arg(long)]
+    pub otlp_endpoint: Option<String>,
     /// Samples per second (per CPU with eBPF; 1 to 10000) [default: 99 with --duration, else 19].
     #[arg(long, short, value_parser = parse_rate_hz, allow_hyphen_values = true)]
     pub rate: Option<u32>,

@@ -126,7 +126,7 @@ pub fn run(
     let sinks = SinkSet::start(
         config.output_dir.as_deref(),
         config.output_limits,
-        config.pyroscope(),
+        config.upload(),
         &metrics,
     )?;
     let host_config = HostConfig {
@@ -239,7 +239,10 @@ pub fn run(
     Ok(ServiceReport {
         profiles,
         written: metrics.sink("directory").successes(),
-        uploaded: metrics.sink("pyroscope").successes(),
+        uploaded: UPLOAD_SINKS
+            .iter()
+            .map(|sink| metrics.sink(sink).successes())
+            .sum(),
         shutdown,
         dropped,
         write_failures,
@@ -248,7 +251,10 @@ pub fn run(
 }
 
 /// The names the sinks count under (see [`SinkSet::start`]).
-const SINKS: [&str; 3] = ["directory", "pyroscope", "encode"];
+const SINKS: [&str; 4] = ["directory", "pyroscope", "otlp", "encode"];
+
+/// The names an upload sink counts under, whichever store it sends to.
+const UPLOAD_SINKS: [&str; 2] = ["pyroscope", "otlp"];
 
 /// How often the metrics are brought up to date.
 const METRICS_INTERVAL: Duration = Duration::from_secs(1);

@@ -58,6 +58,10 @@ impl Overrides {
                     layer.pyroscope_basic_auth_password = text()
                 }
                 "PYAGENT_PYROSCOPE_BEARER_TOKEN" => layer.pyroscope_bearer_token = text(),
+                "PYAGENT_OTLP_ENDPOINT" => layer.otlp_endpoint = text(),
+                "PYAGENT_OTLP_HEADERS" => {
+                    layer.otlp_headers = Some(value.parse().map_err(|m| invalid(key, m))?)
+                }
                 "PYAGENT_SERVICE_NAMES" => layer.service_names = Some(parse_rules(key, value)?),
                 // PYAGENT_SERVICE names a target, not the agent; others may belong to the CLI.
                 _ => {}

@@ -2,6 +2,7 @@
 //! errors: a typo must not silently fall back to a default); its values go through the same parsers
 //! as the flags' and the environment's.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -9,6 +10,7 @@ use serde::Deserialize;
 use super::values::{parse_duration, parse_size, parse_socket_addr, ValueError};
 use super::{invalid, ConfigError, Overrides};
 use crate::discovery::service_name::ServiceNameRule;
+use crate::export::sinks::Headers;
 
 impl Overrides {
     /// The settings of a TOML document; `path` only names the file in errors.
@@ -43,6 +45,7 @@ struct FileConfig {
     log: Option<String>,
     output: Option<FileOutput>,
     pyroscope: Option<FilePyroscope>,
+    otlp: Option<FileOtlp>,
     service_name: Option<Vec<ServiceNameRule>>,
 }
 
@@ -52,6 +55,14 @@ struct FileOutput {
     dir: Option<PathBuf>,
     max_bytes: Option<NumberOrText>,
     max_age: Option<NumberOrText>,
+}
+
+/// `[otlp]`: where OTLP profiles go, and the headers of each request.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileOtlp {
+    endpoint: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -103,6 +114,7 @@ impl FileConfig {
     fn into_overrides(self) -> Result<Overrides, ConfigError> {
         let output = self.output.unwrap_or_default();
         let pyroscope = self.pyroscope.unwrap_or_default();
+        let otlp = self.otlp.unwrap_or_default();
         let string = |value: Option<String>| value.filter(|v| !v.trim().is_empty());
         Ok(Overrides {
             interval: parse_key("interval", self.interval, parse_duration)?,
@@ -136,9 +148,22 @@ impl FileConfig {
             pyroscope_basic_auth_user: string(pyroscope.basic_auth_user),
             pyroscope_basic_auth_password: string(pyroscope.basic_auth_password),
             pyroscope_bearer_token: string(pyroscope.bearer_token),
+            otlp_endpoint: string(otlp.endpoint),
+            otlp_headers: otlp.headers.map(otlp_headers).transpose()?,
             service_names: self.service_name,
         })
     }
+}
+
+/// `[otlp] headers`: a table of header names and values.
+fn otlp_headers(table: BTreeMap<String, String>) -> Result<Headers, ConfigError> {
+    if let Some(name) = table.keys().find(|name| !Headers::valid_name(name)) {
+        return Err(invalid(
+            "otlp.headers",
+            format!("{name:?} is not a header name"),
+        ));
+    }
+    Ok(Headers(table.into_iter().collect()))
 }
 
 /// The TOML error on one line, with its line number.
@@ -163,7 +188,7 @@ mod tests {
 
     use super::*;
     use crate::config::{ServiceConfig, FILE_EXAMPLE};
-    use crate::export::sinks::{Auth, PyroscopeApi};
+    use crate::export::sinks::{Auth, UploadApi};
     use crate::profiler::Mode;
 
     #[test]
@@ -185,7 +210,7 @@ mod tests {
         );
         let pyroscope = config.pyroscope().unwrap();
         assert_eq!(pyroscope.url, "http://pyroscope:4040");
-        assert_eq!(pyroscope.api, PyroscopeApi::Ingest);
+        assert_eq!(pyroscope.api, UploadApi::Ingest);
         assert_eq!(pyroscope.tenant.as_deref(), Some("team-a"));
         assert_eq!(
             pyroscope.auth,
@@ -245,7 +270,7 @@ mod tests {
             ("mode = \"kernel\"\n", "mode: unknown mode \"kernel\""),
             (
                 "[pyroscope]\napi = \"grpc\"\n",
-                "pyroscope.api: must be ingest or push",
+                "pyroscope.api: must be ingest, push or otlp",
             ),
             (
                 "rate_hz = \"fast\"\n",

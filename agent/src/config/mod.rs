@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use crate::discovery::service_name::ServiceNameRule;
-use crate::export::sinks::{Auth, DirectoryLimits, PyroscopeApi, PyroscopeConfig};
+use crate::export::sinks::{Auth, DirectoryLimits, Headers, UploadApi, UploadConfig};
 pub use crate::profiler::Mode;
 pub use env::ENV_PREFIX;
 pub use overrides::Overrides;
@@ -118,11 +118,16 @@ pub struct ServiceConfig {
     /// Pyroscope base URL; `None`: no upload.
     pub pyroscope_url: Option<String>,
     /// Pyroscope API.
-    pub pyroscope_api: PyroscopeApi,
+    pub pyroscope_api: UploadApi,
     /// Credentials for Pyroscope.
     pub pyroscope_auth: Option<Auth>,
     /// `X-Scope-OrgID` for Pyroscope.
     pub pyroscope_tenant: Option<String>,
+    /// Base URL of an OTLP receiver (an OpenTelemetry Collector, Pyroscope 1.20+); `None`: no
+    /// OTLP upload.
+    pub otlp_endpoint: Option<String>,
+    /// Headers of every OTLP request (authentication).
+    pub otlp_headers: Headers,
     /// Operator rules naming services, tried in order.
     pub service_names: Vec<ServiceNameRule>,
 }
@@ -142,9 +147,11 @@ impl Default for ServiceConfig {
             output_dir: None,
             output_limits: DirectoryLimits::default(),
             pyroscope_url: None,
-            pyroscope_api: PyroscopeApi::default(),
+            pyroscope_api: UploadApi::default(),
             pyroscope_auth: None,
             pyroscope_tenant: None,
+            otlp_endpoint: None,
+            otlp_headers: Headers::default(),
             service_names: Vec::new(),
         }
     }
@@ -238,18 +245,34 @@ impl ServiceConfig {
             pyroscope_api: layer.pyroscope_api.unwrap_or(defaults.pyroscope_api),
             pyroscope_auth: auth,
             pyroscope_tenant: layer.pyroscope_tenant,
+            otlp_endpoint: layer.otlp_endpoint,
+            otlp_headers: layer.otlp_headers.unwrap_or_default(),
             service_names: layer.service_names.unwrap_or_default(),
         };
         config.validate()?;
         Ok(config)
     }
 
-    /// The Pyroscope sink's configuration, when uploads are configured.
-    pub fn pyroscope(&self) -> Option<PyroscopeConfig> {
+    /// The upload sink's configuration, when uploads are configured: to Pyroscope, or to an
+    /// OTLP receiver (validation allows one of them).
+    pub fn upload(&self) -> Option<UploadConfig> {
+        self.pyroscope().or_else(|| self.otlp())
+    }
+
+    /// The upload to Pyroscope, when `pyroscope.url` is set.
+    pub fn pyroscope(&self) -> Option<UploadConfig> {
         let url = self.pyroscope_url.as_ref()?;
-        let mut config = PyroscopeConfig::new(url.clone(), self.pyroscope_api);
+        let mut config = UploadConfig::new(url.clone(), self.pyroscope_api);
         config.auth = self.pyroscope_auth.clone();
         config.tenant = self.pyroscope_tenant.clone();
+        Some(config)
+    }
+
+    /// The upload to an OTLP receiver, when `otlp.endpoint` is set.
+    pub fn otlp(&self) -> Option<UploadConfig> {
+        let url = self.otlp_endpoint.as_ref()?;
+        let mut config = UploadConfig::new(url.clone(), UploadApi::Otlp);
+        config.headers = self.otlp_headers.clone();
         Some(config)
     }
 }
@@ -291,6 +314,62 @@ fn err_line(result: Result<ServiceConfig, ConfigError>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn otlp_is_set_in_every_layer_and_excludes_pyroscope() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pyagent.toml");
+        std::fs::write(
+            &file,
+            "[otlp]\nendpoint = \"http://collector:4318\"\nheaders = { authorization = \"Bearer a,b\" }\n",
+        )
+        .unwrap();
+        let none: [(&str, &str); 0] = [];
+        let config = ServiceConfig::load(Some(&file), none, &Overrides::default()).unwrap();
+        let upload = config.upload().expect("an upload");
+        assert_eq!(upload.api, UploadApi::Otlp);
+        assert_eq!(upload.url, "http://collector:4318");
+        assert_eq!(
+            upload.headers.0,
+            [("authorization".to_string(), "Bearer a,b".to_string())]
+        );
+        // The environment over the file, the flags over both.
+        let env = [
+            ("PYAGENT_OTLP_ENDPOINT", "http://env:4318"),
+            ("PYAGENT_OTLP_HEADERS", "x-token=t1,x-tenant=a"),
+        ];
+        let config = ServiceConfig::load(Some(&file), env, &Overrides::default()).unwrap();
+        assert_eq!(config.otlp_endpoint.as_deref(), Some("http://env:4318"));
+        assert_eq!(config.otlp_headers.0.len(), 2);
+        let flags = Overrides {
+            otlp_endpoint: Some("https://flag:4318".into()),
+            ..Overrides::default()
+        };
+        let config = ServiceConfig::load(Some(&file), env, &flags).unwrap();
+        assert_eq!(config.upload().unwrap().url, "https://flag:4318");
+        // One store takes the uploads.
+        let both = Overrides {
+            pyroscope_url: Some("http://pyroscope:4040".into()),
+            ..flags
+        };
+        let line = err_line(ServiceConfig::load(Some(&file), env, &both));
+        assert!(
+            line.starts_with("otlp.endpoint: cannot be combined"),
+            "{line}"
+        );
+        let bad = Overrides {
+            otlp_endpoint: Some("collector:4318".into()),
+            ..Overrides::default()
+        };
+        let line = err_line(ServiceConfig::from_overrides(bad));
+        assert!(line.starts_with("otlp.endpoint: must be an http"), "{line}");
+        let line = err_line(ServiceConfig::load(
+            None::<&Path>,
+            [("PYAGENT_OTLP_HEADERS", "no-value")],
+            &Overrides::default(),
+        ));
+        assert!(line.starts_with("PYAGENT_OTLP_HEADERS: "), "{line}");
+    }
 
     #[test]
     fn defaults_need_a_destination() {

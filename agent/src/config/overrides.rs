@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::discovery::service_name::ServiceNameRule;
-use crate::export::sinks::PyroscopeApi;
+use crate::export::sinks::{Headers, UploadApi};
 use crate::profiler::Mode;
 
 /// One layer of settings; `None` leaves the setting to a lower layer (or the default).
@@ -37,7 +37,7 @@ pub struct Overrides {
     /// Pyroscope base URL.
     pub pyroscope_url: Option<String>,
     /// Pyroscope API.
-    pub pyroscope_api: Option<PyroscopeApi>,
+    pub pyroscope_api: Option<UploadApi>,
     /// `X-Scope-OrgID`.
     pub pyroscope_tenant: Option<String>,
     /// Basic-auth user.
@@ -46,6 +46,10 @@ pub struct Overrides {
     pub pyroscope_basic_auth_password: Option<String>,
     /// Bearer token.
     pub pyroscope_bearer_token: Option<String>,
+    /// OTLP receiver's base URL.
+    pub otlp_endpoint: Option<String>,
+    /// Headers of every OTLP request.
+    pub otlp_headers: Option<Headers>,
     /// Service-name rules (a layer that sets them replaces the whole list).
     pub service_names: Option<Vec<ServiceNameRule>>,
 }
@@ -74,6 +78,8 @@ impl Overrides {
                 .pyroscope_basic_auth_password
                 .or(lower.pyroscope_basic_auth_password),
             pyroscope_bearer_token: self.pyroscope_bearer_token.or(lower.pyroscope_bearer_token),
+            otlp_endpoint: self.otlp_endpoint.or(lower.otlp_endpoint),
+            otlp_headers: self.otlp_headers.or(lower.otlp_headers),
             service_names: self.service_names.or(lower.service_names),
         }
     }
@@ -89,6 +95,7 @@ impl Overrides {
             ("output.max_bytes", self.output_max_bytes.is_some()),
             ("output.max_age", self.output_max_age.is_some()),
             ("pyroscope.url", self.pyroscope_url.is_some()),
+            ("otlp.endpoint", self.otlp_endpoint.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))

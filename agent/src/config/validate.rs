@@ -39,7 +39,11 @@ impl ServiceConfig {
                 return Err(invalid("output.dir", "must not be empty"));
             }
         }
-        if let Some(url) = &self.pyroscope_url {
+        for (key, url) in [
+            ("pyroscope.url", &self.pyroscope_url),
+            ("otlp.endpoint", &self.otlp_endpoint),
+        ] {
+            let Some(url) = url else { continue };
             let rest = url
                 .strip_prefix("http://")
                 .or_else(|| url.strip_prefix("https://"));
@@ -47,16 +51,24 @@ impl ServiceConfig {
                 Some(host) if !host.is_empty() && !host.starts_with('/') => {}
                 _ => {
                     return Err(invalid(
-                        "pyroscope.url",
+                        key,
                         format!("must be an http:// or https:// URL with a host, not {url:?}"),
                     ))
                 }
             }
         }
-        if self.output_dir.is_none() && self.pyroscope_url.is_none() {
+        if self.pyroscope_url.is_some() && self.otlp_endpoint.is_some() {
+            return Err(invalid(
+                "otlp.endpoint",
+                "cannot be combined with pyroscope.url: one store takes the uploads (Pyroscope 1.20+ \
+                 takes OTLP itself: pyroscope.api = \"otlp\")",
+            ));
+        }
+        if self.output_dir.is_none() && self.pyroscope_url.is_none() && self.otlp_endpoint.is_none()
+        {
             return Err(invalid(
                 "output.dir",
-                "set output.dir or pyroscope.url (or both), or profiles go nowhere",
+                "set output.dir, pyroscope.url or otlp.endpoint, or profiles go nowhere",
             ));
         }
         if let Some(tenant) = &self.pyroscope_tenant {

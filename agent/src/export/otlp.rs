@@ -57,7 +57,11 @@ pub fn request(profile: &pp::Profile, meta: &ProfileMeta) -> ExportProfilesServi
     let frame_type = dict.attribute("profile.frame.type", string_value("cpython"));
     let functions = dict.functions(&profile.function);
     let locations = dict.locations(&profile.location, &functions, frame_type);
-    let text = |i: i64| usize::try_from(i).ok().and_then(|i| profile.string_table.get(i));
+    let text = |i: i64| {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| profile.string_table.get(i))
+    };
     let value_index = |ty: &str| {
         profile
             .sample_type

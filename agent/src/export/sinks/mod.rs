@@ -5,20 +5,21 @@
 //! hands the same bytes to each configured sink:
 //! - [`DirectorySink`] writes `<dir>/<service>-<pid>-<start unix ms>.pb.gz` atomically, within a byte and an
 //!   age bound;
-//! - [`PyroscopeSink`] queues the bytes for a background thread that uploads them to Grafana Pyroscope
-//!   (`/ingest` or the push API), retrying with backoff, and spills what it cannot deliver to the directory.
+//! - [`UploadSink`] queues the bytes for a background thread that uploads them to Grafana Pyroscope
+//!   (`/ingest` or the push API) or to an OTLP receiver (OTLP profiles over HTTP, see
+//!   [`crate::export::otlp`]), retrying with backoff, and spills what it cannot deliver to the directory.
 //!
 //! The caller never waits on the network: `submit` only encodes, writes the local file (if archiving) and
 //! enqueues. [`SinkSet::shutdown`] delivers or spills whatever is still queued within a deadline. Every
 //! profile is counted exactly once as delivered, spilled or dropped ([`SinkMetrics`]), so nothing is lost
 //! silently. What is kept between windows: the upload queue (bounded by
-//! [`PyroscopeConfig::queue_capacity`]) and the files on disk (bounded by [`DirectoryLimits`]).
+//! [`UploadConfig::queue_capacity`]) and the files on disk (bounded by [`DirectoryLimits`]).
 
 mod directory;
 mod index;
-mod pyroscope;
 mod request;
 mod stored;
+mod upload;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -30,9 +31,9 @@ use crate::aggregate::ProfileWindow;
 use crate::export::metrics::{AgentMetrics, DropReason, SinkMetrics};
 
 pub use directory::{file_safe_service, DirectoryLimits, DirectoryRole, DirectorySink};
-pub use pyroscope::{Auth, PyroscopeApi, PyroscopeConfig, PyroscopeSink};
 pub use request::{ingest_name, ingest_query, push_body, push_labels};
 pub use stored::StoredProfileError;
+pub use upload::{Auth, Headers, UploadApi, UploadConfig, UploadSink};
 
 /// What a profile is about, beyond its samples: who, when, and the labels to file it under.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,8 +119,8 @@ pub enum SinkError {
         #[source]
         source: io::Error,
     },
-    /// The Pyroscope URL is not an `http://` or `https://` URL.
-    #[error("pyroscope url {url:?} must start with http:// or https://")]
+    /// The store's URL is not an `http://` or `https://` URL.
+    #[error("upload url {url:?} must start with http:// or https://")]
     BadUrl {
         /// The URL given.
         url: String,
@@ -149,7 +150,7 @@ pub struct ShutdownReport {
 pub struct SinkSet {
     directory: Option<Arc<DirectorySink>>,
     archive: bool,
-    pyroscope: Option<PyroscopeSink>,
+    upload: Option<UploadSink>,
     /// Counts windows that could not even be encoded.
     encode_metrics: Option<SinkMetrics>,
 }
@@ -160,26 +161,26 @@ impl SinkSet {
         SinkSet {
             directory: None,
             archive: false,
-            pyroscope: None,
+            upload: None,
             encode_metrics: None,
         }
     }
 
     /// Starts the sinks a service configuration asks for: the directory (if `output_dir`), archiving
     /// every profile when there is no upload, and holding the spills (a write-ahead buffer the upload
-    /// sink delivers from) when there is; and the upload sink (if `pyroscope`), spilling into that
-    /// directory. Counters go to `metrics` (`sink="directory"`,
-    /// `sink="pyroscope"`, encode failures under `sink="encode"`).
+    /// sink delivers from) when there is; and the upload sink (if `upload`: Pyroscope or an OTLP
+    /// receiver), spilling into that directory. Counters go to `metrics` (`sink="directory"`,
+    /// `sink="pyroscope"` or `sink="otlp"`, encode failures under `sink="encode"`).
     pub fn start(
         output_dir: Option<&Path>,
         limits: DirectoryLimits,
-        pyroscope: Option<PyroscopeConfig>,
+        upload: Option<UploadConfig>,
         metrics: &AgentMetrics,
     ) -> Result<SinkSet, SinkError> {
         let mut set = SinkSet::new().with_encode_metrics(metrics.sink("encode"));
         let directory = match output_dir {
             Some(dir) => {
-                let role = if pyroscope.is_some() {
+                let role = if upload.is_some() {
                     DirectoryRole::Spool
                 } else {
                     DirectoryRole::Archive
@@ -194,13 +195,14 @@ impl SinkSet {
             None => None,
         };
         if let Some(directory) = &directory {
-            set = set.with_directory(Arc::clone(directory), pyroscope.is_none());
+            set = set.with_directory(Arc::clone(directory), upload.is_none());
         }
-        if let Some(config) = pyroscope {
-            set = set.with_pyroscope(PyroscopeSink::start(
+        if let Some(config) = upload {
+            let sink_label = config.api.sink_label();
+            set = set.with_upload(UploadSink::start(
                 config,
                 directory,
-                metrics.sink("pyroscope"),
+                metrics.sink(sink_label),
             )?);
         }
         Ok(set)
@@ -208,16 +210,16 @@ impl SinkSet {
 
     /// Adds the directory sink. With `archive` (or without an upload sink), every profile is written
     /// there; otherwise only what the upload sink spills (give the same `Arc` to
-    /// [`PyroscopeSink::start`]).
+    /// [`UploadSink::start`]).
     pub fn with_directory(mut self, sink: Arc<DirectorySink>, archive: bool) -> SinkSet {
         self.directory = Some(sink);
         self.archive = archive;
         self
     }
 
-    /// Adds the Pyroscope upload sink.
-    pub fn with_pyroscope(mut self, sink: PyroscopeSink) -> SinkSet {
-        self.pyroscope = Some(sink);
+    /// Adds the upload sink.
+    pub fn with_upload(mut self, sink: UploadSink) -> SinkSet {
+        self.upload = Some(sink);
         self
     }
 
@@ -233,15 +235,15 @@ impl SinkSet {
     }
 
     /// The upload sink, if any.
-    pub fn pyroscope(&self) -> Option<&PyroscopeSink> {
-        self.pyroscope.as_ref()
+    pub fn upload(&self) -> Option<&UploadSink> {
+        self.upload.as_ref()
     }
 
     /// Encodes `window` once and hands it to every sink. Never waits on the network: an upload is only
     /// queued (or, with the queue full, spilled to the directory). A local write failure is counted and
     /// logged, not returned: the service loop goes on either way.
     pub fn submit(&self, window: &ProfileWindow, meta: &ProfileMeta) {
-        if self.directory.is_none() && self.pyroscope.is_none() {
+        if self.directory.is_none() && self.upload.is_none() {
             return;
         }
         let profile = match EncodedProfile::encode(window, meta) {
@@ -263,21 +265,21 @@ impl SinkSet {
 
     /// Hands an already encoded profile to every sink (see [`submit`](SinkSet::submit)).
     pub fn submit_encoded(&self, profile: EncodedProfile) {
-        if self.archive || self.pyroscope.is_none() {
+        if self.archive || self.upload.is_none() {
             if let Some(directory) = &self.directory {
                 directory.submit(&profile);
             }
         }
-        if let Some(pyroscope) = &self.pyroscope {
-            pyroscope.submit(profile);
+        if let Some(upload) = &self.upload {
+            upload.submit(profile);
         }
     }
 
     /// Delivers what is queued, or spills it to the directory, before `deadline` has passed; returns what
     /// happened to the queued profiles. Returns early when everything is delivered.
     pub fn shutdown(&self, deadline: Duration) -> ShutdownReport {
-        match &self.pyroscope {
-            Some(pyroscope) => pyroscope.shutdown(Instant::now() + deadline),
+        match &self.upload {
+            Some(upload) => upload.shutdown(Instant::now() + deadline),
             None => ShutdownReport::default(),
         }
     }

@@ -2,14 +2,15 @@
 //! (no Pyroscope server is installable here), and against the real file system.
 //!
 //! `receiver` is the stand-in store, `requests` checks what reached it; the tests are grouped by what
-//! they exercise: `pyroscope` the upload sink, `spool` the redelivery of spilled profiles, `sink_set`
-//! the two sinks together.
+//! they exercise: `upload` the upload sink to Pyroscope, `otlp` the same sink speaking OTLP, `spool`
+//! the redelivery of spilled profiles, `sink_set` the two sinks together.
 
-mod pyroscope;
+mod otlp;
 mod receiver;
 mod requests;
 mod sink_set;
 mod spool;
+mod upload;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -43,12 +44,12 @@ fn window(offset_ms: u64) -> (ProfileWindow, ProfileMeta) {
     let meta = ProfileMeta::for_window("billing", &window);
     (window, meta)
 }
-fn config(url: String, api: PyroscopeApi) -> PyroscopeConfig {
-    PyroscopeConfig {
+fn config(url: String, api: UploadApi) -> UploadConfig {
+    UploadConfig {
         timeout: Duration::from_secs(5),
         backoff_initial: Duration::from_millis(5),
         backoff_max: Duration::from_millis(20),
-        ..PyroscopeConfig::new(url, api)
+        ..UploadConfig::new(url, api)
     }
 }
 
@@ -64,14 +65,15 @@ fn directory(dir: &Path, role: DirectoryRole, metrics: &AgentMetrics) -> Arc<Dir
     )
 }
 
-/// Starts an upload sink with `config`, spilling into `spill`, counted in `metrics` as `pyroscope`.
+/// Starts an upload sink with `config`, spilling into `spill`, counted in `metrics` under its
+/// store (`pyroscope` or `otlp`), as the service counts it.
 fn upload(
-    config: PyroscopeConfig,
+    config: UploadConfig,
     spill: Option<&Arc<DirectorySink>>,
     metrics: &AgentMetrics,
-) -> PyroscopeSink {
-    PyroscopeSink::start(config, spill.cloned(), metrics.sink("pyroscope"))
-        .expect("start the upload sink")
+) -> UploadSink {
+    let label = config.api.sink_label();
+    UploadSink::start(config, spill.cloned(), metrics.sink(label)).expect("start the upload sink")
 }
 
 /// The profile files in `dir`, sorted by name; each must decode as the test window.

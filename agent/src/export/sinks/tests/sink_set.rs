@@ -7,7 +7,7 @@ use super::receiver::{Receiver, Reply};
 use super::requests::{check_ingest, check_push};
 use super::{config, directory, spilled_files, upload, wait_for, window};
 use crate::export::metrics::AgentMetrics;
-use crate::export::sinks::{DirectoryLimits, DirectoryRole, PyroscopeApi, SinkSet};
+use crate::export::sinks::{DirectoryLimits, DirectoryRole, SinkSet, UploadApi};
 use crate::test_support::temp_dir;
 
 #[test]
@@ -17,13 +17,13 @@ fn archive_and_upload_both_get_the_profile() {
     let metrics = AgentMetrics::new();
     let archive = directory(dir.path(), DirectoryRole::Archive, &metrics);
     let sink = upload(
-        config(receiver.url(), PyroscopeApi::Ingest),
+        config(receiver.url(), UploadApi::Ingest),
         Some(&archive),
         &metrics,
     );
     let sinks = SinkSet::new()
         .with_directory(archive, true)
-        .with_pyroscope(sink);
+        .with_upload(sink);
     let (window, meta) = window(0);
     sinks.submit(&window, &meta);
     let request = receiver.next();
@@ -63,7 +63,7 @@ fn start_archives_without_upload_and_spills_with_it() {
     let upload = SinkSet::start(
         Some(&dir.path().join("spill")),
         DirectoryLimits::default(),
-        Some(config(receiver.url(), PyroscopeApi::Push)),
+        Some(config(receiver.url(), UploadApi::Push)),
         &metrics,
     )
     .unwrap();

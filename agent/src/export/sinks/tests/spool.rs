@@ -7,7 +7,7 @@ use super::receiver::{delivered_starts, refused_url, Receiver, Reply};
 use super::requests::check_push;
 use super::{config, directory, spilled_files, upload, wait_for, window, START_MS};
 use crate::export::metrics::{AgentMetrics, SpoolOutcome};
-use crate::export::sinks::{DirectoryRole, PyroscopeApi, ShutdownReport, SinkSet};
+use crate::export::sinks::{DirectoryRole, ShutdownReport, SinkSet, UploadApi};
 use crate::test_support::temp_dir;
 
 /// Reliability issue, defect 1: with the store down, profiles beyond the queue spilled to the directory,
@@ -21,14 +21,14 @@ fn spilled_profiles_are_delivered_when_the_store_is_back() {
     let dir = temp_dir("spool-back");
     let metrics = AgentMetrics::new();
     let spool = directory(dir.path(), DirectoryRole::Spool, &metrics);
-    let mut config = config(receiver.url(), PyroscopeApi::Ingest);
+    let mut config = config(receiver.url(), UploadApi::Ingest);
     config.queue_capacity = 2;
     config.max_attempts = 1;
     let sink = upload(config, Some(&spool), &metrics);
     let counters = sink.metrics().clone();
     let sinks = SinkSet::new()
         .with_directory(Arc::clone(&spool), false)
-        .with_pyroscope(sink);
+        .with_upload(sink);
     const PROFILES: u64 = 12;
     for i in 0..PROFILES {
         let (window, meta) = window(i * 10_000);
@@ -77,10 +77,10 @@ fn spilled_profiles_are_delivered_by_the_next_run() {
     {
         let metrics = AgentMetrics::new();
         let spool = directory(dir.path(), DirectoryRole::Spool, &metrics);
-        let mut config = config(refused_url(), PyroscopeApi::Push);
+        let mut config = config(refused_url(), UploadApi::Push);
         config.max_attempts = 1;
         let sink = upload(config, Some(&spool), &metrics);
-        let sinks = SinkSet::new().with_pyroscope(sink);
+        let sinks = SinkSet::new().with_upload(sink);
         for offset in [20_000, 0, 10_000] {
             let (window, meta) = window(offset);
             sinks.submit(&window, &meta);
@@ -96,7 +96,7 @@ fn spilled_profiles_are_delivered_by_the_next_run() {
     let spooled = metrics.sink("directory");
     assert_eq!(spooled.spool_recovered_count(), 3);
     let sink = upload(
-        config(receiver.url(), PyroscopeApi::Push),
+        config(receiver.url(), UploadApi::Push),
         Some(&spool),
         &metrics,
     );

@@ -1,8 +1,17 @@
 //! One upload request to the store, and what its failure means: which [`FailureReason`] it is counted
 //! under, and whether another try could succeed.
 
-use super::{EncodedProfile, PyroscopeApi, Shared};
+use std::io::{Read, Write};
+
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use prost::Message as _;
+use prost_otlp::Message as _;
+
+use super::{EncodedProfile, Shared, UploadApi};
 use crate::export::metrics::FailureReason;
+use crate::export::otlp::{self, PROFILES_PATH};
 use crate::export::sinks::request::{self, INGEST_PATH, PUSH_PATH};
 
 /// What one attempt ended with.
@@ -23,13 +32,18 @@ impl Shared {
             .insert(failure.reason);
         if first {
             tracing::warn!(
-                "pyroscope upload to {} failed ({}): {} (further failures of this kind are only counted)",
+                "{} upload to {} failed ({}): {} (further failures of this kind are only counted)",
+                self.config.api.sink_label(),
                 self.base,
                 failure.reason,
                 failure.detail
             );
         } else {
-            tracing::debug!("pyroscope upload failed: {}", failure.detail);
+            tracing::debug!(
+                "{} upload failed: {}",
+                self.config.api.sink_label(),
+                failure.detail
+            );
         }
     }
 
@@ -37,7 +51,7 @@ impl Shared {
     pub(super) fn send(&self, profile: &EncodedProfile) -> Result<(), Failure> {
         let config = &self.config;
         let result = match config.api {
-            PyroscopeApi::Ingest => {
+            UploadApi::Ingest => {
                 let mut request = self
                     .agent
                     .post(format!("{}{INGEST_PATH}", self.base))
@@ -53,7 +67,7 @@ impl Shared {
                 }
                 request.send(&profile.bytes[..])
             }
-            PyroscopeApi::Push => {
+            UploadApi::Push => {
                 let body = request::push_body(
                     profile,
                     // A random (version 4) id, as Pyroscope's own clients give each sample.
@@ -71,6 +85,26 @@ impl Shared {
                     request = request.header("X-Scope-OrgID", tenant);
                 }
                 request.send(body.as_bytes())
+            }
+            UploadApi::Otlp => {
+                let body = otlp_body(profile)?;
+                let url = if self.base.ends_with(PROFILES_PATH) {
+                    self.base.clone()
+                } else {
+                    format!("{}{PROFILES_PATH}", self.base)
+                };
+                let mut request = self
+                    .agent
+                    .post(url)
+                    .header("Content-Type", "application/x-protobuf")
+                    .header("Content-Encoding", "gzip");
+                if let Some(auth) = &config.auth {
+                    request = request.header("Authorization", auth.header_value());
+                }
+                for (name, value) in &config.headers.0 {
+                    request = request.header(name.as_str(), value.as_str());
+                }
+                request.send(&body[..])
             }
         };
         let mut response = result.map_err(classify)?;
@@ -114,6 +148,27 @@ impl Shared {
             },
         })
     }
+}
+
+/// The gzipped OTLP request for `profile`, built from its pprof. A profile whose pprof does not
+/// decode (a damaged spill file) can never be sent: not worth a retry.
+fn otlp_body(profile: &EncodedProfile) -> Result<Vec<u8>, Failure> {
+    let unusable = |detail: String| Failure {
+        reason: FailureReason::Io,
+        retryable: false,
+        detail,
+    };
+    let mut raw = Vec::new();
+    GzDecoder::new(&profile.bytes[..])
+        .read_to_end(&mut raw)
+        .map_err(|e| unusable(format!("cannot unpack the profile: {e}")))?;
+    let pprof = ::pprof::protos::Profile::decode(raw.as_slice())
+        .map_err(|e| unusable(format!("cannot decode the profile: {e}")))?;
+    let encoded = otlp::request(&pprof, &profile.meta).encode_to_vec();
+    let mut gzip = GzEncoder::new(Vec::with_capacity(encoded.len() / 4), Compression::fast());
+    gzip.write_all(&encoded)
+        .and_then(|()| gzip.finish())
+        .map_err(|e| unusable(format!("cannot compress the request: {e}")))
 }
 
 /// Sorts a transport error into a failure reason; all of them are worth a retry.

@@ -1,6 +1,6 @@
 //! The Pyroscope sink: a bounded queue and one upload thread.
 //!
-//! [`PyroscopeSink::submit`] only enqueues (or, with the queue full, spills to the directory sink right
+//! [`UploadSink::submit`] only enqueues (or, with the queue full, spills to the directory sink right
 //! away: a local write, never a network wait). The thread takes the oldest profile and sends it
 //! ([`super::request`] has the exact request formats), with a per-request timeout. A timeout, a refused
 //! connection, a 5xx, 408 or 429 is retried after an exponential backoff with full jitter (a random delay
@@ -13,7 +13,7 @@
 //! means the store is still down: the next try waits a backoff (growing like the retries'); a delivery
 //! means it is back, and the next spilled profile follows at once. Live profiles go first.
 //!
-//! Shutdown: once [`shutdown`](PyroscopeSink::shutdown) starts, the thread stops backing off: each
+//! Shutdown: once [`shutdown`](UploadSink::shutdown) starts, the thread stops backing off: each
 //! remaining profile gets one attempt, and after the first failure the rest are spilled without trying.
 //! Shortly before the deadline whatever is still queued or in flight is spilled by the shutdown itself, so
 //! a store that hangs cannot keep a profile off the disk. A profile whose hanging upload still completes
@@ -37,7 +37,7 @@ use super::directory::{DirectorySink, SpillFate};
 use super::{EncodedProfile, ShutdownReport, SinkError};
 use crate::export::metrics::{DropReason, FailureReason, SinkMetrics};
 
-pub use config::{Auth, PyroscopeApi, PyroscopeConfig};
+pub use config::{Auth, Headers, UploadApi, UploadConfig};
 
 /// The spool's backoff: after a failed offer, wait before the next one.
 #[derive(Debug, Default)]
@@ -65,7 +65,7 @@ struct State {
 }
 
 struct Shared {
-    config: PyroscopeConfig,
+    config: UploadConfig,
     base: String,
     agent: ureq::Agent,
     spill: Option<Arc<DirectorySink>>,
@@ -76,27 +76,27 @@ struct Shared {
 }
 
 /// Uploads profiles to Pyroscope from a background thread; see the module docs.
-pub struct PyroscopeSink {
+pub struct UploadSink {
     shared: Arc<Shared>,
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl fmt::Debug for PyroscopeSink {
+impl fmt::Debug for UploadSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PyroscopeSink")
+        f.debug_struct("UploadSink")
             .field("config", &self.shared.config)
             .field("spill", &self.shared.spill.as_ref().map(|d| d.dir()))
             .finish_non_exhaustive()
     }
 }
 
-impl PyroscopeSink {
+impl UploadSink {
     /// Starts the upload thread. Profiles that cannot be delivered go to `spill` (if given).
     pub fn start(
-        config: PyroscopeConfig,
+        config: UploadConfig,
         spill: Option<Arc<DirectorySink>>,
         metrics: SinkMetrics,
-    ) -> Result<PyroscopeSink, SinkError> {
+    ) -> Result<UploadSink, SinkError> {
         let base = config.url.trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(SinkError::BadUrl { url: config.url });
@@ -124,14 +124,14 @@ impl PyroscopeSink {
                 .spawn(move || worker::run(&shared))
                 .map_err(|source| SinkError::Thread { source })?
         };
-        Ok(PyroscopeSink {
+        Ok(UploadSink {
             shared,
             worker: Mutex::new(Some(worker)),
         })
     }
 
     /// The configuration in use.
-    pub fn config(&self) -> &PyroscopeConfig {
+    pub fn config(&self) -> &UploadConfig {
         &self.shared.config
     }
 
@@ -221,7 +221,7 @@ impl PyroscopeSink {
     }
 }
 
-impl Drop for PyroscopeSink {
+impl Drop for UploadSink {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
         if !state.closing {
@@ -281,8 +281,8 @@ mod tests {
 
     #[test]
     fn bad_url_is_refused() {
-        let err = PyroscopeSink::start(
-            PyroscopeConfig::new("pyroscope:4040", PyroscopeApi::Ingest),
+        let err = UploadSink::start(
+            UploadConfig::new("pyroscope:4040", UploadApi::Ingest),
             None,
             SinkMetrics::detached("pyroscope"),
         )

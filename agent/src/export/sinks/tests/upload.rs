@@ -6,21 +6,21 @@ use super::receiver::{refused_url, Receiver, Reply};
 use super::requests::{check_ingest, check_push};
 use super::{config, directory, spilled_files, upload, wait_for, window};
 use crate::export::metrics::{AgentMetrics, FailureReason};
-use crate::export::sinks::{Auth, DirectoryRole, PyroscopeApi, ShutdownReport, SinkSet};
+use crate::export::sinks::{Auth, DirectoryRole, ShutdownReport, SinkSet, UploadApi};
 use crate::test_support::temp_dir;
 
 #[test]
 fn ingest_upload_is_delivered() {
     let receiver = Receiver::start(&[], Reply::Status(200));
     let metrics = AgentMetrics::new();
-    let mut config = config(receiver.url(), PyroscopeApi::Ingest);
+    let mut config = config(receiver.url(), UploadApi::Ingest);
     config.auth = Some(Auth::Basic {
         user: "agent".into(),
         password: "s3cret".into(),
     });
     config.tenant = Some("team-a".into());
     let sink = upload(config, None, &metrics);
-    let sinks = SinkSet::new().with_pyroscope(sink);
+    let sinks = SinkSet::new().with_upload(sink);
     let (window, meta) = window(400);
     sinks.submit(&window, &meta);
 
@@ -53,10 +53,10 @@ fn ingest_upload_is_delivered() {
 fn push_upload_is_delivered() {
     let receiver = Receiver::start(&[], Reply::Status(200));
     let metrics = AgentMetrics::new();
-    let mut config = config(format!("{}/", receiver.url()), PyroscopeApi::Push);
+    let mut config = config(format!("{}/", receiver.url()), UploadApi::Push);
     config.auth = Some(Auth::Bearer("tok".into()));
     let sink = upload(config, None, &metrics);
-    let sinks = SinkSet::new().with_pyroscope(sink);
+    let sinks = SinkSet::new().with_upload(sink);
     let (window, meta) = window(0);
     sinks.submit(&window, &meta);
 
@@ -72,9 +72,9 @@ fn push_upload_is_delivered() {
 fn server_error_is_retried_and_delivered_once() {
     let receiver = Receiver::start(&[Reply::Status(503)], Reply::Status(200));
     let metrics = AgentMetrics::new();
-    let sink = upload(config(receiver.url(), PyroscopeApi::Push), None, &metrics);
+    let sink = upload(config(receiver.url(), UploadApi::Push), None, &metrics);
     let counters = sink.metrics().clone();
-    let sinks = SinkSet::new().with_pyroscope(sink);
+    let sinks = SinkSet::new().with_upload(sink);
     let (window, meta) = window(0);
     sinks.submit(&window, &meta);
 
@@ -100,11 +100,11 @@ fn server_error_is_retried_and_delivered_once() {
 fn timeout_is_retried() {
     let receiver = Receiver::start(&[Reply::Hang], Reply::Status(200));
     let metrics = AgentMetrics::new();
-    let mut config = config(receiver.url(), PyroscopeApi::Ingest);
+    let mut config = config(receiver.url(), UploadApi::Ingest);
     config.timeout = Duration::from_millis(300);
     let sink = upload(config, None, &metrics);
     let counters = sink.metrics().clone();
-    let sinks = SinkSet::new().with_pyroscope(sink);
+    let sinks = SinkSet::new().with_upload(sink);
     let (window, meta) = window(0);
     sinks.submit(&window, &meta);
 
@@ -126,13 +126,13 @@ fn refused_connection_spills_to_the_directory() {
     let dir = temp_dir("spill-refused");
     let metrics = AgentMetrics::new();
     let spill = directory(dir.path(), DirectoryRole::Spool, &metrics);
-    let mut config = config(refused_url(), PyroscopeApi::Push);
+    let mut config = config(refused_url(), UploadApi::Push);
     config.max_attempts = 3;
     let sink = upload(config, Some(&spill), &metrics);
     let counters = sink.metrics().clone();
     let sinks = SinkSet::new()
         .with_directory(spill, false)
-        .with_pyroscope(sink);
+        .with_upload(sink);
     for offset in [0, 10_000, 20_000] {
         let (window, meta) = window(offset);
         sinks.submit(&window, &meta);
@@ -169,12 +169,12 @@ fn refused_connection_spills_to_the_directory() {
 #[test]
 fn refused_without_directory_is_counted_as_dropped() {
     let metrics = AgentMetrics::new();
-    let mut config = config(refused_url(), PyroscopeApi::Ingest);
+    let mut config = config(refused_url(), UploadApi::Ingest);
     config.max_attempts = 2;
     let sink = upload(config, None, &metrics);
     let counters = sink.metrics().clone();
     let (window, meta) = window(0);
-    SinkSet::new().with_pyroscope(sink).submit(&window, &meta);
+    SinkSet::new().with_upload(sink).submit(&window, &meta);
     // Dropping the set shuts the sink down; the profile was dropped before or at shutdown.
     assert_eq!(counters.submitted_count(), 1);
     assert_eq!(counters.successes() + counters.spilled(), 0);
@@ -188,12 +188,12 @@ fn client_error_is_not_retried_and_spilled() {
     let metrics = AgentMetrics::new();
     let spill = directory(dir.path(), DirectoryRole::Spool, &metrics);
     let sink = upload(
-        config(receiver.url(), PyroscopeApi::Ingest),
+        config(receiver.url(), UploadApi::Ingest),
         Some(&spill),
         &metrics,
     );
     let counters = sink.metrics().clone();
-    let sinks = SinkSet::new().with_pyroscope(sink);
+    let sinks = SinkSet::new().with_upload(sink);
     let (window, meta) = window(0);
     sinks.submit(&window, &meta);
     check_ingest(&receiver.next(), 0);
@@ -213,14 +213,14 @@ fn full_queue_spills_and_shutdown_beats_a_hanging_store() {
     let dir = temp_dir("spill-full");
     let metrics = AgentMetrics::new();
     let spill = directory(dir.path(), DirectoryRole::Spool, &metrics);
-    let mut config = config(receiver.url(), PyroscopeApi::Push);
+    let mut config = config(receiver.url(), UploadApi::Push);
     config.queue_capacity = 2;
     config.timeout = Duration::from_secs(60);
     let sink = upload(config, Some(&spill), &metrics);
     let counters = sink.metrics().clone();
     let sinks = SinkSet::new()
         .with_directory(spill, false)
-        .with_pyroscope(sink);
+        .with_upload(sink);
 
     // The first profile is taken by the upload thread and hangs in the store.
     let (window0, meta0) = window(0);
@@ -231,14 +231,14 @@ fn full_queue_spills_and_shutdown_beats_a_hanging_store() {
     for i in 1..=20u64 {
         let (window, meta) = window(i * 10_000);
         sinks.submit(&window, &meta);
-        let queued = sinks.pyroscope().unwrap().queue_len();
+        let queued = sinks.upload().unwrap().queue_len();
         assert!(queued <= 2, "queue grew to {queued}");
     }
     assert!(
         submitting.elapsed() < Duration::from_secs(30),
         "submit waited for the hanging store"
     );
-    assert_eq!(sinks.pyroscope().unwrap().queue_len(), 2);
+    assert_eq!(sinks.upload().unwrap().queue_len(), 2);
     assert_eq!(counters.queue_length(), 2);
     assert_eq!(counters.spilled(), 18);
     assert_eq!(counters.dropped_total(), 0);
