@@ -80,6 +80,9 @@ pub fn process_labels(info: &ProcessInfo, service: &str, host: &str) -> BTreeMap
     if let Some(uid) = pod_uid(&info.cgroup) {
         labels.insert("pod_uid".into(), uid);
     }
+    for (label, value) in &info.env.labels {
+        labels.insert(label.to_string(), value.clone());
+    }
     labels
 }
 

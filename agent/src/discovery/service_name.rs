@@ -4,7 +4,8 @@
 //!
 //! The first of these that applies:
 //! 1. `PYAGENT_SERVICE` in the process's environment: set by whoever deployed that process, the
-//!    most specific statement there is;
+//!    most specific statement there is; then OpenTelemetry's own: `OTEL_SERVICE_NAME`, else
+//!    `service.name` in `OTEL_RESOURCE_ATTRIBUTES` (see [`super::process_env`]);
 //! 2. the first [`ServiceNameRule`] whose text is in the command line (arguments joined by spaces);
 //! 3. `python [options] -m module ...`: the module (`python3 -m gunicorn app:app` is `gunicorn`);
 //! 4. `python [options] script ...`: the script's file stem (`python3 /srv/billing/worker.py` is
@@ -18,8 +19,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-/// The variable in a *target* process's environment that names its service.
-pub const SERVICE_ENV: &str = "PYAGENT_SERVICE";
+pub use super::process_env::SERVICE_ENV;
 
 /// An operator's rule: a process whose command line contains `contains` is the service `name`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -32,7 +32,7 @@ pub struct ServiceNameRule {
 }
 
 /// What names a process: its pid, its command line (`/proc/PID/cmdline`, split at NULs) and the
-/// value of [`SERVICE_ENV`] in its environment, if set.
+/// names its environment gives, if any.
 #[derive(Debug, Clone, Copy)]
 pub struct ProcessIdentity<'a> {
     /// Host pid (names a process whose command line is empty).
@@ -41,11 +41,19 @@ pub struct ProcessIdentity<'a> {
     pub cmdline: &'a [String],
     /// `PYAGENT_SERVICE` from its environment.
     pub service_env: Option<&'a str>,
+    /// OpenTelemetry's service name from its environment.
+    pub otel_service: Option<&'a str>,
 }
 
 /// The service name of `process`: the rules of the module documentation, in order.
 pub fn service_name(process: ProcessIdentity<'_>, rules: &[ServiceNameRule]) -> String {
-    if let Some(name) = process.service_env.map(str::trim).filter(|n| !n.is_empty()) {
+    let from_env = [process.service_env, process.otel_service];
+    if let Some(name) = from_env
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|n| !n.is_empty())
+    {
         return name.to_owned();
     }
     let joined = process.cmdline.join(" ");
@@ -200,6 +208,33 @@ mod tests {
     ];
 
     #[test]
+    fn opentelemetry_names_come_after_pyagent_service_and_before_the_rules() {
+        let cmdline: Vec<String> = ["python3", "-m", "celery", "-A", "tasks", "worker"]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        let rules = [ServiceNameRule {
+            contains: "-A tasks".into(),
+            name: "billing-worker".into(),
+        }];
+        let named = |service_env, otel_service| {
+            service_name(
+                ProcessIdentity {
+                    pid: 7,
+                    cmdline: &cmdline,
+                    service_env,
+                    otel_service,
+                },
+                &rules,
+            )
+        };
+        assert_eq!(named(Some("billing"), Some("checkout")), "billing");
+        assert_eq!(named(None, Some("checkout")), "checkout");
+        assert_eq!(named(Some(" "), Some("checkout")), "checkout");
+        assert_eq!(named(None, None), "billing-worker");
+    }
+
+    #[test]
     fn command_lines_to_names() {
         let rules = [ServiceNameRule {
             contains: "-A tasks".into(),
@@ -211,6 +246,7 @@ mod tests {
                 pid: 7,
                 cmdline: &cmdline,
                 service_env,
+                otel_service: None,
             };
             assert_eq!(
                 service_name(process, &rules),

@@ -39,12 +39,16 @@ pub const PROFILES_PATH: &str = "/v1development/profiles";
 const RUNTIME_NAME: &str = "CPython";
 
 /// Window labels that become resource attributes under another name.
-const RESOURCE_NAMES: [(&str, &str); 5] = [
+const RESOURCE_NAMES: [(&str, &str); 8] = [
     ("hostname", "host.name"),
     ("python_version", "process.runtime.version"),
     ("container_id", "container.id"),
     ("pod_uid", "k8s.pod.uid"),
     ("pid", "process.pid"),
+    // Read from the target's OTEL_RESOURCE_ATTRIBUTES (see `discovery::process_env`).
+    ("deployment_environment", "deployment.environment.name"),
+    ("service_version", "service.version"),
+    ("service_namespace", "service.namespace"),
 ];
 
 /// Sample labels that become sample attributes under another name.

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use crate::aggregate::{Aggregator, ProfileWindow, WaitReason};
-use crate::discovery::service_name::{ProcessIdentity, SERVICE_ENV};
+use crate::discovery::process_env::ProcessEnv;
+use crate::discovery::service_name::ProcessIdentity;
 use crate::discovery::PythonTarget;
 use crate::unwind::ThreadSample;
 
@@ -22,8 +23,9 @@ pub struct ProcessInfo {
     pub version: String,
     /// command line
     pub cmdline: Vec<String>,
-    /// `PYAGENT_SERVICE` from its environment, if set
-    pub service_env: Option<String>,
+    /// What its environment says about it (service names, a few OpenTelemetry resource
+    /// attributes; nothing else is read)
+    pub env: ProcessEnv,
     /// cgroup path (container and pod ids are parsed from it)
     pub cgroup: String,
 }
@@ -34,7 +36,8 @@ impl ProcessInfo {
         ProcessIdentity {
             pid: self.pid,
             cmdline: &self.cmdline,
-            service_env: self.service_env.as_deref(),
+            service_env: self.env.pyagent_service.as_deref(),
+            otel_service: self.env.otel_service.as_deref(),
         }
     }
 
@@ -48,21 +51,12 @@ impl ProcessInfo {
                     .collect()
             })
             .unwrap_or_default();
-        let service_env = std::fs::read(format!("/proc/{pid}/environ"))
-            .ok()
-            .and_then(|env| {
-                env.split(|&c| c == 0).find_map(|kv| {
-                    kv.strip_prefix(SERVICE_ENV.as_bytes())
-                        .and_then(|rest| rest.strip_prefix(b"="))
-                        .map(|v| String::from_utf8_lossy(v).into_owned())
-                })
-            });
         ProcessInfo {
             pid,
             ns_pid: target.ns_pid,
             version: target.version().to_string(),
             cmdline,
-            service_env,
+            env: ProcessEnv::of(pid),
             cgroup: std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default(),
         }
     }
