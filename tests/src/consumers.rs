@@ -27,6 +27,11 @@ pub fn go_pprof(args: &[&str], file: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `go tool pprof -raw FILE`: every sample, location and label of a profile, as text.
+pub fn go_pprof_raw(file: &Path) -> String {
+    go_pprof(&["-raw"], file)
+}
+
 /// Runs `promtool check metrics` on an exposition; panics with its complaints.
 pub fn promtool_check_metrics(exposition: &str) {
     let mut promtool = Command::new("promtool")

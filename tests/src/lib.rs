@@ -1,11 +1,17 @@
 //! Harness of pyagent's integration tests: the interpreter matrix prepared by
-//! `cargo xtask pythons` ([`Interpreter`]) and Python target processes ([`PythonProcess`]).
-//! The tests themselves are in `tests/tests/integration.rs`, one binary.
+//! `cargo xtask pythons` ([`Interpreter`]), Python target processes ([`PythonProcess`]), the
+//! `pyagent` binary ([`agent`]), the real consumers of its output ([`consumers`]), its HTTP
+//! server's client ([`http`]), scratch directories ([`scratch`]) and waiting on a condition
+//! ([`wait`]). The tests themselves are in `tests/tests/integration.rs`, one binary.
 
+pub mod agent;
 pub mod consumers;
+pub mod http;
 pub mod process;
 pub mod pythons;
+pub mod scratch;
 pub mod stacks;
+pub mod wait;
 
 pub use process::PythonProcess;
 pub use pythons::{Interpreter, Libpython, MATRIX};

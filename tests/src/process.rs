@@ -121,6 +121,18 @@ impl PythonProcess {
         }
     }
 
+    /// The test script `name` (in `tests/scripts/`) on the matrix interpreter `py` with `args`,
+    /// once it has printed `ready` (within 30 s).
+    ///
+    /// # Panics
+    /// As [`PythonProcess::spawn`] and [`PythonProcess::wait_for_line`].
+    pub fn ready(py: &str, name: &str, args: &[&str]) -> PythonProcess {
+        let mut p =
+            PythonProcess::spawn(Interpreter::by_name(py), &crate::stacks::script(name), args);
+        p.wait_for_line("ready", Duration::from_secs(30));
+        p
+    }
+
     /// The Python process's PID.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -1,9 +1,7 @@
-//! Reading stacks of test targets: with the library's unwinder (structured frames) and with the
-//! real `pyagent` binary; and the expected lines, taken from `# @marker` comments in the scripts.
+//! Reading stacks of test targets with the library's unwinder (structured frames), and the
+//! expected lines, taken from `# @marker` comments in the scripts.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use pyagent::discovery::{locate_runtime, DiscoveryError};
@@ -28,6 +26,20 @@ pub fn marker_line(script_name: &str, marker: &str) -> u32 {
         .position(|l| l.trim_end().ends_with(&tag))
         .unwrap_or_else(|| panic!("{script_name} has no `{tag}` line"));
     idx as u32 + 1
+}
+
+/// The line number right after `SCRIPT:` in `location` (a line of `go tool pprof -raw`'s
+/// locations, say).
+///
+/// # Panics
+/// When there is no number there.
+pub fn line_after(location: &str, script_name: &str) -> u32 {
+    location
+        .split(&format!("{script_name}:"))
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no line after `{script_name}:` in {location}"))
 }
 
 /// A frame as tests compare it: qualified name, file base name, line.
@@ -89,76 +101,4 @@ pub fn sample_until(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// The `pyagent` binary, built once per test run so the tests never exercise a stale one
-/// (`cargo test` builds only the test targets' dependencies, not other packages' binaries).
-pub fn pyagent_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/integration-xxxx → target/<profile>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>/deps");
-        let release = profile_dir.file_name().is_some_and(|n| n == "release");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "pyagent", "--bin", "pyagent"]);
-        if release {
-            cmd.arg("--release");
-        }
-        let status = cmd
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run cargo build: {e}"));
-        assert!(status.success(), "building the pyagent binary failed");
-        let bin = profile_dir.join("pyagent");
-        assert!(bin.exists(), "{} missing after cargo build", bin.display());
-        bin
-    })
-    .clone()
-}
-
-/// Runs `pyagent ARGS` to completion.
-pub fn run_pyagent(args: &[&str]) -> Output {
-    Command::new(pyagent_bin())
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run pyagent: {e}"))
-}
-
-/// Host-wide agents profile every Python process, other tests' included, and compete for the
-/// CPUs: tests that run one hold this lock.
-pub fn host_wide_lock() -> std::sync::MutexGuard<'static, ()> {
-    static HOST_WIDE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    HOST_WIDE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// `pyagent record --pid PID ARGS -f collapsed -o FILE` to completion, which must succeed;
-/// returns the collapsed stacks and the summary on stderr.
-pub fn record_collapsed(pid: u32, args: &[&str], file: &Path) -> (String, String) {
-    let pid = pid.to_string();
-    let file_arg = file.to_str().expect("utf-8 path");
-    let mut all = vec!["record", "--pid", &pid];
-    all.extend_from_slice(args);
-    all.extend(["-f", "collapsed", "-o", file_arg]);
-    let out = run_pyagent(&all);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "record {args:?}: {err}");
-    let text = std::fs::read_to_string(file).expect("profile written");
-    (text, err)
-}
-
-/// The number right before `suffix` in `text` (`"(97 samples,"` with `" samples,"` → 97).
-pub fn number_before(text: &str, suffix: &str) -> u64 {
-    let head = &text[..text
-        .find(suffix)
-        .unwrap_or_else(|| panic!("no `{suffix}` in: {text}"))];
-    head.rsplit(|c: char| !c.is_ascii_digit())
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no number before `{suffix}` in: {text}"))
 }

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use pyagent_tests::agent::pyagent_bin;
 use pyagent_tests::pythons::manifest_path;
-use pyagent_tests::stacks::pyagent_bin;
 
 /// The rows the report must have: (profiler, manifest name of its interpreter).
 const ROWS: &[(&str, &str)] = &[

@@ -1,7 +1,13 @@
-//! Small readers of /proc files.
+//! Small readers of /proc files: the `procfs` crate where it reads what is needed at no extra
+//! cost, by hand where it would cost more on a hot path or lacks a step (each says why).
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use procfs::process::{MMapPath, MemoryMaps, Process};
+use procfs::{FromBufRead, ProcError};
 
 use super::DiscoveryError;
 
@@ -20,6 +26,12 @@ pub struct MapsEntry {
     pub deleted: bool,
 }
 
+/// `/proc/PID` of a process (a PID beyond `i32` names none).
+fn process(pid: u32) -> Result<Process, ProcError> {
+    let pid = i32::try_from(pid).map_err(|_| ProcError::NotFound(None))?;
+    Process::new(pid)
+}
+
 fn io_error(pid: u32, what: &str, e: std::io::Error) -> DiscoveryError {
     match e.kind() {
         std::io::ErrorKind::NotFound => DiscoveryError::NoSuchProcess { pid },
@@ -35,53 +47,42 @@ fn io_error(pid: u32, what: &str, e: std::io::Error) -> DiscoveryError {
 
 /// File-backed mappings of `pid`, grouped by path, in address order.
 pub(super) fn read_maps(pid: u32) -> Result<Vec<(PathBuf, MapsEntry)>, DiscoveryError> {
+    // Read here, parsed by procfs: its own read turns a failed read (ESRCH once the process is
+    // reaped between open and read) into "incomplete", which would hide that it is gone.
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|e| io_error(pid, "maps", e))?;
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let mut parts = line.splitn(6, ' ');
-        let (Some(range), Some(_perms), Some(offset), Some(_dev), Some(inode)) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
-            continue;
-        };
-        let path = parts.next().unwrap_or("").trim_start();
-        let Ok(inode) = inode.parse::<u64>() else {
-            continue;
-        };
-        if inode == 0 || !path.starts_with('/') {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end), Ok(offset)) = (
-            u64::from_str_radix(start, 16),
-            u64::from_str_radix(end, 16),
-            u64::from_str_radix(offset, 16),
-        ) else {
-            continue;
-        };
-        let (path, deleted) = match path.strip_suffix(" (deleted)") {
-            Some(p) => (p, true),
-            None => (path, false),
-        };
-        out.push((
-            PathBuf::from(path),
-            MapsEntry {
-                start,
-                end,
-                offset,
-                inode,
-                deleted,
-            },
-        ));
-    }
-    Ok(out)
+    let maps = MemoryMaps::from_buf_read(text.as_bytes()).map_err(|e| DiscoveryError::Proc {
+        pid,
+        what: "maps".to_string(),
+        error: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(maps
+        .into_iter()
+        .filter_map(|m| {
+            let MMapPath::Path(path) = m.pathname else {
+                return None;
+            };
+            let bytes = path.as_os_str().as_bytes();
+            if m.inode == 0 || !bytes.starts_with(b"/") {
+                return None;
+            }
+            let (path, deleted) = match bytes.strip_suffix(b" (deleted)") {
+                Some(p) => (PathBuf::from(OsStr::from_bytes(p)), true),
+                None => (path, false),
+            };
+            let (start, end) = m.address;
+            Some((
+                path,
+                MapsEntry {
+                    start,
+                    end,
+                    offset: m.offset,
+                    inode: m.inode,
+                    deleted,
+                },
+            ))
+        })
+        .collect())
 }
 
 /// The objects worth parsing for a runtime: the executable and anything named like libpython.
@@ -165,6 +166,8 @@ pub struct TaskIds {
     pub ns_tid: u32,
 }
 
+/// The last `NSpid:` field of a status file. By hand for [`task_ids`], which runs per thread on
+/// every blocking-mode tick: procfs's `Status` parses every line of the file into a map.
 fn nspid_last(status: &str) -> Option<u32> {
     let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
     line.split_whitespace().last()?.parse().ok()
@@ -172,10 +175,12 @@ fn nspid_last(status: &str) -> Option<u32> {
 
 /// The pid of `pid` inside its own PID namespace.
 pub fn ns_pid(pid: u32) -> Option<u32> {
-    nspid_last(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+    let nspid = process(pid).and_then(|p| p.status()).ok()?.nspid?;
+    u32::try_from(*nspid.last()?).ok()
 }
 
 /// Host TIDs of the threads of `pid` (the task directory alone, no per-thread read).
+// By hand: procfs's `tasks()` opens every task's directory, a system call per thread.
 pub fn host_tids(pid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
@@ -185,6 +190,7 @@ pub fn host_tids(pid: u32) -> Vec<u32> {
 }
 
 /// Every thread of `pid` with its namespace TID.
+// By hand: see `nspid_last`; procfs's `tasks()` would also open each task's directory first.
 pub fn task_ids(pid: u32) -> Vec<TaskIds> {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
@@ -206,26 +212,31 @@ pub fn thread_name(pid: u32, host_tid: u32) -> Option<String> {
 
 /// Direct children of `pid` (all threads' children).
 pub fn children(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for t in task_ids(pid) {
-        if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{}/children", t.host_tid))
-        {
-            out.extend(s.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
-        }
-    }
+    let Ok(tasks) = process(pid).and_then(|p| p.tasks()) else {
+        return Vec::new();
+    };
+    let mut out: Vec<u32> = tasks
+        .flatten()
+        .filter_map(|task| task.children().ok())
+        .flatten()
+        .collect();
     out.sort_unstable();
     out.dedup();
     out
 }
 
 /// Mount points of this process's mount namespace (`/proc/self/mountinfo`, field 5, with its
-/// `\NNN` escapes of space, tab, newline and backslash undone).
+/// `\NNN` escapes of space, tab, newline and backslash undone: procfs keeps them).
 pub fn mount_points() -> std::io::Result<Vec<PathBuf>> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(text
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| PathBuf::from(unescape_octal(field)))
+    let mounts = Process::myself()
+        .and_then(|me| me.mountinfo())
+        .map_err(|e| match e {
+            ProcError::Io(e, _) => e,
+            other => std::io::Error::other(other.to_string()),
+        })?;
+    Ok(mounts
+        .into_iter()
+        .map(|m| PathBuf::from(unescape_octal(&m.mount_point.to_string_lossy())))
         .collect())
 }
 
@@ -269,5 +280,33 @@ mod tests {
         assert!(mount_points()
             .expect("mountinfo")
             .contains(&PathBuf::from("/")));
+    }
+
+    #[test]
+    fn reads_maps_ids_and_children_of_this_process() {
+        let me = std::process::id();
+        let maps = read_maps(me).expect("own maps");
+        let exe = std::env::current_exe().expect("exe");
+        assert!(
+            maps.iter()
+                .any(|(path, e)| *path == exe && e.inode != 0 && !e.deleted && e.start < e.end),
+            "{maps:?}"
+        );
+        assert!(matches!(
+            read_maps(4_194_305),
+            Err(DiscoveryError::NoSuchProcess { pid: 4_194_305 })
+        ));
+        assert_eq!(ns_pid(me), Some(me));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let kids = children(me);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(kids.contains(&child.id()), "{kids:?}");
+        assert!(task_ids(me)
+            .iter()
+            .any(|t| t.host_tid == me && t.ns_tid == me));
     }
 }

@@ -4,8 +4,10 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use pyagent_tests::consumers::go_pprof;
-use pyagent_tests::stacks::{marker_line, pyagent_bin, run_pyagent, script};
+use pyagent_tests::agent::{pyagent_bin, record, record_collapsed, run_pyagent};
+use pyagent_tests::consumers::{go_pprof, go_pprof_raw};
+use pyagent_tests::scratch::fresh_dir;
+use pyagent_tests::stacks::{line_after, marker_line, script};
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
 use rstest_reuse::apply;
@@ -63,47 +65,19 @@ fn unwritable_output_fails_before_sampling() {
 }
 
 /// `pyagent record --pid PID ARGS -o OUT`, which must succeed; returns what it wrote.
-fn record_file(pid: &str, out: &std::path::Path, args: &[&str]) -> String {
-    let path = out.to_str().expect("utf-8");
-    let mut argv = vec!["record", "--pid", pid];
-    argv.extend_from_slice(args);
-    argv.extend_from_slice(&["-o", path]);
-    let run = run_pyagent(&argv);
-    assert!(run.status.success(), "{}", stderr_of(&run));
-    std::fs::read_to_string(out).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn tempfile_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "pyagent-test-{tag}-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn record_file(pid: u32, out: &std::path::Path, args: &[&str]) -> String {
+    record(pid, args, out);
+    std::fs::read_to_string(out).unwrap_or_else(|e| panic!("{}: {e}", out.display()))
 }
 
 #[apply(matrix)]
 fn record_pprof_read_by_go_tool_pprof(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
-    let dir = tempfile_dir(py);
+    let p = PythonProcess::ready(py, "busy.py", &[]);
+    let dir = fresh_dir(&format!("cli-{py}"));
     let file = dir.join("profile.pb.gz");
-    let pid = p.pid().to_string();
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &pid,
-        "-d",
-        "1.5",
-        "-r",
-        "200",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let raw = go_pprof(&["-raw"], &file);
+    record(p.pid(), &["-d", "1.5", "-r", "200"], &file);
+    let raw = go_pprof_raw(&file);
     assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
     assert!(raw.contains("samples/count cpu/nanoseconds"), "{raw}");
     // Every location is one of the script's own frames, at a line the script has there.
@@ -116,12 +90,7 @@ fn record_pprof_read_by_go_tool_pprof(py: &str) {
         .collect();
     assert!(!hot.is_empty(), "{raw}");
     for l in &hot {
-        let line: u32 = l
-            .split("busy.py:")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|s| s.parse().ok())
-            .expect("line");
+        let line = line_after(l, "busy.py");
         assert!(
             body.contains(&line),
             "hot() at line {line}, expected one of {body:?}: {l}"
@@ -145,11 +114,10 @@ fn record_pprof_read_by_go_tool_pprof(py: &str) {
 #[rstest]
 fn record_collapsed_and_flamegraph(#[values("py312", "py315")] py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
-    let dir = tempfile_dir(py);
-    let pid = p.pid().to_string();
-    let text = record_file(&pid, &dir.join("out.txt"), &["-d", "1", "-f", "collapsed"]);
+    let p = PythonProcess::ready(py, "busy.py", &[]);
+    let dir = fresh_dir(&format!("cli-{py}"));
+    let pid = p.pid();
+    let text = record_file(pid, &dir.join("out.txt"), &["-d", "1", "-f", "collapsed"]);
     let warm = marker_line("busy.py", "warm");
     // Nearly every sample is inside warm(); the module's own loop line between two calls is a
     // real place too, and a sample may land on it.
@@ -166,16 +134,16 @@ fn record_collapsed_and_flamegraph(#[values("py312", "py315")] py: &str) {
         .map(count)
         .sum();
     assert!(total > 0 && in_warm * 10 >= total * 9, "{text}");
-    let svg = record_file(&pid, &dir.join("out.svg"), &["-d", "1", "-f", "flamegraph"]);
+    let svg = record_file(pid, &dir.join("out.svg"), &["-d", "1", "-f", "flamegraph"]);
     assert!(
         svg.contains("<svg") && svg.contains("hot"),
         "flame graph names hot()"
     );
     // Without -f, the extension says the format.
-    let svg = record_file(&pid, &dir.join("inferred.svg"), &["-d", "1"]);
+    let svg = record_file(pid, &dir.join("inferred.svg"), &["-d", "1"]);
     assert!(svg.contains("<svg"), "an SVG from the .svg extension");
     // speedscope (issue 17, item 7): one sampled profile per thread, stacks root first.
-    let json = record_file(&pid, &dir.join("out.speedscope.json"), &["-d", "1"]);
+    let json = record_file(pid, &dir.join("out.speedscope.json"), &["-d", "1"]);
     let v: serde_json::Value = serde_json::from_str(&json).expect("speedscope JSON");
     assert_eq!(
         v["$schema"], "https://www.speedscope.app/file-format-schema.json",
@@ -218,7 +186,7 @@ fn subprocesses_of_a_non_python_parent_are_profiled() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("sh");
-    let dir = tempfile_dir("delayed");
+    let dir = fresh_dir("cli-delayed");
     let file = dir.join("out.txt");
     let out = run_pyagent(&[
         "record",
@@ -244,9 +212,8 @@ fn subprocesses_of_a_non_python_parent_are_profiled() {
 #[test]
 fn missing_privileges_are_named_not_counted_as_not_python() {
     pyagent_bin();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["30"]);
-    p.wait_for_line("ready", Duration::from_secs(30));
-    let dir = tempfile_dir("nobody");
+    let _p = PythonProcess::ready("py312", "busy.py", &["30"]);
+    let dir = fresh_dir("cli-nobody");
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
         .expect("chmod");
     let out = Command::new("setpriv")
@@ -294,7 +261,7 @@ fn missing_privileges_are_named_not_counted_as_not_python() {
 #[test]
 fn duration_runs_take_the_service_configuration() {
     pyagent_bin();
-    let dir = tempfile_dir("duration-config");
+    let dir = fresh_dir("cli-duration-config");
     let config = dir.join("pyagent.toml");
     let run_with = |toml: &str, extra: &[&str]| {
         std::fs::write(&config, toml).expect("config file");
@@ -315,8 +282,7 @@ fn duration_runs_take_the_service_configuration() {
         "-f flamegraph",
     );
 
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready("py312", "busy.py", &["60"]);
     let out_dir = dir.join("profiles");
     let toml = format!(
         "rate_hz = 50\n[output]\ndir = {:?}\n[[service_name]]\ncontains = \"busy.py\"\nname = \"billing\"\n",
@@ -330,7 +296,7 @@ fn duration_runs_take_the_service_configuration() {
         "named by the file's rule: {}",
         stderr_of(&out)
     );
-    let raw = go_pprof(&["-raw"], &file);
+    let raw = go_pprof_raw(&file);
     assert!(raw.contains("service_name:[billing]"), "{raw}");
     assert!(
         raw.contains("Period: 20000000"),
@@ -367,28 +333,10 @@ fn format_contradicting_the_extension_is_refused() {
 fn target_exits_while_recorded(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
                    // busy.py with a deadline: it exits on its own after 1 s while pyagent records (no -d).
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &["1"]);
-    p.wait_for_line("ready", Duration::from_secs(30));
-    let dir = tempfile_dir(&format!("exit-{py}"));
-    let file = dir.join("out.txt");
-    let pid = p.pid().to_string();
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &pid,
-        "-f",
-        "collapsed",
-        "-r",
-        "500",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    assert!(
-        out.status.success(),
-        "clean stop when the target exits: {}",
-        stderr_of(&out)
-    );
-    let text = std::fs::read_to_string(&file).expect("profile written");
+    let mut p = PythonProcess::ready(py, "busy.py", &["1"]);
+    let dir = fresh_dir(&format!("cli-exit-{py}"));
+    // A clean stop when the target exits.
+    let (text, _) = record_collapsed(p.pid(), &["-r", "500"], &dir.join("out.txt"));
     assert!(
         text.contains("hot ("),
         "samples taken before the exit are kept: {text}"
@@ -399,25 +347,9 @@ fn target_exits_while_recorded(py: &str) {
 #[rstest]
 fn blocking_mode(#[values("py311", "py313t", "py315")] py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
-    let dir = tempfile_dir(&format!("blocking-{py}"));
-    let file = dir.join("out.txt");
-    let pid = p.pid().to_string();
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &pid,
-        "--blocking",
-        "-d",
-        "1",
-        "-f",
-        "collapsed",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let text = std::fs::read_to_string(&file).expect("profile written");
+    let p = PythonProcess::ready(py, "busy.py", &[]);
+    let dir = fresh_dir(&format!("cli-blocking-{py}"));
+    let (text, _) = record_collapsed(p.pid(), &["--blocking", "-d", "1"], &dir.join("out.txt"));
     assert!(text.contains("hot ("), "{text}");
 }
 
@@ -431,23 +363,12 @@ fn record_follows_subprocesses(#[values("py311-debian", "py313", "py315")] py: &
         .nth(1)
         .and_then(|s| s.parse().ok())
         .expect("child pid");
-    let dir = tempfile_dir(&format!("subproc-{py}"));
-    let file = dir.join("out.txt");
-    let pid = p.pid().to_string();
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &pid,
-        "--subprocesses",
-        "-d",
-        "1.5",
-        "-f",
-        "collapsed",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let text = std::fs::read_to_string(&file).expect("profile written");
+    let dir = fresh_dir(&format!("cli-subproc-{py}"));
+    let (text, _) = record_collapsed(
+        p.pid(),
+        &["--subprocesses", "-d", "1.5"],
+        &dir.join("out.txt"),
+    );
     // Only the child burns CPU: its stacks are there, tagged with its pid in the thread label.
     assert!(text.lines().any(|l| l.contains("hot (")), "{text}");
     assert!(
@@ -462,29 +383,14 @@ fn record_follows_subprocesses(#[values("py311-debian", "py313", "py315")] py: &
 #[test]
 fn blocking_skips_threads_it_cannot_seize() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready("py312", "busy.py", &[]);
     let pid = p.pid();
     // The test process becomes the tracer of the target's main thread.
     // SAFETY: PTRACE_SEIZE with no options on a child of ours; no memory is passed.
     let rc = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid as libc::pid_t, 0usize, 0usize) };
     assert_eq!(rc, 0, "seize: {}", std::io::Error::last_os_error());
-    let dir = tempfile_dir("eperm");
-    let file = dir.join("out.txt");
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &pid.to_string(),
-        "--blocking",
-        "-d",
-        "1",
-        "-f",
-        "collapsed",
-        "-o",
-        file.to_str().expect("utf-8"),
-    ]);
-    let err = stderr_of(&out);
-    assert!(out.status.success(), "{err}");
+    let dir = fresh_dir("cli-eperm");
+    let (text, err) = record_collapsed(pid, &["--blocking", "-d", "1"], &dir.join("out.txt"));
     let denied: u64 = err
         .split(" denied (EPERM)")
         .next()
@@ -492,7 +398,6 @@ fn blocking_skips_threads_it_cannot_seize() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no EPERM count in: {err}"));
     assert!(denied > 0, "{err}");
-    let text = std::fs::read_to_string(&file).expect("profile written");
     assert!(text.contains("hot ("), "{text}");
     // SAFETY: detaching the thread seized above.
     unsafe { libc::ptrace(libc::PTRACE_DETACH, pid as libc::pid_t, 0usize, 0usize) };
@@ -501,8 +406,7 @@ fn blocking_skips_threads_it_cannot_seize() {
 #[rstest]
 fn top_shows_the_hot_function(#[values("py311-debian", "py313t", "py315")] py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("busy.py"), &["60"]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready(py, "busy.py", &["60"]);
     let out = run_pyagent(&[
         "top",
         "--pid",

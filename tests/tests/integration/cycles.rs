@@ -7,11 +7,9 @@ use std::time::Duration;
 
 use pyagent::memory::{ProcessMemory, RemoteMemory};
 use pyagent::unwind::{ThreadInfo, ThreadSample, UnwindOptions, Unwinder};
-use pyagent_tests::stacks::{
-    number_before, pyagent_bin, record_collapsed, run_pyagent, sample_until, script, simple,
-    unwinder,
-};
-use pyagent_tests::{Interpreter, PythonProcess};
+use pyagent_tests::agent::{number_before, pyagent_bin, record_collapsed, run_pyagent};
+use pyagent_tests::stacks::{sample_until, simple, unwinder};
+use pyagent_tests::PythonProcess;
 use rstest::rstest;
 
 /// An aligned address that no process maps (the top of the lower half is never handed out).
@@ -30,8 +28,7 @@ enum Loop {
 fn parked_target(py: &str, threads: bool) -> (PythonProcess, Unwinder) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let args: &[&str] = if threads { &["threads"] } else { &[] };
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("cycles.py"), args);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready(py, "cycles.py", args);
     let want = if threads { 2 } else { 1 };
     let mut u = unwinder(p.pid(), UnwindOptions::default());
     sample_until(

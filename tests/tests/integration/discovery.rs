@@ -4,9 +4,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use procfs::process::MMapPath;
 use pyagent::discovery::{HostScanner, ProcessState};
 use pyagent::offsets::{debug_offsets_len, parse_debug_offsets, DEBUG_OFFSETS_COOKIE};
-use pyagent_tests::stacks::{pyagent_bin, run_pyagent, script};
+use pyagent_tests::agent::{pyagent_bin, run_pyagent};
+use pyagent_tests::scratch::fresh_dir;
+use pyagent_tests::stacks::script;
 use pyagent_tests::{Interpreter, PythonProcess};
 
 /// A shell classified as not Python that then execs Python (a container entrypoint's
@@ -111,12 +114,15 @@ fn crafted_libpython(py: &Interpreter, dir: &std::path::Path) -> std::path::Path
 
 /// Whether `libpythonfuzz.so` is mapped below the real `libpython3.*` in process `pid`.
 fn crafted_is_mapped_first(pid: u32) -> bool {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let maps = procfs::process::Process::new(i32::try_from(pid).expect("a pid"))
+        .and_then(|p| p.maps())
+        .expect("maps");
     let start_of = |name: &str| {
-        maps.lines()
-            .find(|l| l.contains(name))
-            .and_then(|l| l.split('-').next())
-            .and_then(|a| u64::from_str_radix(a, 16).ok())
+        maps.iter()
+            .find(
+                |m| matches!(&m.pathname, MMapPath::Path(p) if p.to_string_lossy().contains(name)),
+            )
+            .map(|m| m.address.0)
     };
     match (start_of("libpythonfuzz.so"), start_of("/libpython3.")) {
         (Some(crafted), Some(real)) => crafted < real,
@@ -130,8 +136,7 @@ fn crafted_is_mapped_first(pid: u32) -> bool {
 #[rstest::rstest]
 fn defect_8_crafted_libpython_is_skipped(#[values("py312", "py313")] py: &str) {
     let interpreter = Interpreter::by_name(py);
-    let dir = std::env::temp_dir().join(format!("pyagent-defect8-{py}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = fresh_dir(&format!("defect8-{py}"));
     let lib = crafted_libpython(interpreter, &dir);
     pyagent_bin(); // built before the target starts: a slow build must not outlive it
                    // Discovery tries objects in address order, and where the loader puts the small crafted

@@ -5,10 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pyagent_tests::consumers::go_pprof;
-use pyagent_tests::stacks::{host_wide_lock, script};
+use pyagent_tests::agent::host_wide_lock;
+use pyagent_tests::consumers::go_pprof_raw;
+use pyagent_tests::stacks::script;
+use pyagent_tests::wait::{poll_until, wait_for};
 use pyagent_tests::{Interpreter, PythonProcess};
 
 /// The agent's version, which names both artifacts and the image tag.
@@ -154,9 +156,7 @@ fn deb_installs_into_a_fresh_root_and_dumps_a_host_python() {
         "{man}"
     );
 
-    let mut target =
-        PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
-    target.wait_for_line("ready", Duration::from_secs(30));
+    let target = PythonProcess::ready("py312", "busy.py", &["60"]);
     let pid = target.pid().to_string();
     let dump = run(&mut root.chroot(&["/usr/bin/pyagent", "dump", "--pid", &pid]));
     let dump = String::from_utf8_lossy(&dump.stdout);
@@ -263,16 +263,16 @@ fn image_profiles_a_python_in_another_container_with_the_daemonsets_capabilities
         .arg("--entrypoint")
         .arg(&pyenv)
         .args([&tag, "-u", "/scripts/busy.py", "120"]));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !String::from_utf8_lossy(&run(Command::new("podman").args(["logs", &name])).stdout)
-        .contains("ready")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the target container never got ready"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(
+        "the target container to get ready",
+        Duration::from_secs(30),
+        || {
+            let logs = run(Command::new("podman").args(["logs", &name]));
+            String::from_utf8_lossy(&logs.stdout)
+                .contains("ready")
+                .then_some(())
+        },
+    );
     let target_pid = inspect(&target.0, "{{.State.Pid}}");
     let container_id = inspect(&target.0, "{{.Id}}");
 
@@ -310,23 +310,19 @@ fn image_profiles_a_python_in_another_container_with_the_daemonsets_capabilities
         .arg(&tag));
     let profiles = out_dir.join("profiles");
     let of_target = format!("-{target_pid}-");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let profile = loop {
-        let found = std::fs::read_dir(&profiles).ok().and_then(|dir| {
+    let profile = poll_until(Duration::from_secs(60), || {
+        std::fs::read_dir(&profiles).ok().and_then(|dir| {
             dir.filter_map(|e| e.ok().map(|e| e.path()))
                 .find(|p| p.to_string_lossy().contains(&of_target) && !is_hidden(p))
-        });
-        if let Some(profile) = found {
-            break profile;
-        }
+        })
+    })
+    .unwrap_or_else(|| {
         let logs = run(Command::new("podman").args(["logs", &agent_name]));
-        assert!(
-            Instant::now() < deadline,
+        panic!(
             "no profile of the target (PID {target_pid}) in 60 s: {}",
             String::from_utf8_lossy(&logs.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        )
+    });
     run(Command::new("podman").args(["stop", "--time", "30", &agent.0]));
     let logs = run(Command::new("podman").args(["logs", &agent_name]));
     let logs = String::from_utf8_lossy(&logs.stderr).into_owned();
@@ -336,7 +332,7 @@ fn image_profiles_a_python_in_another_container_with_the_daemonsets_capabilities
     );
     assert_eq!(inspect(&agent.0, "{{.State.ExitCode}}"), "0", "{logs}");
 
-    let raw = go_pprof(&["-raw"], &profile);
+    let raw = go_pprof_raw(&profile);
     assert!(raw.contains(" hot ") && raw.contains("busy.py"), "{raw}");
     assert!(
         raw.contains(&format!("container_id:[{container_id}]")),

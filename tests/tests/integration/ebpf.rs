@@ -6,24 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pyagent_tests::consumers::go_pprof;
-use pyagent_tests::stacks::{
-    host_wide_lock, marker_line, number_before, pyagent_bin, record_collapsed, run_pyagent, script,
-};
+use pyagent_tests::agent::{host_wide_lock, number_before, pyagent_bin, record, record_collapsed};
+use pyagent_tests::consumers::go_pprof_raw;
+use pyagent_tests::scratch::fresh_dir;
+use pyagent_tests::stacks::{line_after, marker_line, script};
+use pyagent_tests::wait::wait_for;
 use pyagent_tests::{Interpreter, PythonProcess, MATRIX};
 use rstest::rstest;
-
-fn out_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pyagent-ebpf-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-/// `go tool pprof -raw` of a profile.
-fn pprof_raw(file: &Path) -> String {
-    go_pprof(&["-raw"], file)
-}
 
 /// A running `pyagent --all-python`.
 struct Agent {
@@ -131,12 +120,7 @@ fn assert_busy_profile(raw: &str, what: &str) {
     let mut seen = BTreeMap::new();
     for l in raw.lines().filter(|l| l.contains("busy.py:")) {
         let func = l.split_whitespace().nth(3).expect("function");
-        let line: u32 = l
-            .split("busy.py:")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|s| s.parse().ok())
-            .expect("line");
+        let line = line_after(l, "busy.py");
         let ok = match func {
             "hot" => hot.contains(&line),
             // The `def` line too: a sample can land on the function's entry.
@@ -159,17 +143,12 @@ fn all_python_profiles_every_interpreter_at_once() {
     let _serial = host_wide_lock();
     let procs: Vec<PythonProcess> = MATRIX
         .iter()
-        .map(|name| {
-            let mut p =
-                PythonProcess::spawn(Interpreter::by_name(name), &script("busy.py"), &["300"]);
-            p.wait_for_line("ready", Duration::from_secs(30));
-            p
-        })
+        .map(|name| PythonProcess::ready(name, "busy.py", &["300"]))
         .collect();
-    let dir = out_dir("matrix");
+    let dir = fresh_dir("ebpf-matrix");
     let log = start_agent(&dir, "4", &[]).finish();
     for (name, p) in MATRIX.iter().zip(&procs) {
-        let raw = pprof_raw(&profile_of(&dir, p.pid(), &log));
+        let raw = go_pprof_raw(&profile_of(&dir, p.pid(), &log));
         assert_busy_profile(&raw, name);
         assert!(
             raw.contains(&format!("pid:[{}]", p.pid())),
@@ -182,16 +161,12 @@ fn all_python_profiles_every_interpreter_at_once() {
 fn process_started_later_and_process_exiting_midway() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
-    let dir = out_dir("lifecycle");
+    let dir = fresh_dir("ebpf-lifecycle");
     // Runs until the test ends it in the middle of the agent's run.
-    let mut early =
-        PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["300"]);
-    early.wait_for_line("ready", Duration::from_secs(30));
+    let mut early = PythonProcess::ready("py312", "busy.py", &["300"]);
     let agent = start_agent(&dir, "12", &["--log", "pyagent::discovery=info"]);
     // Started after the agent: found by a later scan.
-    let mut late =
-        PythonProcess::spawn(Interpreter::by_name("py315"), &script("busy.py"), &["300"]);
-    late.wait_for_line("ready", Duration::from_secs(30));
+    let late = PythonProcess::ready("py315", "busy.py", &["300"]);
     agent.wait_for_log(&format!("pid={}", late.pid()), Duration::from_secs(10));
     // Let the agent sample both for a while (a workload span, not a sync), then end one.
     std::thread::sleep(Duration::from_secs(2));
@@ -201,11 +176,11 @@ fn process_started_later_and_process_exiting_midway() {
     let log = format!("{log} (early {}, late {})", early.pid(), late.pid());
     early.wait_exit(Duration::from_secs(10));
     assert_busy_profile(
-        &pprof_raw(&profile_of(&dir, early.pid(), &log)),
+        &go_pprof_raw(&profile_of(&dir, early.pid(), &log)),
         "exited process",
     );
     assert_busy_profile(
-        &pprof_raw(&profile_of(&dir, late.pid(), &log)),
+        &go_pprof_raw(&profile_of(&dir, late.pid(), &log)),
         "late process",
     );
 }
@@ -228,29 +203,18 @@ fn process_in_a_new_pid_namespace() {
     out.read_line(&mut line).expect("ready");
     assert_eq!(line.trim(), "ready");
     // The Python process is unshare's child; in its namespace it is pid 1.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let host_pid = loop {
-        let kids = std::fs::read_to_string(format!(
-            "/proc/{}/task/{}/children",
-            unshare.id(),
-            unshare.id()
-        ))
-        .unwrap_or_default();
-        if let Some(pid) = kids
-            .split_whitespace()
-            .next()
-            .and_then(|s| s.parse::<u32>().ok())
-        {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "unshare's child did not appear");
-        std::thread::yield_now();
-    };
-    let dir = out_dir("pidns");
+    let unshare_pid = i32::try_from(unshare.id()).expect("a pid");
+    let host_pid = wait_for("unshare's child", Duration::from_secs(10), || {
+        let task = procfs::process::Process::new(unshare_pid)
+            .and_then(|p| p.task_from_tid(unshare_pid))
+            .ok()?;
+        task.children().ok()?.first().copied()
+    });
+    let dir = fresh_dir("ebpf-pidns");
     let log = start_agent(&dir, "3", &[]).finish();
     let _ = unshare.kill();
     let _ = unshare.wait();
-    let raw = pprof_raw(&profile_of(&dir, host_pid, &log));
+    let raw = go_pprof_raw(&profile_of(&dir, host_pid, &log));
     assert_busy_profile(&raw, "pid namespace");
     assert!(
         raw.contains(&format!("pid:[{host_pid}]")),
@@ -309,32 +273,14 @@ fn shares(raw: &str) -> BTreeMap<String, f64> {
 fn ebpf_and_userspace_agree() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("busy.py"), &["30"]);
-    p.wait_for_line("ready", Duration::from_secs(30));
-    let dir = out_dir("agree");
-    let pid = p.pid().to_string();
+    let p = PythonProcess::ready("py315", "busy.py", &["30"]);
+    let dir = fresh_dir("ebpf-agree");
+    let _pid = p.pid().to_string();
     let mut result = Vec::new();
     for mode in ["ebpf", "userspace"] {
         let file = dir.join(format!("{mode}.pb.gz"));
-        let out = run_pyagent(&[
-            "record",
-            "--pid",
-            &pid,
-            "--mode",
-            mode,
-            "-d",
-            "3",
-            "-r",
-            "199",
-            "-o",
-            file.to_str().expect("utf-8"),
-        ]);
-        assert!(
-            out.status.success(),
-            "{mode}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let raw = pprof_raw(&file);
+        record(p.pid(), &["--mode", mode, "-d", "3", "-r", "199"], &file);
+        let raw = go_pprof_raw(&file);
         assert_busy_profile(&raw, mode);
         result.push(shares(&raw));
     }
@@ -359,9 +305,8 @@ fn ebpf_and_userspace_agree() {
 fn ebpf_frame_cache_never_mixes_chains() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("alternate.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
-    let dir = out_dir("aba");
+    let p = PythonProcess::ready("py315", "alternate.py", &[]);
+    let dir = fresh_dir("ebpf-aba");
     let file = dir.join("alt.txt");
     let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "3", "-r", "499"], &file);
     let anchor_stops: u64 = err
@@ -428,13 +373,8 @@ fn main_and_other_samples(collapsed: &str, pid: u32, function: &str) -> (u64, u6
 fn ebpf_samples_short_lived_threads() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(
-        Interpreter::by_name("py312"),
-        &script("short_threads.py"),
-        &["50", "8"],
-    );
-    p.wait_for_line("ready", Duration::from_secs(30));
-    let dir = out_dir("short-threads");
+    let mut p = PythonProcess::ready("py312", "short_threads.py", &["50", "8"]);
+    let dir = fresh_dir("ebpf-short-threads");
     let file = dir.join("short.txt");
     let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "4", "-r", "199"], &file);
     // The script's own measure of where its CPU went, over its whole run.
@@ -479,7 +419,7 @@ fn ebpf_samples_carry_python_thread_names(#[values("py312", "py315")] py: &str) 
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("named_spinners.py"), &[]);
     p.wait_for_line("ready", Duration::from_secs(60));
-    let dir = out_dir(&format!("names-{py}"));
+    let dir = fresh_dir(&format!("ebpf-names-{py}"));
     let file = dir.join("names.txt");
     let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "2"], &file);
     for name in ["CustomThreadName-1", "CustomThreadName-2"] {
@@ -504,7 +444,7 @@ fn ebpf_315_threads_beyond_the_frame_cache_are_walked_whole() {
         &["4200", "120"],
     );
     p.wait_for_line("ready", Duration::from_secs(120));
-    let dir = out_dir("many-threads");
+    let dir = fresh_dir("ebpf-many-threads");
     let file = dir.join("many.txt");
     let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "4", "-r", "199"], &file);
     let (main, _) = main_and_other_samples(&text, p.pid(), "parked");

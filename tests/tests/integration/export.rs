@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use pyagent_tests::stacks::{host_wide_lock, pyagent_bin, script};
+use pyagent_tests::agent::{host_wide_lock, pyagent_bin};
+use pyagent_tests::scratch::fresh_path;
+use pyagent_tests::stacks::script;
+use pyagent_tests::wait::wait_for;
 use pyagent_tests::{Interpreter, PythonProcess};
 
 /// A small tmpfs mounted on a fresh directory, unmounted (and the directory removed) on drop.
@@ -115,12 +118,10 @@ fn duration_on_a_full_disk_leaves_no_empty_profile_and_reports_every_failure() {
 /// on (and its window let go).
 #[test]
 fn duration_under_churn_writes_exited_processes_before_the_run_ends() {
-    use pyagent_tests::consumers::go_pprof;
-    use std::time::Instant;
+    use pyagent_tests::consumers::go_pprof_raw;
 
     let _serial = host_wide_lock();
-    let dir = std::env::temp_dir().join(format!("pyagent-churn-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = fresh_path("churn");
     let mut agent = Command::new(pyagent_bin())
         .args(["--all-python", "--duration", "120", "--output"])
         .arg(&dir)
@@ -128,24 +129,20 @@ fn duration_under_churn_writes_exited_processes_before_the_run_ends() {
         .spawn()
         .expect("start pyagent");
     // A target that lives 3 s: it ends long before the run does.
-    let mut target =
-        PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["3"]);
-    target.wait_for_line("ready", Duration::from_secs(30));
+    let target = PythonProcess::ready("py312", "busy.py", &["3"]);
     let file = dir.join(format!("busy-{}.pb.gz", target.pid()));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !file.exists() {
-        assert!(
-            agent.try_wait().expect("agent status").is_none(),
-            "the agent exited before writing {}",
-            file.display()
-        );
-        assert!(
-            Instant::now() < deadline,
-            "{} was not written while the run went on",
-            file.display()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(
+        "the exited process's profile while the run goes on",
+        Duration::from_secs(60),
+        || {
+            assert!(
+                agent.try_wait().expect("agent status").is_none(),
+                "the agent exited before writing {}",
+                file.display()
+            );
+            file.exists().then_some(())
+        },
+    );
     assert!(
         agent.try_wait().expect("agent status").is_none(),
         "written during the run, not at its end"
@@ -156,7 +153,7 @@ fn duration_under_churn_writes_exited_processes_before_the_run_ends() {
     let out = agent.wait_with_output().expect("agent output");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let raw = go_pprof(&["-raw"], &file);
+    let raw = go_pprof_raw(&file);
     assert!(raw.contains(" hot ") && raw.contains("busy.py"), "{raw}");
     // Issue 17, item 2: labelled as the service labels its profiles.
     for label in ["service_name:[busy]", "hostname:[", "python_version:[3.12"] {

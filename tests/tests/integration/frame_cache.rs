@@ -7,8 +7,8 @@ use std::time::Duration;
 use pyagent::aggregate::Aggregator;
 use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::UnwindOptions;
-use pyagent_tests::stacks::{at, sample_until, script, simple, unwinder};
-use pyagent_tests::{Interpreter, PythonProcess};
+use pyagent_tests::stacks::{at, sample_until, simple, unwinder};
+use pyagent_tests::PythonProcess;
 
 fn record_stacks(
     pid: u32,
@@ -47,8 +47,7 @@ fn record_stacks(
 /// cache, not the torn copies any non-blocking reader of a running thread can make (README).
 #[test]
 fn alternating_chains_never_mix() {
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("alternate.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready("py315", "alternate.py", &[]);
     let (stacks, total, stats) = record_stacks(p.pid(), true, 3.0, true, true);
     assert!(total > 500, "enough samples: {total}");
     assert!(
@@ -74,12 +73,7 @@ fn alternating_chains_never_mix() {
 
 #[test]
 fn same_stacks_with_and_without_cache() {
-    let mut p = PythonProcess::spawn(
-        Interpreter::by_name("py315"),
-        &script("recursion.py"),
-        &["200"],
-    );
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready("py315", "recursion.py", &["200"]);
     // Wait for the parked state, then compare: one exact stack either way.
     let top = at("recurse", "recursion.py", "sleep");
     let mut u = unwinder(p.pid(), UnwindOptions::default());
@@ -99,8 +93,7 @@ fn same_stacks_with_and_without_cache() {
 fn stale_anchor_from_earlier_profiler_costs_nothing() {
     // A first unwinder leaves anchors behind; a second one, built later, must still report the
     // full stack (the stale-anchor fix) and so must one with the cache off.
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("nested.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready("py315", "nested.py", &[]);
     let top = at("Shop.checkout", "nested.py", "checkout");
     let mut first = unwinder(p.pid(), UnwindOptions::default());
     let a = sample_until(&mut first, Duration::from_secs(10), |s| {

@@ -3,10 +3,8 @@
 //! which a free-threaded build does not have (py-spy's gc.py: 22 of 99 samples inside
 //! `gc.collect()`, no `<GC>`). Now it goes to the thread running the collection.
 
-use std::time::Duration;
-
-use pyagent_tests::stacks::{pyagent_bin, record_collapsed, script};
-use pyagent_tests::{Interpreter, PythonProcess};
+use pyagent_tests::agent::{pyagent_bin, record_collapsed};
+use pyagent_tests::PythonProcess;
 use rstest::rstest;
 
 /// `record` (userspace) of gc_loop.py for 3 s: samples of the collecting main thread show
@@ -16,8 +14,7 @@ fn gc_marker_is_on_the_collecting_thread_of_free_threaded_builds(
     #[values("py313t", "py313")] py: &str,
 ) {
     pyagent_bin(); // built before the target starts: a slow build must not outlive it
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("gc_loop.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready(py, "gc_loop.py", &[]);
     let file = std::env::temp_dir().join(format!("pyagent-gc-{py}-{}.txt", std::process::id()));
     let (text, _) = record_collapsed(p.pid(), &["-d", "3"], &file);
     let count = |line: &str| -> u64 {

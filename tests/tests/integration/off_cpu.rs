@@ -2,20 +2,13 @@
 //! a socket, block on a lock and fight over the GIL, read back with `go tool pprof`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-use pyagent_tests::consumers::go_pprof;
-use pyagent_tests::stacks::{host_wide_lock, pyagent_bin, run_pyagent, script};
-use pyagent_tests::{Interpreter, PythonProcess};
+use pyagent_tests::agent::{host_wide_lock, pyagent_bin, record, run_pyagent};
+use pyagent_tests::consumers::go_pprof_raw;
+use pyagent_tests::scratch::fresh_dir;
+use pyagent_tests::PythonProcess;
 use rstest::rstest;
-
-fn out_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pyagent-offcpu-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
 
 /// One sample of `go tool pprof -raw`: its values, its top function and its string labels.
 #[derive(Debug)]
@@ -33,7 +26,7 @@ impl RawSample {
 
 /// The sample types and samples of a profile, as `go tool pprof -raw` prints them.
 fn raw_samples(file: &Path) -> (Vec<String>, Vec<RawSample>) {
-    let raw = go_pprof(&["-raw"], file);
+    let raw = go_pprof_raw(file);
     let mut lines = raw.lines();
     let types: Vec<String> = lines
         .by_ref()
@@ -105,34 +98,14 @@ fn off_cpu_seconds(types: &[String], samples: &[RawSample]) -> BTreeMap<(String,
     out
 }
 
-/// Test script `name` under `py` with `args`, once it says it is ready.
-fn spawn_ready(py: &str, name: &str, args: &[&str]) -> PythonProcess {
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script(name), args);
-    p.wait_for_line("ready", Duration::from_secs(30));
-    p
-}
-
 /// waits.py under `py` with `args`, once its threads are started.
 fn spawn_waits(py: &str, args: &[&str]) -> PythonProcess {
-    spawn_ready(py, "waits.py", args)
+    PythonProcess::ready(py, "waits.py", args)
 }
 
+/// `record --mode ebpf --off-cpu` of `pid` for `secs`; returns the summary on stderr.
 fn record_off_cpu(pid: u32, secs: &str, file: &Path) -> String {
-    let out = run_pyagent(&[
-        "record",
-        "--pid",
-        &pid.to_string(),
-        "--mode",
-        "ebpf",
-        "--off-cpu",
-        "-d",
-        secs,
-        "-o",
-        file.to_str().expect("utf-8 path"),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "record failed: {err}");
-    err
+    record(pid, &["--mode", "ebpf", "--off-cpu", "-d", secs], file)
 }
 
 /// Each way of waiting shows under its own function with its own label: a thread that sleeps
@@ -149,7 +122,7 @@ fn off_cpu_waits_show_under_their_function_with_their_reason(
     let free_threaded = py.ends_with('t');
     let args: &[&str] = if free_threaded { &[] } else { &["gil"] };
     let p = spawn_waits(py, args);
-    let dir = out_dir(py);
+    let dir = fresh_dir(&format!("offcpu-{py}"));
     let file = dir.join("off.pb.gz");
     let err = record_off_cpu(p.pid(), "3", &file);
     let (types, samples) = raw_samples(&file);
@@ -194,12 +167,12 @@ fn sleep_share(args: &[&str], tag: &str, function: &str) -> (f64, String, String
     pyagent_bin();
     let _serial = host_wide_lock();
     let p = spawn_waits("py312", args);
-    let dir = out_dir(tag);
+    let dir = fresh_dir(&format!("offcpu-{tag}"));
     let file = dir.join("off.pb.gz");
     let err = record_off_cpu(p.pid(), "4", &file);
     let (types, samples) = raw_samples(&file);
     let off = off_cpu_seconds(&types, &samples);
-    let raw = go_pprof(&["-raw"], &file);
+    let raw = go_pprof_raw(&file);
     let duration: f64 = raw
         .lines()
         .find_map(|l| l.strip_prefix("Duration: "))
@@ -254,8 +227,8 @@ fn repeated_short_waits_are_timed_without_walking_each() {
 fn on_cpu_profile_is_unchanged_with_off_cpu_on() {
     pyagent_bin();
     let _serial = host_wide_lock();
-    let p = spawn_ready("py312", "busy.py", &[]);
-    let dir = out_dir("unchanged");
+    let p = PythonProcess::ready("py312", "busy.py", &[]);
+    let dir = fresh_dir("offcpu-unchanged");
     let mut runs = Vec::new();
     for extra in [&[][..], &["--off-cpu"][..]] {
         let file = dir.join(format!("on{}.pb.gz", extra.len()));
@@ -286,15 +259,12 @@ fn on_cpu_profile_is_unchanged_with_off_cpu_on() {
     assert!(hot_without >= 0.9 && hot_with >= 0.9, "{what}");
 }
 
-/// CPU time `pid` has used, in seconds (`utime + stime` of `/proc/PID/stat`, 100 ticks a second).
+/// CPU time `pid` has used, in seconds (`utime + stime` of `/proc/PID/stat`).
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').expect("comm").1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 =
-        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-    ticks as f64 / 100.0
+    let stat = procfs::process::Process::new(i32::try_from(pid).expect("a pid"))
+        .and_then(|p| p.stat())
+        .expect("stat");
+    (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64
 }
 
 /// Bad input: a kernel without what the off-CPU program needs (its BTF, hidden here by a tmpfs
@@ -304,8 +274,8 @@ fn cpu_seconds(pid: u32) -> f64 {
 fn off_cpu_without_kernel_btf_falls_back_with_one_line() {
     pyagent_bin();
     let _serial = host_wide_lock();
-    let p = spawn_ready("py312", "busy.py", &[]);
-    let dir = out_dir("nobtf");
+    let p = PythonProcess::ready("py312", "busy.py", &[]);
+    let dir = fresh_dir("offcpu-nobtf");
     let file = dir.join("on.pb.gz");
     let command = format!(
         "mount -t tmpfs none /sys/kernel/btf && exec {} record --pid {} --mode ebpf --off-cpu -d 2 -o {}",
@@ -406,15 +376,9 @@ fn dump_shows_each_threads_wait_and_gil(#[values("py312", "py313t", "py315")] py
 
 /// Records `pid` for `secs` with `extra` arguments and returns the profile's samples.
 fn record_samples(pid: u32, mode: &str, secs: &str, extra: &[&str], file: &Path) -> Vec<RawSample> {
-    let pid = pid.to_string();
-    let path = file.to_str().expect("utf-8 path");
-    let mut args = vec![
-        "record", "--pid", &pid, "--mode", mode, "-d", secs, "-o", path,
-    ];
+    let mut args = vec!["--mode", mode, "-d", secs];
     args.extend_from_slice(extra);
-    let out = run_pyagent(&args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "record {extra:?} failed: {err}");
+    record(pid, &args, file);
     raw_samples(file).1
 }
 
@@ -441,7 +405,7 @@ fn on_cpu_samples_say_whether_their_thread_held_the_gil(
     pyagent_bin();
     let _serial = host_wide_lock();
     let p = spawn_waits(py, &["spin", "hash"]);
-    let dir = out_dir(&format!("gil-{mode}-{py}"));
+    let dir = fresh_dir(&format!("offcpu-gil-{mode}-{py}"));
     let samples = record_samples(p.pid(), mode, "3", &[], &dir.join("gil.pb.gz"));
     let spinner = gil_counts(&samples, "spinner");
     let hasher = gil_counts(&samples, "hasher");
@@ -482,7 +446,7 @@ fn record_gil_keeps_only_the_gil_holders(
     pyagent_bin();
     let _serial = host_wide_lock();
     let p = spawn_waits(py, &["spin", "hash"]);
-    let dir = out_dir(&format!("gilonly-{mode}-{py}"));
+    let dir = fresh_dir(&format!("offcpu-gilonly-{mode}-{py}"));
     let file = dir.join("gil.pb.gz");
     if py.ends_with('t') {
         let pid = p.pid().to_string();
@@ -520,7 +484,7 @@ fn idle_samples_say_on_or_off_cpu_and_who_waits_for_the_gil(#[values("py312", "p
     pyagent_bin();
     let _serial = host_wide_lock();
     let p = spawn_waits(py, &["gil"]);
-    let dir = out_dir(&format!("idle-{py}"));
+    let dir = fresh_dir(&format!("offcpu-idle-{py}"));
     let samples = record_samples(
         p.pid(),
         "userspace",

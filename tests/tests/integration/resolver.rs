@@ -3,20 +3,13 @@
 use std::time::{Duration, Instant};
 
 use pyagent::unwind::UnwindOptions;
-use pyagent_tests::stacks::{at, sample_until, script, simple, unwinder, SimpleFrame};
+use pyagent_tests::stacks::{at, sample_until, simple, unwinder, SimpleFrame};
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest_reuse::apply;
 
 use crate::matrix;
 
-const READY: Duration = Duration::from_secs(30);
 const PARK: Duration = Duration::from_secs(10);
-
-fn start(py: &str, name: &str, args: &[&str]) -> PythonProcess {
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script(name), args);
-    p.wait_for_line("ready", READY);
-    p
-}
 
 /// Samples until the thread whose top frame is `top` shows up; returns its frames.
 fn parked_stack(p: &PythonProcess, options: UnwindOptions, top: &SimpleFrame) -> Vec<SimpleFrame> {
@@ -33,7 +26,7 @@ fn parked_stack(p: &PythonProcess, options: UnwindOptions, top: &SimpleFrame) ->
 
 #[apply(matrix)]
 fn nested_functions_and_methods(py: &str) {
-    let p = start(py, "nested.py", &[]);
+    let p = PythonProcess::ready(py, "nested.py", &[]);
     let expected = vec![
         at("Shop.checkout", "nested.py", "checkout"),
         at("outer.<locals>.inner", "nested.py", "inner"),
@@ -48,7 +41,7 @@ fn nested_functions_and_methods(py: &str) {
 
 #[apply(matrix)]
 fn deep_recursion_is_complete(py: &str) {
-    let p = start(py, "recursion.py", &["1000"]);
+    let p = PythonProcess::ready(py, "recursion.py", &["1000"]);
     let top = at("recurse", "recursion.py", "sleep");
     for options in [
         UnwindOptions::default(),
@@ -75,7 +68,7 @@ fn deep_recursion_is_complete(py: &str) {
 
 #[apply(matrix)]
 fn eight_threads_distinct_stacks(py: &str) {
-    let p = start(py, "threads.py", &[]);
+    let p = PythonProcess::ready(py, "threads.py", &[]);
     let mut u = unwinder(p.pid(), UnwindOptions::default());
     let sleep = at("level", "threads.py", "sleep");
     let main = at("<module>", "threads.py", "main_sleep");
@@ -144,7 +137,7 @@ fn eight_threads_distinct_stacks(py: &str) {
 
 #[apply(matrix)]
 fn running_generator(py: &str) {
-    let p = start(py, "generators.py", &["generator"]);
+    let p = PythonProcess::ready(py, "generators.py", &["generator"]);
     let expected = vec![
         at("consume", "generators.py", "consume"),
         at("produce", "generators.py", "yield"),
@@ -159,7 +152,7 @@ fn running_generator(py: &str) {
 
 #[apply(matrix)]
 fn running_coroutines(py: &str) {
-    let p = start(py, "generators.py", &["coroutine"]);
+    let p = PythonProcess::ready(py, "generators.py", &["coroutine"]);
     let top = at("leaf", "generators.py", "leaf");
     let frames = parked_stack(&p, UnwindOptions::default(), &top);
     assert_eq!(
@@ -203,7 +196,7 @@ fn second_libpython(py: &str) -> Option<String> {
 fn imported_ctypes_and_second_libpython(py: &str) {
     let lib = second_libpython(py);
     let args: Vec<&str> = lib.iter().map(|s| s.as_str()).collect();
-    let p = start(py, "with_ctypes.py", &args);
+    let p = PythonProcess::ready(py, "with_ctypes.py", &args);
     if let Some(lib) = &lib {
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", p.pid())).expect("maps");
         let name = lib.rsplit('/').next().expect("file name");
@@ -224,7 +217,7 @@ fn imported_ctypes_and_second_libpython(py: &str) {
 
 #[apply(matrix)]
 fn native_pseudo_frame(py: &str) {
-    let p = start(py, "pseudo.py", &["native"]);
+    let p = PythonProcess::ready(py, "pseudo.py", &["native"]);
     let options = UnwindOptions {
         native: true,
         ..Default::default()
@@ -252,7 +245,7 @@ fn native_pseudo_frame(py: &str) {
 /// 3.15 says which frame started a collection (`gc.frame`): `<GC>` sits right above it.
 #[test]
 fn gc_pseudo_frame_on_3_15() {
-    let p = start("py315", "pseudo.py", &["gc"]);
+    let p = PythonProcess::ready("py315", "pseudo.py", &["gc"]);
     let expected = vec![
         at("park", "pseudo.py", "park"),
         at("Finalized.__del__", "pseudo.py", "del"),

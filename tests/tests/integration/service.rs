@@ -1,56 +1,16 @@
 //! `pyagent --all-python` as a service, checked by the real consumers: a Prometheus server
 //! scraping it, `promtool`, `go tool pprof`; SIGTERM flushes the partial interval.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pyagent_tests::consumers::{go_pprof, promtool_check_metrics};
-use pyagent_tests::stacks::{host_wide_lock, pyagent_bin, script};
-use pyagent_tests::{Interpreter, PythonProcess};
-
-/// A free loopback port (bound, then released for the child to take).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-/// GET `path` from 127.0.0.1:`port`; None while nothing listens.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((status, body))
-}
-
-/// Waits for `cond` with a deadline, polling.
-fn wait_for<T>(what: &str, timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = cond() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use pyagent_tests::agent::{as_nobody, host_wide_lock, pyagent_bin};
+use pyagent_tests::consumers::{go_pprof_raw, promtool_check_metrics};
+use pyagent_tests::http::{free_port, get as http_get};
+use pyagent_tests::scratch::{fresh_dir, fresh_path};
+use pyagent_tests::wait::wait_for;
+use pyagent_tests::PythonProcess;
 
 struct Service {
     child: Child,
@@ -71,9 +31,7 @@ impl Service {
     /// The service started by `command` (pyagent itself, or a wrapper with pyagent as its
     /// last argument so far).
     fn start_by(mut command: Command, tag: &str, interval: &str, args: &[&str]) -> Service {
-        let dir =
-            std::env::temp_dir().join(format!("pyagent-service-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = fresh_path(&format!("service-{tag}"));
         let port = free_port();
         let child = command
             .args(["--all-python", "--interval", interval])
@@ -102,16 +60,15 @@ impl Service {
         v
     }
 
-    /// SIGTERM, then the exit status and stderr.
-    fn terminate(mut self) -> (std::process::ExitStatus, String) {
+    /// SIGTERM; the service must exit successfully. Returns its stderr.
+    fn stop(mut self) -> String {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let out = std::mem::replace(&mut self.child, Command::new("true").spawn().expect("true"));
         let out = out.wait_with_output().expect("service exits");
-        (
-            out.status,
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        stderr
     }
 }
 
@@ -122,16 +79,11 @@ impl Drop for Service {
     }
 }
 
-fn go_pprof_raw(file: &Path) -> String {
-    go_pprof(&["-raw"], file)
-}
-
 #[test]
 fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
     pyagent_bin();
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready("py312", "busy.py", &["60"]);
     let svc = Service::start("cuts", "2s");
     // Profiles every interval.
     wait_for(
@@ -167,10 +119,9 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
         "{metrics}"
     );
     let before = svc.profiles().len();
-    let (status, stderr) = svc.terminate();
-    assert!(status.success(), "{stderr}");
+    let dir = svc.dir.clone();
+    let stderr = svc.stop();
     // Every profile written is a valid pprof with the target's functions and labels.
-    let dir = std::env::temp_dir().join(format!("pyagent-service-cuts-{}", std::process::id()));
     let files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("dir")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -232,8 +183,7 @@ fn series_value(metrics: &str, series: &str) -> f64 {
 fn torn_reads_are_counted_by_reason_in_the_service_metrics() {
     pyagent_bin();
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("recursive.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let _p = PythonProcess::ready("py312", "recursive.py", &[]);
     let svc = Service::start_with(
         "torn",
         "2s",
@@ -256,21 +206,17 @@ fn torn_reads_are_counted_by_reason_in_the_service_metrics() {
         },
     );
     promtool_check_metrics(&metrics);
-    let (status, stderr) = svc.terminate();
-    assert!(status.success(), "{stderr}");
+    svc.stop();
 }
 
 #[test]
 fn prometheus_server_scrapes_the_agent() {
     pyagent_bin();
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py315"), &script("busy.py"), &["60"]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let _p = PythonProcess::ready("py315", "busy.py", &["60"]);
     let svc = Service::start("prom", "1s");
     let prom_port = free_port();
-    let dir = std::env::temp_dir().join(format!("pyagent-prometheus-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = fresh_dir("prometheus");
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
@@ -309,8 +255,7 @@ fn prometheus_server_scrapes_the_agent() {
     let _ = prom.wait();
     let body = result.unwrap_or_else(|e| std::panic::resume_unwind(e));
     assert!(body.contains("\"job\":\"pyagent\""), "{body}");
-    let (status, _) = svc.terminate();
-    assert!(status.success());
+    svc.stop();
 }
 
 /// The capabilities `deploy/pyagent.service` grants, read from the unit itself.
@@ -331,31 +276,23 @@ fn unit_capabilities() -> String {
 }
 
 /// Runs pyagent as `nobody` with exactly `caps` (setpriv, ambient capabilities).
-fn as_nobody(caps: &str, args: &[&str]) -> std::process::Output {
-    nobody_with(caps)
+fn run_as_nobody(caps: &str, args: &[&str]) -> std::process::Output {
+    as_nobody(caps)
         .args(args)
         .output()
         .expect("setpriv (util-linux)")
 }
 
-/// `setpriv … pyagent`: pyagent as `nobody` with exactly `caps`, arguments still to add.
-fn nobody_with(caps: &str) -> Command {
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
-    if !caps.is_empty() {
-        cmd.arg(format!("--inh-caps={caps}"))
-            .arg(format!("--ambient-caps={caps}"));
-    }
-    cmd.arg(format!(
-        "--bounding-set=-all{}",
-        if caps.is_empty() {
-            String::new()
-        } else {
-            format!(",{caps}")
-        }
-    ));
-    cmd.arg(pyagent_bin());
-    cmd
+/// A fresh directory that `nobody` owns, as the unit's StateDirectory is the agent's own.
+fn nobody_owned_dir(tag: &str) -> PathBuf {
+    let dir = fresh_dir(tag);
+    assert!(Command::new("chown")
+        .arg("65534:65534")
+        .arg(&dir)
+        .status()
+        .expect("chown")
+        .success());
+    dir
 }
 
 #[test]
@@ -363,19 +300,9 @@ fn works_with_exactly_the_unit_capabilities() {
     pyagent_bin();
     let _serial = host_wide_lock();
     let caps = unit_capabilities();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
-    p.wait_for_line("ready", Duration::from_secs(30));
-    let dir = std::env::temp_dir().join(format!("pyagent-caps-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
-    // The unit's StateDirectory is the agent's own: here, a directory nobody owns.
-    assert!(Command::new("chown")
-        .arg("65534:65534")
-        .arg(&dir)
-        .status()
-        .expect("chown")
-        .success());
-    let out = as_nobody(
+    let p = PythonProcess::ready("py312", "busy.py", &["60"]);
+    let dir = nobody_owned_dir("caps");
+    let out = run_as_nobody(
         &caps,
         &[
             "--all-python",
@@ -403,7 +330,7 @@ fn works_with_exactly_the_unit_capabilities() {
     );
 
     // Without the BPF capabilities: ebpf mode fails with one line naming them; auto falls back.
-    let out = as_nobody(
+    let out = run_as_nobody(
         "+sys_ptrace,+dac_read_search",
         &[
             "--all-python",
@@ -431,20 +358,11 @@ fn each_unit_capability_removed_is_named() {
     let _serial = host_wide_lock();
     let unit = unit_capabilities();
     // The target runs a pyenv interpreter under /root, a directory only root can search.
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
-    p.wait_for_line("ready", Duration::from_secs(30));
-    let dir = std::env::temp_dir().join(format!("pyagent-caps-each-{}", std::process::id()));
+    let p = PythonProcess::ready("py312", "busy.py", &["60"]);
     for removed in unit.split(',') {
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        assert!(Command::new("chown")
-            .arg("65534:65534")
-            .arg(&dir)
-            .status()
-            .expect("chown")
-            .success());
+        let dir = nobody_owned_dir("caps-each");
         let caps: Vec<&str> = unit.split(',').filter(|c| *c != removed).collect();
-        let out = as_nobody(
+        let out = run_as_nobody(
             &caps.join(","),
             &[
                 "--all-python",
@@ -485,8 +403,8 @@ fn each_unit_capability_removed_is_named() {
                 }
             }
         }
+        let _ = std::fs::remove_dir_all(&dir);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Issue 17, item 5: a process the agent cannot profile is named in the metrics with why
@@ -502,19 +420,13 @@ fn service_names_the_processes_it_does_not_profile() {
         .map(str::to_string)
         .collect();
     let caps = caps.join(",");
-    let svc = Service::start_by(
-        nobody_with(&caps),
-        "not-profiled",
-        "2s",
-        &["--mode", "ebpf"],
-    );
+    let svc = Service::start_by(as_nobody(&caps), "not-profiled", "2s", &["--mode", "ebpf"]);
     // The target starts after the first scan, so that it is the newest process not profiled.
     wait_for("the first scan", Duration::from_secs(30), || {
         let (_, body) = http_get(svc.port, "/metrics")?;
         (series_value(&body, "pyagent_processes{state=\"denied\"}") > 0.0).then_some(())
     });
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready("py312", "busy.py", &["60"]);
     let series = format!("pid=\"{}\"", p.pid());
     let metrics = wait_for(
         "the target in pyagent_process_not_profiled_info",
@@ -541,8 +453,7 @@ fn service_names_the_processes_it_does_not_profile() {
         .count();
     assert!((1..=20).contains(&named), "bounded: {named} series");
     assert!(series_value(&metrics, "pyagent_processes{state=\"denied\"}") >= 1.0);
-    let (status, stderr) = svc.terminate();
-    assert!(status.success(), "{stderr}");
+    let stderr = svc.stop();
     assert!(stderr.contains("CAP_SYS_PTRACE missing"), "{stderr}");
 }
 
@@ -554,8 +465,7 @@ fn service_names_the_processes_it_does_not_profile() {
 fn service_write_failures_recreate_the_directory_fail_health_and_count_drops() {
     pyagent_bin();
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("busy.py"), &["60"]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready("py312", "busy.py", &["60"]);
     let svc = Service::start("write-failures", "1s");
     let ours = format!("busy-{}-", p.pid());
     let has_ours = |svc: &Service| {
@@ -600,9 +510,8 @@ fn service_write_failures_recreate_the_directory_fail_health_and_count_drops() {
             .filter(|&n| n >= 2)
     });
     let dir = svc.dir.clone();
-    let (status, stderr) = svc.terminate();
+    let stderr = svc.stop();
     let _ = std::fs::remove_file(&dir);
-    assert!(status.success(), "{stderr}");
     let last = stderr.lines().last().unwrap_or_default();
     let in_all: u64 = last
         .split(" dropped in all")
@@ -624,8 +533,7 @@ fn service_write_failures_recreate_the_directory_fail_health_and_count_drops() {
 fn service_profiles_off_cpu_time_with_wait_labels() {
     pyagent_bin();
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("waits.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let p = PythonProcess::ready("py312", "waits.py", &[]);
     let svc = Service::start_with("offcpu", "1s", &["--mode", "ebpf", "--off-cpu"]);
     let suffix = format!("-{}-", p.pid());
     let raws = wait_for(
@@ -673,8 +581,7 @@ fn service_profiles_off_cpu_time_with_wait_labels() {
             .sum();
         assert!(seconds >= 1.0, "{wait}: {seconds}s:\n{metrics}");
     }
-    let (status, stderr) = svc.terminate();
-    assert!(status.success(), "{stderr}");
+    svc.stop();
 }
 
 /// Issue 12, item 4: a thread blocked on a lock for 40 s, with `--stall-after 5s`, is reported
@@ -686,8 +593,7 @@ fn service_profiles_off_cpu_time_with_wait_labels() {
 fn a_stalled_thread_is_reported_once_with_a_dump() {
     pyagent_bin();
     let _serial = host_wide_lock();
-    let mut p = PythonProcess::spawn(Interpreter::by_name("py312"), &script("stall.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
+    let mut p = PythonProcess::ready("py312", "stall.py", &[]);
     let svc = Service::start_with(
         "stall",
         "2s",
@@ -760,6 +666,5 @@ fn a_stalled_thread_is_reported_once_with_a_dump() {
         "{metrics}"
     );
     assert_eq!(stall_files().len(), 1, "{:?}", stall_files());
-    let (status, stderr) = svc.terminate();
-    assert!(status.success(), "{stderr}");
+    svc.stop();
 }

@@ -8,28 +8,19 @@
 //! inside the thread's own interrupt and is never torn.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-use pyagent_tests::stacks::{
-    host_wide_lock, number_before, pyagent_bin, record_collapsed, run_pyagent, script,
+use pyagent_tests::agent::{
+    host_wide_lock, number_before, pyagent_bin, record_collapsed, run_pyagent,
 };
-use pyagent_tests::{Interpreter, PythonProcess};
+use pyagent_tests::scratch::fresh_dir;
+use pyagent_tests::PythonProcess;
 use rstest::rstest;
-
-fn out_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pyagent-torn-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
 
 /// recursive.py running on `py`, past its start.
 fn fast_recursion(py: &str) -> PythonProcess {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
-    let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("recursive.py"), &[]);
-    p.wait_for_line("ready", Duration::from_secs(30));
-    p
+    PythonProcess::ready(py, "recursive.py", &[])
 }
 
 /// `pyagent record` of `pid` for `secs` at `rate` Hz in `mode`, as collapsed stacks; returns
@@ -102,7 +93,7 @@ fn torn_reads_of_fast_recursion_keep_95_percent_of_record_ticks(
     #[values("py311", "py312", "py313", "py313t", "py315")] py: &str,
 ) {
     let p = fast_recursion(py);
-    let dir = out_dir(&format!("ticks-{py}"));
+    let dir = fresh_dir(&format!("torn-ticks-{py}"));
     let (text, err) = record(p.pid(), "userspace", "2", "99", &dir.join("user.txt"));
     let samples = number_before(&err, " samples,");
     let ticks = number_before(&err, " sampling ticks");
@@ -146,7 +137,7 @@ fn torn_read_rereads_keep_the_fast_recursion_profile_shape_of_ebpf_on_3_15() {
 fn profile_shape_matches_ebpf(py: &str) {
     let p = fast_recursion(py);
     let _serial = host_wide_lock();
-    let dir = out_dir(&format!("shape-{py}"));
+    let dir = fresh_dir(&format!("torn-shape-{py}"));
     // eBPF samples only while the target is on a CPU, which a loaded host makes less often:
     // a higher rate gets it a comparable number of samples.
     let (ebpf, _) = record(p.pid(), "ebpf", "3", "299", &dir.join("ebpf.txt"));

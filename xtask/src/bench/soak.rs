@@ -208,7 +208,11 @@ fn print_trend(readings: &[Reading]) {
 
 /// Descriptors the process has open.
 fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+    i32::try_from(pid)
+        .ok()
+        .and_then(|pid| procfs::process::Process::new(pid).ok())
+        .and_then(|p| p.fd_count().ok())
+        .unwrap_or(0)
 }
 
 /// Files and bytes under `dir` (one level: the sink writes no subdirectories).

@@ -383,43 +383,41 @@ pub fn thread_cpu_time() -> Duration {
 
 /// User + system CPU seconds a live process has used so far (`/proc/PID/stat`, clock ticks).
 pub fn proc_cpu_secs(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    Some(ticks as f64 / hz as f64)
+    let stat = process(pid)?.stat().ok()?;
+    Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second().max(1) as f64)
+}
+
+/// `/proc/PID` of a live process.
+fn process(pid: u32) -> Option<procfs::process::Process> {
+    procfs::process::Process::new(i32::try_from(pid).ok()?).ok()
 }
 
 /// Time the live threads of `pid` have run on a CPU, in seconds, to the nanosecond (the sum of
 /// `/proc/PID/task/*/schedstat`; threads that already exited are not counted).
 pub fn proc_cpu_secs_precise(pid: u32) -> Option<f64> {
-    let mut ns = 0u64;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-        let Ok(text) = std::fs::read_to_string(task.ok()?.path().join("schedstat")) else {
-            continue;
-        };
-        ns += text.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
+    let ns: u64 = process(pid)?
+        .tasks()
+        .ok()?
+        .flatten()
+        .filter_map(|task| task.schedstat().ok())
+        .map(|s| s.sum_exec_runtime)
+        .sum();
     Some(ns as f64 / 1e9)
 }
 
 /// Resident set size of a live process now (`VmRSS` in `/proc/PID/status`), bytes.
 pub fn proc_rss_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    Some(process(pid)?.status().ok()?.vmrss? * 1024)
 }
 
 /// The 1, 5 and 15 minute load averages and the CPU count, as one line.
 pub fn load_average() -> String {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let fields: Vec<&str> = load.split_whitespace().take(3).collect();
+    use procfs::Current;
+    let load = procfs::LoadAverage::current()
+        .map(|l| format!("{:.2} {:.2} {:.2}", l.one, l.five, l.fifteen))
+        .unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(0, usize::from);
-    format!("load average {} ({cpus} CPUs)", fields.join(" "))
+    format!("load average {load} ({cpus} CPUs)")
 }
 
 /// A markdown table printed with aligned columns.
@@ -585,4 +583,34 @@ pub fn release_binary(name: &str) -> Result<PathBuf> {
         );
     }
     Ok(bin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process_from_proc() {
+        let me = std::process::id();
+        // 50 ms of CPU, not of wall time: the machine may be busy.
+        let spin = thread_cpu_time();
+        while thread_cpu_time() < spin + Duration::from_millis(50) {}
+        assert!(
+            proc_cpu_secs(me).is_some_and(|s| s > 0.0),
+            "{:?}",
+            proc_cpu_secs(me)
+        );
+        assert!(
+            proc_cpu_secs_precise(me).is_some_and(|s| s >= 0.05),
+            "{:?}",
+            proc_cpu_secs_precise(me)
+        );
+        assert!(proc_rss_bytes(me).is_some_and(|b| b > 0));
+        let load = load_average();
+        assert!(
+            load.starts_with("load average ") && !load.contains("  "),
+            "{load}"
+        );
+        assert_eq!(proc_cpu_secs(4_194_305), None);
+    }
 }

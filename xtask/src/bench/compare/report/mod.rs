@@ -34,13 +34,12 @@ pub struct Machine {
 impl Machine {
     /// Reads the machine's facts and the load now.
     pub fn probe(command: String) -> Machine {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu_model = cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("model name"))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, m)| m.trim().to_owned())
+        use procfs::Current;
+        let cpu_model = procfs::CpuInfo::current()
+            .ok()
+            .and_then(|c| c.model_name(0).map(|m| m.trim().to_owned()))
             .unwrap_or_else(|| "unknown".into());
+        // Read whole: procfs's kernel Version keeps only the numbers of the release.
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_owned())
             .unwrap_or_else(|_| "unknown".into());

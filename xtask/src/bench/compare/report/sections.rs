@@ -16,7 +16,12 @@ pub(super) struct Report<'a> {
     pub results: &'a Results,
 }
 
-impl Report<'_> {
+impl<'a> Report<'a> {
+    /// What the numbered sections read: the suites, the plan and the results.
+    fn measured(&self) -> (&'a [Suite], &'a Plan, &'a Results) {
+        (self.suites, self.plan, self.results)
+    }
+
     /// The run: command, machine, plan, profilers and interpreters.
     pub(super) fn header(&self, w: &mut String) {
         let Report {
@@ -76,12 +81,7 @@ impl Report<'_> {
 
     /// 1. How much each profiler slows the target down.
     pub(super) fn slowdown(&self, w: &mut String) {
-        let Report {
-            suites,
-            plan,
-            results,
-            ..
-        } = *self;
+        let (suites, plan, results) = self.measured();
         let _ =
             writeln!(
             w,
@@ -148,12 +148,7 @@ impl Report<'_> {
 
     /// 2. What each profiler costs in CPU.
     pub(super) fn cost(&self, w: &mut String) {
-        let Report {
-            suites,
-            plan,
-            results,
-            ..
-        } = *self;
+        let (suites, plan, results) = self.measured();
         let rates = &plan.slowdown_rates_hz;
         let _ = writeln!(
             w,
@@ -219,12 +214,7 @@ impl Report<'_> {
 
     /// 3. How close each profile is to the known split.
     pub(super) fn accuracy(&self, w: &mut String) {
-        let Report {
-            suites,
-            plan,
-            results,
-            ..
-        } = *self;
+        let (suites, plan, results) = self.measured();
         let _ = writeln!(
             w,
             "## 3. Accuracy\n\n`compare_accuracy.py` spends its CPU time about 60/30/10 in `hot_a`, \
@@ -294,12 +284,7 @@ impl Report<'_> {
 
     /// 4. The rates each profiler sustains.
     pub(super) fn throughput(&self, w: &mut String) {
-        let Report {
-            suites,
-            plan,
-            results,
-            ..
-        } = *self;
+        let (suites, plan, results) = self.measured();
         let _ = writeln!(
             w,
             "## 4. Throughput\n\nThe highest rate (of {}) at which a profiler collected at least \
@@ -405,12 +390,7 @@ impl Report<'_> {
 
     /// pyagent against each target of the table in `targets`.
     pub(super) fn targets(&self, w: &mut String) {
-        let Report {
-            suites,
-            plan,
-            results,
-            ..
-        } = *self;
+        let (suites, plan, results) = self.measured();
         let _ = writeln!(w, "## Targets of {}\n", targets::ISSUE);
         for (si, suite) in suites.iter().enumerate() {
             for &p in suite.profilers.iter().filter(|p| p.is_pyagent()) {
@@ -435,12 +415,7 @@ impl Report<'_> {
 
     /// Every place where pyagent is not ahead of a peer.
     pub(super) fn not_ahead(&self, w: &mut String) {
-        let Report {
-            suites,
-            plan,
-            results,
-            ..
-        } = *self;
+        let (suites, plan, results) = self.measured();
         let _ = writeln!(
             w,
             "\n## Where pyagent is not ahead\n\nEach pyagent mode against each peer on the same \
