@@ -51,13 +51,8 @@ pub(super) fn read_maps(pid: u32) -> Result<Vec<(PathBuf, MapsEntry)>, Discovery
     // reaped between open and read) into "incomplete", which would hide that it is gone.
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .map_err(|e| io_error(pid, "maps", e))?;
-    let maps = MemoryMaps::from_buf_read(text.as_bytes()).map_err(|e| DiscoveryError::Proc {
-        pid,
-        what: "maps".to_string(),
-        error: std::io::Error::other(e.to_string()),
-    })?;
+    let maps = parse_maps(&text);
     Ok(maps
-        .into_iter()
         .filter_map(|m| {
             let MMapPath::Path(path) = m.pathname else {
                 return None;
@@ -83,6 +78,22 @@ pub(super) fn read_maps(pid: u32) -> Result<Vec<(PathBuf, MapsEntry)>, Discovery
             ))
         })
         .collect())
+}
+
+/// The entries of a maps file, each line parsed by procfs on its own: a line it cannot parse is
+/// skipped, not the whole file. A path starting with `/SYSV` (System V shared memory, never an
+/// ELF object) is skipped before procfs sees it: procfs 0.18 slices such a name at fixed
+/// offsets and panics on a shorter one, and a file of that name can be made in a container.
+fn parse_maps(text: &str) -> impl Iterator<Item = procfs::process::MemoryMap> + '_ {
+    text.lines()
+        .filter(|line| {
+            !line
+                .split_whitespace()
+                .nth(5)
+                .is_some_and(|path| path.starts_with("/SYSV"))
+        })
+        .filter_map(|line| MemoryMaps::from_buf_read(line.as_bytes()).ok())
+        .flat_map(|maps| maps.0)
 }
 
 /// The objects worth parsing for a runtime: the executable and anything named like libpython.
@@ -271,6 +282,27 @@ fn unescape_octal(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_maps_line_procfs_cannot_take_is_skipped_not_fatal() {
+        let text = "\
+55d4c8a00000-55d4c8a01000 r--p 00000000 fd:01 131 /usr/bin/python3.12
+7f00aa000000-7f00aa001000 rw-s 00000000 00:01 5 /SYSVx
+7f00aa001000-7f00aa002000 rw-s 00000000 00:01 6 /SYSV0000002a (deleted)
+not a maps line
+7f00ab000000-7f00ab100000 r-xp 00001000 fd:01 4242 /usr/lib/libpython3.12.so.1.0
+";
+        let paths: Vec<String> = parse_maps(text)
+            .filter_map(|m| match m.pathname {
+                MMapPath::Path(p) => Some(p.display().to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            paths,
+            ["/usr/bin/python3.12", "/usr/lib/libpython3.12.so.1.0"]
+        );
+    }
 
     #[test]
     fn unescapes_mountinfo_fields() {

@@ -327,60 +327,30 @@ fn self_profile(seconds: u64, stop: &Stop) -> BoxedResponse {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Read;
-    use std::net::TcpStream;
     use std::process::{Command, Stdio};
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
     use crate::export::metrics::tests::busy_metrics;
 
-    /// A plain HTTP/1.1 GET; returns (status, body).
+    /// A GET through ureq (any status is an answer, not an error); returns (status, body).
     fn get(addr: SocketAddr, path: &str) -> (u16, Vec<u8>) {
-        let mut stream = TcpStream::connect(addr).expect("connect to the metrics server");
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .expect("send request");
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).expect("read response");
-        let split = raw
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .expect("end of headers");
-        let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("bad status line: {head}"));
-        let mut body = raw[split + 4..].to_vec();
-        if head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            body = dechunk(&body);
-        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut response = agent
+            .get(format!("http://{addr}{path}"))
+            .call()
+            .expect("GET from the metrics server");
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(64 * 1024 * 1024)
+            .read_to_vec()
+            .expect("read the body");
         (status, body)
-    }
-
-    fn dechunk(mut data: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        loop {
-            let line_end = data
-                .windows(2)
-                .position(|w| w == b"\r\n")
-                .expect("chunk size line");
-            let size_text = String::from_utf8_lossy(&data[..line_end]).into_owned();
-            let size = usize::from_str_radix(size_text.trim(), 16).expect("hex chunk size");
-            data = &data[line_end + 2..];
-            if size == 0 {
-                return out;
-            }
-            out.extend_from_slice(&data[..size]);
-            data = &data[size + 2..];
-        }
     }
 
     fn local() -> SocketAddr {
