@@ -46,6 +46,19 @@ impl PythonProcess {
     /// # Panics
     /// When the script cannot be staged or the interpreter cannot be started.
     pub fn spawn(interpreter: &Interpreter, script: &Path, args: &[&str]) -> PythonProcess {
+        PythonProcess::spawn_with_env(interpreter, script, args, &[])
+    }
+
+    /// [`PythonProcess::spawn`] with `env` added to the process's environment.
+    ///
+    /// # Panics
+    /// As [`PythonProcess::spawn`].
+    pub fn spawn_with_env(
+        interpreter: &Interpreter,
+        script: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> PythonProcess {
         let script = script
             .canonicalize()
             .unwrap_or_else(|err| panic!("cannot resolve the script {}: {err}", script.display()));
@@ -74,6 +87,7 @@ impl PythonProcess {
             }
         };
         cmd.args(args)
+            .envs(env.iter().copied())
             .env("PYTHONUNBUFFERED", "1")
             .env_remove("PYTHONHOME")
             .env_remove("PYTHONPATH")
@@ -127,8 +141,21 @@ impl PythonProcess {
     /// # Panics
     /// As [`PythonProcess::spawn`] and [`PythonProcess::wait_for_line`].
     pub fn ready(py: &str, name: &str, args: &[&str]) -> PythonProcess {
-        let mut p =
-            PythonProcess::spawn(Interpreter::by_name(py), &crate::stacks::script(name), args);
+        PythonProcess::ready_with_env(py, name, args, &[])
+    }
+
+    /// [`PythonProcess::ready`] with `env` added to the process's environment.
+    ///
+    /// # Panics
+    /// As [`PythonProcess::ready`].
+    pub fn ready_with_env(
+        py: &str,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> PythonProcess {
+        let script = crate::stacks::script(name);
+        let mut p = PythonProcess::spawn_with_env(Interpreter::by_name(py), &script, args, env);
         p.wait_for_line("ready", Duration::from_secs(30));
         p
     }

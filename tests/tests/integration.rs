@@ -40,6 +40,8 @@ fn matrix(
 mod gc_marker;
 #[path = "integration/off_cpu.rs"]
 mod off_cpu;
+#[path = "integration/otlp.rs"]
+mod otlp;
 #[path = "integration/resolver.rs"]
 mod resolver;
 #[path = "integration/service.rs"]

@@ -1,0 +1,257 @@
+//! The service sending OTLP profiles to a receiver that decodes them with the generated types of
+//! `opentelemetry-proto` (no OpenTelemetry Collector or Pyroscope server can be installed on
+//! these machines), naming the target from its OpenTelemetry environment and leaking nothing
+//! else of it.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::AnyValue;
+use prost_otlp::Message;
+
+use pyagent_tests::agent::{host_wide_lock, pyagent_bin};
+use pyagent_tests::http::{free_port, get as http_get};
+use pyagent_tests::scratch::fresh_path;
+use pyagent_tests::wait::wait_for;
+use pyagent_tests::PythonProcess;
+
+/// One request the receiver took.
+struct Received {
+    path: String,
+    headers: BTreeMap<String, String>,
+    /// The body as sent (gzipped).
+    raw: Vec<u8>,
+    request: ExportProfilesServiceRequest,
+}
+
+/// An OTLP/HTTP profiles receiver on a loopback port: answers 200 with an empty
+/// `ExportProfilesServiceResponse`, hands each decoded request to the test.
+fn start_receiver() -> (u16, mpsc::Receiver<Received>) {
+    let server = tiny_http::Server::http("127.0.0.1:0").expect("bind the OTLP receiver");
+    let port = server.server_addr().to_ip().expect("TCP").port();
+    let (sender, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for mut request in server.incoming_requests() {
+            let mut raw = Vec::new();
+            request
+                .as_reader()
+                .read_to_end(&mut raw)
+                .expect("read the body");
+            let headers = request
+                .headers()
+                .iter()
+                .map(|h| {
+                    (
+                        h.field.as_str().as_str().to_ascii_lowercase(),
+                        h.value.as_str().to_string(),
+                    )
+                })
+                .collect();
+            let mut body = Vec::new();
+            flate2::read::GzDecoder::new(&raw[..])
+                .read_to_end(&mut body)
+                .expect("a gzipped body");
+            let decoded = ExportProfilesServiceRequest::decode(body.as_slice())
+                .expect("an ExportProfilesServiceRequest");
+            let received = Received {
+                path: request.url().to_string(),
+                headers,
+                raw: body,
+                request: decoded,
+            };
+            let _ =
+                request.respond(tiny_http::Response::from_data(Vec::new()).with_status_code(200));
+            if sender.send(received).is_err() {
+                break;
+            }
+        }
+    });
+    (port, received)
+}
+
+fn text(value: &Option<AnyValue>) -> String {
+    match value.as_ref().and_then(|v| v.value.as_ref()) {
+        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::IntValue(n)) => format!("int:{n}"),
+        other => format!("{other:?}"),
+    }
+}
+
+#[test]
+fn service_sends_otlp_profiles_named_from_the_targets_opentelemetry_environment() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let (receiver_port, received) = start_receiver();
+    let secrets = ["attr-s3cret", "env-s3cret", "db-s3cret"];
+    let target_env = [
+        ("OTEL_SERVICE_NAME", "checkout"),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "service.name=not-this,deployment.environment=prod,service.version=1.4.2,service.namespace=shop,team.token=attr-s3cret",
+        ),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer env-s3cret"),
+        ("DB_PASSWORD", "db-s3cret"),
+    ];
+    let p = PythonProcess::ready_with_env("py312", "busy.py", &["90"], &target_env);
+    let spool = fresh_path("otlp-spool");
+    let metrics_port = free_port();
+    let mut service = Command::new(pyagent_bin())
+        .args(["--all-python", "--mode", "ebpf", "--interval", "2s"])
+        .args([
+            "--otlp-endpoint",
+            &format!("http://127.0.0.1:{receiver_port}"),
+        ])
+        .arg("--output")
+        .arg(&spool)
+        .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
+        .env("PYAGENT_OTLP_HEADERS", "authorization=Bearer agent-token")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the service");
+
+    // The first request about the target (other Python processes of the host may come first).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut bodies = Vec::new();
+    let ours = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let r = received
+            .recv_timeout(left)
+            .expect("an OTLP request about the target within 60 s");
+        bodies.push(r.raw.clone());
+        let pid = r.request.resource_profiles[0]
+            .resource
+            .as_ref()
+            .expect("a resource")
+            .attributes
+            .iter()
+            .find(|kv| kv.key == "process.pid")
+            .map(|kv| text(&kv.value));
+        if pid == Some(format!("int:{}", p.pid())) {
+            break r;
+        }
+    };
+    let metrics = wait_for("/metrics", Duration::from_secs(10), || {
+        http_get(metrics_port, "/metrics").map(|(_, body)| body)
+    });
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
+    let mut stderr = String::new();
+    service
+        .stderr
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    assert!(service.wait().expect("exits").success(), "{stderr}");
+
+    assert_eq!(ours.path, "/v1development/profiles");
+    assert_eq!(ours.headers["content-type"], "application/x-protobuf");
+    assert_eq!(ours.headers["content-encoding"], "gzip");
+    assert_eq!(ours.headers["authorization"], "Bearer agent-token");
+
+    let request = &ours.request;
+    let resource = request.resource_profiles[0].resource.as_ref().unwrap();
+    let attributes: BTreeMap<String, String> = resource
+        .attributes
+        .iter()
+        .map(|kv| (kv.key.clone(), text(&kv.value)))
+        .collect();
+    assert_eq!(attributes["service.name"], "checkout", "{attributes:?}");
+    assert_eq!(attributes["process.runtime.name"], "CPython");
+    assert!(attributes["process.runtime.version"].starts_with("3.12"));
+    assert!(!attributes["host.name"].is_empty());
+    assert_eq!(attributes["deployment.environment.name"], "prod");
+    assert_eq!(attributes["service.version"], "1.4.2");
+    assert_eq!(attributes["service.namespace"], "shop");
+    let expected_keys = [
+        "deployment.environment.name",
+        "host.name",
+        "process.pid",
+        "process.runtime.name",
+        "process.runtime.version",
+        "service.name",
+        "service.namespace",
+        "service.version",
+    ];
+    let keys: Vec<&str> = attributes.keys().map(String::as_str).collect();
+    assert_eq!(keys, expected_keys, "no other attribute of the target");
+
+    let scope = &request.resource_profiles[0].scope_profiles[0];
+    assert_eq!(scope.scope.as_ref().unwrap().name, "pyagent");
+    let d = request.dictionary.as_ref().expect("a dictionary");
+    let s = |i: i32| d.string_table[i as usize].as_str();
+    let cpu = scope
+        .profiles
+        .iter()
+        .find(|p| s(p.sample_type.as_ref().unwrap().type_strindex) == "samples")
+        .expect("a CPU profile");
+    let period_type = cpu.period_type.as_ref().expect("a period type");
+    assert_eq!(
+        (s(period_type.type_strindex), s(period_type.unit_strindex)),
+        ("cpu", "nanoseconds")
+    );
+    assert_eq!(cpu.period, 1_000_000_000 / 19);
+    assert!(cpu.duration_nano > 0 && cpu.time_unix_nano > 0);
+    // The target's hot path, leaf first, with its thread.
+    let mut hot_samples = 0;
+    for sample in &cpu.samples {
+        let frames: Vec<String> = d.stack_table[sample.stack_index as usize]
+            .location_indices
+            .iter()
+            .map(|&l| {
+                let line = &d.location_table[l as usize].lines[0];
+                let f = &d.function_table[line.function_index as usize];
+                format!("{} {}", s(f.name_strindex), s(f.filename_strindex))
+            })
+            .collect();
+        let attrs: BTreeMap<&str, String> = sample
+            .attribute_indices
+            .iter()
+            .map(|&a| {
+                let a = &d.attribute_table[a as usize];
+                (s(a.key_strindex), text(&a.value))
+            })
+            .collect();
+        assert_eq!(attrs["thread.id"], format!("int:{}", p.pid()), "{attrs:?}");
+        assert!(!attrs["thread.name"].is_empty());
+        if frames
+            .first()
+            .is_some_and(|f| f.starts_with("hot ") && f.ends_with("busy.py"))
+        {
+            assert!(frames[1].starts_with("warm "), "{frames:?}");
+            hot_samples += sample.values[0];
+        }
+    }
+    assert!(hot_samples > 0, "no sample in hot()");
+
+    // Nothing of the target's environment but the names and attributes above went anywhere.
+    let mut outputs: Vec<(String, Vec<u8>)> = bodies
+        .into_iter()
+        .chain(received.try_iter().map(|r| r.raw))
+        .enumerate()
+        .map(|(i, body)| (format!("request {i}"), body))
+        .collect();
+    outputs.push(("metrics".into(), metrics.into_bytes()));
+    outputs.push(("stderr".into(), stderr.clone().into_bytes()));
+    for entry in std::fs::read_dir(&spool).into_iter().flatten().flatten() {
+        let bytes = std::fs::read(entry.path()).unwrap_or_default();
+        let mut unpacked = Vec::new();
+        let _ = flate2::read::GzDecoder::new(&bytes[..]).read_to_end(&mut unpacked);
+        outputs.push((
+            entry.path().display().to_string(),
+            [bytes, unpacked].concat(),
+        ));
+    }
+    for (what, bytes) in &outputs {
+        let text = String::from_utf8_lossy(bytes);
+        for secret in secrets.iter().chain(&["agent-token"]) {
+            assert!(!text.contains(secret), "{secret} in {what}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&spool);
+}
