@@ -169,16 +169,11 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         .map(|(k, v)| format!("{v} {k}"))
         .collect();
     eprintln!(
-        "pyagent: {} mode, wrote {written} profiles to {}, {failed} failed ({} samples, {} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread, {} cyclic chains; processes: {})",
+        "pyagent: {} mode, wrote {written} profiles to {}, {failed} failed ({} samples, {}; processes: {})",
         profiler.mode_name(),
         dir.display(),
         s.samples,
-        s.torn + s.anchor_miss + s.incomplete + s.unknown_thread + s.cyclic,
-        s.torn,
-        s.anchor_miss,
-        s.incomplete,
-        s.unknown_thread,
-        s.cyclic,
+        s.dropped_summary(),
         states.join(", ")
     );
     if args.off_cpu {

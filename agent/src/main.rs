@@ -305,17 +305,12 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     let anchor_hits = bpf_counter(common::Counter::AnchorHit);
     let threads_found = bpf_counter(common::Counter::ThreadFound);
     eprintln!(
-        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread, {} cyclic chains; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF)",
+        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {}; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF)",
         profiler.mode_name(),
         args.output.display(),
         window.total_samples(),
         window.counts.len(),
-        s.torn + s.anchor_miss + s.incomplete + s.unknown_thread + s.cyclic,
-        s.torn,
-        s.anchor_miss,
-        s.incomplete,
-        s.unknown_thread,
-        s.cyclic,
+        s.dropped_summary(),
         anchor_hits,
         threads_found,
         cache_hits,

@@ -127,6 +127,19 @@ pub struct HostStats {
     pub carried_lost: u64,
 }
 
+impl HostStats {
+    /// `N dropped: a torn, b anchor misses, c incomplete, d unknown thread, e cyclic chains`:
+    /// the records that yielded no sample, by reason, for the one-line summaries.
+    pub fn dropped_summary(&self) -> String {
+        let dropped =
+            self.torn + self.anchor_miss + self.incomplete + self.unknown_thread + self.cyclic;
+        format!(
+            "{dropped} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread, {} cyclic chains",
+            self.torn, self.anchor_miss, self.incomplete, self.unknown_thread, self.cyclic
+        )
+    }
+}
+
 /// Where samples come from: one backend for the whole host.
 enum Backend {
     Bpf(Box<BpfBackend>),
