@@ -11,6 +11,7 @@ pub mod container;
 mod elf;
 pub mod host;
 pub mod privileges;
+pub mod process_context;
 pub mod process_env;
 mod procfs_util;
 pub mod service_name;

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use super::process_context::published_context;
+
 /// The variable in a *target* process's environment that names its service.
 pub const SERVICE_ENV: &str = "PYAGENT_SERVICE";
 
@@ -43,11 +45,18 @@ pub struct ProcessEnv {
 
 impl ProcessEnv {
     /// Reads `/proc/PID/environ` (empty when it cannot be read: the process exited, or is not
-    /// ours to read).
+    /// ours to read), then the context the process publishes (OTEP 4719), whose `service.name`
+    /// and attributes win over the environment's OpenTelemetry ones: the process says them
+    /// about itself as it runs.
     pub fn of(pid: u32) -> ProcessEnv {
-        std::fs::read(format!("/proc/{pid}/environ"))
+        let mut env = std::fs::read(format!("/proc/{pid}/environ"))
             .map(|bytes| ProcessEnv::parse(&bytes))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if let Some(published) = published_context(pid) {
+            env.otel_service = published.service.or(env.otel_service);
+            env.labels.extend(published.labels);
+        }
+        env
     }
 
     /// The environment block `environ` (`NAME=value` entries separated by NULs).

@@ -255,3 +255,45 @@ fn service_sends_otlp_profiles_named_from_the_targets_opentelemetry_environment(
     }
     let _ = std::fs::remove_dir_all(&spool);
 }
+
+/// A process that publishes its OpenTelemetry process context (OTEP 4719) is named by it, and
+/// its kept attributes label its profiles, over what its environment says.
+#[test]
+fn a_published_process_context_names_the_service() {
+    use pyagent::discovery::process_context::encode_payload;
+    use pyagent_tests::agent::run_pyagent;
+    use pyagent_tests::consumers::go_pprof_raw;
+
+    pyagent_bin();
+    let payload = encode_payload(vec![
+        ("service.name", "ctx-checkout"),
+        ("service.version", "3.1.0"),
+        ("db.password", "ctx-s3cret"),
+    ]);
+    let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+    let p = PythonProcess::ready_with_env(
+        "py312",
+        "otel_ctx.py",
+        &[&hex, "60"],
+        &[("OTEL_SERVICE_NAME", "from-env")],
+    );
+    let dir = fresh_path("otel-ctx");
+    let out = run_pyagent(&[
+        "--all-python",
+        "--mode",
+        "userspace",
+        "-d",
+        "2",
+        "-o",
+        dir.to_str().expect("utf-8"),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let file = dir.join(format!("ctx-checkout-{}.pb.gz", p.pid()));
+    assert!(file.exists(), "named by the published context: {stderr}");
+    let raw = go_pprof_raw(&file);
+    assert!(raw.contains("service_name:[ctx-checkout]"), "{raw}");
+    assert!(raw.contains("service_version:[3.1.0]"), "{raw}");
+    assert!(!raw.contains("ctx-s3cret") && !stderr.contains("ctx-s3cret"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
