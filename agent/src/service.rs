@@ -296,16 +296,15 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
     ] {
         lost(LossReason::Record(reason), total);
     }
-    if let Some(u) = p.userspace_unwind_stats() {
+    let userspace = p.userspace_unwind_stats();
+    if let Some(u) = &userspace {
         for reason in StackLoss::ALL {
             lost(LossReason::Thread(reason), u.lost.get(reason));
         }
     }
-    let bpf_counters = p.bpf().map(|bpf| {
-        let sums = bpf.counter_sums().unwrap_or([0; common::COUNTER_COUNT]);
-        (sums, bpf.run_stats().unwrap_or((0, 0)))
-    });
-    if let Some((sums, _)) = &bpf_counters {
+    // A map that cannot be read this time leaves its totals as they were: counting it as 0
+    // would count its whole history again on the next read.
+    if let Some(sums) = p.bpf().and_then(|bpf| bpf.counter_sums().ok()) {
         let get = |c: Counter| sums[c.index() as usize];
         let read_failures = get(Counter::ReadFailTstate)
             + get(Counter::ReadFailCframe)
@@ -315,13 +314,12 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
             LossReason::Record(RecordLoss::BpfTruncated),
             get(Counter::Truncated),
         );
+        metrics.set_bpf_counters(&sums);
+        if let Some((run_ns, runs)) = p.bpf().and_then(|bpf| bpf.run_stats()) {
+            metrics.set_bpf(run_ns, runs, get(Counter::RingbufDropped));
+        }
     }
-    if let Some((sums, (run_ns, runs))) = &bpf_counters {
-        let ring_drops = sums[Counter::RingbufDropped.index() as usize];
-        metrics.set_bpf(*run_ns, *runs, ring_drops);
-        metrics.set_bpf_counters(sums);
-    }
-    if let Some(u) = p.userspace_unwind_stats() {
+    if let Some(u) = &userspace {
         metrics.add_unverified(deltas.delta(Total::Unverified, u.unverified));
     }
     for (cache, (hits, misses)) in p.cache_stats() {

@@ -163,6 +163,12 @@ fn otlp_headers(table: BTreeMap<String, String>) -> Result<Headers, ConfigError>
             format!("{name:?} is not a header name"),
         ));
     }
+    if let Some((name, _)) = table.iter().find(|(_, v)| !Headers::valid_value(v)) {
+        return Err(invalid(
+            "otlp.headers",
+            format!("{name}: the value has control characters"),
+        ));
+    }
     Ok(Headers(table.into_iter().collect()))
 }
 

@@ -57,6 +57,12 @@ impl ServiceConfig {
                 }
             }
         }
+        if self.otlp_endpoint.is_none() && !self.otlp_headers.0.is_empty() {
+            return Err(invalid(
+                "otlp.headers",
+                "needs otlp.endpoint (Pyroscope's own settings carry its credentials and tenant)",
+            ));
+        }
         if self.pyroscope_url.is_some() && self.otlp_endpoint.is_some() {
             return Err(invalid(
                 "otlp.endpoint",

@@ -101,8 +101,9 @@ fn resource_attributes(text: &str) -> impl Iterator<Item = (&str, String)> {
     })
 }
 
-/// `%XX` escapes decoded; a malformed escape stays as it is.
-fn percent_decode(text: &str) -> String {
+/// `%XX` escapes decoded; a malformed escape stays as it is (the W3C baggage encoding of
+/// OpenTelemetry's variables).
+pub fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

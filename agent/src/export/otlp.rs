@@ -75,14 +75,14 @@ pub fn request(profile: &pp::Profile, meta: &ProfileMeta) -> ExportProfilesServi
     let (count, off) = (value_index("samples"), value_index("off_cpu"));
     let mut profiles = Vec::new();
     if let Some(count) = count {
-        let mut cpu = dict.profile(profile, "samples", "count");
+        let mut cpu = dict.profile(profile, meta, "samples", "count");
         cpu.period_type = Some(dict.value_type("cpu", "nanoseconds"));
         cpu.period = profile.period;
         cpu.samples = dict.samples(profile, count, &locations, meta);
         profiles.push(cpu);
     }
     if let Some(off) = off {
-        let mut off_cpu = dict.profile(profile, "off_cpu", "nanoseconds");
+        let mut off_cpu = dict.profile(profile, meta, "off_cpu", "nanoseconds");
         off_cpu.samples = dict.samples(profile, off, &locations, meta);
         profiles.push(off_cpu);
     }
@@ -240,14 +240,25 @@ impl Dictionary {
         id
     }
 
+    /// A pprof string index as an index into the dictionary's strings: one outside pprof's
+    /// table (a damaged file) becomes the empty string, never an index a receiver rejects.
+    fn pprof_string(&self, pprof_index: i64) -> i32 {
+        let i = index(pprof_index);
+        if i >= 0 && (i as usize) < self.strings.len() {
+            i
+        } else {
+            0
+        }
+    }
+
     /// pprof functions into the function table; returns pprof id → index.
     fn functions(&mut self, functions: &[pp::Function]) -> HashMap<u64, i32> {
         let mut ids = HashMap::new();
         for f in functions {
             self.functions.push(Function {
-                name_strindex: index(f.name),
-                system_name_strindex: index(f.system_name),
-                filename_strindex: index(f.filename),
+                name_strindex: self.pprof_string(f.name),
+                system_name_strindex: self.pprof_string(f.system_name),
+                filename_strindex: self.pprof_string(f.filename),
                 start_line: f.start_line,
             });
             ids.insert(f.id, index(self.functions.len() - 1));
@@ -297,13 +308,25 @@ impl Dictionary {
         id
     }
 
-    /// A profile of one sample type, timed like the pprof.
-    fn profile(&mut self, pprof: &pp::Profile, ty: &str, unit: &str) -> Profile {
+    /// A profile of one sample type, timed like the pprof. Its id is the same on every try
+    /// (process, window start, sample type), so that a receiver can tell a retry from a new
+    /// profile.
+    fn profile(
+        &mut self,
+        pprof: &pp::Profile,
+        meta: &ProfileMeta,
+        ty: &str,
+        unit: &str,
+    ) -> Profile {
+        let mut profile_id = Vec::with_capacity(16);
+        profile_id.extend_from_slice(&meta.pid.to_be_bytes());
+        profile_id.extend_from_slice(&pprof.time_nanos.to_be_bytes());
+        profile_id.extend_from_slice(&u32::from(ty == "off_cpu").to_be_bytes());
         Profile {
             sample_type: Some(self.value_type(ty, unit)),
             time_unix_nano: u64::try_from(pprof.time_nanos).unwrap_or(0),
             duration_nano: u64::try_from(pprof.duration_nanos).unwrap_or(0),
-            profile_id: uuid::Uuid::new_v4().into_bytes().to_vec(),
+            profile_id,
             ..Profile::default()
         }
     }

@@ -20,8 +20,9 @@ use crate::unwind::{
     UnwindOptions, Unwinder,
 };
 
-use super::process::Collected;
-use super::waits::{Waiting, Woke};
+use super::process::{Collected, Profile};
+use super::waits::{Waiting, Waits, Woke};
+use super::HostStats;
 
 /// Every process's thread list is re-read at least this often, whatever the BPF program
 /// reports: a thread state replaced under a known thread id sends no notice.
@@ -122,9 +123,9 @@ impl BpfBackend {
     }
 
     /// Ticks the program lost: a thread neither registered nor found in its interpreter's
-    /// thread list.
-    pub fn unknown_thread_ticks(&self) -> u64 {
-        self.sampler.counter(Counter::ThreadUnknown).unwrap_or(0)
+    /// thread list (`None` when its counters cannot be read).
+    pub fn unknown_thread_ticks(&self) -> Option<u64> {
+        self.sampler.counter(Counter::ThreadUnknown).ok()
     }
 
     /// Drains and resolves the ring buffer, passes on the program's notices, and re-reads the
@@ -133,6 +134,10 @@ impl BpfBackend {
         // Records first: on 3.15 they were walked against the anchors and cached stacks of the
         // last refresh, which the next refresh replaces.
         let sampled = self.drain_records(out);
+        // A counter that cannot be read keeps its last value (a total never goes back to 0).
+        if let Some(n) = self.unknown_thread_ticks() {
+            out.stats.unknown_thread = n;
+        }
         let mut unknown_thread = HashSet::new();
         for (pid, bits) in self.sampler.take_notices() {
             if bits & NOTICE_EXEC != 0 {
@@ -233,7 +238,7 @@ impl BpfBackend {
                 continue;
             }
             let pid = record.pid;
-            let (Some(p), true) = (self.procs.get_mut(&pid), out.profiles.contains_key(&pid))
+            let (Some(p), Some(profile)) = (self.procs.get_mut(&pid), out.profiles.get_mut(&pid))
             else {
                 out.stats.untracked += 1;
                 continue;
@@ -244,7 +249,13 @@ impl BpfBackend {
                     tracing::debug!(pid, "reading the interpreters failed: {e}");
                 }
             }
-            resolve(&mut p.unwinder, record, out);
+            resolve(
+                &mut p.unwinder,
+                record,
+                profile,
+                &mut out.stats,
+                &mut out.waits,
+            );
         }
         sampled
     }
@@ -337,32 +348,23 @@ fn woke(out: &mut Collected, pid: u32, tid: u32, at_ns: u64) {
 
 /// An on- or off-CPU record of a tracked process: its stack into the profile, or into the
 /// blocked threads until its wake-up; a record without a stack is counted by reason.
-fn resolve(unwinder: &mut Unwinder, record: DecodedRecord, out: &mut Collected) {
+fn resolve(
+    unwinder: &mut Unwinder,
+    record: DecodedRecord,
+    profile: &mut Profile,
+    stats: &mut HostStats,
+    waits: &mut Waits,
+) {
     let DecodedRecord {
-        pid,
-        kind,
-        walk,
-        raw,
+        kind, walk, raw, ..
     } = record;
-    let Some(profile) = out.profiles.get_mut(&pid) else {
-        return;
-    };
-    let stats = &mut out.stats;
     let sample = match unwinder.resolve_record(&walk, &raw) {
         Ok(sample) => sample,
-        // Not dropped from a profile: no interpreter says what the record was.
-        Err(ExternalSkip::UnknownThreadState) => {
-            stats.untracked += 1;
-            return;
-        }
         Err(skip) => {
-            profile.agg.add_dropped(1);
-            match skip {
-                ExternalSkip::Torn => stats.torn += 1,
-                ExternalSkip::AnchorMiss => stats.anchor_miss += 1,
-                ExternalSkip::Incomplete => stats.incomplete += 1,
-                ExternalSkip::CyclicChain => stats.cyclic += 1,
-                ExternalSkip::UnknownThreadState => {}
+            stats.count_skip(skip);
+            // A record of no known interpreter is not this profile's tick to miss.
+            if skip != ExternalSkip::UnknownThreadState {
+                profile.agg.add_dropped(1);
             }
             return;
         }
@@ -384,7 +386,7 @@ fn resolve(unwinder: &mut Unwinder, record: DecodedRecord, out: &mut Collected) 
                 profile.agg.add_off_cpu(s, w, ns);
                 true
             };
-            if !out.waits.blocked(walk.host_tid, waiting, carried_ns, add) {
+            if !waits.blocked(walk.host_tid, waiting, carried_ns, add) {
                 stats.carried_lost += 1;
             }
         }

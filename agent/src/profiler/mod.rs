@@ -25,10 +25,11 @@ use crate::discovery::host::{NotProfiled, ProcessKind};
 use crate::discovery::{HostScanner, PythonTarget};
 use crate::sampler::bpf::{BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::UserspaceSampler;
-use crate::unwind::{UnwindOptions, UnwindStats, Unwinder};
+use crate::unwind::{CacheTotals, ExternalSkip, UnwindOptions, UnwindStats, Unwinder};
 
 use bpf::BpfBackend;
 use process::Collected;
+
 /// Where samples come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -128,6 +129,18 @@ pub struct HostStats {
 }
 
 impl HostStats {
+    /// Counts a record that yielded no sample under its reason.
+    fn count_skip(&mut self, skip: ExternalSkip) {
+        let counter = match skip {
+            ExternalSkip::Torn => &mut self.torn,
+            ExternalSkip::AnchorMiss => &mut self.anchor_miss,
+            ExternalSkip::Incomplete => &mut self.incomplete,
+            ExternalSkip::CyclicChain => &mut self.cyclic,
+            ExternalSkip::UnknownThreadState => &mut self.untracked,
+        };
+        *counter += 1;
+    }
+
     /// `N dropped: a torn, b anchor misses, c incomplete, d unknown thread, e cyclic chains`:
     /// the records that yielded no sample, by reason, for the one-line summaries.
     pub fn dropped_summary(&self) -> String {
@@ -146,16 +159,6 @@ enum Backend {
     Userspace(Box<UserspaceSampler>),
 }
 
-impl Backend {
-    /// The unwinders of the processes sampled.
-    fn unwinders(&self) -> Box<dyn Iterator<Item = &Unwinder> + '_> {
-        match self {
-            Backend::Bpf(b) => Box::new(b.unwinders()),
-            Backend::Userspace(s) => Box::new(s.unwinders()),
-        }
-    }
-}
-
 /// Profiles every CPython process of the host.
 pub struct HostProfiler {
     config: HostConfig,
@@ -164,38 +167,9 @@ pub struct HostProfiler {
     collected: Collected,
     fallback_reason: Option<String>,
     off_cpu_unavailable: Option<String>,
-    /// The cache totals of processes no longer tracked, so that the host's totals only grow.
+    /// The cache totals of processes the BPF backend no longer tracks, so that the host's
+    /// totals only grow (the userspace sampler keeps its own).
     retired: CacheTotals,
-}
-
-/// Unwinder cache counters summed over processes: hits and misses per cache (`page`, `code`,
-/// `frame`), and 3.15 walks the frame cache could not hold.
-#[derive(Debug, Default, Clone)]
-struct CacheTotals {
-    caches: BTreeMap<&'static str, (u64, u64)>,
-    frame_cache_bypassed: u64,
-}
-
-impl CacheTotals {
-    fn add(&mut self, u: &Unwinder) {
-        let p = u.page_cache_stats();
-        let s = u.symbolizer_stats();
-        let w = u.stats();
-        let mut add = |cache, hits, misses| {
-            let e = self.caches.entry(cache).or_default();
-            e.0 += hits;
-            e.1 += misses;
-        };
-        // Pages read from the process, one by one or in a prefetch.
-        add("page", p.hits, p.misses + p.prefetched);
-        add("code", s.hits, s.misses);
-        add(
-            "frame",
-            w.cache_full_hits + w.cache_partial_hits,
-            w.cache_misses,
-        );
-        self.frame_cache_bypassed += w.uncached_walks;
-    }
 }
 
 impl HostProfiler {
@@ -273,13 +247,9 @@ impl HostProfiler {
         self.fallback_reason.as_deref()
     }
 
-    /// Counters.
+    /// Counters, as of the last collection.
     pub fn stats(&self) -> HostStats {
-        let mut stats = self.collected.stats;
-        if let Backend::Bpf(b) = &self.backend {
-            stats.unknown_thread = b.unknown_thread_ticks();
-        }
-        stats
+        self.collected.stats
     }
 
     /// The userspace sampler's unwinder counters since the start (threads sampled without a
@@ -370,12 +340,15 @@ impl HostProfiler {
 
     fn untrack(&mut self, pid: u32) {
         tracing::debug!(pid, "no longer profiling the process");
-        let unwinder = match &mut self.backend {
-            Backend::Bpf(b) => b.untrack(pid),
-            Backend::Userspace(s) => s.remove_target(pid),
-        };
-        if let Some(u) = unwinder {
-            self.retired.add(&u);
+        match &mut self.backend {
+            Backend::Bpf(b) => {
+                if let Some(u) = b.untrack(pid) {
+                    self.retired.add(&u);
+                }
+            }
+            Backend::Userspace(s) => {
+                s.remove_target(pid);
+            }
         }
         self.collected.finish(pid);
     }
@@ -494,10 +467,15 @@ impl HostProfiler {
     }
 
     fn cache_totals(&self) -> CacheTotals {
-        let mut totals = self.retired.clone();
-        for u in self.backend.unwinders() {
-            totals.add(u);
+        match &self.backend {
+            Backend::Userspace(s) => s.cache_totals(),
+            Backend::Bpf(b) => {
+                let mut totals = self.retired.clone();
+                for u in b.unwinders() {
+                    totals.add(u);
+                }
+                totals
+            }
         }
-        totals
     }
 }

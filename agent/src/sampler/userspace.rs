@@ -16,7 +16,8 @@ use crate::discovery::{children, exe_path, locate_runtime, DiscoveryError};
 use crate::sampler::blocking::{PausedThreads, SeizeStats};
 use crate::sampler::off_cpu::{blocked_in, wait_reason};
 use crate::unwind::{
-    CpuState, GilState, ThreadSample, UnwindError, UnwindOptions, UnwindStats, Unwinder,
+    CacheTotals, CpuState, GilState, ThreadSample, UnwindError, UnwindOptions, UnwindStats,
+    Unwinder,
 };
 
 /// What to sample and how.
@@ -62,6 +63,8 @@ pub struct UserspaceSampler {
     stats: SamplerStats,
     /// unwinder counters of processes that already exited
     retired: Vec<UnwindStats>,
+    /// cache counters of the targets that exited or were removed
+    retired_caches: CacheTotals,
     last_scan: Option<Instant>,
 }
 
@@ -83,6 +86,7 @@ impl UserspaceSampler {
             rejected: HashMap::new(),
             stats: SamplerStats::default(),
             retired: Vec::new(),
+            retired_caches: CacheTotals::default(),
             last_scan: None,
         }
     }
@@ -110,6 +114,7 @@ impl UserspaceSampler {
             rejected: HashMap::new(),
             stats: SamplerStats::default(),
             retired: Vec::new(),
+            retired_caches: CacheTotals::default(),
             last_scan: None,
         })
     }
@@ -202,7 +207,18 @@ impl UserspaceSampler {
     pub fn remove_target(&mut self, pid: u32) -> Option<Unwinder> {
         let u = self.targets.remove(&pid)?;
         self.retired.push(u.stats());
+        self.retired_caches.add(&u);
         Some(u)
+    }
+
+    /// Cache hits and misses since the start, targets that exited included: totals that only
+    /// grow.
+    pub fn cache_totals(&self) -> CacheTotals {
+        let mut totals = self.retired_caches.clone();
+        for u in self.targets.values() {
+            totals.add(u);
+        }
+        totals
     }
 
     /// The unwinders of every sampled process.

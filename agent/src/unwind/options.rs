@@ -1,6 +1,8 @@
 //! The unwinder's knobs ([`UnwindOptions`]) and counters ([`UnwindStats`]).
 
-use super::LossCounts;
+use std::collections::BTreeMap;
+
+use super::{LossCounts, Unwinder};
 
 /// Unwinder knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,5 +115,38 @@ impl std::ops::AddAssign for UnwindStats {
         self.anchor_writes += anchor_writes;
         self.anchor_write_races += anchor_write_races;
         self.uncached_walks += uncached_walks;
+    }
+}
+
+/// Unwinder cache counters summed over processes: hits and misses per cache (`page`, `code`,
+/// `frame`), and 3.15 walks the frame cache could not hold.
+#[derive(Debug, Default, Clone)]
+pub struct CacheTotals {
+    /// hits and misses per cache
+    pub caches: BTreeMap<&'static str, (u64, u64)>,
+    /// 3.15 walks the frame cache could not hold
+    pub frame_cache_bypassed: u64,
+}
+
+impl CacheTotals {
+    /// Adds the counters of `u`.
+    pub fn add(&mut self, u: &Unwinder) {
+        let p = u.page_cache_stats();
+        let s = u.symbolizer_stats();
+        let w = u.stats();
+        let mut add = |cache, hits, misses| {
+            let e = self.caches.entry(cache).or_default();
+            e.0 += hits;
+            e.1 += misses;
+        };
+        // Pages read from the process, one by one or in a prefetch.
+        add("page", p.hits, p.misses + p.prefetched);
+        add("code", s.hits, s.misses);
+        add(
+            "frame",
+            w.cache_full_hits + w.cache_partial_hits,
+            w.cache_misses,
+        );
+        self.frame_cache_bypassed += w.uncached_walks;
     }
 }

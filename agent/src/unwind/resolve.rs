@@ -174,11 +174,7 @@ pub(in crate::unwind) fn sound_end(
 mod tests {
     use super::*;
 
-    pub(in crate::unwind) fn kinds(
-        pending: bool,
-        gc_frame: Option<u64>,
-        addrs: &[u64],
-    ) -> Vec<Option<FrameKind>> {
+    fn kinds(pending: bool, gc_frame: Option<u64>, addrs: &[u64]) -> Vec<Option<FrameKind>> {
         let mut pending = pending;
         addrs
             .iter()
@@ -187,7 +183,7 @@ mod tests {
     }
 
     #[test]
-    pub(in crate::unwind) fn gc_marker_returns_above_the_frame_that_started_the_collection() {
+    fn gc_marker_returns_above_the_frame_that_started_the_collection() {
         assert_eq!(
             kinds(false, Some(0x20), &[0x10, 0x20, 0x30]),
             [None, Some(FrameKind::Gc), None]
@@ -195,8 +191,7 @@ mod tests {
     }
 
     #[test]
-    pub(in crate::unwind) fn pending_native_goes_once_above_the_first_real_frame_unless_gc_replaces_it(
-    ) {
+    fn pending_native_goes_once_above_the_first_real_frame_unless_gc_replaces_it() {
         assert_eq!(
             kinds(true, None, &[0x10, 0x20]),
             [Some(FrameKind::Native), None]

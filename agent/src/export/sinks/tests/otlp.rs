@@ -83,15 +83,17 @@ fn a_spilled_profile_reaches_the_otlp_receiver_once_it_is_back() {
     let mut down = config(refused_url(), UploadApi::Otlp);
     down.max_attempts = 1;
     let sink = upload(down, Some(&spool), &metrics);
+    let counters = sink.metrics().clone();
     let sinks = SinkSet::new()
         .with_directory(Arc::clone(&spool), false)
         .with_upload(sink);
     let (window, meta) = window(0);
     sinks.submit(&window, &meta);
     wait_for("the spill", Duration::from_secs(10), || {
-        spilled_files(dir.path()).len() == 1
+        counters.spilled() == 1
     });
     sinks.shutdown(Duration::from_secs(5));
+    assert_eq!(spilled_files(dir.path()).len(), 1);
 
     // The next run finds the spool and delivers it.
     let receiver = Receiver::start(&[], Reply::Status(200));

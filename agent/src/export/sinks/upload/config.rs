@@ -113,6 +113,12 @@ impl fmt::Debug for Headers {
 }
 
 impl Headers {
+    /// Whether `value` can be sent as a header value (no control characters: a CR or LF would
+    /// fail every request, and retrying would not help).
+    pub fn valid_value(value: &str) -> bool {
+        !value.chars().any(char::is_control)
+    }
+
     /// Whether `name` can be sent as a header name (letters, digits, `-` and `_`).
     pub fn valid_name(name: &str) -> bool {
         !name.is_empty()
@@ -125,18 +131,25 @@ impl Headers {
 impl FromStr for Headers {
     type Err = String;
 
-    /// `name=value` pairs separated by commas, as `OTEL_EXPORTER_OTLP_HEADERS` writes them.
+    /// `name=value` pairs separated by commas, values percent-encoded, as
+    /// `OTEL_EXPORTER_OTLP_HEADERS` writes them. An error names the pair by its position and
+    /// never quotes a value: values are credentials.
     fn from_str(text: &str) -> Result<Headers, String> {
         let mut headers = Vec::new();
-        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let pairs = text.split(',').map(str::trim).filter(|p| !p.is_empty());
+        for (i, pair) in pairs.enumerate() {
             let Some((name, value)) = pair.split_once('=') else {
-                return Err(format!("expected name=value, got {pair:?}"));
+                return Err(format!("header {} has no '=' (expected name=value)", i + 1));
             };
             let name = name.trim();
             if !Headers::valid_name(name) {
-                return Err(format!("{name:?} is not a header name"));
+                return Err(format!("header {}: not a header name", i + 1));
             }
-            headers.push((name.to_string(), value.trim().to_string()));
+            let value = crate::discovery::process_env::percent_decode(value.trim());
+            if !Headers::valid_value(&value) {
+                return Err(format!("{name}: the value has control characters"));
+            }
+            headers.push((name.to_string(), value));
         }
         Ok(Headers(headers))
     }
@@ -224,13 +237,13 @@ mod tests {
 
     #[test]
     fn headers_parse_as_otel_writes_them_and_never_print_their_values() {
-        let headers: Headers = "authorization=Bearer s3cret, x-scope-orgid = team-a,"
+        let headers: Headers = "authorization=Bearer%20s3cret%2Cx, x-scope-orgid = team-a,"
             .parse()
             .unwrap();
         assert_eq!(
             headers.0,
             [
-                ("authorization".to_string(), "Bearer s3cret".to_string()),
+                ("authorization".to_string(), "Bearer s3cret,x".to_string()),
                 ("x-scope-orgid".to_string(), "team-a".to_string())
             ]
         );
@@ -239,7 +252,15 @@ mod tests {
             shown.contains("authorization") && !shown.contains("s3cret"),
             "{shown}"
         );
-        assert!("novalue".parse::<Headers>().is_err());
-        assert!("bad name=x".parse::<Headers>().is_err());
+        // Errors never quote a value: a comma inside an unencoded token splits it.
+        for bad in [
+            "authorization=Bearer a,s3cret",
+            "Authorization: Bearer s3cret",
+            "bad name=s3cret",
+        ] {
+            let err = bad.parse::<Headers>().unwrap_err();
+            assert!(!err.contains("s3cret"), "{err}");
+        }
+        assert!("x-token=a%0Ab".parse::<Headers>().is_err(), "a line break");
     }
 }

@@ -1,4 +1,5 @@
-//! The Pyroscope sink: a bounded queue and one upload thread.
+//! The upload sink (Pyroscope through its own APIs, or any OTLP profiles receiver): a bounded
+//! queue and one upload thread.
 //!
 //! [`UploadSink::submit`] only enqueues (or, with the queue full, spills to the directory sink right
 //! away: a local write, never a network wait). The thread takes the oldest profile and sends it
@@ -75,7 +76,8 @@ struct Shared {
     logged: Mutex<HashSet<FailureReason>>,
 }
 
-/// Uploads profiles to Pyroscope from a background thread; see the module docs.
+/// Uploads profiles to Pyroscope or an OTLP receiver from a background thread; see the module
+/// docs.
 pub struct UploadSink {
     shared: Arc<Shared>,
     worker: Mutex<Option<JoinHandle<()>>>,

@@ -101,6 +101,9 @@ impl Shared {
                 if let Some(auth) = &config.auth {
                     request = request.header("Authorization", auth.header_value());
                 }
+                if let Some(tenant) = &config.tenant {
+                    request = request.header("X-Scope-OrgID", tenant);
+                }
                 for (name, value) in &config.headers.0 {
                     request = request.header(name.as_str(), value.as_str());
                 }
@@ -150,6 +153,10 @@ impl Shared {
     }
 }
 
+/// Largest pprof unpacked for an OTLP request: a window of a process is a few MB at most; a
+/// damaged or hostile spill file must not take the agent's memory.
+const MAX_UNPACKED: u64 = 256 * 1024 * 1024;
+
 /// The gzipped OTLP request for `profile`, built from its pprof. A profile whose pprof does not
 /// decode (a damaged spill file) can never be sent: not worth a retry.
 fn otlp_body(profile: &EncodedProfile) -> Result<Vec<u8>, Failure> {
@@ -160,6 +167,7 @@ fn otlp_body(profile: &EncodedProfile) -> Result<Vec<u8>, Failure> {
     };
     let mut raw = Vec::new();
     GzDecoder::new(&profile.bytes[..])
+        .take(MAX_UNPACKED)
         .read_to_end(&mut raw)
         .map_err(|e| unusable(format!("cannot unpack the profile: {e}")))?;
     let pprof = ::pprof::protos::Profile::decode(raw.as_slice())
