@@ -438,7 +438,7 @@ fn duration_flags_take_seconds_and_units() {
         // Below the interval's 1 s minimum: refused by the config's validation.
         "500ms" => "interval: must be between 1s and 1h",
         // Accepted: the next problem is that profiles go nowhere.
-        _ => "output.dir: set output.dir or pyroscope.url",
+        _ => "output.dir: set output.dir, pyroscope.url or otlp.endpoint",
     };
     for interval in ["2", "2s", "500ms", "1.5", "1m30s"] {
         let out = run_pyagent(&["--all-python", "--interval", interval]);
@@ -457,7 +457,7 @@ fn duration_flags_take_seconds_and_units() {
         .env("PYAGENT_INTERVAL", "2")
         .output()
         .expect("run pyagent");
-    assert_one_line_error(&out, "output.dir: set output.dir or pyroscope.url");
+    assert_one_line_error(&out, "output.dir: set output.dir, pyroscope.url or otlp.endpoint");
 }
 
 #[test]
