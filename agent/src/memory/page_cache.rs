@@ -353,6 +353,31 @@ impl ProcessMemory for PageCache {
 mod tests {
     use super::*;
 
+    /// Four whole pages of this process's own memory, read back through `process_vm_readv`.
+    struct OwnPages {
+        data: Vec<u8>,
+        /// the first page boundary inside `data`
+        base: u64,
+    }
+
+    impl OwnPages {
+        fn new() -> OwnPages {
+            let data: Vec<u8> = vec![0; 5 * PAGE as usize];
+            let base = (data.as_ptr() as u64).next_multiple_of(PAGE);
+            OwnPages { data, base }
+        }
+
+        /// Writes `v` at `off` in page `page`. Volatile: only the kernel reads these bytes
+        /// back, which the compiler cannot see.
+        fn poke(&mut self, page: u64, off: u64, v: u8) {
+            let i = (self.base - self.data.as_ptr() as u64 + page * PAGE + off) as usize;
+            assert!(i < self.data.len());
+            // SAFETY: `i` is inside `data` (checked above), which is alive and borrowed
+            // mutably here only.
+            unsafe { std::ptr::write_volatile(self.data.as_mut_ptr().add(i), v) };
+        }
+    }
+
     #[test]
     fn caches_pages_within_a_sample() {
         let data: Vec<u8> = (0..20000u32).map(|i| i as u8).collect();
@@ -374,14 +399,9 @@ mod tests {
 
     #[test]
     fn restart_with_reads_only_the_pages_asked_for_in_order_and_forgets_the_rest() {
-        let mut data: Vec<u8> = vec![0; 5 * PAGE as usize];
-        let base = (data.as_ptr() as u64).next_multiple_of(PAGE);
-        let start = data.as_ptr() as u64;
-        let mut poke = |page: u64, off: u64, v: u8| {
-            let i = (base - start + page * PAGE + off) as usize;
-            // SAFETY: `i` is inside `data`, which is alive and not otherwise borrowed.
-            unsafe { std::ptr::write_volatile(data.as_mut_ptr().add(i), v) };
-        };
+        let mut pages = OwnPages::new();
+        let base = pages.base;
+        let mut poke = |page, off, v| pages.poke(page, off, v);
         let mut cache = PageCache::new(RemoteMemory::new(std::process::id()), 64);
         let mut a = [0u8; 8];
         for page in [0, 1, 2] {
@@ -411,15 +431,9 @@ mod tests {
 
     #[test]
     fn next_sample_prefetches_what_was_used_in_one_read_and_sees_new_values() {
-        let mut data: Vec<u8> = vec![0; 5 * PAGE as usize];
-        let base = (data.as_ptr() as u64).next_multiple_of(PAGE);
-        let start = data.as_ptr() as u64;
-        // Volatile: only the kernel reads these bytes back, which the compiler cannot see.
-        let mut poke = |page: u64, off: u64, v: u8| {
-            let i = (base - start + page * PAGE + off) as usize;
-            // SAFETY: `i` is inside `data`, which is alive and not otherwise borrowed.
-            unsafe { std::ptr::write_volatile(data.as_mut_ptr().add(i), v) };
-        };
+        let mut pages = OwnPages::new();
+        let base = pages.base;
+        let mut poke = |page, off, v| pages.poke(page, off, v);
         let mut cache = PageCache::new(RemoteMemory::new(std::process::id()), 64);
         let mut a = [0u8; 8];
         // Used: page 2 (offset 200), then page 0 (offsets 100..108 and 300..308).

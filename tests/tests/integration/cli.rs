@@ -457,7 +457,10 @@ fn duration_flags_take_seconds_and_units() {
         .env("PYAGENT_INTERVAL", "2")
         .output()
         .expect("run pyagent");
-    assert_one_line_error(&out, "output.dir: set output.dir, pyroscope.url or otlp.endpoint");
+    assert_one_line_error(
+        &out,
+        "output.dir: set output.dir, pyroscope.url or otlp.endpoint",
+    );
 }
 
 #[test]

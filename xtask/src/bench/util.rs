@@ -410,6 +410,18 @@ pub fn proc_rss_bytes(pid: u32) -> Option<u64> {
     Some(process(pid)?.status().ok()?.vmrss? * 1024)
 }
 
+/// The command line of this run and the build it runs (a debug build's numbers say little),
+/// as the first line of a report.
+pub fn print_command_line() {
+    let cmd: Vec<String> = std::env::args().skip(1).collect();
+    let build = if cfg!(debug_assertions) {
+        "DEBUG"
+    } else {
+        "release"
+    };
+    println!("`xtask {}` ({build} build)", cmd.join(" "));
+}
+
 /// The 1, 5 and 15 minute load averages and the CPU count, as one line.
 pub fn load_average() -> String {
     use procfs::Current;

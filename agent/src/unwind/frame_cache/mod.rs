@@ -204,6 +204,12 @@ mod tests {
         assert!(c.full_hit((0x1000, 8), 0x30, 5).is_none(), "another thread");
     }
 
+    /// Stores `main→a_parent→a_leaf` (at 0x10, 0x20, 0x30) for `key`, written at sequence 10.
+    fn store_a_chain(c: &mut FrameCache, key: ThreadKey) {
+        let chain = [f(0x30, "a_leaf"), f(0x20, "a_parent"), f(0x10, "main")];
+        c.store(key, 10, chain.into_iter());
+    }
+
     /// The ABA case of gh-151613: `main→a_parent→a_leaf` is cached; later the anchor is found
     /// at a_parent's address again. Only if exactly one anchor departure happened (seq + 1) is
     /// the cached `main` below it still right; if the address was reused by another chain
@@ -212,11 +218,7 @@ mod tests {
     fn splice_checks_sequence_arithmetic() {
         let mut c = FrameCache::new();
         let key = (0x1000, 7);
-        c.store(
-            key,
-            10,
-            vec![f(0x30, "a_leaf"), f(0x20, "a_parent"), f(0x10, "main")].into_iter(),
-        );
+        store_a_chain(&mut c, key);
         // Anchor reached at 0x20 after one departure (a_leaf returned): seq 11.
         let tail = c.splice(key, 0x20, 11).expect("one pop, seq +1");
         assert_eq!(tail.len(), 1);
@@ -234,11 +236,7 @@ mod tests {
     fn previous_stack_covers_walks_before_the_last_write() {
         let mut c = FrameCache::new();
         let key = (0x1000, 7);
-        c.store(
-            key,
-            10,
-            vec![f(0x30, "a_leaf"), f(0x20, "a_parent"), f(0x10, "main")].into_iter(),
-        );
+        store_a_chain(&mut c, key);
         // Both a frames returned (seq 12), b_parent/b_leaf reused the addresses; a new walk
         // stored that stack at seq 12 and moved the anchor to b_leaf.
         c.store(

@@ -40,16 +40,7 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         (args.seconds, args.agent_seconds)
     };
-    let cmd: Vec<String> = std::env::args().skip(1).collect();
-    println!(
-        "`xtask {}` ({} build)",
-        cmd.join(" "),
-        if cfg!(debug_assertions) {
-            "DEBUG"
-        } else {
-            "release"
-        }
-    );
+    util::print_command_line();
     if args.only.is_none() || args.only.as_deref() == Some("offcpu") {
         let agent = util::release_binary("pyagent")?;
         let py = manifest.interpreter(&args.busy_python)?;

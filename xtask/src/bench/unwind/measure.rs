@@ -406,17 +406,8 @@ fn ratio(ours: Option<f64>, theirs: Option<f64>) -> String {
 }
 
 fn print_report(rows: &[Row], load_before: &str) {
-    let cmd: Vec<String> = std::env::args().skip(1).collect();
     println!("\n## pyagent unwinder: samples per CPU-second (higher is better)\n");
-    println!(
-        "`xtask {}` ({} build)",
-        cmd.join(" "),
-        if cfg!(debug_assertions) {
-            "DEBUG"
-        } else {
-            "release"
-        }
-    );
+    util::print_command_line();
     println!("{load_before} at start, {} at end\n", util::load_average());
     let mut t = Table::new(&[
         "python, depth, target",

@@ -1,0 +1,213 @@
+//! The OTLP request of a window, checked field by field through the crate's own types.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use prost_otlp::Message;
+
+use super::*;
+use crate::aggregate::tests::{frame, sample};
+use crate::aggregate::{Aggregator, ProfileWindow, WaitReason};
+
+const PERIOD_NS: u64 = 10_000_000;
+
+/// A process window with on-CPU stacks on two threads and an off-CPU wait, labelled as the
+/// service labels a process.
+fn window() -> ProfileWindow {
+    let module = frame("<module>", "/srv/app.py", 30, 1);
+    let handle = frame("Server.handle", "/srv/server.py", 12, 10);
+    let read = frame("Server.read", "/srv/server.py", 40, 38);
+    let mut agg = Aggregator::new(PERIOD_NS);
+    for (key, value) in [
+        ("service_name", "web"),
+        ("hostname", "host-1"),
+        ("pid", "4321"),
+        ("ns_pid", "7"),
+        ("python_version", "3.12.3"),
+        ("container_id", "abc123"),
+        ("pod_uid", "0f0e-11"),
+    ] {
+        agg.set_label(key, value.to_string());
+    }
+    let main = Some("MainThread");
+    agg.add_count(
+        &sample(4321, 4321, main, vec![handle.clone(), module.clone()]),
+        3,
+    );
+    agg.add(&sample(4321, 4330, Some("worker-1"), vec![module.clone()]));
+    let blocked = sample(4321, 4330, Some("worker-1"), vec![read, handle, module]);
+    agg.add_off_cpu(&blocked, WaitReason::Io, 250_000_000);
+    let mut window = agg.cut();
+    window.start = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    window.duration = Duration::from_secs(10);
+    window
+}
+
+fn meta(window: &ProfileWindow) -> ProfileMeta {
+    ProfileMeta::for_window("web", window)
+}
+
+/// Each sample of `profile` as (stack as `function file:line` leaf first, attributes, value).
+fn samples_of(
+    req: &ExportProfilesServiceRequest,
+    profile: &Profile,
+) -> Vec<(Vec<String>, BTreeMap<String, String>, i64)> {
+    let d = req.dictionary.as_ref().expect("dictionary");
+    let s = |i: i32| d.string_table[i as usize].clone();
+    let mut out: Vec<_> = profile
+        .samples
+        .iter()
+        .map(|sample| {
+            let stack = &d.stack_table[sample.stack_index as usize];
+            let frames = stack
+                .location_indices
+                .iter()
+                .map(|&l| {
+                    let location = &d.location_table[l as usize];
+                    assert_eq!(location.attribute_indices.len(), 1);
+                    let line = &location.lines[0];
+                    let f = &d.function_table[line.function_index as usize];
+                    format!(
+                        "{} {}:{}",
+                        s(f.name_strindex),
+                        s(f.filename_strindex),
+                        line.line
+                    )
+                })
+                .collect();
+            let attributes = sample
+                .attribute_indices
+                .iter()
+                .map(|&a| {
+                    let a = &d.attribute_table[a as usize];
+                    let value = match a.value.as_ref().and_then(|v| v.value.as_ref()) {
+                        Some(Value::StringValue(v)) => v.clone(),
+                        Some(Value::IntValue(n)) => format!("int:{n}"),
+                        other => panic!("unexpected value {other:?}"),
+                    };
+                    (s(a.key_strindex), value)
+                })
+                .collect();
+            (frames, attributes, sample.values[0])
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_window_round_trips_through_the_proto_types() {
+    let window = window();
+    let pprof = crate::export::pprof::build(&window);
+    let req = request(&pprof, &meta(&window));
+    let bytes = req.encode_to_vec();
+    let back = ExportProfilesServiceRequest::decode(bytes.as_slice()).expect("decodes");
+    // Nothing written is lost on the wire: every field the types know came back.
+    assert_eq!(back, req);
+    assert_eq!(back.encode_to_vec(), bytes);
+
+    let d = back.dictionary.as_ref().expect("dictionary");
+    assert_eq!(d.string_table[0], "");
+    assert_eq!(d.function_table[0], Function::default());
+    assert_eq!(d.location_table[0], Location::default());
+    assert_eq!(d.stack_table[0], Stack::default());
+    assert_eq!(d.attribute_table[0], KeyValueAndUnit::default());
+    assert_eq!(d.mapping_table, vec![Mapping::default()]);
+    let s = |i: i32| d.string_table[i as usize].as_str();
+
+    let [resource] = &back.resource_profiles[..] else {
+        panic!("one resource per window")
+    };
+    let attributes = resource_attribute_map(&back);
+    let expected: BTreeMap<String, String> = [
+        ("service.name", "web"),
+        ("host.name", "host-1"),
+        ("process.pid", "4321"),
+        ("ns_pid", "7"),
+        ("process.runtime.name", "CPython"),
+        ("process.runtime.version", "3.12.3"),
+        ("container.id", "abc123"),
+        ("k8s.pod.uid", "0f0e-11"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(attributes, expected);
+    let mut attributes = resource.resource.as_ref().unwrap().attributes.iter();
+    let pid = attributes.find(|kv| kv.key == "process.pid").unwrap();
+    assert_eq!(pid.value, Some(int_value(4321)), "process.pid is an int");
+
+    let [scope] = &resource.scope_profiles[..] else {
+        panic!("one scope")
+    };
+    assert_eq!(scope.scope.as_ref().unwrap().name, "pyagent");
+    let [cpu, off_cpu] = &scope.profiles[..] else {
+        panic!("a CPU and an off-CPU profile: {:?}", scope.profiles.len())
+    };
+    let ty = |t: &Option<ValueType>| {
+        let t = t.as_ref().expect("value type");
+        (s(t.type_strindex), s(t.unit_strindex))
+    };
+    assert_eq!(ty(&cpu.sample_type), ("samples", "count"));
+    assert_eq!(ty(&cpu.period_type), ("cpu", "nanoseconds"));
+    assert_eq!(cpu.period, PERIOD_NS as i64);
+    assert_eq!(ty(&off_cpu.sample_type), ("off_cpu", "nanoseconds"));
+    assert_eq!((off_cpu.period_type.as_ref(), off_cpu.period), (None, 0));
+    for p in [cpu, off_cpu] {
+        assert_eq!(p.time_unix_nano, 1_700_000_000_000_000_000);
+        assert_eq!(p.duration_nano, 10_000_000_000);
+        assert_eq!(p.profile_id.len(), 16);
+    }
+    assert_ne!(cpu.profile_id, off_cpu.profile_id);
+
+    let attrs = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let main = attrs(&[("thread.id", "int:4321"), ("thread.name", "MainThread")]);
+    let worker = attrs(&[("thread.id", "int:4330"), ("thread.name", "worker-1")]);
+    let module = "<module> /srv/app.py:30".to_string();
+    let handle = "Server.handle /srv/server.py:12".to_string();
+    let read = "Server.read /srv/server.py:40".to_string();
+    assert_eq!(
+        samples_of(&back, cpu),
+        vec![
+            (vec![module.clone()], worker.clone(), 1),
+            (vec![handle.clone(), module.clone()], main, 3),
+        ]
+    );
+    let mut waiting = worker;
+    waiting.insert("wait".into(), "io".into());
+    assert_eq!(
+        samples_of(&back, off_cpu),
+        vec![(vec![read, handle, module], waiting, 250_000_000)]
+    );
+    for f in &d.function_table[1..] {
+        assert_ne!(f.start_line, 0, "first lines are kept");
+    }
+    for l in &d.location_table[1..] {
+        let a = &d.attribute_table[l.attribute_indices[0] as usize];
+        assert_eq!(s(a.key_strindex), "profile.frame.type");
+        assert_eq!(a.value, Some(string_value("cpython")));
+    }
+}
+
+#[test]
+fn a_window_without_off_cpu_data_gives_one_profile() {
+    let mut agg = Aggregator::new(PERIOD_NS);
+    agg.add(&sample(9, 9, None, vec![frame("f", "a.py", 1, 1)]));
+    let window = agg.cut();
+    let req = request(&crate::export::pprof::build(&window), &meta(&window));
+    let profiles = &req.resource_profiles[0].scope_profiles[0].profiles;
+    assert_eq!(profiles.len(), 1);
+    assert_eq!(profiles[0].samples[0].values, vec![1]);
+    // Without a pid among the window's labels, each sample says its process.
+    let d = req.dictionary.as_ref().unwrap();
+    let keys: Vec<&str> = profiles[0].samples[0]
+        .attribute_indices
+        .iter()
+        .map(|&a| d.string_table[d.attribute_table[a as usize].key_strindex as usize].as_str())
+        .collect();
+    assert_eq!(keys, ["thread.id", "pid"]);
+}
