@@ -170,15 +170,21 @@ struct StatIdentity {
     comm: String,
     /// field 28: randomized anew by every exec, even of the same file (0 when not permitted)
     start_stack: u64,
+    /// field 9 has `PF_KTHREAD`: a kernel thread, which has no executable to read (without
+    /// `CAP_SYS_PTRACE` its `exe` link answers EACCES, like a process we may not read)
+    kernel_thread: bool,
 }
 
 impl StatIdentity {
     fn read(pid: u32) -> Option<StatIdentity> {
         let s = super::procfs_util::stat(pid)?;
+        /// `PF_KTHREAD` of `include/linux/sched.h`.
+        const PF_KTHREAD: u32 = 0x0020_0000;
         Some(StatIdentity {
             start_time: s.starttime,
             comm: s.comm,
             start_stack: s.startstack,
+            kernel_thread: s.flags & PF_KTHREAD != 0,
         })
     }
 
@@ -351,7 +357,9 @@ impl HostScanner {
                 std::fs::read_link(format!("/proc/{pid}/exe")),
                 self.only.as_ref(),
             ) {
-                let state = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                let state = if e.kind() == std::io::ErrorKind::PermissionDenied
+                    && !stat.kernel_thread
+                {
                     ProcessState::Denied(format!(
                         "permission denied reading /proc/{pid}/exe: run as root or grant CAP_SYS_PTRACE"
                     ))
@@ -423,5 +431,22 @@ impl HostScanner {
             .values()
             .filter(|k| matches!(k.state, ProcessState::Denied(_)))
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without `CAP_SYS_PTRACE` a kernel thread's `exe` answers EACCES like a process that may
+    /// not be read; its stat flags tell it apart, so it is not counted as denied.
+    #[test]
+    fn kernel_threads_are_told_apart_by_their_flags() {
+        // kthreadd is pid 2 wherever the host's PID namespace is visible.
+        if let Some(kthreadd) = StatIdentity::read(2) {
+            assert!(kthreadd.kernel_thread, "kthreadd");
+        }
+        let me = StatIdentity::read(std::process::id()).expect("our own stat");
+        assert!(!me.kernel_thread);
     }
 }
