@@ -48,3 +48,5 @@ mod resolver;
 mod service;
 #[path = "integration/torn.rs"]
 mod torn;
+#[path = "integration/trace_context.rs"]
+mod trace_context;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::symbolize::Frame;
-use crate::unwind::{CpuState, GilState, ThreadSample};
+use crate::unwind::{CpuState, GilState, ThreadSample, TraceContext};
 
 mod wait;
 pub use wait::WaitReason;
@@ -41,6 +41,8 @@ pub struct StackKey {
     pub gil: Option<GilState>,
     /// On or off a CPU (the `state` label), where the sampler tells.
     pub cpu: Option<CpuState>,
+    /// The span the thread was in (the `trace_id` and `span_id` labels), where published.
+    pub trace: Option<TraceContext>,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
 }
@@ -206,6 +208,7 @@ impl Aggregator {
             thread_name: sample.thread_name.as_deref().map(|name| self.intern(name)),
             gil: sample.gil,
             cpu: sample.cpu,
+            trace: sample.trace,
             frames: sample.frames.clone(),
         }
     }
@@ -301,6 +304,7 @@ pub(crate) mod tests {
             thread_name: name.map(Arc::from),
             gil: None,
             cpu: None,
+            trace: None,
             frames,
             truncated: false,
         }

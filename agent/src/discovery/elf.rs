@@ -55,13 +55,92 @@ impl ElfFacts {
     /// Load bias: how far the object was moved from its link-time addresses, found from a
     /// maps line whose file offset is the (page-aligned) offset of one of its PT_LOAD segments.
     pub fn load_bias(&self, entries: &[MapsEntry]) -> Option<u64> {
-        entries.iter().find_map(|e| {
-            self.loads
-                .iter()
-                .find(|(off, _)| off & PAGE_MASK == e.offset)
-                .map(|(_, vaddr)| e.start.wrapping_sub(vaddr & PAGE_MASK))
-        })
+        load_bias(&self.loads, entries)
     }
+}
+
+/// Load bias of an object with PT_LOAD segments `loads` (p_offset, p_vaddr) mapped as
+/// `entries`: see [`ElfFacts::load_bias`].
+pub(super) fn load_bias(loads: &[(u64, u64)], entries: &[MapsEntry]) -> Option<u64> {
+    entries.iter().find_map(|e| {
+        loads
+            .iter()
+            .find(|(off, _)| off & PAGE_MASK == e.offset)
+            .map(|(_, vaddr)| e.start.wrapping_sub(vaddr & PAGE_MASK))
+    })
+}
+
+/// A defined dynamic symbol: its value and type (`STT_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct DynamicSymbol {
+    /// `st_value`: a link-time address, or an offset in the TLS block for `STT_TLS`
+    pub value: u64,
+    /// `st_type`
+    pub kind: u8,
+}
+
+/// What an object mapped in a process exports, among the names asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct ExportedSymbols {
+    /// name → symbol, for the asked names the object defines in `.dynsym`
+    pub symbols: HashMap<&'static str, DynamicSymbol>,
+    /// PT_LOAD segments: (p_offset, p_vaddr)
+    pub loads: Vec<(u64, u64)>,
+}
+
+/// The defined `.dynsym` entries named in `wanted` of the object mapped at `path` in `pid`.
+pub(super) fn exported_symbols(
+    pid: u32,
+    path: &Path,
+    entries: &[MapsEntry],
+    wanted: &[&'static str],
+) -> Result<ExportedSymbols, ElfError> {
+    let (opened, file) = open_mapped_file(pid, path, entries)?;
+    // SAFETY: as in `load_facts`: read-only, private, and a parse of garbage fails cleanly.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|error| ElfError::Io {
+        path: opened.clone(),
+        error,
+    })?;
+    parse_exported(&map, wanted).map_err(|error| ElfError::Parse {
+        path: opened,
+        error,
+    })
+}
+
+/// [`exported_symbols`] of an ELF image in memory.
+pub(super) fn parse_exported(
+    bytes: &[u8],
+    wanted: &[&'static str],
+) -> Result<ExportedSymbols, goblin::error::Error> {
+    let elf = Elf::parse(bytes)?;
+    let mut symbols = HashMap::new();
+    for sym in elf.dynsyms.iter() {
+        // Undefined entries are imports: the definition is in another object.
+        if sym.st_shndx == 0 {
+            continue;
+        }
+        let Some(name) = elf.dynstrtab.get_at(sym.st_name) else {
+            continue;
+        };
+        if let Some(&w) = wanted.iter().find(|&&w| w == name) {
+            symbols.insert(
+                w,
+                DynamicSymbol {
+                    value: sym.st_value,
+                    kind: sym.st_type(),
+                },
+            );
+        }
+    }
+    Ok(ExportedSymbols {
+        symbols,
+        loads: elf
+            .program_headers
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD)
+            .map(|p| (p.p_offset, p.p_vaddr))
+            .collect(),
+    })
 }
 
 /// Identity of a file's contents: device, inode, size, modification time.

@@ -15,6 +15,7 @@ pub mod process_context;
 pub mod process_env;
 mod procfs_util;
 pub mod service_name;
+pub mod thread_context;
 
 use std::path::PathBuf;
 

@@ -21,6 +21,7 @@ mod sample;
 mod thread_names;
 mod thread_walk;
 pub mod threads;
+mod trace_context;
 pub mod walk;
 
 use std::sync::Arc;
@@ -31,12 +32,13 @@ pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};
 pub use loss::{LossCounts, LossReason, RecordLoss, StackLoss};
 pub use options::{CacheTotals, UnwindOptions, UnwindStats};
 pub use record::{ExternalSkip, ExternalWalk};
-pub use sample::{CpuState, GilState, ThreadSample};
+pub use sample::{CpuState, GilState, ThreadSample, TraceContext};
 pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
 
 use record::RecordContext;
 use thread_names::ThreadNames;
+use trace_context::TraceContexts;
 
 use crate::discovery::PythonTarget;
 use crate::memory::{MemoryError, PageCache, PageCacheStats, ProcessMemory, RemoteMemory};
@@ -52,6 +54,8 @@ pub struct Unwinder {
     frame_cache: Option<FrameCache>,
     options: UnwindOptions,
     names: ThreadNames,
+    /// the OTel thread context (OTEP 4947), where the process publishes one
+    traces: TraceContexts,
     raw: Vec<RawFrame>,
     stats: UnwindStats,
     /// the main interpreter (the oldest, last in the list) as the last thread-list read found it
@@ -72,6 +76,7 @@ impl Unwinder {
             target,
             options,
             names: ThreadNames::default(),
+            traces: TraceContexts::default(),
             raw: Vec::with_capacity(256),
             stats: UnwindStats::default(),
             main_interp: None,
@@ -210,6 +215,7 @@ impl Unwinder {
         let host_tid = self
             .host_tid(t.native_thread_id)
             .unwrap_or(t.native_thread_id);
+        let trace = self.trace_context(t.pthread_id);
         ThreadSample {
             pid,
             tid: t.native_thread_id,
@@ -217,8 +223,15 @@ impl Unwinder {
             thread_name: name,
             gil: t.holds_gil.map(GilState::from_held),
             cpu: None,
+            trace,
             frames,
             truncated,
         }
+    }
+
+    /// The trace context of the thread whose `pthread_t` is `pthread`, read through the
+    /// sample's page cache: the same pages every sample, so they join its prefetch.
+    fn trace_context(&mut self, pthread: u64) -> Option<TraceContext> {
+        self.traces.read(self.target.pid, &mut self.mem, pthread)
     }
 }

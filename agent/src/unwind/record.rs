@@ -12,6 +12,7 @@ use super::{
     CachedFrame, InterpreterInfo, RawFrame, ThreadInfo, ThreadKey, ThreadSample, UnwindError,
     Unwinder,
 };
+use crate::memory::ProcessMemory;
 
 /// A process's records are resolved against interpreter state and a code-object cache validated
 /// at most this long ago. Re-validating every drain cost one remote read per process per drain:
@@ -238,6 +239,16 @@ impl Unwinder {
             self.stats.truncated += 1;
         }
         let name = self.thread_name(ns_tid);
+        // Read now, not when the BPF program took the stack: up to one drain interval late, so
+        // a sample taken just before a span switch can carry the next span.
+        let pthread = self
+            .mem
+            .read_u64(
+                walk.tstate
+                    .wrapping_add(self.target.offsets.thread_state.thread_id),
+            )
+            .unwrap_or(0);
+        let trace = self.trace_context(pthread);
         Ok(ThreadSample {
             pid: self.target.pid,
             tid: ns_tid,
@@ -245,6 +256,7 @@ impl Unwinder {
             thread_name: name,
             gil: walk.gil,
             cpu: None,
+            trace,
             frames,
             truncated: walk.truncated,
         })

@@ -19,10 +19,43 @@ pub struct ThreadSample {
     /// On or off a CPU when sampled: known only where the sampler takes waiting threads too
     /// (userspace `--idle`); the stacks of an eBPF profile are on-CPU or off-CPU by kind.
     pub cpu: Option<CpuState>,
+    /// The trace and span the thread was in, where the process publishes them (OTEP 4947).
+    pub trace: Option<TraceContext>,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
     /// The walk stopped before the bottom of the stack (depth bound, torn read).
     pub truncated: bool,
+}
+
+/// The span a thread was in when sampled: the `trace_id` and `span_id` labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TraceContext {
+    /// W3C trace id
+    pub trace_id: [u8; 16],
+    /// W3C span id
+    pub span_id: [u8; 8],
+}
+
+impl TraceContext {
+    /// The trace id as 32 lowercase hex digits (the label value).
+    pub fn trace_id_hex(&self) -> String {
+        hex(&self.trace_id)
+    }
+
+    /// The span id as 16 lowercase hex digits (the label value).
+    pub fn span_id_hex(&self) -> String {
+        hex(&self.span_id)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// A sampled thread and the GIL: the `gil` label.

@@ -12,7 +12,8 @@
 //!   (what the OpenTelemetry eBPF profiler sends, and what Pyroscope names `process_cpu`), and with
 //!   off-CPU data a second one, `off_cpu`/`nanoseconds`, without a period.
 //! - sample attributes: `thread.id` (the host's id) and `thread.name`, then the pprof sample labels
-//!   that are not the process's (`ns_thread_id`, `wait`, `gil`, `state`) under their own names.
+//!   that are not the process's (`ns_thread_id`, `wait`, `gil`, `state`) under their own names;
+//!   `trace_id` and `span_id` (OTEP 4947) become the sample's link (`link_table`, `link_index`).
 //! - every location carries `profile.frame.type` = `cpython`; no mapping (Python frames have no
 //!   addresses).
 //! - the request's dictionary: pprof's string table first (same indices), then what OTLP adds.
@@ -25,7 +26,7 @@ use opentelemetry_proto::tonic::common::v1::{
     any_value::Value, AnyValue, InstrumentationScope, KeyValue,
 };
 use opentelemetry_proto::tonic::profiles::v1development::{
-    Function, KeyValueAndUnit, Line, Location, Mapping, Profile, ProfilesDictionary,
+    Function, KeyValueAndUnit, Line, Link, Location, Mapping, Profile, ProfilesDictionary,
     ResourceProfiles, Sample, ScopeProfiles, Stack, ValueType,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -161,6 +162,8 @@ struct Dictionary {
     stack_ids: HashMap<Vec<i32>, i32>,
     attributes: Vec<KeyValueAndUnit>,
     attribute_ids: HashMap<(i32, AttributeValue), i32>,
+    links: Vec<Link>,
+    link_ids: HashMap<(Vec<u8>, Vec<u8>), i32>,
 }
 
 /// An attribute value as a map key.
@@ -182,6 +185,8 @@ impl Dictionary {
             stack_ids: HashMap::new(),
             attributes: vec![KeyValueAndUnit::default()],
             attribute_ids: HashMap::new(),
+            links: vec![Link::default()],
+            link_ids: HashMap::new(),
         };
         dict.string("");
         for (i, text) in pprof_strings.iter().enumerate() {
@@ -351,8 +356,18 @@ impl Dictionary {
                 .map(|id| locations.get(id).copied().unwrap_or(0))
                 .collect();
             let mut attribute_indices = Vec::new();
+            let (mut trace_id, mut span_id) = (None, None);
             for label in &s.label {
                 let key = self.text(label.key).to_owned();
+                // The span (OTEP 4947) is the sample's link, not attributes.
+                match key.as_str() {
+                    "trace_id" => trace_id = from_hex(self.text(label.str)),
+                    "span_id" => span_id = from_hex(self.text(label.str)),
+                    _ => {}
+                }
+                if key == "trace_id" || key == "span_id" {
+                    continue;
+                }
                 // The process's labels are the resource's attributes.
                 if meta.labels.contains_key(&key) {
                     continue;
@@ -366,10 +381,14 @@ impl Dictionary {
                 };
                 attribute_indices.push(self.attribute(&key, value));
             }
+            let link_index = match (trace_id, span_id) {
+                (Some(t), Some(s)) => self.link(t, s),
+                _ => 0,
+            };
             out.push(Sample {
                 stack_index: self.stack(stack),
                 attribute_indices,
-                link_index: 0,
+                link_index,
                 values: vec![amount],
                 timestamps_unix_nano: Vec::new(),
             });
@@ -377,17 +396,40 @@ impl Dictionary {
         out
     }
 
+    /// The index of the link to span `span_id` of trace `trace_id`, added if new.
+    fn link(&mut self, trace_id: Vec<u8>, span_id: Vec<u8>) -> i32 {
+        let next = index(self.links.len());
+        *self
+            .link_ids
+            .entry((trace_id.clone(), span_id.clone()))
+            .or_insert_with(|| {
+                self.links.push(Link { trace_id, span_id });
+                next
+            })
+    }
+
     fn finish(self) -> ProfilesDictionary {
         ProfilesDictionary {
             mapping_table: vec![Mapping::default()],
             location_table: self.locations,
             function_table: self.functions,
-            link_table: vec![Default::default()],
+            link_table: self.links,
             string_table: self.strings,
             attribute_table: self.attributes,
             stack_table: self.stacks,
         }
     }
+}
+
+/// The bytes of a lowercase hex label value (`trace_id`, `span_id`); `None` if it is not one.
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// A table index as the proto types it (tables here stay far below `i32::MAX` entries).

@@ -211,3 +211,13 @@ fn a_window_without_off_cpu_data_gives_one_profile() {
         .collect();
     assert_eq!(keys, ["thread.id", "pid"]);
 }
+
+#[test]
+fn span_labels_are_link_bytes() {
+    assert_eq!(
+        from_hex("00f067aa0ba902b7"),
+        Some(vec![0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7])
+    );
+    assert_eq!(from_hex("0"), None);
+    assert_eq!(from_hex("zz"), None);
+}

@@ -1,0 +1,192 @@
+//! The trace and span each thread is in, as the process publishes them (OTEP 4947): the
+//! thread-local `otel_thread_ctx_v1` points to a record, packed, little endian:
+//!
+//! | offset | field |
+//! |---|---|
+//! | 0 | trace id, u8[16] |
+//! | 16 | span id, u8[8] |
+//! | 24 | valid, u8 (1) |
+//! | 25 | trace flags, u8 |
+//! | 26 | attributes size, u16, then the attributes (not read) |
+//!
+//! In: a thread's `pthread_t`. Out: its [`TraceContext`], or none. Where the variable lives
+//! ([`ThreadContextLayout`]) is found once per process; a process that publishes nothing is
+//! looked at again at most every [`LOOK_AGAIN`], since the publishing extension may be
+//! `dlopen`ed later. Writers do not stop for readers (they swap the pointer or clear `valid`),
+//! so a record read while it changes can be torn; a record not marked valid is no context.
+
+use std::time::{Duration, Instant};
+
+use super::sample::TraceContext;
+use crate::discovery::thread_context::{ThreadContextFinder, ThreadContextLayout};
+use crate::memory::{ProcessMemory, RemoteMemory};
+
+/// How long a process that publishes no thread context is left alone before looking again.
+const LOOK_AGAIN: Duration = Duration::from_secs(2);
+/// Bytes of the record read: ids, `valid`, flags, attributes size.
+const RECORD_LEN: usize = 28;
+/// Offset of `valid`.
+const VALID: usize = 24;
+/// Most DTV entries believed: a torn or foreign DTV reads as "no context", not a huge index.
+const MAX_DTV_ENTRIES: u64 = 1 << 20;
+
+/// One process's thread-context layout, found lazily.
+#[derive(Debug, Default)]
+pub(super) struct TraceContexts {
+    finder: ThreadContextFinder,
+    layout: Option<ThreadContextLayout>,
+    looked_at: Option<Instant>,
+}
+
+impl TraceContexts {
+    /// The context of the thread whose `pthread_t` is `pthread`, read through `mem`.
+    pub(super) fn read(
+        &mut self,
+        pid: u32,
+        mem: &mut impl ProcessMemory,
+        pthread: u64,
+    ) -> Option<TraceContext> {
+        let layout = self.layout(pid)?;
+        read_context(mem, &layout, pthread)
+    }
+
+    fn layout(&mut self, pid: u32) -> Option<ThreadContextLayout> {
+        if self.layout.is_some() {
+            return self.layout;
+        }
+        let now = Instant::now();
+        if self
+            .looked_at
+            .is_some_and(|at| now.saturating_duration_since(at) < LOOK_AGAIN)
+        {
+            return None;
+        }
+        self.looked_at = Some(now);
+        // Uncached reads: the sampler's page cache plans its prefetch from what samples read.
+        self.layout = self.finder.find(pid, &mut RemoteMemory::new(pid));
+        if let Some(layout) = &self.layout {
+            tracing::debug!(pid, ?layout, "process publishes OTel thread contexts");
+        }
+        self.layout
+    }
+}
+
+/// The context of the thread at `pthread`: its DTV, its entry for the publishing module, the
+/// variable in that module's TLS block, the record it points to.
+pub(super) fn read_context(
+    mem: &mut impl ProcessMemory,
+    layout: &ThreadContextLayout,
+    pthread: u64,
+) -> Option<TraceContext> {
+    if pthread == 0 {
+        return None;
+    }
+    let dtv = mem
+        .read_u64(pthread.checked_add(layout.dtv_in_pthread)?)
+        .ok()?;
+    // dtv[-1] counts the entries; a thread that never touched a module loaded after it started
+    // has a shorter DTV, and nothing published.
+    let entries = mem.read_u64(dtv.checked_sub(layout.dtv_entry_size)?).ok()?;
+    if layout.module_id > entries.min(MAX_DTV_ENTRIES) {
+        return None;
+    }
+    let entry = layout
+        .module_id
+        .checked_mul(layout.dtv_entry_size)?
+        .checked_add(dtv)?
+        .checked_add(layout.pointer_in_entry)?;
+    let block = mem.read_u64(entry).ok()?;
+    // 0 or -1 (TLS_DTV_UNALLOCATED): this thread has no block for the module yet.
+    if block == 0 || block == u64::MAX {
+        return None;
+    }
+    let record = mem
+        .read_u64(block.checked_add(layout.offset_in_block)?)
+        .ok()?;
+    if record == 0 {
+        return None;
+    }
+    let mut bytes = [0u8; RECORD_LEN];
+    mem.read(record, &mut bytes).ok()?;
+    if bytes[VALID] != 1 {
+        return None;
+    }
+    let mut trace_id = [0u8; 16];
+    let mut span_id = [0u8; 8];
+    trace_id.copy_from_slice(&bytes[..16]);
+    span_id.copy_from_slice(&bytes[16..24]);
+    Some(TraceContext { trace_id, span_id })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::FakeMemory;
+
+    const BASE: u64 = 0x1000;
+    const PTHREAD: u64 = BASE;
+    const DTV: u64 = BASE + 0x110; // dtv[-1] at 0x100
+    const BLOCK: u64 = BASE + 0x200;
+    const RECORD: u64 = BASE + 0x300;
+    const LAYOUT: ThreadContextLayout = ThreadContextLayout {
+        dtv_in_pthread: 8,
+        dtv_entry_size: 16,
+        pointer_in_entry: 0,
+        module_id: 2,
+        offset_in_block: 0x10,
+    };
+
+    fn put(mem: &mut FakeMemory, addr: u64, data: &[u8]) {
+        let at = (addr - BASE) as usize;
+        mem.bytes[at..at + data.len()].copy_from_slice(data);
+    }
+
+    /// A thread whose DTV has 2 entries, the second the publisher's block, pointing to a valid
+    /// record.
+    fn thread() -> FakeMemory {
+        let mut mem = FakeMemory {
+            base: BASE,
+            bytes: vec![0; 0x400],
+        };
+        put(&mut mem, PTHREAD + 8, &DTV.to_le_bytes());
+        put(&mut mem, DTV - 16, &2u64.to_le_bytes());
+        put(&mut mem, DTV + 2 * 16, &BLOCK.to_le_bytes());
+        put(&mut mem, BLOCK + 0x10, &RECORD.to_le_bytes());
+        let ids: Vec<u8> = (1..=24).collect();
+        put(&mut mem, RECORD, &ids);
+        put(&mut mem, RECORD + 24, &[1, 1, 0, 0]);
+        mem
+    }
+
+    #[test]
+    fn a_valid_record_is_the_threads_context() {
+        let ctx = read_context(&mut thread(), &LAYOUT, PTHREAD).expect("a context");
+        assert_eq!(ctx.trace_id_hex(), "0102030405060708090a0b0c0d0e0f10");
+        assert_eq!(ctx.span_id_hex(), "1112131415161718");
+    }
+
+    #[test]
+    fn no_record_an_invalid_one_or_no_block_is_no_context() {
+        let mut mem = thread();
+        put(&mut mem, RECORD + 24, &[0]);
+        assert_eq!(read_context(&mut mem, &LAYOUT, PTHREAD), None);
+        let mut mem = thread();
+        put(&mut mem, BLOCK + 0x10, &0u64.to_le_bytes());
+        assert_eq!(read_context(&mut mem, &LAYOUT, PTHREAD), None);
+        let mut mem = thread();
+        put(&mut mem, DTV + 2 * 16, &u64::MAX.to_le_bytes());
+        assert_eq!(read_context(&mut mem, &LAYOUT, PTHREAD), None);
+    }
+
+    #[test]
+    fn a_module_beyond_the_dtv_or_garbage_pointers_are_no_context() {
+        let mut mem = thread();
+        put(&mut mem, DTV - 16, &1u64.to_le_bytes());
+        assert_eq!(read_context(&mut mem, &LAYOUT, PTHREAD), None);
+        let mut mem = thread();
+        put(&mut mem, PTHREAD + 8, &u64::MAX.to_le_bytes());
+        assert_eq!(read_context(&mut mem, &LAYOUT, PTHREAD), None);
+        assert_eq!(read_context(&mut thread(), &LAYOUT, 0), None);
+        assert_eq!(read_context(&mut thread(), &LAYOUT, u64::MAX - 4), None);
+    }
+}
