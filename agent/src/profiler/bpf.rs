@@ -72,6 +72,9 @@ impl BpfBackend {
         self.sampler.track_process(pid, &proc_config)?;
         let options = UnwindOptions {
             frame_cache: use_anchor,
+            // Its records carry none (see `unwind/record.rs`); the userspace walks of a BPF
+            // process (3.15 anchors, threads blocked at attach) need none either.
+            trace_context: false,
             ..unwind
         };
         self.procs.insert(

@@ -215,7 +215,11 @@ impl Unwinder {
         let host_tid = self
             .host_tid(t.native_thread_id)
             .unwrap_or(t.native_thread_id);
-        let trace = self.trace_context(t.pthread_id);
+        let trace = if self.options.trace_context {
+            self.trace_context(t.pthread_id)
+        } else {
+            None
+        };
         ThreadSample {
             pid,
             tid: t.native_thread_id,

@@ -21,6 +21,9 @@ pub struct UnwindOptions {
     /// keep a walk whose top frame moved while it was read, when its chain is otherwise sound
     /// (see [`Unwinder::sample_thread`]); false re-reads it like any torn walk
     pub keep_moved_top: bool,
+    /// read each thread's OpenTelemetry trace context (OTEP 4947) with its stack, where the
+    /// process publishes one (see `trace_context`)
+    pub trace_context: bool,
 }
 
 impl Default for UnwindOptions {
@@ -35,6 +38,7 @@ impl Default for UnwindOptions {
             // one's ticks at ~5 µs a read.
             read_attempts: 128,
             keep_moved_top: true,
+            trace_context: true,
         }
     }
 }

@@ -12,7 +12,6 @@ use super::{
     CachedFrame, InterpreterInfo, RawFrame, ThreadInfo, ThreadKey, ThreadSample, UnwindError,
     Unwinder,
 };
-use crate::memory::ProcessMemory;
 
 /// A process's records are resolved against interpreter state and a code-object cache validated
 /// at most this long ago. Re-validating every drain cost one remote read per process per drain:
@@ -239,16 +238,11 @@ impl Unwinder {
             self.stats.truncated += 1;
         }
         let name = self.thread_name(ns_tid);
-        // Read now, not when the BPF program took the stack: up to one drain interval late, so
-        // a sample taken just before a span switch can carry the next span.
-        let pthread = self
-            .mem
-            .read_u64(
-                walk.tstate
-                    .wrapping_add(self.target.offsets.thread_state.thread_id),
-            )
-            .unwrap_or(0);
-        let trace = self.trace_context(pthread);
+        // No trace context on BPF records: read here it would be the thread's context at the
+        // drain, up to one drain interval after the stack was taken, and with spans of 50 ms
+        // only 48% of such samples carried the span they ran under (py312, py313, py315). A
+        // wrong span is worse than none; the program must read it at the tick to give it.
+        let trace = None;
         Ok(ThreadSample {
             pid: self.target.pid,
             tid: ns_tid,
