@@ -1,6 +1,7 @@
 //! The real consumers of what pyagent exports, run by the tests: `go tool pprof` (Debian's
 //! golang-go) for profiles, `promtool` (Debian's prometheus) for metrics.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -54,4 +55,18 @@ pub fn promtool_check_metrics(exposition: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The function of each location in `go tool pprof -raw` output, by location id (its lines read
+/// `ID: 0x0 M=1 function file:line s=N()`).
+pub fn location_functions(raw: &str) -> BTreeMap<&str, &str> {
+    raw.lines()
+        .skip_while(|l| *l != "Locations")
+        .skip(1)
+        .take_while(|l| *l != "Mappings")
+        .filter_map(|l| {
+            let (id, rest) = l.trim().split_once(':')?;
+            Some((id.trim(), rest.split_whitespace().nth(2)?))
+        })
+        .collect()
 }

@@ -134,13 +134,18 @@ pub(super) fn parse_exported(
     }
     Ok(ExportedSymbols {
         symbols,
-        loads: elf
-            .program_headers
-            .iter()
-            .filter(|p| p.p_type == PT_LOAD)
-            .map(|p| (p.p_offset, p.p_vaddr))
-            .collect(),
+        loads: load_segments(&elf),
     })
+}
+
+/// (file offset, virtual address) of each loadable segment: what maps a mapping's file offset
+/// to the addresses the object was linked at.
+fn load_segments(elf: &goblin::elf::Elf<'_>) -> Vec<(u64, u64)> {
+    elf.program_headers
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .map(|p| (p.p_offset, p.p_vaddr))
+        .collect()
 }
 
 /// Identity of a file's contents: device, inode, size, modification time.
@@ -259,12 +264,7 @@ pub fn parse_facts(bytes: &[u8]) -> Result<Option<ElfFacts>, goblin::error::Erro
         code_type_vaddr,
         py_version_vaddr: find("Py_Version"),
         is_shared_object: elf.header.e_type == goblin::elf::header::ET_DYN,
-        loads: elf
-            .program_headers
-            .iter()
-            .filter(|p| p.p_type == PT_LOAD)
-            .map(|p| (p.p_offset, p.p_vaddr))
-            .collect(),
+        loads: load_segments(&elf),
     }))
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use pyagent_tests::agent::{host_wide_lock, pyagent_bin, record, run_pyagent};
-use pyagent_tests::consumers::go_pprof_raw;
+use pyagent_tests::consumers::{go_pprof_raw, location_functions};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::PythonProcess;
 use rstest::rstest;
@@ -36,17 +36,7 @@ fn raw_samples(file: &Path) -> (Vec<String>, Vec<RawSample>) {
         .split_whitespace()
         .map(|t| t.trim_end_matches("[dflt]").to_string())
         .collect();
-    // `ID: 0x0 M=1 function file:line s=N()`
-    let functions: BTreeMap<&str, &str> = raw
-        .lines()
-        .skip_while(|l| *l != "Locations")
-        .skip(1)
-        .take_while(|l| *l != "Mappings")
-        .filter_map(|l| {
-            let (id, rest) = l.trim().split_once(':')?;
-            Some((id.trim(), rest.split_whitespace().nth(2)?))
-        })
-        .collect();
+    let functions = location_functions(&raw);
     let mut samples: Vec<RawSample> = Vec::new();
     for line in raw
         .lines()

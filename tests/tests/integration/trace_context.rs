@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use pyagent_tests::agent::{host_wide_lock, pyagent_bin, record};
-use pyagent_tests::consumers::go_pprof_raw;
+use pyagent_tests::consumers::{go_pprof_raw, location_functions};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::stacks::script;
 use pyagent_tests::{Interpreter, PythonProcess};
@@ -34,17 +34,7 @@ fn build_publisher(py: &Interpreter, tag: &str) -> String {
 
 /// Samples per (span function on the stack, `span_id` label) of `go tool pprof -raw`'s output.
 fn spans_by_function(raw: &str) -> BTreeMap<(String, String), u64> {
-    // Locations: `ID: 0x0 M=1 function file:line s=N()`.
-    let functions: BTreeMap<&str, &str> = raw
-        .lines()
-        .skip_while(|l| *l != "Locations")
-        .skip(1)
-        .take_while(|l| *l != "Mappings")
-        .filter_map(|l| {
-            let (id, rest) = l.trim().split_once(':')?;
-            Some((id.trim(), rest.split_whitespace().nth(2)?))
-        })
-        .collect();
+    let functions = location_functions(raw);
     let mut out = BTreeMap::new();
     let mut current: Option<(String, u64)> = None;
     let mut flush = |current: &mut Option<(String, u64)>, span: &str| {
