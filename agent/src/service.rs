@@ -315,9 +315,8 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
             get(Counter::Truncated),
         );
         metrics.set_bpf_counters(&sums);
-        if let Some((run_ns, runs)) = p.bpf().and_then(|bpf| bpf.run_stats()) {
-            metrics.set_bpf(run_ns, runs, get(Counter::RingbufDropped));
-        }
+        let run = p.bpf().and_then(|bpf| bpf.run_stats());
+        metrics.set_bpf(run, get(Counter::RingbufDropped));
     }
     if let Some(u) = &userspace {
         metrics.add_unverified(deltas.delta(Total::Unverified, u.unverified));

@@ -1,7 +1,8 @@
 # Switches OpenTelemetry thread contexts (OTEP 4947) on a known schedule: argv[1] is the library
 # built from otel_thread_ctx.c. Span A is current while `in_span_a` runs, span B while
-# `in_span_b` runs, each ~50 ms at a time, for argv[2] seconds; the main thread and a second
-# thread both do it.
+# `in_span_b` runs, each ~50 ms at a time, for argv[2] seconds. The main thread does it with
+# spans a and b, a second thread ("worker") with its own spans c and d: a context read from the
+# wrong thread shows.
 import ctypes
 import sys
 import threading
@@ -13,6 +14,8 @@ TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 SPANS = {
     "a": bytes.fromhex("b7ad6b7169203331"),
     "b": bytes.fromhex("00f067aa0ba902b7"),
+    "c": bytes.fromhex("c0c0c0c0c0c0c0c0"),
+    "d": bytes.fromhex("d0d0d0d0d0d0d0d0"),
 }
 
 
@@ -33,17 +36,17 @@ def in_span_b():
     return spin(0.05)
 
 
-def run():
+def run(first, second):
     while time.monotonic() < deadline:
-        lib.set_span(TRACE, SPANS["a"])
+        lib.set_span(TRACE, SPANS[first])
         in_span_a()
-        lib.set_span(TRACE, SPANS["b"])
+        lib.set_span(TRACE, SPANS[second])
         in_span_b()
         lib.clear_span()
 
 
-worker = threading.Thread(target=run, name="worker")
+worker = threading.Thread(target=run, args=("c", "d"), name="worker")
 worker.start()
 print("ready", flush=True)
-run()
+run("a", "b")
 worker.join()

@@ -287,6 +287,7 @@ mod tests {
             offset: 0x1000,
             inode: 1,
             deleted: false,
+            executable: true,
         }];
         assert_eq!(facts.load_bias(&entries), Some(0x7f0000001000 - 0x2000));
     }

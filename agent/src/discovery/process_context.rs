@@ -79,7 +79,7 @@ pub fn published_context(pid: u32) -> Option<PublishedContext> {
 fn context_mapping(maps: &str) -> Option<u64> {
     maps.lines().find_map(|line| {
         let path = line.split_whitespace().nth(5)?;
-        if !MAPPING_NAMES.iter().any(|name| path.starts_with(name)) {
+        if !MAPPING_NAMES.contains(&path) {
             return None;
         }
         let start = line.split('-').next()?;

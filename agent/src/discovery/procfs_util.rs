@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use procfs::process::{MMapPath, MemoryMaps, Process};
+use procfs::process::{MMPermissions, MMapPath, MemoryMaps, Process};
 use procfs::{FromBufRead, ProcError};
 
 use super::DiscoveryError;
@@ -24,6 +24,8 @@ pub struct MapsEntry {
     pub inode: u64,
     /// the path was marked `(deleted)`
     pub deleted: bool,
+    /// mapped executable (code, as a loaded object's text is)
+    pub executable: bool,
 }
 
 /// `/proc/PID` of a process (a PID beyond `i32` names none).
@@ -74,6 +76,7 @@ pub(super) fn read_maps(pid: u32) -> Result<Vec<(PathBuf, MapsEntry)>, Discovery
                     offset: m.offset,
                     inode: m.inode,
                     deleted,
+                    executable: m.perms.contains(MMPermissions::EXECUTE),
                 },
             ))
         })

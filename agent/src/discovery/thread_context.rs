@@ -15,7 +15,7 @@
 //! Everything read is untrusted: a failed or implausible read means "not published".
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::elf::{exported_symbols, load_bias, ExportedSymbols};
 use super::procfs_util::read_maps;
@@ -32,14 +32,17 @@ const DTV_ENTRIES: &str = "_thread_db_dtv_dtv";
 const POINTER_IN_ENTRY: &str = "_thread_db_dtv_t_pointer_val";
 /// Offset of `link_map.l_tls_modid`.
 const MODULE_ID_IN_LINK_MAP: &str = "_thread_db_link_map_l_tls_modid";
+/// Offset of `link_map.l_tls_offset`: where the module's block sits in static TLS, if it does.
+const STATIC_OFFSET_IN_LINK_MAP: &str = "_thread_db_link_map_l_tls_offset";
 /// The dynamic linker's debug interface: `r_map` at 8 is the first `link_map`.
 const R_DEBUG: &str = "_r_debug";
-const WANTED: [&str; 6] = [
+const WANTED: [&str; 7] = [
     TLS_SYMBOL,
     DTV_IN_PTHREAD,
     DTV_ENTRIES,
     POINTER_IN_ENTRY,
     MODULE_ID_IN_LINK_MAP,
+    STATIC_OFFSET_IN_LINK_MAP,
     R_DEBUG,
 ];
 /// `STT_TLS`: the symbol's value is an offset in its module's TLS block.
@@ -52,6 +55,9 @@ const MAX_LINK_MAPS: usize = 4096;
 const MAX_OBJECTS: usize = 4096;
 /// Highest module id believed: glibc numbers modules with TLS from 1, one per object.
 const MAX_MODULE_ID: u64 = 1 << 20;
+/// Largest static TLS offset believed (static TLS is a few KB to a few MB below the thread
+/// pointer); 0 (`NO_TLS_OFFSET`) and -1 (`FORCED_DYNAMIC_TLS_OFFSET`) mean "not in static TLS".
+const MAX_STATIC_OFFSET: u64 = 1 << 30;
 
 /// How to reach a thread's `otel_thread_ctx_v1` from its `pthread_t` (glibc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +72,11 @@ pub struct ThreadContextLayout {
     pub module_id: u64,
     /// the variable's offset in that object's TLS block (its `st_value`)
     pub offset_in_block: u64,
+    /// where the object's block sits below the thread pointer when it is in static TLS
+    /// (`l_tls_offset`; x86_64 puts static TLS below the TCB). glibc gives a `dlopen`ed object
+    /// static TLS when it fits (always for TLSDESC, the model OTEP 4947 asks for) and then
+    /// never fills the DTV entry of threads that already ran: the block is reached this way.
+    pub static_offset: Option<u64>,
 }
 
 /// Finds a process's [`ThreadContextLayout`], remembering what each mapped object exports so
@@ -94,7 +105,7 @@ impl ThreadContextFinder {
             self.objects.clear();
         }
         let mut loaded = Vec::new();
-        for (path, entries) in by_path {
+        for (path, entries) in by_path.into_iter().filter(|(p, e)| loaded_object(p, e)) {
             let inode = entries.first().map_or(0, |e| e.inode);
             let exports = self
                 .objects
@@ -112,6 +123,18 @@ impl ThreadContextFinder {
         }
         layout_of(&loaded, mem)
     }
+}
+
+/// Whether the file mapped at `path` by `entries` is a loaded object worth reading symbols from:
+/// mapped executable (its text), still on disk, and not a device or a memfd. Anything else a
+/// process maps (data files, shared memory, a JIT's memfd) is not parsed: it is not an object,
+/// and a file its owner can shrink under our read is one we do not map.
+fn loaded_object(path: &Path, entries: &[MapsEntry]) -> bool {
+    let text = path.to_string_lossy();
+    entries.iter().any(|e| e.executable)
+        && !entries.iter().any(|e| e.deleted)
+        && !text.starts_with("/dev/")
+        && !text.starts_with("/memfd:")
 }
 
 /// The layout, given the loaded objects that export any of the wanted names.
@@ -146,19 +169,23 @@ fn layout_of(loaded: &[LoadedObject], mem: &mut impl ProcessMemory) -> Option<Th
     if !(8..=64).contains(&dtv_entry_size) || pointer + 8 > dtv_entry_size {
         return None;
     }
+    let static_offset_field = descriptor(STATIC_OFFSET_IN_LINK_MAP);
     let (ld_bias, r_debug, _) = symbol(R_DEBUG)?;
-    let module_id = module_id(
-        mem,
-        ld_bias.checked_add(r_debug)?,
-        module_bias,
-        module_id_field,
-    )?;
+    let link_map = link_map_of(mem, ld_bias.checked_add(r_debug)?, module_bias)?;
+    let module_id = read_field(mem, link_map, module_id_field)?;
+    if !(1..MAX_MODULE_ID).contains(&module_id) {
+        return None;
+    }
+    let static_offset = static_offset_field
+        .and_then(|field| read_field(mem, link_map, field))
+        .filter(|off| (1..MAX_STATIC_OFFSET).contains(off));
     Some(ThreadContextLayout {
         dtv_in_pthread: dtv,
         dtv_entry_size,
         pointer_in_entry: pointer,
         module_id,
         offset_in_block,
+        static_offset,
     })
 }
 
@@ -176,14 +203,8 @@ impl Descriptor {
     }
 }
 
-/// The TLS module id of the object loaded with bias `bias`: its `link_map`'s `l_tls_modid`,
-/// found by walking `_r_debug.r_map`.
-fn module_id(
-    mem: &mut impl ProcessMemory,
-    r_debug: u64,
-    bias: u64,
-    field: Descriptor,
-) -> Option<u64> {
+/// The `link_map` of the object loaded with bias `bias`, found by walking `_r_debug.r_map`.
+fn link_map_of(mem: &mut impl ProcessMemory, r_debug: u64, bias: u64) -> Option<u64> {
     let mut link_map = mem.read_u64(r_debug.checked_add(8)?).ok()?;
     for _ in 0..MAX_LINK_MAPS {
         if link_map == 0 {
@@ -191,17 +212,21 @@ fn module_id(
         }
         // l_addr, at 0, is the load bias.
         if mem.read_u64(link_map).ok()? == bias {
-            let at = link_map.checked_add(field.offset)?;
-            let id = match field.bits {
-                64 => mem.read_u64(at).ok()?,
-                32 => u64::from(mem.read_u32(at).ok()?),
-                _ => return None,
-            };
-            return (1..MAX_MODULE_ID).contains(&id).then_some(id);
+            return Some(link_map);
         }
         link_map = mem.read_u64(link_map.checked_add(L_NEXT)?).ok()?;
     }
     None
+}
+
+/// A 32- or 64-bit field of the structure at `base`, as a descriptor places it.
+fn read_field(mem: &mut impl ProcessMemory, base: u64, field: Descriptor) -> Option<u64> {
+    let at = base.checked_add(field.offset)?;
+    match field.bits {
+        64 => mem.read_u64(at).ok(),
+        32 => mem.read_u32(at).ok().map(u64::from),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -280,6 +305,7 @@ mod tests {
                 pointer_in_entry: 0,
                 module_id: 3,
                 offset_in_block: 0x18,
+                static_offset: None,
             })
         );
     }

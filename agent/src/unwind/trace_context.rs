@@ -21,8 +21,12 @@ use super::sample::TraceContext;
 use crate::discovery::thread_context::{ThreadContextFinder, ThreadContextLayout};
 use crate::memory::{ProcessMemory, RemoteMemory};
 
-/// How long a process that publishes no thread context is left alone before looking again.
+/// How long a process that publishes no thread context is left alone before looking again,
+/// at first; each look that finds nothing doubles it, up to [`LOOK_AGAIN_MAX`] (a tracer is
+/// loaded early in a process's life, or not at all).
 const LOOK_AGAIN: Duration = Duration::from_secs(2);
+/// The longest wait between two looks.
+const LOOK_AGAIN_MAX: Duration = Duration::from_secs(60);
 /// Bytes of the record read: ids, `valid`, flags, attributes size.
 const RECORD_LEN: usize = 28;
 /// Offset of `valid`.
@@ -36,6 +40,8 @@ pub(super) struct TraceContexts {
     finder: ThreadContextFinder,
     layout: Option<ThreadContextLayout>,
     looked_at: Option<Instant>,
+    /// the wait before the next look (doubling)
+    look_again: Option<Duration>,
 }
 
 impl TraceContexts {
@@ -55,11 +61,15 @@ impl TraceContexts {
             return self.layout;
         }
         let now = Instant::now();
+        let wait = self.look_again.unwrap_or(LOOK_AGAIN);
         if self
             .looked_at
-            .is_some_and(|at| now.saturating_duration_since(at) < LOOK_AGAIN)
+            .is_some_and(|at| now.saturating_duration_since(at) < wait)
         {
             return None;
+        }
+        if self.looked_at.is_some() {
+            self.look_again = Some((wait * 2).min(LOOK_AGAIN_MAX));
         }
         self.looked_at = Some(now);
         // Uncached reads: the sampler's page cache plans its prefetch from what samples read.
@@ -81,6 +91,36 @@ pub(super) fn read_context(
     if pthread == 0 {
         return None;
     }
+    let variable = match layout.static_offset {
+        // x86_64: static TLS lies below the thread pointer, which `pthread_t` is.
+        Some(offset) => pthread
+            .checked_sub(offset)?
+            .checked_add(layout.offset_in_block)?,
+        None => dtv_variable(mem, layout, pthread)?,
+    };
+    let record = mem.read_u64(variable).ok()?;
+    if record == 0 {
+        return None;
+    }
+    let mut bytes = [0u8; RECORD_LEN];
+    mem.read(record, &mut bytes).ok()?;
+    if bytes[VALID] != 1 {
+        return None;
+    }
+    let mut trace_id = [0u8; 16];
+    let mut span_id = [0u8; 8];
+    trace_id.copy_from_slice(&bytes[..16]);
+    span_id.copy_from_slice(&bytes[16..24]);
+    Some(TraceContext { trace_id, span_id })
+}
+
+/// The variable's address in the thread's copy of a dynamically allocated block: through the
+/// thread's DTV (`None` while the thread has not touched the module).
+fn dtv_variable(
+    mem: &mut impl ProcessMemory,
+    layout: &ThreadContextLayout,
+    pthread: u64,
+) -> Option<u64> {
     let dtv = mem
         .read_u64(pthread.checked_add(layout.dtv_in_pthread)?)
         .ok()?;
@@ -100,22 +140,7 @@ pub(super) fn read_context(
     if block == 0 || block == u64::MAX {
         return None;
     }
-    let record = mem
-        .read_u64(block.checked_add(layout.offset_in_block)?)
-        .ok()?;
-    if record == 0 {
-        return None;
-    }
-    let mut bytes = [0u8; RECORD_LEN];
-    mem.read(record, &mut bytes).ok()?;
-    if bytes[VALID] != 1 {
-        return None;
-    }
-    let mut trace_id = [0u8; 16];
-    let mut span_id = [0u8; 8];
-    trace_id.copy_from_slice(&bytes[..16]);
-    span_id.copy_from_slice(&bytes[16..24]);
-    Some(TraceContext { trace_id, span_id })
+    block.checked_add(layout.offset_in_block)
 }
 
 #[cfg(test)]
@@ -134,6 +159,7 @@ mod tests {
         pointer_in_entry: 0,
         module_id: 2,
         offset_in_block: 0x10,
+        static_offset: None,
     };
 
     fn put(mem: &mut FakeMemory, addr: u64, data: &[u8]) {
@@ -163,6 +189,27 @@ mod tests {
         let ctx = read_context(&mut thread(), &LAYOUT, PTHREAD).expect("a context");
         assert_eq!(ctx.trace_id_hex(), "0102030405060708090a0b0c0d0e0f10");
         assert_eq!(ctx.span_id_hex(), "1112131415161718");
+    }
+
+    /// A block in static TLS is found below the thread pointer, whatever the DTV says (a thread
+    /// that ran before the object was loaded has no DTV entry for it).
+    #[test]
+    fn a_block_in_static_tls_is_read_below_the_thread_pointer() {
+        let mut mem = thread();
+        put(&mut mem, DTV + 2 * 16, &u64::MAX.to_le_bytes());
+        let pthread = BASE + 0x380;
+        // The block starts 0x180 below the thread pointer: at BLOCK.
+        let layout = ThreadContextLayout {
+            static_offset: Some(pthread - BLOCK),
+            ..LAYOUT
+        };
+        let ctx = read_context(&mut mem, &layout, pthread).expect("a context");
+        assert_eq!(ctx.span_id_hex(), "1112131415161718");
+        assert_eq!(
+            read_context(&mut mem, &LAYOUT, pthread),
+            None,
+            "no DTV entry"
+        );
     }
 
     #[test]

@@ -171,19 +171,21 @@ impl AgentMetrics {
     /// (from `bpf_prog_info`, with `kernel.bpf_stats_enabled=1`), and ring-buffer drops (the program's own
     /// counter). Pass totals, not increments; a total smaller than the last one (program reloaded) counts
     /// from zero again.
-    pub fn set_bpf(&self, run_time_ns: u64, runs: u64, ring_drops: u64) {
+    pub fn set_bpf(&self, run: Option<(u64, u64)>, ring_drops: u64) {
         let mut last = self.bpf_last.lock().expect("bpf totals poisoned");
-        let run_ns = increase(last.run_time_ns, run_time_ns);
-        self.bpf_run_time
-            .inc_by(Duration::from_nanos(run_ns).as_secs_f64());
-        self.bpf_runs.inc_by(increase(last.runs, runs));
         self.ring_drops
             .inc_by(increase(last.ring_drops, ring_drops));
-        *last = BpfTotals {
-            run_time_ns,
-            runs,
-            ring_drops,
-        };
+        last.ring_drops = ring_drops;
+        // Without the kernel's run-time statistics (no CAP_SYS_ADMIN to turn them on) the run
+        // totals stay as they were; the ring drops come from the program's own counters.
+        if let Some((run_time_ns, runs)) = run {
+            let run_ns = increase(last.run_time_ns, run_time_ns);
+            self.bpf_run_time
+                .inc_by(Duration::from_nanos(run_ns).as_secs_f64());
+            self.bpf_runs.inc_by(increase(last.runs, runs));
+            last.run_time_ns = run_time_ns;
+            last.runs = runs;
+        }
     }
 
     /// Records the BPF program's counters (`pa_counters` summed over CPUs, by counter id), each

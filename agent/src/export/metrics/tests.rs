@@ -11,7 +11,7 @@ pub(crate) fn busy_metrics() -> AgentMetrics {
     metrics.add_samples("web", 100, 40);
     metrics.add_samples("worker", 7, 0);
     metrics.add_lost(LossReason::Record(RecordLoss::TornRead), 3);
-    metrics.set_bpf(12_345_678, 200, 1);
+    metrics.set_bpf(Some((12_345_678, 200)), 1);
     metrics.add_cache("page", 90, 10);
     metrics.add_cache("frame", 50, 5);
     metrics.add_cache("code", 500, 2);
@@ -137,13 +137,13 @@ fn services_past_the_cap_fold_into_other() {
 #[test]
 fn bpf_totals_become_increments() {
     let metrics = AgentMetrics::new();
-    metrics.set_bpf(1_500_000_000, 10, 0);
-    metrics.set_bpf(2_000_000_000, 15, 3);
+    metrics.set_bpf(Some((1_500_000_000, 10)), 0);
+    metrics.set_bpf(Some((2_000_000_000, 15)), 3);
     assert_eq!(metrics.bpf_runs.get(), 15);
     assert_eq!(metrics.ring_drops.get(), 3);
     assert!((metrics.bpf_run_time.get() - 2.0).abs() < 1e-9);
     // The program was reloaded: its counters start again from zero.
-    metrics.set_bpf(500_000_000, 2, 0);
+    metrics.set_bpf(Some((500_000_000, 2)), 0);
     assert_eq!(metrics.bpf_runs.get(), 17);
     assert!((metrics.bpf_run_time.get() - 2.5).abs() < 1e-9);
 }

@@ -13,7 +13,8 @@
 //!   off-CPU data a second one, `off_cpu`/`nanoseconds`, without a period.
 //! - sample attributes: `thread.id` (the host's id) and `thread.name`, then the pprof sample labels
 //!   that are not the process's (`ns_thread_id`, `wait`, `gil`, `state`) under their own names;
-//!   `trace_id` and `span_id` (OTEP 4947) become the sample's link (`link_table`, `link_index`).
+//!   `span_id` (OTEP 4947) becomes the sample's link (`link_table`, `link_index`; its trace id
+//!   stays empty: pprof does not carry it).
 //! - every location carries `profile.frame.type` = `cpython`; no mapping (Python frames have no
 //!   addresses).
 //! - the request's dictionary: pprof's string table first (same indices), then what OTLP adds.
@@ -381,9 +382,11 @@ impl Dictionary {
                 };
                 attribute_indices.push(self.attribute(&key, value));
             }
-            let link_index = match (trace_id, span_id) {
-                (Some(t), Some(s)) => self.link(t, s),
-                _ => 0,
+            // pprof carries the span id only (see `export::pprof`): the link's trace id stays
+            // empty unless a profile names one.
+            let link_index = match span_id {
+                Some(s) => self.link(trace_id.unwrap_or_default(), s),
+                None => 0,
             };
             out.push(Sample {
                 stack_index: self.stack(stack),
