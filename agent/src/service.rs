@@ -171,10 +171,10 @@ pub fn run(
     let emit =
         |profiler: &mut HostProfiler, services: &mut HashMap<u32, String>, profiles: &mut u64| {
             for (info, mut window) in profiler.cut() {
-                let service = services
-                    .entry(info.pid)
-                    .or_insert_with(|| service_name(info.identity(), &config.service_names))
-                    .clone();
+                // Named again at every window: a process may publish its OpenTelemetry context
+                // (and so its name) after it was found. Cheap: no read, string rules only.
+                let service = service_name(info.identity(), &config.service_names);
+                services.insert(info.pid, service.clone());
                 window.labels = process_labels(&info, &service, &host);
                 metrics.add_window(&service, &window);
                 let meta = ProfileMeta {

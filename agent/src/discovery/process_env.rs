@@ -41,6 +41,8 @@ pub struct ProcessEnv {
     pub otel_service: Option<String>,
     /// The [`KEPT_ATTRIBUTES`] found, by label name.
     pub labels: BTreeMap<&'static str, String>,
+    /// The process publishes its context (OTEP 4719), and what is above includes it.
+    pub published: bool,
 }
 
 impl ProcessEnv {
@@ -52,11 +54,21 @@ impl ProcessEnv {
         let mut env = std::fs::read(format!("/proc/{pid}/environ"))
             .map(|bytes| ProcessEnv::parse(&bytes))
             .unwrap_or_default();
-        if let Some(published) = published_context(pid) {
-            env.otel_service = published.service.or(env.otel_service);
-            env.labels.extend(published.labels);
-        }
+        env.look_for_published(pid);
         env
+    }
+
+    /// Reads the context process `pid` publishes (OTEP 4719), if it does now, over what its
+    /// environment said; returns whether it was found. SDKs publish once they have started, often
+    /// after the agent found the process: the caller looks again until it appears.
+    pub fn look_for_published(&mut self, pid: u32) -> bool {
+        let Some(published) = published_context(pid) else {
+            return false;
+        };
+        self.otel_service = published.service.or(self.otel_service.take());
+        self.labels.extend(published.labels);
+        self.published = true;
+        true
     }
 
     /// The environment block `environ` (`NAME=value` entries separated by NULs).

@@ -409,6 +409,13 @@ impl HostProfiler {
     /// One window per process with samples since the last cut (processes that exited
     /// included), labelled with pid, ns_pid and python_version.
     pub fn cut(&mut self) -> Vec<(ProcessInfo, ProfileWindow)> {
+        // A process that did not publish its OpenTelemetry context when it was found may have
+        // since (one maps read per process and window until it does).
+        for (&pid, p) in &mut self.collected.profiles {
+            if !p.info.env.published {
+                p.info.env.look_for_published(pid);
+            }
+        }
         // Threads still blocked at a cut have waited since their stack was recorded (or the
         // last cut): that much goes into this window.
         self.collected.weigh_waits(None);

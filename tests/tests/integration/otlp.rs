@@ -297,3 +297,59 @@ fn a_published_process_context_names_the_service() {
     assert!(!raw.contains("ctx-s3cret") && !stderr.contains("ctx-s3cret"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An SDK that publishes its process context after the agent found the process: the next
+/// windows carry the published name.
+#[test]
+fn a_process_context_published_late_renames_the_next_windows() {
+    use pyagent::discovery::process_context::encode_payload;
+
+    pyagent_bin();
+    let payload = encode_payload(vec![("service.name", "ctx-late")]);
+    let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = fresh_path("otel-ctx-late");
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let trigger = dir.join("publish-now");
+    let mut p = PythonProcess::ready(
+        "py312",
+        "otel_ctx.py",
+        &[&hex, "60", trigger.to_str().expect("utf-8")],
+    );
+    let out = dir.join("profiles");
+    let metrics_port = free_port();
+    let mut service = Command::new(pyagent_bin())
+        .args(["--all-python", "--mode", "userspace", "--interval", "1s"])
+        .arg("--output")
+        .arg(&out)
+        .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the service");
+    let pid = p.pid();
+    let named = |service: &str| {
+        let prefix = format!("{service}-{pid}-");
+        std::fs::read_dir(&out)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+    };
+    // Found before it publishes: named by its script.
+    wait_for(
+        "a window named by the script",
+        Duration::from_secs(60),
+        || named("otel_ctx").then_some(()),
+    );
+    assert!(!named("ctx-late"));
+    std::fs::write(&trigger, b"").expect("trigger");
+    p.wait_for_line("published", Duration::from_secs(30));
+    wait_for(
+        "a window named by the context",
+        Duration::from_secs(30),
+        || named("ctx-late").then_some(()),
+    );
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
+    assert!(service.wait().expect("exits").success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
