@@ -27,7 +27,7 @@ pub struct ThreadSample {
     pub truncated: bool,
 }
 
-/// The span a thread was in when sampled: the `trace_id` and `span_id` labels.
+/// The span a thread was in when sampled (the `span_id` label; the trace id is kept with it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TraceContext {
     /// W3C trace id
@@ -37,11 +37,6 @@ pub struct TraceContext {
 }
 
 impl TraceContext {
-    /// The trace id as 32 lowercase hex digits (the label value).
-    pub fn trace_id_hex(&self) -> String {
-        hex(&self.trace_id)
-    }
-
     /// The span id as 16 lowercase hex digits (the label value).
     pub fn span_id_hex(&self) -> String {
         hex(&self.span_id)

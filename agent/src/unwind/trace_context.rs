@@ -187,7 +187,10 @@ mod tests {
     #[test]
     fn a_valid_record_is_the_threads_context() {
         let ctx = read_context(&mut thread(), &LAYOUT, PTHREAD).expect("a context");
-        assert_eq!(ctx.trace_id_hex(), "0102030405060708090a0b0c0d0e0f10");
+        assert_eq!(
+            ctx.trace_id,
+            *b"\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10"
+        );
         assert_eq!(ctx.span_id_hex(), "1112131415161718");
     }
 

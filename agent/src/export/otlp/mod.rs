@@ -357,16 +357,12 @@ impl Dictionary {
                 .map(|id| locations.get(id).copied().unwrap_or(0))
                 .collect();
             let mut attribute_indices = Vec::new();
-            let (mut trace_id, mut span_id) = (None, None);
+            let mut span_id = None;
             for label in &s.label {
                 let key = self.text(label.key).to_owned();
-                // The span (OTEP 4947) is the sample's link, not attributes.
-                match key.as_str() {
-                    "trace_id" => trace_id = from_hex(self.text(label.str)),
-                    "span_id" => span_id = from_hex(self.text(label.str)),
-                    _ => {}
-                }
-                if key == "trace_id" || key == "span_id" {
+                // The span (OTEP 4947) is the sample's link, not an attribute.
+                if key == "span_id" {
+                    span_id = span_bytes(self.text(label.str));
                     continue;
                 }
                 // The process's labels are the resource's attributes.
@@ -383,9 +379,9 @@ impl Dictionary {
                 attribute_indices.push(self.attribute(&key, value));
             }
             // pprof carries the span id only (see `export::pprof`): the link's trace id stays
-            // empty unless a profile names one.
+            // empty.
             let link_index = match span_id {
-                Some(s) => self.link(trace_id.unwrap_or_default(), s),
+                Some(s) => self.link(Vec::new(), s),
                 None => 0,
             };
             out.push(Sample {
@@ -424,14 +420,14 @@ impl Dictionary {
     }
 }
 
-/// The bytes of a lowercase hex label value (`trace_id`, `span_id`); `None` if it is not one.
-fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
+/// The 8 bytes of a `span_id` label (16 hex digits); `None` if it is not one (a damaged file).
+fn span_bytes(text: &str) -> Option<Vec<u8>> {
+    if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    (0..text.len())
+    (0..16)
         .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
         .collect()
 }
 

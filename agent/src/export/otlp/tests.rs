@@ -215,9 +215,10 @@ fn a_window_without_off_cpu_data_gives_one_profile() {
 #[test]
 fn span_labels_are_link_bytes() {
     assert_eq!(
-        from_hex("00f067aa0ba902b7"),
+        span_bytes("00f067aa0ba902b7"),
         Some(vec![0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7])
     );
-    assert_eq!(from_hex("0"), None);
-    assert_eq!(from_hex("zz"), None);
+    assert_eq!(span_bytes("0"), None);
+    assert_eq!(span_bytes("+0f067aa0ba902b7"), None);
+    assert_eq!(span_bytes("zz0f067aa0ba902b"), None);
 }
