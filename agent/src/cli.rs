@@ -133,6 +133,11 @@ pub struct FrameArgs {
     /// chain is whole, and counted as unverified.
     #[arg(long)]
     pub verified_stacks_only: bool,
+    /// asyncio task-aware stacks (CPython 3.14+): a thread running a task shows the task's
+    /// frames, `<task NAME>`, the tasks awaiting it up to the root task, then the event loop's
+    /// frames, and samples get a `task_name` label; `dump --async` prints every task.
+    #[arg(long = "async")]
+    pub async_tasks: bool,
 }
 
 /// `pyagent dump`

@@ -14,7 +14,8 @@ use crate::sampler::blocking::PausedThreads;
 use crate::sampler::off_cpu::{blocked_in, syscall_name, wait_reason};
 use crate::symbolize::{Frame, FrameKind};
 use crate::unwind::{
-    GilState, LostThread, StackLoss, ThreadOutcome, UnwindError, UnwindOptions, Unwinder,
+    AsyncTask, AsyncioError, GilState, LostThread, StackLoss, ThreadOutcome, UnwindError,
+    UnwindOptions, Unwinder,
 };
 
 /// Why a process could not be dumped.
@@ -26,6 +27,9 @@ pub enum DumpError {
     /// Its threads could not be read.
     #[error(transparent)]
     Unwind(#[from] UnwindError),
+    /// Its asyncio tasks could not be read (`dump --async`).
+    #[error(transparent)]
+    Asyncio(#[from] AsyncioError),
     /// The text could not be written.
     #[error("writing the dump: {0}")]
     Write(#[from] io::Error),
@@ -98,7 +102,7 @@ pub struct FrameDump {
     pub file: String,
     /// Line being executed.
     pub line: Option<u32>,
-    /// `python`, `native` or `gc`.
+    /// `python`, `native`, `gc` or `task`.
     pub kind: &'static str,
 }
 
@@ -112,6 +116,7 @@ impl From<&Frame> for FrameDump {
                 FrameKind::Python => "python",
                 FrameKind::Native => "native",
                 FrameKind::Gc => "gc",
+                FrameKind::Task => "task",
             },
         }
     }
@@ -178,6 +183,100 @@ pub fn snapshot(pid: u32, options: UnwindOptions) -> Result<ProcessDump, DumpErr
         dump.threads.push(thread);
     }
     Ok(dump)
+}
+
+/// The asyncio tasks of one process (`dump --async`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TasksDump {
+    /// Host PID.
+    pub pid: u32,
+    /// CPython version.
+    pub python_version: String,
+    /// Every task: each thread's, then those of exited threads.
+    pub tasks: Vec<AsyncTask>,
+}
+
+/// Reads every asyncio task of process `pid`, with its coroutine stack and awaiters.
+pub fn snapshot_tasks(pid: u32, options: UnwindOptions) -> Result<TasksDump, DumpError> {
+    let target = locate_runtime(pid)?;
+    let python_version = target.version().to_string();
+    let mut unwinder = Unwinder::new(target, options);
+    let tasks = unwinder.asyncio_tasks()?;
+    Ok(TasksDump {
+        pid,
+        python_version,
+        tasks,
+    })
+}
+
+/// Writes the tasks as a tree, in the style of `python -m asyncio pstree`: each root task (one
+/// nobody awaits), its coroutine stack outermost first, and under its innermost frame the tasks
+/// it awaits, and so on. A task met again on its own path (an await cycle) is named, not
+/// followed.
+pub fn write_task_tree(dump: &TasksDump, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "Process {} (CPython {}): {} asyncio task{}",
+        dump.pid,
+        dump.python_version,
+        dump.tasks.len(),
+        if dump.tasks.len() == 1 { "" } else { "s" }
+    )?;
+    let known: std::collections::HashSet<u64> = dump.tasks.iter().map(|t| t.id).collect();
+    let mut roots: Vec<&AsyncTask> = dump
+        .tasks
+        .iter()
+        .filter(|t| !t.awaited_by.iter().any(|a| known.contains(a)))
+        .collect();
+    if roots.is_empty() {
+        // Every task is awaited by another: a cycle; start anywhere.
+        roots.extend(dump.tasks.first());
+    }
+    let mut path = Vec::new();
+    for (i, root) in roots.iter().enumerate() {
+        write_task(dump, root, "", i + 1 == roots.len(), &mut path, out)?;
+    }
+    Ok(())
+}
+
+fn write_task(
+    dump: &TasksDump,
+    task: &AsyncTask,
+    prefix: &str,
+    last: bool,
+    path: &mut Vec<u64>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let branch = if last { "└── " } else { "├── " };
+    let state = if task.running { "running" } else { "waiting" };
+    let thread = task
+        .thread
+        .map_or_else(|| "thread exited".to_string(), |t| format!("thread {t}"));
+    if path.contains(&task.id) {
+        return writeln!(
+            out,
+            "{prefix}{branch}(T) {} (await cycle: already above)",
+            task.name
+        );
+    }
+    writeln!(out, "{prefix}{branch}(T) {} [{state}, {thread}]", task.name)?;
+    let mut inner = format!("{prefix}{}", if last { "    " } else { "│   " });
+    for f in &task.coroutine {
+        let line = f.line.map(|l| format!(":{l}")).unwrap_or_default();
+        writeln!(out, "{inner}└──  {} {}{line}", f.function, f.file)?;
+        inner.push_str("    ");
+    }
+    let children: Vec<&AsyncTask> = dump
+        .tasks
+        .iter()
+        .filter(|t| t.awaited_by.contains(&task.id))
+        .collect();
+    path.push(task.id);
+    for (i, child) in children.iter().enumerate() {
+        write_task(dump, child, &inner, i + 1 == children.len(), path, out)?;
+    }
+    path.pop();
+    Ok(())
 }
 
 /// Writes the snapshot of process `pid` as text (what `dump` prints).

@@ -13,6 +13,7 @@ use pyagent::aggregate::{Aggregator, ProfileWindow};
 use pyagent::discovery::locate_runtime;
 use pyagent::discovery::privileges::{Privileges, Shortfall};
 use pyagent::export;
+use pyagent::offsets::AsyncioUnsupported;
 use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::UnwindOptions;
 
@@ -47,11 +48,15 @@ fn unwind_options(f: &FrameArgs) -> UnwindOptions {
         frame_cache: !f.no_frame_cache,
         read_attempts: f.read_attempts,
         keep_moved_top: !f.verified_stacks_only,
+        async_tasks: f.async_tasks,
         ..UnwindOptions::default()
     }
 }
 
 fn dump(args: &DumpArgs) -> Result<()> {
+    if args.frames.async_tasks {
+        return dump_tasks(args);
+    }
     let snapshot = pyagent::dump::snapshot(args.pid, unwind_options(&args.frames))?;
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -59,6 +64,19 @@ fn dump(args: &DumpArgs) -> Result<()> {
         writeln!(out)?;
     } else {
         pyagent::dump::write_text(&snapshot, &mut out)?;
+    }
+    Ok(())
+}
+
+/// `dump --async`: every asyncio task of the process, as a tree of who awaits whom.
+fn dump_tasks(args: &DumpArgs) -> Result<()> {
+    let tasks = pyagent::dump::snapshot_tasks(args.pid, unwind_options(&args.frames))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &tasks).context("writing the dump")?;
+        writeln!(out)?;
+    } else {
+        pyagent::dump::write_task_tree(&tasks, &mut out)?;
     }
     Ok(())
 }
@@ -83,6 +101,9 @@ fn record(args: &RecordArgs) -> Result<()> {
     let mut agg = Aggregator::new(1_000_000_000 / args.rate as u64);
     if let Some(u) = sampler.unwinder(args.pid) {
         check_gil_filter(args, &u.target().offsets)?;
+        if args.frames.async_tasks && u.target().offsets.coroutines.is_none() {
+            return Err(AsyncioUnsupported(u.target().version()).into());
+        }
         agg.set_label("python_version", u.target().version().to_string());
     }
     install_stop_handlers();
@@ -123,6 +144,12 @@ fn record(args: &RecordArgs) -> Result<()> {
         u.rereads,
         u.unverified,
     );
+    if args.frames.async_tasks {
+        summary += &format!(
+            ", {} samples in asyncio tasks, {} not attributed to a task",
+            u.task_samples, u.task_unattributed
+        );
+    }
     if let Some(n) = without_gil {
         summary += &format!(", {n} samples left out by --gil");
     }

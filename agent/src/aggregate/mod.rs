@@ -43,6 +43,8 @@ pub struct StackKey {
     pub cpu: Option<CpuState>,
     /// The span the thread was in (the `trace_id` and `span_id` labels), where published.
     pub trace: Option<TraceContext>,
+    /// The asyncio task the thread ran (the `task_name` label), with task-aware stacks on.
+    pub task: Option<Arc<str>>,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
 }
@@ -209,6 +211,7 @@ impl Aggregator {
             gil: sample.gil,
             cpu: sample.cpu,
             trace: sample.trace,
+            task: sample.task.as_deref().map(|name| self.intern(name)),
             frames: sample.frames.clone(),
         }
     }
@@ -305,6 +308,7 @@ pub(crate) mod tests {
             gil: None,
             cpu: None,
             trace: None,
+            task: None,
             frames,
             truncated: false,
         }

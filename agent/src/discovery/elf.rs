@@ -198,6 +198,63 @@ fn open_mapped_file(
     Ok((via.clone(), open(&via)?))
 }
 
+/// The address in process `pid` of the section `name` of the object mapped at `path`: its
+/// link-time address moved by the object's load bias. `Ok(None)` when the object has no such
+/// section or no maps line matches one of its segments.
+pub(super) fn section_address(
+    pid: u32,
+    path: &Path,
+    entries: &[MapsEntry],
+    name: &str,
+) -> Result<Option<u64>, ElfError> {
+    let (opened, file) = open_mapped_file(pid, path, entries)?;
+    // SAFETY: as in `load_facts`: read-only, private, and a parse of garbage fails cleanly.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|error| ElfError::Io {
+        path: opened.clone(),
+        error,
+    })?;
+    let parse = |error| ElfError::Parse {
+        path: opened.clone(),
+        error,
+    };
+    // Headers only: the symbol tables of a big executable are not needed for a section.
+    let header = Elf::parse_header(&map).map_err(parse)?;
+    let mut elf = Elf::lazy_parse(header).map_err(parse)?;
+    let ctx = goblin::container::Ctx::new(
+        header.container().map_err(parse)?,
+        header.endianness().map_err(parse)?,
+    );
+    elf.section_headers = goblin::elf::SectionHeader::parse(
+        &map,
+        header.e_shoff as usize,
+        header.e_shnum as usize,
+        ctx,
+    )
+    .map_err(parse)?;
+    elf.program_headers = goblin::elf::ProgramHeader::parse(
+        &map,
+        header.e_phoff as usize,
+        header.e_phnum as usize,
+        ctx,
+    )
+    .map_err(parse)?;
+    let Some(strtab) = elf.section_headers.get(header.e_shstrndx as usize) else {
+        return Ok(None);
+    };
+    let names =
+        goblin::strtab::Strtab::parse(&map, strtab.sh_offset as usize, strtab.sh_size as usize, 0)
+            .map_err(parse)?;
+    let Some(vaddr) = elf
+        .section_headers
+        .iter()
+        .find(|s| names.get_at(s.sh_name) == Some(name))
+        .map(|s| s.sh_addr)
+    else {
+        return Ok(None);
+    };
+    Ok(load_bias(&load_segments(&elf), entries).map(|bias| bias.wrapping_add(vaddr)))
+}
+
 /// Parses the object mapped at `path` in process `pid`. `Ok(None)` when it holds no CPython
 /// runtime.
 pub fn load_facts(

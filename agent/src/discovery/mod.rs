@@ -7,6 +7,7 @@
 //! candidate runtime is validated in memory (cookie, live interpreter list) because a process can
 //! map a second, never-initialised libpython (`import ctypes` and friends `dlopen` one).
 
+pub mod asyncio_section;
 pub mod container;
 mod elf;
 pub mod host;

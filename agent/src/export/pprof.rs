@@ -143,6 +143,13 @@ pub fn build(window: &ProfileWindow) -> Profile {
                 ..Label::default()
             });
         }
+        if let Some(task) = &key.task {
+            label.push(Label {
+                key: builder.string("task_name"),
+                str: builder.string(task),
+                ..Label::default()
+            });
+        }
         if let Some(trace) = &key.trace {
             label.push(Label {
                 key: builder.string("span_id"),

@@ -80,7 +80,7 @@ impl FrameTable {
                 file: Some(f.file().to_string()),
                 line: f.line,
             },
-            FrameKind::Native | FrameKind::Gc => FrameEntry {
+            FrameKind::Native | FrameKind::Gc | FrameKind::Task => FrameEntry {
                 name: f.function().to_string(),
                 file: None,
                 line: None,

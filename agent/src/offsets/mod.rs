@@ -11,6 +11,7 @@
 //! `threading.Thread` names needs, `validate` the checks of an untrusted table; `debug_offsets` reads
 //! 3.13+ tables and `tables` holds the built-in 3.11/3.12 layouts.
 
+mod asyncio;
 mod debug_offsets;
 mod gil;
 mod layout;
@@ -19,6 +20,10 @@ mod thread_names;
 mod validate;
 mod version;
 
+pub use asyncio::{
+    AsyncioDebugOffsets, AsyncioUnsupported, CoroutineOffsets, CoroutineState, FrameStateCodes,
+    ASYNCIO_DEBUG_LEN, TPFLAGS_LONG_SUBCLASS, TPFLAGS_UNICODE_SUBCLASS,
+};
 pub use debug_offsets::{
     debug_offsets_len, parse_debug_offsets, DEBUG_OFFSETS_COOKIE, DEBUG_OFFSETS_PREFIX_LEN,
 };
@@ -100,6 +105,8 @@ pub struct Offsets {
     pub frame: FrameModel,
     /// for reading `threading.Thread` names (`None`: names come from /proc only)
     pub thread_names: Option<ThreadNameOffsets>,
+    /// for reading asyncio tasks' coroutines (`None` before 3.14: no task stacks)
+    pub coroutines: Option<CoroutineOffsets>,
 }
 /// Largest header prefix we read of a frame, thread state or code object.
 pub const MAX_HEADER_READ: u64 = 4096;

@@ -234,6 +234,31 @@ impl Offsets {
                 }
             }
         }
+        if let Some(c) = &self.coroutines {
+            // The frame lies inside the coroutine object, within a header's reach.
+            check(
+                "gen_object.gi_iframe",
+                c.gi_iframe,
+                8,
+                MAX_HEADER_READ.saturating_sub(f.size),
+            )?;
+            check(
+                "gen_object.gi_frame_state",
+                c.gi_frame_state,
+                1,
+                MAX_HEADER_READ,
+            )?;
+            check("interpreter_frame.stackpointer", c.stackpointer, 8, f.size)?;
+            for (field, off) in [
+                ("set_object.used", c.set_used),
+                ("set_object.table", c.set_table),
+                ("set_object.mask", c.set_mask),
+                ("type_object.tp_flags", c.tp_flags),
+            ] {
+                check(field, off, 8, MAX_HEADER_READ)?;
+            }
+            check("llist_node.next", c.llist_next, 8, 16)?;
+        }
         Ok(())
     }
 }

@@ -9,6 +9,9 @@ pub enum FrameKind {
     Native,
     /// `<GC>`: the garbage collector ran from the frame below.
     Gc,
+    /// `<task NAME>`: the asyncio task whose coroutine runs in the frames above (task-aware
+    /// stacks); the frames below belong to the task awaiting it, or to the event loop.
+    Task,
 }
 
 /// What a frame runs: the parts of a code object a profile shows, shared by every frame of it.
@@ -48,6 +51,7 @@ pub struct Frame {
 static NATIVE: LazyLock<Arc<CodeName>> =
     LazyLock::new(|| Arc::new(CodeName::new("<native>", "~", 0)));
 static GC: LazyLock<Arc<CodeName>> = LazyLock::new(|| Arc::new(CodeName::new("<GC>", "~", 0)));
+static TASK: LazyLock<Arc<CodeName>> = LazyLock::new(|| Arc::new(CodeName::new("<task>", "~", 0)));
 static PYTHON: LazyLock<Arc<CodeName>> =
     LazyLock::new(|| Arc::new(CodeName::new("<python>", "~", 0)));
 
@@ -57,12 +61,22 @@ impl Frame {
         let code = match kind {
             FrameKind::Native => &NATIVE,
             FrameKind::Gc => &GC,
+            FrameKind::Task => &TASK,
             FrameKind::Python => &PYTHON,
         };
         Frame {
             code: Arc::clone(code),
             line: None,
             kind,
+        }
+    }
+
+    /// The `<task NAME>` frame of a task, from its code name ([`task_code_name`]).
+    pub fn task(code: Arc<CodeName>) -> Frame {
+        Frame {
+            code,
+            line: None,
+            kind: FrameKind::Task,
         }
     }
 
@@ -87,4 +101,9 @@ impl std::fmt::Display for Frame {
             _ => write!(f, "{}", self.function()),
         }
     }
+}
+
+/// The code name of a `<task NAME>` frame: made once per task name, shared by its frames.
+pub fn task_code_name(name: &str) -> Arc<CodeName> {
+    Arc::new(CodeName::new(&format!("<task {name}>"), "~", 0))
 }

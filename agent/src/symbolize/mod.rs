@@ -16,7 +16,7 @@ use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 pub use bytecode::bytecode_base;
-pub use frame::{CodeName, Frame, FrameKind};
+pub use frame::{task_code_name, CodeName, Frame, FrameKind};
 pub use linetable::{LineRange, LineTable};
 pub use strings::{read_bytes, read_str, ObjectError};
 

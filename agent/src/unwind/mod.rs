@@ -8,6 +8,7 @@
 //! Thread names (`threading.Thread.name`, else the OS name) are cached per thread and read again
 //! for new threads and once a second (`thread_names`), not per sample.
 
+mod asyncio;
 mod decode;
 mod error;
 pub mod frame_cache;
@@ -26,6 +27,7 @@ pub mod walk;
 
 use std::sync::Arc;
 
+pub use asyncio::{AsyncTask, AsyncioError, TaskFrame};
 pub use decode::{DecodedRecord, RecordKind};
 pub use error::{LostThread, ThreadOutcome, UnwindError};
 pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};
@@ -36,6 +38,7 @@ pub use sample::{CpuState, GilState, ThreadSample, TraceContext};
 pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
 
+use asyncio::AsyncioState;
 use record::RecordContext;
 use thread_names::ThreadNames;
 use trace_context::TraceContexts;
@@ -62,6 +65,8 @@ pub struct Unwinder {
     main_interp: Option<InterpreterInfo>,
     /// what records walked by the BPF program are resolved against
     records: RecordContext,
+    /// asyncio's table and task names (task-aware stacks)
+    asyncio: AsyncioState,
 }
 
 impl Unwinder {
@@ -81,6 +86,7 @@ impl Unwinder {
             stats: UnwindStats::default(),
             main_interp: None,
             records: RecordContext::default(),
+            asyncio: AsyncioState::default(),
         };
         if use_cache {
             u.clear_anchors();
@@ -228,6 +234,7 @@ impl Unwinder {
             gil: t.holds_gil.map(GilState::from_held),
             cpu: None,
             trace,
+            task: None,
             frames,
             truncated,
         }

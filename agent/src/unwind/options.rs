@@ -24,6 +24,9 @@ pub struct UnwindOptions {
     /// read each thread's OpenTelemetry trace context (OTEP 4947) with its stack, where the
     /// process publishes one (see `trace_context`)
     pub trace_context: bool,
+    /// task-aware stacks: a thread running an asyncio task shows the task and the tasks
+    /// awaiting it (CPython 3.14+; see `asyncio`)
+    pub async_tasks: bool,
 }
 
 impl Default for UnwindOptions {
@@ -39,6 +42,7 @@ impl Default for UnwindOptions {
             read_attempts: 128,
             keep_moved_top: true,
             trace_context: true,
+            async_tasks: false,
         }
     }
 }
@@ -80,6 +84,12 @@ pub struct UnwindStats {
     /// 3.15 walks whose stack the frame cache could not hold (its thread or depth bound, a
     /// truncated walk): the thread's anchor is cleared, so BPF walks it whole
     pub uncached_walks: u64,
+    /// task-aware stacks: samples of a thread running an asyncio task, attributed to it
+    pub task_samples: u64,
+    /// task-aware stacks: samples of a thread running a task that could not be attributed
+    /// (the task's frame was not on the walked stack, or the task could not be read); kept as
+    /// the thread's plain stack
+    pub task_unattributed: u64,
 }
 
 impl std::ops::AddAssign for UnwindStats {
@@ -102,6 +112,8 @@ impl std::ops::AddAssign for UnwindStats {
             anchor_writes,
             anchor_write_races,
             uncached_walks,
+            task_samples,
+            task_unattributed,
         } = o;
         self.samples += samples;
         self.thread_samples += thread_samples;
@@ -119,6 +131,8 @@ impl std::ops::AddAssign for UnwindStats {
         self.anchor_writes += anchor_writes;
         self.anchor_write_races += anchor_write_races;
         self.uncached_walks += uncached_walks;
+        self.task_samples += task_samples;
+        self.task_unattributed += task_unattributed;
     }
 }
 

@@ -131,11 +131,16 @@ impl Unwinder {
     pub fn begin_records(&mut self) -> Result<(), UnwindError> {
         if self.records.last_validated.elapsed() < RECORD_VALIDATE_INTERVAL {
             self.begin_cached_batch();
-            return Ok(());
+        } else {
+            self.records.last_validated = Instant::now();
+            let interpreters = self.begin_batch()?;
+            self.records.set_interpreters(&interpreters);
         }
-        self.records.last_validated = Instant::now();
-        let interpreters = self.begin_batch()?;
-        self.records.set_interpreters(&interpreters);
+        if self.options.async_tasks {
+            // Every drain: a task created since the last one must be known to its records.
+            let tstates = self.records.interp_of.keys().copied().collect();
+            self.index_task_frames(tstates);
+        }
         Ok(())
     }
 
@@ -168,6 +173,7 @@ impl Unwinder {
         if let Some((interp, _)) = interpreters.first() {
             self.symbolizer.begin_sample(interp.code_generation);
         }
+
         Ok(interpreters)
     }
 
@@ -210,7 +216,17 @@ impl Unwinder {
             }
         };
         self.stats.frames_read += raw.len() as u64;
-        let mut frames: Vec<_> = resolved.into_iter().map(|c| c.frame).collect();
+        // Task attribution finds a task's frame by address, in the cached part too: keep the
+        // addresses until it has (the plain path clones frames straight out of the cache).
+        let with_addresses = self.options.async_tasks;
+        let mut frames: Vec<_> = if with_addresses {
+            Vec::new()
+        } else {
+            std::mem::take(&mut resolved)
+                .into_iter()
+                .map(|c| c.frame)
+                .collect()
+        };
         if walk.anchor_hit {
             let (anchor, seq) = walk.anchor;
             let gc_frame = self.gc_frame(interp);
@@ -232,10 +248,20 @@ impl Unwinder {
                 self.stats.cache_partial_hits += 1;
             }
             self.stats.frames_cached += tail.len() as u64;
-            frames.reserve(tail.len() + 1);
-            Self::append_tail(&mut frames, pending_native, gc_frame, tail);
+            if with_addresses {
+                let tail = tail.to_vec();
+                Self::splice_tail(&mut resolved, pending_native, gc_frame, tail);
+            } else {
+                frames.reserve(tail.len() + 1);
+                Self::append_tail(&mut frames, pending_native, gc_frame, tail);
+            }
         } else if walk.truncated {
             self.stats.truncated += 1;
+        }
+        let mut task = None;
+        if with_addresses {
+            task = self.attribute_record(walk.tstate, raw, &mut resolved);
+            frames = resolved.into_iter().map(|c| c.frame).collect();
         }
         let name = self.thread_name(ns_tid);
         // No trace context on BPF records: read here it would be the thread's context at the
@@ -251,6 +277,7 @@ impl Unwinder {
             gil: walk.gil,
             cpu: None,
             trace,
+            task,
             frames,
             truncated: walk.truncated,
         })

@@ -21,6 +21,9 @@ pub struct ThreadSample {
     pub cpu: Option<CpuState>,
     /// The trace and span the thread was in, where the process publishes them (OTEP 4947).
     pub trace: Option<TraceContext>,
+    /// The asyncio task the thread was running (the `task_name` label), with task-aware
+    /// stacks on.
+    pub task: Option<Arc<str>>,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
     /// The walk stopped before the bottom of the stack (depth bound, torn read).

@@ -130,8 +130,7 @@ impl Unwinder {
         if moved {
             // Kept for the profile's sake, never cached: the next walk must not build on it.
             self.stats.unverified += 1;
-            let frames = self.finish(interp, t, resolved);
-            return Ok(self.make_sample(t, frames, truncated));
+            return Ok(self.finish_sample(interp, t, resolved, truncated));
         }
         if let (Some(fc), Some((anchor_frame, seq))) = (self.frame_cache.as_mut(), anchor) {
             let stored = !truncated && fc.store(key, seq, resolved.iter().cloned());
@@ -159,8 +158,27 @@ impl Unwinder {
                 }
             }
         }
+        Ok(self.finish_sample(interp, t, resolved, truncated))
+    }
+
+    /// The sample of resolved frames: task-aware when asked for (the stored stack stays the
+    /// thread's own), with the `<GC>` marker of versions that only say "collecting".
+    fn finish_sample(
+        &mut self,
+        interp: &InterpreterInfo,
+        t: &ThreadInfo,
+        mut resolved: Vec<CachedFrame>,
+        truncated: bool,
+    ) -> ThreadSample {
+        let task = if self.options.async_tasks {
+            self.attribute_task(t, &mut resolved)
+        } else {
+            None
+        };
         let frames = self.finish(interp, t, resolved);
-        Ok(self.make_sample(t, frames, truncated))
+        let mut sample = self.make_sample(t, frames, truncated);
+        sample.task = task;
+        sample
     }
 
     /// A sample made of the freshly read top frame and the stack cached below it.
@@ -176,10 +194,21 @@ impl Unwinder {
         self.stats.cache_full_hits += 1;
         self.stats.frames_read += 1;
         self.stats.frames_cached += tail_len as u64;
+        let gc_frame = self.gc_frame(interp);
+        if self.options.async_tasks {
+            // Task attribution finds the task's frame by address: keep them until it has.
+            let tail = self
+                .frame_cache
+                .as_ref()
+                .and_then(|fc| fc.stack(key))
+                .map_or_else(Vec::new, |s| s[1..].to_vec());
+            let mut all = resolved;
+            Self::splice_tail(&mut all, pending_native, gc_frame, tail);
+            return self.finish_sample(interp, t, all, false);
+        }
         let mut frames = Vec::with_capacity(tail_len + 3);
         frames.extend(self.gc_marker_without_frame(interp, t));
         frames.extend(resolved.into_iter().map(|c| c.frame));
-        let gc_frame = self.gc_frame(interp);
         let tail = self
             .frame_cache
             .as_ref()

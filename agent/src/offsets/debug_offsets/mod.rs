@@ -12,10 +12,11 @@ use std::collections::HashMap;
 
 use self::slots::slots_for;
 use super::{
-    BytesObjectOffsets, CodeObjectOffsets, DictObjectOffsets, FrameModel, GcOffsets, GilLocation,
-    InterpreterFrameOffsets, InterpreterStateOffsets, LongFormat, LongObjectOffsets, ManagedDict,
-    Offsets, OffsetsError, PyObjectOffsets, PythonVersion, RuntimeStateOffsets, ThreadNameOffsets,
-    ThreadStateOffsets, UnicodeObjectOffsets, UnicodeStateBits, DICT_KEYS,
+    BytesObjectOffsets, CodeObjectOffsets, CoroutineOffsets, DictObjectOffsets, FrameModel,
+    GcOffsets, GilLocation, InterpreterFrameOffsets, InterpreterStateOffsets, LongFormat,
+    LongObjectOffsets, ManagedDict, Offsets, OffsetsError, PyObjectOffsets, PythonVersion,
+    RuntimeStateOffsets, ThreadNameOffsets, ThreadStateOffsets, UnicodeObjectOffsets,
+    UnicodeStateBits, DICT_KEYS,
 };
 
 /// The 8 bytes that open `_Py_DebugOffsets`.
@@ -194,6 +195,7 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
             is_entry: None,
         },
         thread_names: Some(thread_names(&get, &opt, free_threaded, pyobject.size)),
+        coroutines: CoroutineOffsets::from_slots(version, &opt),
     };
     offsets.validate()?;
     Ok(offsets)

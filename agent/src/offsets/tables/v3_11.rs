@@ -114,4 +114,5 @@ pub(super) const OFFSETS: Offsets = Offsets {
             dict_before: 24,
         },
     }),
+    coroutines: None,
 };

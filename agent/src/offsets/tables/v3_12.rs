@@ -110,4 +110,5 @@ pub(super) const OFFSETS: Offsets = Offsets {
         },
         managed_dict: ManagedDict::TaggedDictOrValues { before: 24 },
     }),
+    coroutines: None,
 };

@@ -51,7 +51,21 @@ fn vouched_tail(seq_stored: u64, frames: &[CachedFrame], anchor: u64, seq: u64) 
 pub struct FrameCache {
     entries: HashMap<ThreadKey, Entry>,
     round: u64,
+    /// BPF records of a thread whose anchor the cache could not vouch for, since its stack was
+    /// last stored
+    external_misses: HashMap<ThreadKey, u32>,
+    /// threads not anchored again before this round: their anchor kept missing
+    demoted: HashMap<ThreadKey, u64>,
 }
+
+/// Consecutive BPF anchor misses of a thread after which it is no longer anchored (each one is
+/// a lost record). An event loop moves the anchor through frames the cache does not count
+/// (a task step's C-level entry frame leaves the chain on every `await`), so the sequence
+/// arithmetic fails every time; walking such a thread whole in BPF costs more and loses
+/// nothing.
+const DEMOTE_AFTER_MISSES: u32 = 8;
+/// Rounds a demoted thread stays unanchored before the cache tries it again.
+const DEMOTED_ROUNDS: u64 = 64;
 
 /// Most threads we keep stacks for; beyond that new threads are not cached, and their anchors
 /// are cleared so that BPF walks them whole.
@@ -107,13 +121,24 @@ impl FrameCache {
         seq: u64,
     ) -> Option<&[CachedFrame]> {
         let round = self.round;
-        let e = self.entries.get_mut(&key)?;
-        e.seen = round;
-        if let Some(start) = vouched_tail(e.seq, &e.frames, anchor, seq) {
-            return Some(&e.frames[start..]);
-        }
-        let (prev_seq, prev) = e.previous.as_ref()?;
-        vouched_tail(*prev_seq, prev, anchor, seq).map(|start| &prev[start..])
+        let vouched = self.entries.get_mut(&key).and_then(|e| {
+            e.seen = round;
+            vouched_tail(e.seq, &e.frames, anchor, seq)
+                .map(|start| (false, start))
+                .or_else(|| {
+                    let (prev_seq, prev) = e.previous.as_ref()?;
+                    vouched_tail(*prev_seq, prev, anchor, seq).map(|start| (true, start))
+                })
+        });
+        let Some((previous, start)) = vouched else {
+            *self.external_misses.entry(key).or_default() += 1;
+            return None;
+        };
+        let e = self.entries.get(&key)?;
+        Some(match (&e.previous, previous) {
+            (Some((_, prev)), true) => &prev[start..],
+            _ => &e.frames[start..],
+        })
     }
 
     /// Stores a complete stack, taken while the anchor sequence was `seq`, and returns whether
@@ -127,6 +152,17 @@ impl FrameCache {
         frames: impl Iterator<Item = CachedFrame>,
     ) -> bool {
         if self.entries.len() >= MAX_THREADS && !self.entries.contains_key(&key) {
+            return false;
+        }
+        if self.external_misses.remove(&key).unwrap_or(0) >= DEMOTE_AFTER_MISSES {
+            self.demoted.insert(key, self.round + DEMOTED_ROUNDS);
+        }
+        if self
+            .demoted
+            .get(&key)
+            .is_some_and(|&until| self.round < until)
+        {
+            self.entries.remove(&key);
             return false;
         }
         let frames: Vec<CachedFrame> = frames
@@ -160,6 +196,9 @@ impl FrameCache {
     pub fn end_round(&mut self) {
         let round = self.round;
         self.entries.retain(|_, e| e.seen == round);
+        self.demoted.retain(|_, &mut until| until > round);
+        self.external_misses
+            .retain(|key, _| self.entries.contains_key(key));
         self.round += 1;
     }
 

@@ -14,7 +14,7 @@
 //! This module is the cache and the walk from the runtime to the names; decoding the objects
 //! on the way (dicts, ints, strs, instance attributes) is [`objects`]'s.
 
-mod objects;
+pub(super) mod objects;
 #[cfg(test)]
 mod tests;
 

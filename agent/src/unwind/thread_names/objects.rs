@@ -13,8 +13,8 @@ use foldhash::{HashMap, HashMapExt};
 
 use crate::memory::{MemoryError, ProcessMemory, StructBytes};
 use crate::offsets::{
-    LongFormat, ManagedDict, Offsets, ThreadNameOffsets, DICT_KEYS_GENERAL, DICT_KEYS_SPLIT,
-    TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT,
+    LongFormat, LongObjectOffsets, ManagedDict, Offsets, ThreadNameOffsets, DICT_KEYS_GENERAL,
+    DICT_KEYS_SPLIT, TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT,
 };
 use crate::symbolize::{read_str, ObjectError};
 
@@ -292,35 +292,7 @@ impl<'a, M: ProcessMemory> Reader<'a, M> {
 
     /// The value of an int that fits 64 bits and is not negative (a pthread ident).
     pub(super) fn read_int(&mut self, addr: u64) -> Result<Option<u64>, ObjectError> {
-        let l = &self.n.long_object;
-        // Three 30-bit digits hold any u64.
-        let mut buf = [0u8; 64];
-        let len = (l.lv_tag + 8).max(l.ob_digit + 12).min(64) as usize;
-        let buf = &mut buf[..len];
-        self.mem.read(addr, buf)?;
-        let tag = buf.u64_at(l.lv_tag);
-        let (ndigits, negative) = match l.format {
-            LongFormat::SignedSize => ((tag as i64).unsigned_abs(), (tag as i64) < 0),
-            LongFormat::LvTag => (tag >> 3, tag & 3 == 2),
-        };
-        if negative || ndigits > 3 {
-            return Ok(None);
-        }
-        let mut value: u64 = 0;
-        for i in 0..ndigits {
-            let digit = u64::from(buf.u32_at(l.ob_digit + 4 * i));
-            if digit >= 1 << 30 {
-                return Err(ObjectError::Malformed { addr });
-            }
-            let Some(part) = digit
-                .checked_shl(30 * i as u32)
-                .filter(|p| p >> (30 * i) == digit)
-            else {
-                return Ok(None);
-            };
-            value |= part;
-        }
-        Ok(Some(value))
+        read_u64_int(self.mem, &self.n.long_object, addr)
     }
 
     /// What instances of the type at `ty` need for finding their attribute `name`, read once
@@ -441,4 +413,41 @@ struct TypeInfo {
 /// `addr + off`, or malformed if that leaves the address space.
 fn offset(addr: u64, off: u64) -> Result<u64, ObjectError> {
     addr.checked_add(off).ok_or(ObjectError::Malformed { addr })
+}
+
+/// The value of the int at `addr` if it fits 64 bits and is not negative; `None` otherwise
+/// (a thread ident, a task's counter name).
+pub(in crate::unwind) fn read_u64_int(
+    mem: &mut impl ProcessMemory,
+    l: &LongObjectOffsets,
+    addr: u64,
+) -> Result<Option<u64>, ObjectError> {
+    // Three 30-bit digits hold any u64.
+    let mut buf = [0u8; 64];
+    let len = (l.lv_tag + 8).max(l.ob_digit + 12).min(64) as usize;
+    let buf = &mut buf[..len];
+    mem.read(addr, buf)?;
+    let tag = buf.u64_at(l.lv_tag);
+    let (ndigits, negative) = match l.format {
+        LongFormat::SignedSize => ((tag as i64).unsigned_abs(), (tag as i64) < 0),
+        LongFormat::LvTag => (tag >> 3, tag & 3 == 2),
+    };
+    if negative || ndigits > 3 {
+        return Ok(None);
+    }
+    let mut value: u64 = 0;
+    for i in 0..ndigits {
+        let digit = u64::from(buf.u32_at(l.ob_digit + 4 * i));
+        if digit >= 1 << 30 {
+            return Err(ObjectError::Malformed { addr });
+        }
+        let Some(part) = digit
+            .checked_shl(30 * i as u32)
+            .filter(|p| p >> (30 * i) == digit)
+        else {
+            return Ok(None);
+        };
+        value |= part;
+    }
+    Ok(Some(value))
 }
