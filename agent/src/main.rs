@@ -287,7 +287,11 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     if args.blocking || args.idle || args.subprocesses {
         bail!("--blocking, --idle and --subprocesses need --mode userspace");
     }
-    check_gil_filter(args, &locate_runtime(args.pid)?.offsets)?;
+    let target = locate_runtime(args.pid)?;
+    check_gil_filter(args, &target.offsets)?;
+    if args.frames.async_tasks && target.offsets.coroutines.is_none() {
+        return Err(AsyncioUnsupported(target.version()).into());
+    }
     let format = output_format(args)?;
     let file = File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
@@ -346,6 +350,13 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     );
     if let Some(n) = without_gil {
         eprintln!("pyagent: --gil left out {n} samples of threads that did not hold the GIL");
+    }
+    if args.frames.async_tasks {
+        let u = profiler.unwind_stats();
+        eprintln!(
+            "pyagent: {} samples in asyncio tasks, {} not attributed to a task",
+            u.task_samples, u.task_unattributed
+        );
     }
     if args.off_cpu {
         print_off_cpu_summary(&profiler);

@@ -27,12 +27,12 @@ async def produce(queue):
 
 async def nap():
     while True:
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # @nap-await
 
 
 async def drain(queue):
     while True:
-        await queue.get()
+        await queue.get()  # @drain-await
 
 
 async def main():
@@ -44,7 +44,7 @@ async def main():
     ]
     await asyncio.sleep(0)
     print("ready", flush=True)
-    await asyncio.gather(*tasks)
+    await asyncio.gather(*tasks)  # @main-await
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 //! pyagent's integration tests: real interpreters of the matrix (`cargo xtask pythons`), real
 //! target processes, the real `pyagent` binary. One binary, a module per topic.
 
+#[path = "integration/asyncio_tasks.rs"]
+mod asyncio_tasks;
 #[path = "integration/cli.rs"]
 mod cli;
 #[path = "integration/cycles.rs"]

@@ -467,6 +467,20 @@ impl HostProfiler {
         self.cache_totals().frame_cache_bypassed
     }
 
+    /// Unwinder counters of the processes profiled now (userspace: and of those that exited).
+    pub fn unwind_stats(&self) -> UnwindStats {
+        match &self.backend {
+            Backend::Userspace(s) => s.unwind_stats(),
+            Backend::Bpf(b) => {
+                let mut total = UnwindStats::default();
+                for u in b.unwinders() {
+                    total += u.stats();
+                }
+                total
+            }
+        }
+    }
+
     /// Unwinder cache hits and misses since the start (processes that exited included), per
     /// cache: totals that only grow.
     pub fn cache_stats(&self) -> BTreeMap<&'static str, (u64, u64)> {

@@ -1,0 +1,277 @@
+//! asyncio task-aware stacks (CPython 3.14+): `dump --async` against the task graph the target
+//! was built with, `record --async` against CPython's own sampler (`profiling.sampling
+//! --async-aware`, 3.15), task churn, and the one-line refusal before 3.14.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use pyagent_tests::agent::{host_wide_lock, record_collapsed, run_pyagent};
+use pyagent_tests::scratch::fresh_path;
+use pyagent_tests::stacks::marker_line;
+use pyagent_tests::{Interpreter, PythonProcess};
+use rstest::rstest;
+use serde_json::Value;
+
+/// `dump --async --json` of `pid`.
+fn dump_tasks(pid: u32) -> Value {
+    let out = run_pyagent(&["dump", "--pid", &pid.to_string(), "--async", "--json"]);
+    assert!(
+        out.status.success(),
+        "dump --async: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("dump --async --json prints JSON")
+}
+
+/// name → (coroutine functions outermost first, the lines of its frames, names of the tasks
+/// awaiting it)
+type Graph = BTreeMap<String, (Vec<String>, Vec<Option<u64>>, Vec<String>)>;
+
+fn graph(dump: &Value) -> Graph {
+    let tasks = dump["tasks"].as_array().expect("a task list");
+    let name_of: BTreeMap<u64, String> = tasks
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_u64().expect("id"),
+                t["name"].as_str().expect("name").to_string(),
+            )
+        })
+        .collect();
+    tasks
+        .iter()
+        .map(|t| {
+            let frames = t["coroutine"].as_array().expect("coroutine");
+            let mut awaiters: Vec<String> = t["awaited_by"]
+                .as_array()
+                .expect("awaited_by")
+                .iter()
+                .map(|id| {
+                    name_of
+                        .get(&id.as_u64().expect("id"))
+                        .cloned()
+                        .unwrap_or_else(|| format!("unknown {id}"))
+                })
+                .collect();
+            awaiters.sort();
+            (
+                t["name"].as_str().expect("name").to_string(),
+                (
+                    frames
+                        .iter()
+                        .map(|f| f["function"].as_str().expect("function").to_string())
+                        .collect(),
+                    frames.iter().map(|f| f["line"].as_u64()).collect(),
+                    awaiters,
+                ),
+            )
+        })
+        .collect()
+}
+
+#[rstest]
+fn dump_async_names_every_task_its_coroutine_stack_and_its_awaiter(
+    #[values("py314", "py315")] py: &str,
+) {
+    let target = PythonProcess::ready(py, "async_tasks.py", &[]);
+    let g = graph(&dump_tasks(target.pid()));
+    let line = |m| Some(u64::from(marker_line("async_tasks.py", m)));
+    let root = vec!["Task-1".to_string()];
+    assert_eq!(g.len(), 4, "{py}: {g:#?}");
+    assert_eq!(
+        g["Task-1"],
+        (vec!["main".into()], vec![line("main-await")], vec![]),
+        "{py}"
+    );
+    let (functions, lines, awaiters) = &g["sleeper"];
+    assert_eq!(functions, &["nap", "sleep"], "{py}");
+    assert_eq!(lines[0], line("nap-await"), "{py}");
+    assert_eq!(awaiters, &root, "{py}");
+    let (functions, lines, awaiters) = &g["consumer"];
+    assert_eq!(functions, &["drain", "Queue.get"], "{py}");
+    assert_eq!(lines[0], line("drain-await"), "{py}");
+    assert_eq!(awaiters, &root, "{py}");
+    let (functions, _, awaiters) = &g["producer"];
+    assert_eq!(
+        functions.first().map(String::as_str),
+        Some("produce"),
+        "{py}"
+    );
+    assert_eq!(awaiters, &root, "{py}");
+
+    // The text is the same tree, in `python -m asyncio pstree`'s shape.
+    let out = run_pyagent(&["dump", "--pid", &target.pid().to_string(), "--async"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("└── (T) Task-1 ["), "{text}");
+    assert!(text.contains("    └──  main "), "{text}");
+    assert!(text.contains("        ├── (T) producer ["), "{text}");
+    assert!(text.contains("        └── (T) consumer ["), "{text}");
+}
+
+/// Shares of samples per task path (`Task-1/producer`, …) of collapsed stacks whose task
+/// frames are found by `task_of`; samples outside any task count under "".
+fn task_shares(collapsed: &str, task_of: impl Fn(&str) -> Option<String>) -> BTreeMap<String, f64> {
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut total = 0;
+    for line in collapsed.lines() {
+        let Some((stack, n)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let n: u64 = n.parse().expect("a count");
+        let path: Vec<String> = stack.split(';').filter_map(&task_of).collect();
+        *counts.entry(path.join("/")).or_default() += n;
+        total += n;
+    }
+    assert!(total > 0, "no samples: {collapsed}");
+    counts
+        .into_iter()
+        .map(|(k, n)| (k, n as f64 / total as f64))
+        .collect()
+}
+
+/// pyagent's `<task NAME>` frames.
+fn pyagent_task(frame: &str) -> Option<String> {
+    frame
+        .strip_prefix("<task ")
+        .and_then(|f| f.strip_suffix('>'))
+        .map(str::to_string)
+}
+
+/// Tachyon's `<task>:NAME:0` frames.
+fn tachyon_task(frame: &str) -> Option<String> {
+    frame
+        .strip_prefix("<task>:")
+        .and_then(|f| f.rsplit_once(':'))
+        .map(|(name, _)| name.to_string())
+}
+
+/// CPython's sampler on `pid` for 3 s, `--async-aware --collapsed`, from inside the chroot.
+fn tachyon_collapsed(py: &Interpreter, pid: u32) -> String {
+    py.ensure_proc_mounted();
+    let inside = format!("/tmp/pyagent-tachyon-{}-{pid}.txt", std::process::id());
+    let root = py.root.as_ref().expect("py315 runs in the chroot");
+    let out = Command::new("chroot")
+        .arg(root)
+        .arg(&py.exe)
+        .args(["-m", "profiling.sampling", "attach", "--async-aware"])
+        .args(["--collapsed", "-d", "3", "-o", &inside, &pid.to_string()])
+        .output()
+        .expect("run profiling.sampling");
+    assert!(
+        out.status.success(),
+        "profiling.sampling: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let host = py.host_path_of(std::path::Path::new(&inside));
+    let text = std::fs::read_to_string(&host).expect("Tachyon's output");
+    let _ = std::fs::remove_file(host);
+    text
+}
+
+/// The producer's share of samples, attributed to `Task-1/producer`, matches CPython's own
+/// sampler within sampling error, and the stacks have its shape: the task's frames above
+/// `<task producer>`, `main` (the root task's await) above `<task Task-1>`.
+#[rstest]
+fn record_async_attributes_samples_as_cpython_s_sampler_does(
+    #[values("userspace", "ebpf")] mode: &str,
+) {
+    let _host = host_wide_lock();
+    let py = Interpreter::by_name("py315");
+    let target = PythonProcess::ready("py315", "async_tasks.py", &[]);
+    let file = fresh_path("async-record.txt");
+    let (ours, summary) = record_collapsed(
+        target.pid(),
+        &["--async", "--mode", mode, "-r", "199", "-d", "3"],
+        &file,
+    );
+    let theirs = tachyon_collapsed(py, target.pid());
+    let ours_shares = task_shares(&ours, pyagent_task);
+    let theirs_shares = task_shares(&theirs, tachyon_task);
+    let producer = |s: &BTreeMap<String, f64>| s.get("Task-1/producer").copied().unwrap_or(0.0);
+    assert!(
+        (producer(&ours_shares) - producer(&theirs_shares)).abs() <= 0.1,
+        "{mode}: ours {ours_shares:?}, CPython's {theirs_shares:?}\n{summary}"
+    );
+    assert!(producer(&ours_shares) >= 0.7, "{mode}: {ours_shares:?}");
+    let shaped = ours.lines().any(|l| {
+        l.contains(";<task Task-1>;main (")
+            && l.contains(";<task producer>;produce (")
+            && l.contains(";crunch (")
+    });
+    assert!(
+        shaped,
+        "{mode}: no Task-1 → main → producer → produce → crunch stack:\n{ours}"
+    );
+    assert!(summary.contains(" samples in asyncio tasks"), "{summary}");
+}
+
+/// Thousands of short tasks a second: every task chain in the profile is one the program
+/// builds (children under `parent`, `parent` under the root), in both modes, and `dump --async`
+/// never fails while tasks come and go.
+#[rstest]
+fn task_churn_never_shows_a_chain_that_did_not_exist(
+    #[values("py314", "py315")] py: &str,
+    #[values("userspace", "ebpf")] mode: &str,
+) {
+    let _host = host_wide_lock();
+    let target = PythonProcess::ready(py, "async_churn.py", &[]);
+    let file = fresh_path("async-churn.txt");
+    let (ours, summary) = record_collapsed(
+        target.pid(),
+        &["--async", "--mode", mode, "-r", "199", "-d", "2"],
+        &file,
+    );
+    let mut in_tasks = 0;
+    for line in ours.lines() {
+        let (stack, n) = line.rsplit_once(' ').expect("count");
+        let path: Vec<String> = stack.split(';').filter_map(pyagent_task).collect();
+        if path.is_empty() {
+            continue;
+        }
+        in_tasks += n.parse::<u64>().expect("count");
+        let ok = match path.as_slice() {
+            [root] => root == "Task-1",
+            [root, parent] => root == "Task-1" && parent == "parent",
+            [root, parent, child] => {
+                root == "Task-1" && parent == "parent" && child.starts_with("child-")
+            }
+            _ => false,
+        };
+        assert!(
+            ok,
+            "{py} {mode}: a chain that never existed: {path:?}\n{summary}"
+        );
+    }
+    assert!(
+        in_tasks > 0,
+        "{py} {mode}: no sample in a task\n{ours}\n{summary}"
+    );
+    for _ in 0..10 {
+        let tasks = dump_tasks(target.pid());
+        assert!(tasks["tasks"].as_array().is_some_and(|t| !t.is_empty()));
+    }
+}
+
+/// Before 3.14 there is no task layout to read: one line, exit status 1.
+#[rstest]
+fn before_3_14_async_is_refused_in_one_line(#[values("py312", "py313")] py: &str) {
+    let target = PythonProcess::ready(py, "async_tasks.py", &[]);
+    let pid = target.pid().to_string();
+    let file = fresh_path("async-old.txt");
+    let out = file.to_str().expect("utf-8");
+    let record = ["record", "--pid", &pid, "--async", "-d", "1", "-o", out];
+    for args in [
+        vec!["dump", "--pid", &pid, "--async"],
+        record.to_vec(),
+        [&record[..], &["--mode", "ebpf"]].concat(),
+    ] {
+        let out = run_pyagent(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{py} {args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{py} {args:?}: {err}");
+        assert!(
+            err.contains("asyncio task stacks need CPython 3.14 or later"),
+            "{py} {args:?}: {err}"
+        );
+    }
+}
