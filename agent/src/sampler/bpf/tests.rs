@@ -13,7 +13,7 @@ use common::{
     PROC_TRACE_CONTEXT,
 };
 
-use crate::discovery::thread_context::ThreadContextLayout;
+use crate::discovery::thread_context::{ThreadContextLayout, GLIBC_236_MODULE_3};
 use crate::offsets::{builtin_offsets, GilLocation, Offsets, PythonVersion};
 
 /// 3.12: current frame behind `tstate->cframe`, no anchor even when asked for.
@@ -84,15 +84,7 @@ fn set_gil_follows_the_version() {
 #[test]
 fn set_trace_context_follows_the_layout() {
     let mut p = pa_proc_for(&offsets_315(), true);
-    // glibc 2.36 x86_64: DTV pointer at 8 in `struct pthread`, 16-byte entries.
-    let dtv = ThreadContextLayout {
-        dtv_in_pthread: 8,
-        dtv_entry_size: 16,
-        pointer_in_entry: 0,
-        module_id: 3,
-        offset_in_block: 0x18,
-        static_offset: None,
-    };
+    let dtv = GLIBC_236_MODULE_3;
     set_trace_context(&mut p, Some(&dtv));
     assert_eq!(p.flags & PROC_TRACE_CONTEXT, PROC_TRACE_CONTEXT);
     assert_eq!(
