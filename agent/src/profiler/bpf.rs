@@ -72,19 +72,27 @@ impl BpfBackend {
         // cpu-clock event), and a write long after the walk would let a reused frame address
         // splice another call chain.
         let use_anchor = unwind.frame_cache && target.offsets.has_frame_cache_anchor();
-        let proc_config = pa_proc_for(&target.offsets, use_anchor);
-        self.sampler.track_process(pid, &proc_config)?;
+        let mut proc_config = pa_proc_for(&target.offsets, use_anchor);
         let options = UnwindOptions {
             frame_cache: use_anchor,
-            // The program reads the span at the tick (`set_thread_list`); the userspace walks
-            // of a BPF process (3.15 anchors, threads blocked at attach) need none.
+            // The program reads the span at the tick; the userspace walks of a BPF process
+            // (3.15 anchors, threads blocked at attach) need none.
             trace_context: false,
             ..unwind
         };
+        let mut unwinder = Unwinder::new(target, options);
+        if unwind.trace_context {
+            // Looked for before the first record, so that a publishing process's records all
+            // carry their span; and not at the first thread refresh, whose GIL addresses it
+            // would hold back (the look parses the symbols of every loaded object). A process
+            // that publishes later is found by the looks of later refreshes.
+            set_trace_context(&mut proc_config, unwinder.thread_context_layout().as_ref());
+        }
+        self.sampler.track_process(pid, &proc_config)?;
         self.procs.insert(
             pid,
             BpfProcess {
-                unwinder: Unwinder::new(target, options),
+                unwinder,
                 threads: HashMap::new(),
                 last_refresh: Instant::now(),
                 pidns: pid_namespace(pid),
