@@ -125,7 +125,13 @@ fn check_spans(py: &str, mode: &str, tag: &str, flags: &[&str]) {
     let _serial = (mode == "ebpf").then(host_wide_lock);
     let dir = fresh_dir(&format!("trace-context-{py}-{mode}-{tag}"));
     let file = dir.join("spans.pb.gz");
-    let summary = record(p.pid(), &["--mode", mode, "-d", "3"], &file);
+    let mut args = vec!["--mode", mode, "-d", "3"];
+    if mode == "ebpf" {
+        // eBPF samples on-CPU time only: on a busy machine the two threads get little of it,
+        // and at the default rate a function could collect fewer samples than the check needs.
+        args.extend(["-r", "250"]);
+    }
+    let summary = record(p.pid(), &args, &file);
     assert_spans_match(
         &go_pprof_raw(&file),
         &format!("{py} {mode} {tag}: {summary}"),
