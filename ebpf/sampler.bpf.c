@@ -42,6 +42,17 @@ const volatile __u32 pa_stop_after = 0;
 
 char LICENSE[] SEC("license") = "GPL";
 
+/* The kernel fields the programs read. Only these are declared: their offsets are relocated
+ * against the running kernel's BTF at load (CO-RE), so no vmlinux.h is needed. */
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int pid;
+	struct thread_struct thread;
+} __attribute__((preserve_access_index));
+
 static __always_inline __u32 pa_min(__u32 a, __u32 b)
 {
 	return a < b ? a : b;
@@ -226,6 +237,72 @@ static __always_inline __u32 pa_gil_flags(const struct pa_proc *p, __u64 ts)
 	return 0;
 }
 
+/* Most DTV entries believed: a torn or foreign DTV reads as "no context", not a huge index. */
+#define PA_MAX_DTV_ENTRIES (1u << 20)
+
+/* The address of the current thread's otel_thread_ctx_v1, found as `o` says (0: the thread has
+ * no copy of it yet); -1 when a read failed. The thread pointer is the task's saved FS base,
+ * which glibc sets once per thread (clone's CLONE_SETTLS, arch_prctl for the main thread) and
+ * which is its pthread_t: exact for the interrupted thread, with no read of its memory. */
+static __always_inline long pa_tls_variable(const struct pa_otel_ctx *o)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 tp = task->thread.fsbase, dtv = 0, entries = 0, block = 0;
+	__u64 size = o->dtv_entry_size;
+
+	if (!tp)
+		return 0;
+	/* x86_64: static TLS lies below the thread pointer. */
+	if (o->static_offset)
+		return tp - o->static_offset + o->offset_in_block;
+	if (bpf_probe_read_user(&dtv, sizeof(dtv), (const void *)(tp + o->dtv_in_pthread)) ||
+	    bpf_probe_read_user(&entries, sizeof(entries), (const void *)(dtv - size)))
+		return -1;
+	/* dtv[-1] counts the entries: a thread that never touched a module loaded after it
+	 * started has a shorter DTV, and nothing published. */
+	if (o->module_id > entries || o->module_id > PA_MAX_DTV_ENTRIES)
+		return 0;
+	if (bpf_probe_read_user(&block, sizeof(block),
+				(const void *)(dtv + o->module_id * size + o->pointer_in_entry)))
+		return -1;
+	/* 0 or -1 (TLS_DTV_UNALLOCATED): no block for the module in this thread yet. */
+	if (block == 0 || block == (__u64)-1)
+		return 0;
+	return block + o->offset_in_block;
+}
+
+/* The span the current thread of `p` is in, into `h` (PA_SAMPLE_SPAN, or nothing): its
+ * otel_thread_ctx_v1 points to the OTEP 4947 record, used only when marked valid. The thread
+ * is interrupted, so a writer cannot change the record under this read. */
+static __always_inline void pa_read_span(const struct pa_proc *p, struct pa_sample_hdr *h,
+					 __u64 *cnt)
+{
+	__u8 buf[PA_OTEL_SPAN_READ_BYTES];
+	__u64 record = 0;
+	long var;
+
+	if (!(p->flags & PA_PROC_TRACE_CONTEXT))
+		return;
+	var = pa_tls_variable(&p->otel);
+	if (var == -1)
+		goto fail;
+	if (!var)
+		return;
+	if (bpf_probe_read_user(&record, sizeof(record), (const void *)var))
+		goto fail;
+	if (!record)
+		return;
+	if (bpf_probe_read_user(buf, sizeof(buf), (const void *)(record + PA_OTEL_SPAN_ID_OFFSET)))
+		goto fail;
+	if (buf[PA_OTEL_VALID_OFFSET - PA_OTEL_SPAN_ID_OFFSET] != 1)
+		return;
+	__builtin_memcpy(h->span_id, buf, sizeof(h->span_id));
+	h->flags |= PA_SAMPLE_SPAN;
+	return;
+fail:
+	pa_count(cnt, PA_CNT_SPAN_READ_FAIL);
+}
+
 /* Walks the current task's Python stack (a thread of tracked process `p`) into a record.
  * Returns 1 if a record was written. */
 static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, __u32 tid,
@@ -320,6 +397,8 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	r->hdr.time_ns = bpf_ktime_get_ns();
 	r->hdr.wait_addr = why->wait_addr;
 	r->hdr.carried_ns = why->carried_ns;
+	r->hdr.flags = 0;
+	__builtin_memset(r->hdr.span_id, 0, sizeof(r->hdr.span_id));
 	if (flags & PA_PROC_ANCHOR) {
 		r->hdr.anchor_frame = pa_ts_field(win, p->thread_state_last_profiled_frame - lo);
 		r->hdr.anchor_seq = pa_ts_field(win, p->thread_state_last_profiled_frame_seq - lo);
@@ -331,7 +410,12 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return 0;
 	}
-	w.flags = why->flags | pa_gil_flags(p, ts);
+	pa_read_span(p, &r->hdr, cnt);
+	if (pa_stop_after == PA_STAGE_SPAN) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		return 0;
+	}
+	w.flags = why->flags | pa_gil_flags(p, ts) | r->hdr.flags;
 	w.frame = cur;
 	w.anchor = r->hdr.anchor_frame;
 	w.base = r->hdr.base_frame;
@@ -385,12 +469,6 @@ int pa_sample(void *ctx)
 }
 
 /* ---- Off-CPU ---------------------------------------------------------------------------- */
-
-/* The kernel fields the off-CPU program reads. Only these are declared: their offsets are
- * relocated against the running kernel's BTF at load (CO-RE), so no vmlinux.h is needed. */
-struct task_struct {
-	int pid;
-} __attribute__((preserve_access_index));
 
 struct pt_regs {
 	unsigned long si;

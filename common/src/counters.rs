@@ -2,7 +2,7 @@
 //! Prometheus name and help string.
 
 /// Number of counters (`PA_CNT__COUNT`), the length of the `pa_counters` array.
-pub const COUNTER_COUNT: usize = 25;
+pub const COUNTER_COUNT: usize = 26;
 
 /// One counter id (`enum pa_counter`); the discriminant is the `pa_counters` index.
 #[repr(u32)]
@@ -58,6 +58,8 @@ pub enum Counter {
     OffCpuMapFull = 23,
     /// `PA_CNT_OFF_CPU_CARRIED`
     OffCpuCarried = 24,
+    /// `PA_CNT_SPAN_READ_FAIL`
+    SpanReadFail = 25,
 }
 
 /// What a counter means, for metrics export.
@@ -224,6 +226,12 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
         "PA_CNT_OFF_CPU_CARRIED",
         "pyagent_bpf_off_cpu_carried_total",
         "Off-CPU waits timed but not walked (within the minimum gap after the thread's last recorded wait): their time goes to its next recorded wait.",
+    ),
+    info(
+        Counter::SpanReadFail,
+        "PA_CNT_SPAN_READ_FAIL",
+        "pyagent_bpf_span_read_failures_total",
+        "Failed reads of a published OpenTelemetry thread context (OTEP 4947); sample emitted without its span.",
     ),
 ];
 

@@ -65,6 +65,7 @@ impl<'a> SampleRecord<'a> {
             time_ns: u64_at(head, offset_of!(PaSampleHdr, time_ns)),
             wait_addr: u64_at(head, offset_of!(PaSampleHdr, wait_addr)),
             carried_ns: u64_at(head, offset_of!(PaSampleHdr, carried_ns)),
+            span_id: bytes_at(head, offset_of!(PaSampleHdr, span_id)),
         };
         if hdr.nframes > MAX_FRAMES {
             return Err(RecordError::TooManyFrames {
@@ -147,24 +148,26 @@ fn frame_from(b: &[u8]) -> PaFrame {
     }
 }
 
-// Callers pass slices of at least `off + 8` bytes (a header or a frame chunk); a shorter one
-// yields 0 rather than a panic.
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    b.get(off..off + 8)
+// Callers pass slices of at least `off + N` bytes (a header or a frame chunk); a shorter one
+// yields zeros rather than a panic.
+fn bytes_at<const N: usize>(b: &[u8], off: usize) -> [u8; N] {
+    b.get(off..off + N)
         .and_then(|s| s.try_into().ok())
-        .map_or(0, u64::from_ne_bytes)
+        .unwrap_or([0; N])
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_ne_bytes(bytes_at(b, off))
 }
 
 fn u32_at(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4)
-        .and_then(|s| s.try_into().ok())
-        .map_or(0, u32::from_ne_bytes)
+    u32::from_ne_bytes(bytes_at(b, off))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{SAMPLE_COMPLETE, SAMPLE_OFF_CPU};
+    use crate::{SAMPLE_COMPLETE, SAMPLE_OFF_CPU, SAMPLE_SPAN};
 
     fn record(hdr: &PaSampleHdr, frames: &[PaFrame]) -> Vec<u8> {
         let mut v = Vec::new();
@@ -186,6 +189,7 @@ mod tests {
         for x in [hdr.time_ns, hdr.wait_addr, hdr.carried_ns] {
             v.extend_from_slice(&x.to_ne_bytes());
         }
+        v.extend_from_slice(&hdr.span_id);
         for f in frames {
             for x in [f.addr, f.executable, f.instr_ptr] {
                 v.extend_from_slice(&x.to_ne_bytes());
@@ -221,17 +225,23 @@ mod tests {
             base_frame: 0,
             cpu: 1,
             nframes: 3,
-            flags: SAMPLE_COMPLETE | SAMPLE_OFF_CPU,
+            flags: SAMPLE_COMPLETE | SAMPLE_OFF_CPU | SAMPLE_SPAN,
             wait: crate::WAIT_FUTEX,
             time_ns: 123_456_789,
             wait_addr: 0x7f00_0000_1000,
             carried_ns: 987_654,
+            span_id: *b"\xb7\xad\x6b\x71\x69\x20\x33\x31",
         };
         let bytes = record(&hdr, &fr);
         let rec = SampleRecord::parse(&bytes).expect("valid record");
         assert_eq!(*rec.header(), hdr);
         assert!(rec.header().is_complete());
         assert!(rec.header().is_off_cpu() && !rec.header().is_wake());
+        // The span id keeps the record's byte order (the W3C id as written).
+        assert_eq!(
+            rec.header().span_id(),
+            Some([0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31])
+        );
         assert_eq!(rec.len(), 3);
         assert_eq!(rec.frames().collect::<Vec<_>>(), fr);
         assert_eq!(rec.frames().len(), 3);

@@ -11,15 +11,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pyagent_common::{
-    Counter, PaFrame, PaOffCpuThread, PaProc, PaProcSlot, PaSampleHdr, PaThreadList, PaThreadSlot,
-    COUNTERS, COUNTER_COUNT, FRAME_READ_BYTES, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, MAX_FRAMES,
-    NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, OFF_CPU_RECORDED, PROC_ALL, PROC_ANCHOR, PROC_BASE_FRAME,
-    PROC_CFRAME, PROC_SLOTS, RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC,
-    SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN, SAMPLE_OFF_CPU, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED,
-    SAMPLE_TRUNCATED, SAMPLE_WAKE, SHORT_FRAMES, SHORT_RECORD_BYTES, SLOT_SHARED, STAGE_COUNTED,
-    STAGE_ENTERED, STAGE_LAST, STAGE_PROCESS, STAGE_RESERVED, STAGE_SHORT_WALK, STAGE_THREAD,
-    STAGE_THREAD_STATE, THREAD_SEARCH_MAX, THREAD_SLOTS, TSTATE_READ_BYTES, WAIT_FUTEX, WAIT_IO,
-    WAIT_NONE, WAIT_OTHER, WAIT_SLEEP,
+    Counter, PaFrame, PaOffCpuThread, PaOtelCtx, PaProc, PaProcSlot, PaSampleHdr, PaThreadList,
+    PaThreadSlot, COUNTERS, COUNTER_COUNT, FRAME_READ_BYTES, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG,
+    MAX_FRAMES, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, OFF_CPU_RECORDED, OTEL_SPAN_ID_OFFSET,
+    OTEL_SPAN_READ_BYTES, OTEL_VALID_OFFSET, PROC_ALL, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
+    PROC_SLOTS, PROC_TRACE_CONTEXT, RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE,
+    SAMPLE_CYCLIC, SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN, SAMPLE_OFF_CPU, SAMPLE_REACHED_BASE,
+    SAMPLE_READ_FAILED, SAMPLE_SPAN, SAMPLE_TRUNCATED, SAMPLE_WAKE, SHORT_FRAMES,
+    SHORT_RECORD_BYTES, SLOT_SHARED, STAGE_COUNTED, STAGE_ENTERED, STAGE_LAST, STAGE_PROCESS,
+    STAGE_RESERVED, STAGE_SHORT_WALK, STAGE_SPAN, STAGE_THREAD, STAGE_THREAD_STATE,
+    THREAD_SEARCH_MAX, THREAD_SLOTS, TSTATE_READ_BYTES, WAIT_FUTEX, WAIT_IO, WAIT_NONE, WAIT_OTHER,
+    WAIT_SLEEP,
 };
 
 /// (C expression, value in Rust). The probe prints each C expression's value.
@@ -53,6 +55,20 @@ fn expectations() -> Vec<(String, u64)> {
             gil_holder_addr,
             gil_model,
             thread_state_holds_gil,
+            otel,
+        ]
+    );
+    push("sizeof(struct pa_otel_ctx)", size_of::<PaOtelCtx>());
+    fields!(
+        "pa_otel_ctx",
+        PaOtelCtx,
+        [
+            static_offset,
+            offset_in_block,
+            dtv_in_pthread,
+            dtv_entry_size,
+            pointer_in_entry,
+            module_id
         ]
     );
     push("sizeof(struct pa_sample_hdr)", size_of::<PaSampleHdr>());
@@ -73,7 +89,8 @@ fn expectations() -> Vec<(String, u64)> {
             wait,
             time_ns,
             wait_addr,
-            carried_ns
+            carried_ns,
+            span_id
         ]
     );
     push(
@@ -133,6 +150,7 @@ fn expectations() -> Vec<(String, u64)> {
         ("PA_STAGE_THREAD", STAGE_THREAD),
         ("PA_STAGE_THREAD_STATE", STAGE_THREAD_STATE),
         ("PA_STAGE_RESERVED", STAGE_RESERVED),
+        ("PA_STAGE_SPAN", STAGE_SPAN),
         ("PA_STAGE_SHORT_WALK", STAGE_SHORT_WALK),
         ("PA_STAGE__LAST", STAGE_LAST),
         ("PA_FRAME_READ_BYTES", FRAME_READ_BYTES),
@@ -140,7 +158,11 @@ fn expectations() -> Vec<(String, u64)> {
         ("PA_PROC_CFRAME", PROC_CFRAME),
         ("PA_PROC_ANCHOR", PROC_ANCHOR),
         ("PA_PROC_BASE_FRAME", PROC_BASE_FRAME),
+        ("PA_PROC_TRACE_CONTEXT", PROC_TRACE_CONTEXT),
         ("PA_PROC__ALL", PROC_ALL),
+        ("PA_OTEL_SPAN_ID_OFFSET", OTEL_SPAN_ID_OFFSET),
+        ("PA_OTEL_VALID_OFFSET", OTEL_VALID_OFFSET),
+        ("PA_OTEL_SPAN_READ_BYTES", OTEL_SPAN_READ_BYTES),
         ("PA_SAMPLE_COMPLETE", SAMPLE_COMPLETE),
         ("PA_SAMPLE_TRUNCATED", SAMPLE_TRUNCATED),
         ("PA_SAMPLE_READ_FAILED", SAMPLE_READ_FAILED),
@@ -151,6 +173,7 @@ fn expectations() -> Vec<(String, u64)> {
         ("PA_SAMPLE_WAKE", SAMPLE_WAKE),
         ("PA_SAMPLE_GIL_KNOWN", SAMPLE_GIL_KNOWN),
         ("PA_SAMPLE_GIL_HELD", SAMPLE_GIL_HELD),
+        ("PA_SAMPLE_SPAN", SAMPLE_SPAN),
         ("PA_GIL_NONE", GIL_NONE),
         ("PA_GIL_HOLDER", GIL_HOLDER),
         ("PA_GIL_THREAD_FLAG", GIL_THREAD_FLAG),

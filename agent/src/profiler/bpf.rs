@@ -13,7 +13,9 @@ use common::{Counter, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
 use crate::aggregate::WaitReason;
 use crate::discovery::{host_tids, HostScanner, PythonTarget};
-use crate::sampler::bpf::{pa_proc_for, pa_thread_list_for, set_gil, BpfError, BpfSampler};
+use crate::sampler::bpf::{
+    pa_proc_for, pa_thread_list_for, set_gil, set_trace_context, BpfError, BpfSampler,
+};
 use crate::sampler::off_cpu::{blocked_in, monotonic_ns, wait_reason, BlockedIn};
 use crate::unwind::{
     DecodedRecord, ExternalSkip, InterpreterInfo, RecordKind, ThreadInfo, ThreadSample,
@@ -39,8 +41,10 @@ struct BpfProcess {
     /// given; `None` when unreadable (then the program cannot search for new threads)
     pidns: Option<(u64, u64)>,
     /// the walk configuration in the program's maps (its GIL addresses are set once the main
-    /// interpreter is known)
+    /// interpreter is known, where its threads' OTel contexts are once the process publishes)
     proc_config: PaProc,
+    /// whether the program reads the span each sampled thread is in (OTEP 4947)
+    trace_context: bool,
 }
 
 /// The loaded program and the processes it samples.
@@ -68,23 +72,32 @@ impl BpfBackend {
         // cpu-clock event), and a write long after the walk would let a reused frame address
         // splice another call chain.
         let use_anchor = unwind.frame_cache && target.offsets.has_frame_cache_anchor();
-        let proc_config = pa_proc_for(&target.offsets, use_anchor);
-        self.sampler.track_process(pid, &proc_config)?;
+        let mut proc_config = pa_proc_for(&target.offsets, use_anchor);
         let options = UnwindOptions {
             frame_cache: use_anchor,
-            // Its records carry none (see `unwind/record.rs`); the userspace walks of a BPF
-            // process (3.15 anchors, threads blocked at attach) need none either.
+            // The program reads the span at the tick; the userspace walks of a BPF process
+            // (3.15 anchors, threads blocked at attach) need none.
             trace_context: false,
             ..unwind
         };
+        let mut unwinder = Unwinder::new(target, options);
+        if unwind.trace_context {
+            // Looked for before the first record, so that a publishing process's records all
+            // carry their span; and not at the first thread refresh, whose GIL addresses it
+            // would hold back (the look parses the symbols of every loaded object). A process
+            // that publishes later is found by the looks of later refreshes.
+            set_trace_context(&mut proc_config, unwinder.thread_context_layout().as_ref());
+        }
+        self.sampler.track_process(pid, &proc_config)?;
         self.procs.insert(
             pid,
             BpfProcess {
-                unwinder: Unwinder::new(target, options),
+                unwinder,
                 threads: HashMap::new(),
                 last_refresh: Instant::now(),
                 pidns: pid_namespace(pid),
                 proc_config,
+                trace_context: unwind.trace_context,
             },
         );
         Ok(())
@@ -401,7 +414,8 @@ fn resolve(
 }
 
 /// Points the program at the main interpreter (the oldest, last in the runtime's list): its
-/// thread list, where it finds threads started since this refresh, and its GIL.
+/// thread list, where it finds threads started since this refresh, and its GIL; and at the
+/// threads' OTel contexts, once the process publishes them (looked for with a growing wait).
 fn set_thread_list(
     sampler: &mut BpfSampler,
     pid: u32,
@@ -421,10 +435,13 @@ fn set_thread_list(
     let target = p.unwinder.target();
     let mut config = p.proc_config;
     set_gil(&mut config, &target.offsets, target.runtime_addr, main.addr);
+    if p.trace_context {
+        set_trace_context(&mut config, p.unwinder.thread_context_layout().as_ref());
+    }
     if config != p.proc_config {
         match sampler.track_process(pid, &config) {
             Ok(()) => p.proc_config = config,
-            Err(e) => tracing::debug!(pid, "cannot set where the GIL is: {e}"),
+            Err(e) => tracing::debug!(pid, "cannot set where the GIL and spans are: {e}"),
         }
     }
 }
