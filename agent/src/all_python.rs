@@ -126,6 +126,7 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         None,
         &args.frames,
         OffCpu::from_config(config.off_cpu, args.off_cpu),
+        args.frames.native,
     )?;
     install_stop_handlers();
     // The first scan parses every Python binary on the host: the duration starts after it.

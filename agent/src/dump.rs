@@ -112,6 +112,8 @@ impl From<&Frame> for FrameDump {
                 FrameKind::Python => "python",
                 FrameKind::Native => "native",
                 FrameKind::Gc => "gc",
+                FrameKind::NativeCode => "native_code",
+                FrameKind::Kernel => "kernel",
             },
         }
     }

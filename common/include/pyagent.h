@@ -47,7 +47,10 @@
 #define PA_PROC_ANCHOR (1u << 1)
 /* Read tstate->base_frame and report it (3.15: the bottom sentinel of every complete chain). */
 #define PA_PROC_BASE_FRAME (1u << 2)
-#define PA_PROC__ALL (PA_PROC_CFRAME | PA_PROC_ANCHOR | PA_PROC_BASE_FRAME)
+/* Also copy the user registers, a window of the user stack and the kernel stack into each
+ * on-CPU record (PA_SAMPLE_NATIVE): userspace unwinds them into native frames. */
+#define PA_PROC_NATIVE (1u << 3)
+#define PA_PROC__ALL (PA_PROC_CFRAME | PA_PROC_ANCHOR | PA_PROC_BASE_FRAME | PA_PROC_NATIVE)
 
 /*
  * How to walk one process's frame chain. All offsets are byte offsets, spelled after the
@@ -166,6 +169,9 @@ _Static_assert(sizeof(struct pa_thread_list) == 32, "struct pa_thread_list layou
  * when the record was taken (for an off-CPU record: as it blocked). */
 #define PA_SAMPLE_GIL_KNOWN (1u << 8)
 #define PA_SAMPLE_GIL_HELD (1u << 9)
+/* A native section (struct pa_native_hdr, kernel_frames x __u64, stack_bytes of user stack)
+ * follows the frames. */
+#define PA_SAMPLE_NATIVE (1u << 10)
 
 /* What an off-CPU thread waits in, from the system call it blocked in (x86_64 numbers). */
 #define PA_WAIT_NONE 0 /* on-CPU records */
@@ -242,6 +248,32 @@ struct pa_record {
 	struct pa_frame frames[PA_MAX_FRAMES];
 };
 _Static_assert(sizeof(struct pa_record) == 88 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+
+/* ---- Native section of a PA_SAMPLE_NATIVE record ------------------------------------------ */
+/*
+ * After the frames: the user registers at the tick (from the perf event when it interrupted user
+ * mode, else the ones saved at the thread's entry into the kernel), the kernel stack when the
+ * tick interrupted the kernel, and the user stack from sp up, copied a page at a time until
+ * PA_NATIVE_STACK_BYTES or the first page that cannot be read (the top of the stack, or a page
+ * not resident). Userspace unwinds the copy with the objects' CFI (.eh_frame).
+ */
+#define PA_NATIVE_STACK_BYTES 16384
+#define PA_KERNEL_FRAMES 32
+
+struct pa_native_hdr {
+	/* User instruction pointer, stack pointer, frame pointer (rbp). */
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	/* Kernel return addresses following this header (innermost first, <= PA_KERNEL_FRAMES). */
+	__u32 kernel_frames;
+	/* Bytes of user stack, copied from `sp` up, following the kernel frames. */
+	__u32 stack_bytes;
+};
+_Static_assert(sizeof(struct pa_native_hdr) == 32, "struct pa_native_hdr layout");
+
+/* The largest native section. */
+#define PA_NATIVE_MAX_BYTES (32 + 8 * PA_KERNEL_FRAMES + PA_NATIVE_STACK_BYTES)
 
 /* ---- pa_off_cpu_threads: HASH host tid (__u32) -> struct pa_off_cpu_thread ------------------ */
 /*
@@ -356,7 +388,14 @@ enum pa_counter {
 	/* A tracked thread blocked within pa_off_cpu_min_gap_ns of its last recorded wait: timed
 	 * only, its time carried to the thread's next recorded wait. */
 	PA_CNT_OFF_CPU_CARRIED = 24,
-	PA_CNT__COUNT = 25,
+	/* Records with a native section (PA_SAMPLE_NATIVE). */
+	PA_CNT_NATIVE_STACKS = 25,
+	/* Native sections whose user-stack copy stopped before PA_NATIVE_STACK_BYTES at a page
+	 * that could not be read (usually the top of the stack: not an error). */
+	PA_CNT_NATIVE_STACK_SHORT = 26,
+	/* A native process's tick without user registers (no task pt_regs): Python frames only. */
+	PA_CNT_NATIVE_NO_REGS = 27,
+	PA_CNT__COUNT = 28,
 };
 
 #endif /* PYAGENT_H */

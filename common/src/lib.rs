@@ -15,7 +15,7 @@ mod counters;
 mod record;
 
 pub use counters::{Counter, CounterInfo, COUNTERS, COUNTER_COUNT};
-pub use record::{Frames, RecordError, SampleRecord};
+pub use record::{Frames, NativeSection, RecordError, SampleRecord};
 
 use std::mem::{offset_of, size_of};
 
@@ -34,8 +34,11 @@ pub const PROC_CFRAME: u32 = 1 << 0;
 pub const PROC_ANCHOR: u32 = 1 << 1;
 /// [`PaProc::flags`]: read `tstate->base_frame` and report it (3.15).
 pub const PROC_BASE_FRAME: u32 = 1 << 2;
+/// `PA_PROC_NATIVE`: on-CPU records carry a native section (user registers, a copy of the user
+/// stack, the kernel stack).
+pub const PROC_NATIVE: u32 = 1 << 3;
 /// Every defined [`PaProc::flags`] bit (`PA_PROC__ALL`).
-pub const PROC_ALL: u32 = PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME;
+pub const PROC_ALL: u32 = PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME | PROC_NATIVE;
 
 /// `pa_notices` value bit: a tracked process ran a thread that is not in `pa_threads`.
 pub const NOTICE_UNKNOWN_THREAD: u32 = 1 << 0;
@@ -62,6 +65,9 @@ pub const SAMPLE_WAKE: u32 = 1 << 7;
 pub const SAMPLE_GIL_KNOWN: u32 = 1 << 8;
 /// `PA_SAMPLE_GIL_HELD`: the thread held the GIL (with [`SAMPLE_GIL_KNOWN`]).
 pub const SAMPLE_GIL_HELD: u32 = 1 << 9;
+/// `PA_SAMPLE_NATIVE`: a native section ([`PaNativeHdr`], kernel frames, user stack) follows the
+/// frames.
+pub const SAMPLE_NATIVE: u32 = 1 << 10;
 
 /// `PA_WAIT_NONE`: an on-CPU record.
 pub const WAIT_NONE: u32 = 0;
@@ -406,6 +412,41 @@ const _: () = {
     assert!(offset_of!(PaFrame, instr_ptr) == 16);
     assert!(offset_of!(PaFrame, owner) == 24);
     assert!(offset_of!(PaFrame, _pad) == 28);
+};
+
+/// Bytes of user stack a native section holds at most (`PA_NATIVE_STACK_BYTES`).
+pub const NATIVE_STACK_BYTES: u32 = 16384;
+/// Kernel return addresses a native section holds at most (`PA_KERNEL_FRAMES`).
+pub const KERNEL_FRAMES: u32 = 32;
+/// The largest native section (`PA_NATIVE_MAX_BYTES`).
+pub const NATIVE_MAX_BYTES: usize =
+    size_of::<PaNativeHdr>() + 8 * KERNEL_FRAMES as usize + NATIVE_STACK_BYTES as usize;
+
+/// The fixed part of a record's native section (`struct pa_native_hdr`): the user registers at
+/// the tick, then `kernel_frames` kernel return addresses and `stack_bytes` of user stack copied
+/// from `sp` up.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaNativeHdr {
+    /// User instruction pointer.
+    pub ip: u64,
+    /// User stack pointer: the address of the first copied byte.
+    pub sp: u64,
+    /// User frame pointer (rbp).
+    pub bp: u64,
+    /// Kernel return addresses following (innermost first).
+    pub kernel_frames: u32,
+    /// Bytes of user stack following the kernel frames.
+    pub stack_bytes: u32,
+}
+
+const _: () = {
+    assert!(size_of::<PaNativeHdr>() == 32);
+    assert!(offset_of!(PaNativeHdr, ip) == 0);
+    assert!(offset_of!(PaNativeHdr, sp) == 8);
+    assert!(offset_of!(PaNativeHdr, bp) == 16);
+    assert!(offset_of!(PaNativeHdr, kernel_frames) == 24);
+    assert!(offset_of!(PaNativeHdr, stack_bytes) == 28);
 };
 
 /// Frames of a short record (`PA_SHORT_FRAMES`): walks that stop within this many frames are

@@ -4,6 +4,7 @@
 
 use common::SampleRecord;
 
+use super::native::NativeCapture;
 use super::{ExternalWalk, GilState, RawFrame};
 
 /// What one record says happened.
@@ -44,6 +45,8 @@ pub struct DecodedRecord {
     pub walk: ExternalWalk,
     /// the walked frames, innermost first (empty for a wake-up)
     pub raw: Vec<RawFrame>,
+    /// registers and user-stack copy, for a process with native stacks on
+    pub native: Option<NativeCapture>,
 }
 
 impl DecodedRecord {
@@ -60,6 +63,7 @@ impl DecodedRecord {
                 },
                 walk: ExternalWalk::default(),
                 raw: Vec::new(),
+                native: None,
             };
         } else if h.is_off_cpu() {
             RecordKind::OffCpu {
@@ -105,6 +109,13 @@ impl DecodedRecord {
                 gil: h.holds_gil().map(GilState::from_held),
             },
             raw,
+            native: rec.native().map(|n| NativeCapture {
+                ip: n.hdr.ip,
+                sp: n.hdr.sp,
+                bp: n.hdr.bp,
+                kernel: n.kernel_frames().collect(),
+                stack: n.stack.to_vec(),
+            }),
         }
     }
 }

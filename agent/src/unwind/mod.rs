@@ -12,6 +12,7 @@ mod decode;
 mod error;
 pub mod frame_cache;
 pub mod loss;
+pub mod native;
 mod options;
 mod record;
 mod reread;

@@ -1,0 +1,153 @@
+//! Python frames + native frames → one stack that reads Python → C → Python → C.
+//!
+//! Each native frame of CPython's eval loop is replaced by the Python frames that evaluation
+//! runs. Those come from the Python walk cut at its C boundaries: the `<native>` markers the
+//! resolver puts where an entry frame (3.12+; 3.11 `is_entry`) separates one evaluation's
+//! frames from the one below, so with native stacks on, the markers are always on. Native and
+//! Python stacks are read at the same tick, so the k-th eval frame from the top runs the k-th
+//! group of Python frames.
+
+use crate::symbolize::{Frame, FrameKind};
+
+use super::NativeFrame;
+
+/// How a merge went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    /// every eval frame took its group of Python frames, and every group was placed
+    Whole,
+    /// the native unwind ended before the bottom (the copy's end, code without CFI): the
+    /// groups it did not reach follow its last frame, `<native>` between them
+    NativeCut,
+    /// more eval frames than groups of Python frames: the two stacks do not describe one
+    /// instant (or a boundary was missed), so the Python stack is kept alone
+    Mismatch,
+}
+
+/// The merged stack (innermost first) of `python` (innermost first, `<native>` between
+/// evaluations) and `native` (innermost first); on [`Merge::Mismatch`], `python` unchanged.
+pub fn merge(python: Vec<Frame>, native: &[NativeFrame]) -> (Vec<Frame>, Merge) {
+    let groups: Vec<&[Frame]> = python
+        .split(|f| f.kind == FrameKind::Native)
+        .filter(|g| !g.is_empty())
+        .collect();
+    let evals = native.iter().filter(|n| n.eval).count();
+    if evals > groups.len() {
+        return (python, Merge::Mismatch);
+    }
+    let mut out = Vec::with_capacity(python.len() + native.len());
+    let mut next = groups.iter();
+    for n in native {
+        if n.eval {
+            // Counted above: there is a group for every eval frame.
+            out.extend(next.next().into_iter().flat_map(|g| g.iter().cloned()));
+        } else {
+            out.push(n.frame.clone());
+        }
+    }
+    let mut outcome = Merge::Whole;
+    for (i, g) in next.enumerate() {
+        outcome = Merge::NativeCut;
+        if i > 0 || evals > 0 {
+            out.push(Frame::pseudo(FrameKind::Native));
+        }
+        out.extend(g.iter().cloned());
+    }
+    (out, outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::symbolize::native::ObjectName;
+    use crate::symbolize::CodeName;
+
+    fn py(name: &str) -> Frame {
+        Frame {
+            code: Arc::new(CodeName::new(name, "t.py", 1)),
+            line: Some(1),
+            kind: FrameKind::Python,
+        }
+    }
+
+    fn c(name: &str, eval: bool) -> NativeFrame {
+        let object = Arc::new(ObjectName {
+            path: Arc::from("/lib/libx.so"),
+            build_id: None,
+        });
+        NativeFrame {
+            frame: Frame {
+                code: Arc::new(CodeName::native(name, object)),
+                line: None,
+                kind: FrameKind::NativeCode,
+            },
+            eval,
+        }
+    }
+
+    fn names(frames: &[Frame]) -> Vec<&str> {
+        frames.iter().map(|f| f.function()).collect()
+    }
+
+    #[test]
+    fn each_eval_frame_takes_its_evaluation_in_order() {
+        // key() called back from sorted() called from main(); the thread is in key's C call.
+        let python = vec![
+            py("key"),
+            Frame::pseudo(FrameKind::Native),
+            py("work"),
+            py("main"),
+        ];
+        let native = [
+            c("deflate", false),
+            c("zlib_compress", false),
+            c("_PyEval_EvalFrameDefault", true),
+            c("list_sort", false),
+            c("_PyEval_EvalFrameDefault", true),
+            c("Py_RunMain", false),
+            c("main", false),
+        ];
+        let (out, how) = merge(python, &native);
+        assert_eq!(how, Merge::Whole);
+        assert_eq!(
+            names(&out),
+            [
+                "deflate",
+                "zlib_compress",
+                "key",
+                "list_sort",
+                "work",
+                "main",
+                "Py_RunMain",
+                "main"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cut_native_stack_keeps_the_python_below() {
+        let python = vec![py("key"), Frame::pseudo(FrameKind::Native), py("work")];
+        let native = [c("deflate", false), c("_PyEval_EvalFrameDefault", true)];
+        let (out, how) = merge(python, &native);
+        assert_eq!(how, Merge::NativeCut);
+        assert_eq!(names(&out), ["deflate", "key", "<native>", "work"]);
+        // Nothing unwound past the leaf: the leaf goes on top of the Python stack.
+        let (out, how) = merge(vec![py("work")], &[c("deflate", false)]);
+        assert_eq!(how, Merge::NativeCut);
+        assert_eq!(names(&out), ["deflate", "work"]);
+    }
+
+    #[test]
+    fn more_eval_frames_than_evaluations_keeps_python_alone() {
+        let python = vec![py("work")];
+        let native = [
+            c("_PyEval_EvalFrameDefault", true),
+            c("_PyEval_EvalFrameDefault", true),
+        ];
+        let (out, how) = merge(python.clone(), &native);
+        assert_eq!(how, Merge::Mismatch);
+        assert_eq!(out, python);
+    }
+}
