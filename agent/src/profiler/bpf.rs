@@ -386,8 +386,8 @@ fn resolve(
     let sample = match unwinder.resolve_record(&walk, &raw) {
         Ok(mut sample) => {
             if let (Some(n), Some(c)) = (native, capture) {
-                let frames = n.frames(&c);
-                let (merged, how) = merge(std::mem::take(&mut sample.frames), &frames);
+                let stack = n.stack(&c);
+                let (merged, how) = merge(std::mem::take(&mut sample.frames), &stack);
                 sample.frames = merged;
                 match how {
                     Merge::Whole => stats.native_merged += 1,

@@ -139,3 +139,34 @@ fn without_native_the_stacks_are_python_only() {
         );
     }
 }
+
+/// An interpreter whose eval loop has no symbol (Debian's 3.15 in a chroot: `.symtab` stripped,
+/// `_PyEval_EvalFrameDefault` not exported) cannot be merged: its samples keep their Python
+/// stacks and are counted, and no stack shows the process's entry point above Python code.
+#[test]
+fn an_eval_loop_without_a_symbol_keeps_the_python_stack() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = PythonProcess::ready("py315", "native_mix.py", &[]);
+    let dir = fresh_dir("native-stripped");
+    let (text, err) = record_collapsed(
+        p.pid(),
+        &["--mode", "ebpf", "--native", "-d", "3"],
+        &dir.join("stripped.txt"),
+    );
+    let samples = number_before(&err, " samples,");
+    let mismatched = number_before(&err, " mismatched");
+    assert!(mismatched * 2 >= samples, "{err}");
+    assert!(text.contains("slow_key ("), "{text}");
+    for line in text.lines() {
+        let (frames, _) = stack(line);
+        if let Some(first_python) = position(&frames, |f| f.contains("native_mix.py:")) {
+            assert!(
+                !frames[first_python..]
+                    .iter()
+                    .any(|f| f.starts_with("_start [")),
+                "the entry point above Python code: {line}"
+            );
+        }
+    }
+}

@@ -9,7 +9,7 @@
 
 use crate::symbolize::{Frame, FrameKind};
 
-use super::NativeFrame;
+use super::NativeStack;
 
 /// How a merge went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,25 +19,28 @@ pub enum Merge {
     /// the native unwind ended before the bottom (the copy's end, code without CFI): the
     /// groups it did not reach follow its last frame, `<native>` between them
     NativeCut,
-    /// more eval frames than groups of Python frames: the two stacks do not describe one
-    /// instant (or a boundary was missed), so the Python stack is kept alone
+    /// more eval-loop frames than groups of Python frames (the two stacks do not describe one
+    /// instant, or a boundary was missed: 3.11 records carry none), or fewer although the
+    /// unwind reached the root (the eval loop is not recognised: an interpreter stripped of
+    /// its symbol): the Python stack is kept alone
     Mismatch,
 }
 
 /// The merged stack (innermost first) of `python` (innermost first, `<native>` between
-/// evaluations) and `native` (innermost first); on [`Merge::Mismatch`], `python` unchanged.
-pub fn merge(python: Vec<Frame>, native: &[NativeFrame]) -> (Vec<Frame>, Merge) {
+/// evaluations) and `stack`; on [`Merge::Mismatch`], `python` unchanged.
+pub fn merge(python: Vec<Frame>, stack: &NativeStack) -> (Vec<Frame>, Merge) {
+    let native = &stack.frames;
     let groups: Vec<&[Frame]> = python
         .split(|f| f.kind == FrameKind::Native)
         .filter(|g| !g.is_empty())
         .collect();
     let evals = native.iter().filter(|n| n.eval).count();
-    if evals > groups.len() {
+    if evals > groups.len() || (evals < groups.len() && stack.reached_root) {
         return (python, Merge::Mismatch);
     }
     let mut out = Vec::with_capacity(python.len() + native.len());
     let mut next = groups.iter();
-    for n in native {
+    for n in native.iter() {
         if n.eval {
             // Counted above: there is a group for every eval frame.
             out.extend(next.next().into_iter().flat_map(|g| g.iter().cloned()));
@@ -63,6 +66,7 @@ mod tests {
     use super::*;
     use crate::symbolize::native::ObjectName;
     use crate::symbolize::CodeName;
+    use crate::unwind::native::NativeFrame;
 
     fn py(name: &str) -> Frame {
         Frame {
@@ -84,6 +88,13 @@ mod tests {
                 kind: FrameKind::NativeCode,
             },
             eval,
+        }
+    }
+
+    fn stack(frames: &[NativeFrame], reached_root: bool) -> NativeStack {
+        NativeStack {
+            frames: frames.to_vec(),
+            reached_root,
         }
     }
 
@@ -109,7 +120,7 @@ mod tests {
             c("Py_RunMain", false),
             c("main", false),
         ];
-        let (out, how) = merge(python, &native);
+        let (out, how) = merge(python, &stack(&native, true));
         assert_eq!(how, Merge::Whole);
         assert_eq!(
             names(&out),
@@ -130,13 +141,18 @@ mod tests {
     fn a_cut_native_stack_keeps_the_python_below() {
         let python = vec![py("key"), Frame::pseudo(FrameKind::Native), py("work")];
         let native = [c("deflate", false), c("_PyEval_EvalFrameDefault", true)];
-        let (out, how) = merge(python, &native);
+        let (out, how) = merge(python.clone(), &stack(&native, false));
         assert_eq!(how, Merge::NativeCut);
         assert_eq!(names(&out), ["deflate", "key", "<native>", "work"]);
         // Nothing unwound past the leaf: the leaf goes on top of the Python stack.
-        let (out, how) = merge(vec![py("work")], &[c("deflate", false)]);
+        let (out, how) = merge(vec![py("work")], &stack(&[c("deflate", false)], false));
         assert_eq!(how, Merge::NativeCut);
         assert_eq!(names(&out), ["deflate", "work"]);
+        // The same frames, but the unwind reached the root: an evaluation had no eval-loop
+        // frame, so the eval loop was not recognised (a stripped interpreter).
+        let (out, how) = merge(python.clone(), &stack(&native, true));
+        assert_eq!(how, Merge::Mismatch);
+        assert_eq!(out, python);
     }
 
     #[test]
@@ -146,7 +162,7 @@ mod tests {
             c("_PyEval_EvalFrameDefault", true),
             c("_PyEval_EvalFrameDefault", true),
         ];
-        let (out, how) = merge(python.clone(), &native);
+        let (out, how) = merge(python.clone(), &stack(&native, false));
         assert_eq!(how, Merge::Mismatch);
         assert_eq!(out, python);
     }

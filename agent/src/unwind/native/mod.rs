@@ -43,6 +43,16 @@ pub struct NativeCapture {
     pub stack: Vec<u8>,
 }
 
+/// The native frames of one sample.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NativeStack {
+    /// innermost first: kernel frames, then user frames
+    pub frames: Vec<NativeFrame>,
+    /// the unwind reached the thread's first frame (framehop found no caller), rather than
+    /// stopping at the copy's end or at code it could not unwind
+    pub reached_root: bool,
+}
+
 /// One native frame of a sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NativeFrame {
@@ -100,9 +110,9 @@ impl NativeUnwinder {
 
     /// The native frames of `c`, innermost first: kernel frames, then the user frames the
     /// copied stack unwinds to (as far as the copy and the objects' CFI reach).
-    pub fn frames(&mut self, c: &NativeCapture) -> Vec<NativeFrame> {
+    pub fn stack(&mut self, c: &NativeCapture) -> NativeStack {
         self.stats.stacks += 1;
-        let addrs = self.unwind(c);
+        let (addrs, reached_root) = self.unwind(c);
         let mut out = Vec::with_capacity(c.kernel.len() + addrs.len());
         for &k in &c.kernel {
             out.push(self.kernel_frame(k));
@@ -111,11 +121,15 @@ impl NativeUnwinder {
             out.push(self.user_frame(a));
         }
         self.stats.frames += out.len() as u64;
-        out
+        NativeStack {
+            frames: out,
+            reached_root,
+        }
     }
 
-    /// Lookup addresses (the ip, then each return address minus one) of the user stack.
-    fn unwind(&mut self, c: &NativeCapture) -> Vec<u64> {
+    /// Lookup addresses (the ip, then each return address minus one) of the user stack, and
+    /// whether the unwind reached the root.
+    fn unwind(&mut self, c: &NativeCapture) -> (Vec<u64>, bool) {
         self.modules.cover([c.ip]);
         let mut addrs = Vec::new();
         let sp = c.sp;
@@ -130,9 +144,17 @@ impl NativeUnwinder {
             .modules
             .unwinder
             .iter_frames(c.ip, regs, &mut self.cache, &mut read);
-        // An error ends the stack where it is: the copy's end, code without CFI, or the root.
-        while let Ok(Some(f)) = it.next() {
-            addrs.push(f.address_for_lookup());
+        // An error ends the stack where it is: the copy's end, or code without CFI.
+        let mut reached_root = false;
+        loop {
+            match it.next() {
+                Ok(Some(f)) => addrs.push(f.address_for_lookup()),
+                Ok(None) => {
+                    reached_root = true;
+                    break;
+                }
+                Err(_) => break,
+            }
             if addrs.len() >= MAX_NATIVE_FRAMES {
                 break;
             }
@@ -141,7 +163,7 @@ impl NativeUnwinder {
         if addrs.iter().any(|&a| self.modules.find(a).is_none()) {
             self.modules.cover(addrs.iter().copied());
         }
-        addrs
+        (addrs, reached_root)
     }
 
     fn remember(&mut self, addr: u64, f: NativeFrame) -> NativeFrame {
