@@ -172,7 +172,11 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	__builtin_memcpy(&s->rec, r, sizeof(*r));
 	bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 	w->s = s;
-	if (!pa_walk_done(w) && w->n < max)
+	/* Called even when the walk is over (a native record of a short walk: the step returns at
+	 * once). Only the knob decides: a reachable bpf_loop whose count the verifier knows to be 0
+	 * (or too large) leaves its callback unverified, and 6.18's verifier then fails with "No
+	 * program to jit"; a call it can prove dead is removed together with the callback. */
+	if (max > PA_SHORT_FRAMES)
 		bpf_loop(max - PA_SHORT_FRAMES, pa_walk_step, w, 0);
 
 	n = w->n;
@@ -352,6 +356,7 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	w.anchor = r->hdr.anchor_frame;
 	w.base = r->hdr.base_frame;
 	w.tag_mask = p->executable_tag_mask;
+	w.entry_before_owner = !!(flags & PA_PROC_IS_ENTRY);
 	max = pa_max_frames;
 	if (max == 0 || max > PA_MAX_FRAMES)
 		max = PA_MAX_FRAMES;

@@ -111,7 +111,7 @@ impl Chain {
             executable: Self::executable(i) & !self.layout.tag_mask,
             instr_ptr: Self::instr_ptr(i),
             owner: u32::from(Self::owner(i)),
-            _pad: 0,
+            is_entry: 0,
         }
     }
 

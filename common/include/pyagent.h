@@ -50,7 +50,12 @@
 /* Also copy the user registers, a window of the user stack and the kernel stack into each
  * on-CPU record (PA_SAMPLE_NATIVE): userspace unwinds them into native frames. */
 #define PA_PROC_NATIVE (1u << 3)
-#define PA_PROC__ALL (PA_PROC_CFRAME | PA_PROC_ANCHOR | PA_PROC_BASE_FRAME | PA_PROC_NATIVE)
+/* 3.11: the byte right before the owner is is_entry; each frame records it (pa_frame.is_entry),
+ * so that userspace knows where C-level evaluations begin (native stacks cut the Python stack
+ * there). Later versions mark those boundaries with entry frames instead. */
+#define PA_PROC_IS_ENTRY (1u << 4)
+#define PA_PROC__ALL                                                                              \
+	(PA_PROC_CFRAME | PA_PROC_ANCHOR | PA_PROC_BASE_FRAME | PA_PROC_NATIVE | PA_PROC_IS_ENTRY)
 
 /*
  * How to walk one process's frame chain. All offsets are byte offsets, spelled after the
@@ -222,7 +227,9 @@ struct pa_frame {
 	__u64 instr_ptr;
 	/* The frame's owner byte (FRAME_OWNED_BY_*). */
 	__u32 owner;
-	__u32 _pad;
+	/* With PA_PROC_IS_ENTRY (3.11): the frame's is_entry byte (the first Python frame of a
+	 * C-level evaluation); 0 otherwise. */
+	__u32 is_entry;
 };
 _Static_assert(sizeof(struct pa_frame) == 32, "struct pa_frame layout");
 

@@ -37,8 +37,10 @@ pub const PROC_BASE_FRAME: u32 = 1 << 2;
 /// `PA_PROC_NATIVE`: on-CPU records carry a native section (user registers, a copy of the user
 /// stack, the kernel stack).
 pub const PROC_NATIVE: u32 = 1 << 3;
+/// `PA_PROC_IS_ENTRY` (3.11): each frame records the byte before its owner, `is_entry`.
+pub const PROC_IS_ENTRY: u32 = 1 << 4;
 /// Every defined [`PaProc::flags`] bit (`PA_PROC__ALL`).
-pub const PROC_ALL: u32 = PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME | PROC_NATIVE;
+pub const PROC_ALL: u32 = PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME | PROC_NATIVE | PROC_IS_ENTRY;
 
 /// `pa_notices` value bit: a tracked process ran a thread that is not in `pa_threads`.
 pub const NOTICE_UNKNOWN_THREAD: u32 = 1 << 0;
@@ -401,8 +403,8 @@ pub struct PaFrame {
     pub instr_ptr: u64,
     /// The frame's owner byte (`FRAME_OWNED_BY_*`).
     pub owner: u32,
-    /// Padding, 0.
-    pub _pad: u32,
+    /// With [`PROC_IS_ENTRY`] (3.11): the frame's `is_entry` byte; 0 otherwise.
+    pub is_entry: u32,
 }
 
 const _: () = {
@@ -411,7 +413,7 @@ const _: () = {
     assert!(offset_of!(PaFrame, executable) == 8);
     assert!(offset_of!(PaFrame, instr_ptr) == 16);
     assert!(offset_of!(PaFrame, owner) == 24);
-    assert!(offset_of!(PaFrame, _pad) == 28);
+    assert!(offset_of!(PaFrame, is_entry) == 28);
 };
 
 /// Bytes of user stack a native section holds at most (`PA_NATIVE_STACK_BYTES`).

@@ -224,7 +224,7 @@ fn frame_from(b: &[u8]) -> PaFrame {
         executable: u64_at(b, offset_of!(PaFrame, executable)),
         instr_ptr: u64_at(b, offset_of!(PaFrame, instr_ptr)),
         owner: u32_at(b, offset_of!(PaFrame, owner)),
-        _pad: u32_at(b, offset_of!(PaFrame, _pad)),
+        is_entry: u32_at(b, offset_of!(PaFrame, is_entry)),
     }
 }
 
@@ -272,7 +272,7 @@ mod tests {
                 v.extend_from_slice(&x.to_ne_bytes());
             }
             v.extend_from_slice(&f.owner.to_ne_bytes());
-            v.extend_from_slice(&f._pad.to_ne_bytes());
+            v.extend_from_slice(&f.is_entry.to_ne_bytes());
         }
         v
     }
@@ -284,7 +284,7 @@ mod tests {
                 executable: 0x7000 + i,
                 instr_ptr: 0x9000 + i,
                 owner: 1,
-                _pad: 0,
+                is_entry: 0,
             })
             .collect()
     }

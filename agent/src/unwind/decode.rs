@@ -89,7 +89,7 @@ impl DecodedRecord {
                 ip: f.instr_ptr,
                 previous,
                 owner: f.owner as u8,
-                is_entry: false,
+                is_entry: f.is_entry != 0,
                 tlbc_index: 0,
             });
         }

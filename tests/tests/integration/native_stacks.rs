@@ -31,7 +31,7 @@ fn native(f: &str) -> bool {
 
 #[rstest]
 fn native_frames_sit_between_and_above_the_python_ones(
-    #[values("py312", "py313", "py313-static")] py: &str,
+    #[values("py311", "py312", "py313", "py313-static")] py: &str,
 ) {
     pyagent_bin(); // built before the target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
