@@ -923,3 +923,59 @@ fn bench_ns_per_run() {
         );
     }
 }
+
+/// With `PROC_NATIVE`, every on-CPU record of the process carries a native section after its
+/// frames, whatever its depth (short and long walks): registers of the interrupted thread and a
+/// copy of its stack from `sp` up. The frames themselves are unchanged.
+#[test]
+fn native_records_carry_registers_and_a_stack_copy() {
+    for depth in [3, SHORT_FRAMES as usize + 5] {
+        let chain = Chain::new(&PY315, depth);
+        let mut ts = TState::new();
+        ts.set(72, chain.addr(0));
+        let mut s = load(&config());
+        let spinner = Spinner::start();
+        let pid = std::process::id();
+        s.track_process(pid, &proc315(common::PROC_NATIVE))
+            .expect("track_process");
+        s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
+        let (h, frames, native) = wait_until(&mut s, "no native record", |s| {
+            let mut got = None;
+            s.drain(|rec| {
+                let h = rec.header();
+                if got.is_none() && h.pid == pid && h.tid == spinner.tid {
+                    let native = rec.native().map(|n| (n.hdr, n.stack.len()));
+                    got = Some((*h, rec.frames().collect::<Vec<_>>(), native));
+                }
+            });
+            got
+        });
+        assert_eq!(s.malformed_records(), 0);
+        assert_eq!(
+            h.flags & !common::SAMPLE_NATIVE,
+            SAMPLE_COMPLETE,
+            "depth {depth}: {h:?}"
+        );
+        chain.check_prefix(&frames, depth);
+        let (n, copied) = native.unwrap_or_else(|| panic!("depth {depth}: no native section"));
+        assert!(n.ip != 0 && n.sp != 0, "{n:?}");
+        assert_eq!(copied, n.stack_bytes as usize);
+        assert!(
+            copied > 0 && copied <= common::NATIVE_STACK_BYTES as usize,
+            "{n:?}"
+        );
+        // The spinner's stack is a mapping of this process, and sp lies in it.
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let in_mapping = maps.lines().any(|l| {
+            let range = l.split_whitespace().next().unwrap_or("");
+            let (a, b) = range.split_once('-').unwrap_or(("0", "0"));
+            let (a, b) = (
+                u64::from_str_radix(a, 16).unwrap_or(0),
+                u64::from_str_radix(b, 16).unwrap_or(0),
+            );
+            (a..b).contains(&n.sp)
+        });
+        assert!(in_mapping, "sp {:#x} in no mapping", n.sp);
+        assert!(s.counter(Counter::NativeStacks).expect("counter") > 0);
+    }
+}
