@@ -57,6 +57,11 @@ fn native_frames_sit_between_and_above_the_python_ones(
                 .any(|f| f.starts_with("_PyEval_EvalFrameDefault")),
             "{py}: an eval-loop frame left in: {line}"
         );
+        // A sample whose two stacks did not match (caught as an evaluation began or ended;
+        // counted in `mismatched` above) keeps its Python frames alone.
+        if !frames.iter().any(|f| native(f)) {
+            continue;
+        }
         let (Some(module), Some(main)) = (
             position(&frames, python("<module>")),
             position(&frames, python("main")),
