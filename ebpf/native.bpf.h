@@ -121,6 +121,8 @@ static __always_inline __u32 pa_native_section(void *ctx, struct pa_scratch *s, 
 	if (!user) {
 		/* The tick interrupted the kernel: its stack, the leaf of the sample. */
 		k = bpf_get_stack(ctx, base + at, PA_KERNEL_FRAMES * 8, 0);
+		/* Bytes written, at most the size given; masked and clamped so that the verifier
+		 * sees the stack copy's offset below bounded, and whole entries only. */
 		if (k > 0)
 			kbytes = (__u32)k & (PA_KERNEL_FRAMES * 8 * 2 - 1);
 		if (kbytes > PA_KERNEL_FRAMES * 8)
