@@ -18,6 +18,7 @@
 #include "pyagent.h"
 #include "maps.bpf.h"
 #include "walk.bpf.h"
+#include "native.bpf.h"
 
 /* ---- Knobs, set with EbpfLoader::override_global before load ---- */
 
@@ -42,16 +43,8 @@ const volatile __u32 pa_stop_after = 0;
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* The kernel fields the programs read. Only these are declared: their offsets are relocated
- * against the running kernel's BTF at load (CO-RE), so no vmlinux.h is needed. */
-struct thread_struct {
-	unsigned long fsbase;
-} __attribute__((preserve_access_index));
-
-struct task_struct {
-	int pid;
-	struct thread_struct thread;
-} __attribute__((preserve_access_index));
+/* The kernel fields the programs read (struct task_struct with thread.fsbase for the span,
+ * struct pt_regs) are declared in native.bpf.h, relocated against the kernel's BTF at load. */
 
 static __always_inline __u32 pa_min(__u32 a, __u32 b)
 {
@@ -162,11 +155,14 @@ static __always_inline __u64 pa_search_thread(__u32 tgid)
 	return s.found;
 }
 
-/* A walk longer than a short record: the frames so far move to this CPU's scratch record, the
- * walk goes on there, and the record is output with its exact length. Returns 1 if output. */
+/* A walk longer than a short record, or one that gets a native section (`native`; `native_ctx`
+ * is the perf event's context): the frames so far move to this CPU's scratch record, the walk goes on there,
+ * the native section is appended, and the record is output with its exact length. Returns 1 if
+ * output. */
 static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_record *r, __u32 max,
-					__u64 *cnt)
+					void *native_ctx, int native, __u64 *cnt)
 {
+	__u32 native_len = 0;
 	__u32 cpu = r->hdr.cpu, n;
 	struct pa_scratch *s = bpf_map_lookup_elem(&pa_scratch, &cpu);
 	__u64 len;
@@ -179,7 +175,12 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	__builtin_memcpy(&s->rec, r, sizeof(*r));
 	bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 	w->s = s;
-	bpf_loop(max - PA_SHORT_FRAMES, pa_walk_step, w, 0);
+	/* Called even when the walk is over (a native record of a short walk: the step returns at
+	 * once). Only the knob decides: a reachable bpf_loop whose count the verifier knows to be 0
+	 * (or too large) leaves its callback unverified, and 6.18's verifier then fails with "No
+	 * program to jit"; a call it can prove dead is removed together with the callback. */
+	if (max > PA_SHORT_FRAMES)
+		bpf_loop(max - PA_SHORT_FRAMES, pa_walk_step, w, 0);
 
 	n = w->n;
 	/* For the verifier: bounds the record length below. */
@@ -188,6 +189,15 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	s->rec.hdr.flags = pa_finish(w, cnt);
 	s->rec.hdr.nframes = n;
 	len = sizeof(struct pa_sample_hdr) + (__u64)n * sizeof(struct pa_frame);
+	if (native)
+		native_len = pa_native_section(native_ctx, s, (__u32)len, cnt);
+	if (native_len) {
+		s->rec.hdr.flags |= PA_SAMPLE_NATIVE;
+		len += native_len;
+	}
+	/* For the verifier: the output stays inside the scratch value. */
+	if (len > sizeof(struct pa_scratch))
+		return 0;
 	if (bpf_ringbuf_output(&pa_samples, &s->rec, len, pa_submit_flags(len, cnt))) {
 		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
 		return 0;
@@ -306,9 +316,11 @@ fail:
 /* Walks the current task's Python stack (a thread of tracked process `p`) into a record.
  * Returns 1 if a record was written. */
 static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, __u32 tid,
-					   const struct pa_wait_info *why, __u64 *cnt)
+					   const struct pa_wait_info *why, void *native_ctx,
+					   __u64 *cnt)
 {
 	__u32 flags, lo, max;
+	int native;
 	struct pa_short_record *r;
 	struct pa_walk w = {};
 	const __u64 *tsp;
@@ -420,6 +432,7 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	w.anchor = r->hdr.anchor_frame;
 	w.base = r->hdr.base_frame;
 	w.tag_mask = p->executable_tag_mask;
+	w.entry_before_owner = !!(flags & PA_PROC_IS_ENTRY);
 	max = pa_max_frames;
 	if (max == 0 || max > PA_MAX_FRAMES)
 		max = PA_MAX_FRAMES;
@@ -428,8 +441,11 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return 0;
 	}
-	if (!pa_walk_done(&w) && w.n < max)
-		return pa_walk_long(&w, r, max, cnt);
+	/* A native section makes the record long whatever its depth. (A flag, not a pointer set
+	 * to NULL: clang turns that into masking the pointer, which the verifier refuses.) */
+	native = native_ctx && (flags & PA_PROC_NATIVE);
+	if ((!pa_walk_done(&w) && w.n < max) || native)
+		return pa_walk_long(&w, r, max, native_ctx, native, cnt);
 
 	r->hdr.flags = pa_finish(&w, cnt);
 	r->hdr.nframes = w.n;
@@ -464,17 +480,15 @@ int pa_sample(void *ctx)
 	}
 	if (pa_stop_after == PA_STAGE_PROCESS)
 		return 0;
-	pa_record_stack(p, tgid, tid, &on_cpu, cnt);
+	pa_record_stack(p, tgid, tid, &on_cpu, ctx, cnt);
 	return 0;
 }
 
 /* ---- Off-CPU ---------------------------------------------------------------------------- */
 
-struct pt_regs {
-	unsigned long si;
-	unsigned long di;
-	unsigned long orig_ax;
-} __attribute__((preserve_access_index));
+/* The kernel fields the off-CPU program reads (struct task_struct, struct pt_regs) are declared
+ * in native.bpf.h: their offsets are relocated against the running kernel's BTF at load (CO-RE),
+ * so no vmlinux.h is needed. */
 
 /* What `task`, which is blocking, waits in: the system call it is in (the user registers saved
  * at its entry: orig_ax the number, di and si the first two arguments). x86_64 numbers. */
@@ -577,7 +591,8 @@ static __always_inline void pa_switch_out(struct task_struct *prev, __u64 *cnt)
 		return;
 	}
 	why.carried_ns = t->carried_ns;
-	if (!pa_record_stack(p, tgid, tid, &why, cnt))
+	/* No native section off-CPU (yet): the switch has no perf-event registers to start from. */
+	if (!pa_record_stack(p, tgid, tid, &why, NULL, cnt))
 		return;
 	pa_count(cnt, PA_CNT_OFF_CPU_WALKS);
 	t->carried_ns = 0;

@@ -113,7 +113,7 @@ impl Chain {
             executable: Self::executable(i) & !self.layout.tag_mask,
             instr_ptr: Self::instr_ptr(i),
             owner: u32::from(Self::owner(i)),
-            _pad: 0,
+            is_entry: 0,
         }
     }
 
@@ -704,7 +704,8 @@ fn otel_record(span_id: [u8; 8], valid: u8) -> [u8; 28] {
 
 /// The program reads the span the interrupted thread is in, at the tick, through static TLS or
 /// the DTV as glibc lays them out; a thread in no span, or whose record is not valid, gets none
-/// and counts nothing; an unreadable record is counted; a process without the flag is not read.
+/// and counts nothing; an unreadable record is counted; a process without the flag is not read;
+/// a native record (`PROC_NATIVE`) keeps its span.
 #[test]
 fn records_carry_the_span_the_thread_is_in() {
     let chain = Chain::new(&PY315, 3);
@@ -749,6 +750,16 @@ fn records_carry_the_span_the_thread_is_in() {
     let (h, _, _) = first_record_of(&spinner, &config(), &proc315(0), ts.addr());
     assert_eq!(h.flags & SAMPLE_SPAN, 0);
     assert_eq!(h.span_id, [0; 8], "zeros without a span");
+    // With native stacks too, the record is long (the native section follows the frames) and
+    // its header, copied to the scratch before the section is written, keeps the span.
+    spinner.publish(valid.as_ptr() as u64);
+    let proc = PaProc {
+        otel: tls.static_tls(),
+        ..proc315(PROC_TRACE_CONTEXT | common::PROC_NATIVE)
+    };
+    let (h, _, _) = first_record_of(&spinner, &config(), &proc, ts.addr());
+    assert_ne!(h.flags & common::SAMPLE_NATIVE, 0, "{h:?}");
+    assert_eq!(h.span_id(), Some(span), "{h:?}");
 }
 
 #[test]
@@ -1122,5 +1133,61 @@ fn bench_span_read() {
         windows.sort_by(f64::total_cmp);
         let median = windows.get(windows.len() / 2).copied().unwrap_or(0.0);
         eprintln!("{what:>22} {:>7} {spans:>8} {median:>8.0}", last.1);
+    }
+}
+
+/// With `PROC_NATIVE`, every on-CPU record of the process carries a native section after its
+/// frames, whatever its depth (short and long walks): registers of the interrupted thread and a
+/// copy of its stack from `sp` up. The frames themselves are unchanged.
+#[test]
+fn native_records_carry_registers_and_a_stack_copy() {
+    for depth in [3, SHORT_FRAMES as usize + 5] {
+        let chain = Chain::new(&PY315, depth);
+        let mut ts = TState::new();
+        ts.set(72, chain.addr(0));
+        let mut s = load(&config());
+        let spinner = Spinner::start();
+        let pid = std::process::id();
+        s.track_process(pid, &proc315(common::PROC_NATIVE))
+            .expect("track_process");
+        s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
+        let (h, frames, native) = wait_until(&mut s, "no native record", |s| {
+            let mut got = None;
+            s.drain(|rec| {
+                let h = rec.header();
+                if got.is_none() && h.pid == pid && h.tid == spinner.tid {
+                    let native = rec.native().map(|n| (n.hdr, n.stack.len()));
+                    got = Some((*h, rec.frames().collect::<Vec<_>>(), native));
+                }
+            });
+            got
+        });
+        assert_eq!(s.malformed_records(), 0);
+        assert_eq!(
+            h.flags & !common::SAMPLE_NATIVE,
+            SAMPLE_COMPLETE,
+            "depth {depth}: {h:?}"
+        );
+        chain.check_prefix(&frames, depth);
+        let (n, copied) = native.unwrap_or_else(|| panic!("depth {depth}: no native section"));
+        assert!(n.ip != 0 && n.sp != 0, "{n:?}");
+        assert_eq!(copied, n.stack_bytes as usize);
+        assert!(
+            copied > 0 && copied <= common::NATIVE_STACK_BYTES as usize,
+            "{n:?}"
+        );
+        // The spinner's stack is a mapping of this process, and sp lies in it.
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let in_mapping = maps.lines().any(|l| {
+            let range = l.split_whitespace().next().unwrap_or("");
+            let (a, b) = range.split_once('-').unwrap_or(("0", "0"));
+            let (a, b) = (
+                u64::from_str_radix(a, 16).unwrap_or(0),
+                u64::from_str_radix(b, 16).unwrap_or(0),
+            );
+            (a..b).contains(&n.sp)
+        });
+        assert!(in_mapping, "sp {:#x} in no mapping", n.sp);
+        assert!(s.counter(Counter::NativeStacks).expect("counter") > 0);
     }
 }

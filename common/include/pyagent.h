@@ -53,7 +53,16 @@
  * not have the bit and pay nothing.
  */
 #define PA_PROC_TRACE_CONTEXT (1u << 3)
-#define PA_PROC__ALL (PA_PROC_CFRAME | PA_PROC_ANCHOR | PA_PROC_BASE_FRAME | PA_PROC_TRACE_CONTEXT)
+/* Also copy the user registers, a window of the user stack and the kernel stack into each
+ * on-CPU record (PA_SAMPLE_NATIVE): userspace unwinds them into native frames. */
+#define PA_PROC_NATIVE (1u << 4)
+/* 3.11: the byte right before the owner is is_entry; each frame records it (pa_frame.is_entry),
+ * so that userspace knows where C-level evaluations begin (native stacks cut the Python stack
+ * there). Later versions mark those boundaries with entry frames instead. */
+#define PA_PROC_IS_ENTRY (1u << 5)
+#define PA_PROC__ALL                                                                              \
+	(PA_PROC_CFRAME | PA_PROC_ANCHOR | PA_PROC_BASE_FRAME | PA_PROC_TRACE_CONTEXT |            \
+	 PA_PROC_NATIVE | PA_PROC_IS_ENTRY)
 
 /*
  * The OTEP 4947 record the thread-local otel_thread_ctx_v1 points to (packed): trace id
@@ -204,6 +213,9 @@ _Static_assert(sizeof(struct pa_thread_list) == 32, "struct pa_thread_list layou
 #define PA_SAMPLE_GIL_HELD (1u << 9)
 /* The thread was in a span (PA_PROC_TRACE_CONTEXT, a valid record): `span_id` is its id. */
 #define PA_SAMPLE_SPAN (1u << 10)
+/* A native section (struct pa_native_hdr, kernel_frames x __u64, stack_bytes of user stack)
+ * follows the frames. */
+#define PA_SAMPLE_NATIVE (1u << 11)
 
 /* What an off-CPU thread waits in, from the system call it blocked in (x86_64 numbers). */
 #define PA_WAIT_NONE 0 /* on-CPU records */
@@ -257,7 +269,9 @@ struct pa_frame {
 	__u64 instr_ptr;
 	/* The frame's owner byte (FRAME_OWNED_BY_*). */
 	__u32 owner;
-	__u32 _pad;
+	/* With PA_PROC_IS_ENTRY (3.11): the frame's is_entry byte (the first Python frame of a
+	 * C-level evaluation); 0 otherwise. */
+	__u32 is_entry;
 };
 _Static_assert(sizeof(struct pa_frame) == 32, "struct pa_frame layout");
 
@@ -283,6 +297,32 @@ struct pa_record {
 	struct pa_frame frames[PA_MAX_FRAMES];
 };
 _Static_assert(sizeof(struct pa_record) == 96 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+
+/* ---- Native section of a PA_SAMPLE_NATIVE record ------------------------------------------ */
+/*
+ * After the frames: the user registers at the tick (from the perf event when it interrupted user
+ * mode, else the ones saved at the thread's entry into the kernel), the kernel stack when the
+ * tick interrupted the kernel, and the user stack from sp up, copied a page at a time until
+ * PA_NATIVE_STACK_BYTES or the first page that cannot be read (the top of the stack, or a page
+ * not resident). Userspace unwinds the copy with the objects' CFI (.eh_frame).
+ */
+#define PA_NATIVE_STACK_BYTES 16384
+#define PA_KERNEL_FRAMES 32
+
+struct pa_native_hdr {
+	/* User instruction pointer, stack pointer, frame pointer (rbp). */
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	/* Kernel return addresses following this header (innermost first, <= PA_KERNEL_FRAMES). */
+	__u32 kernel_frames;
+	/* Bytes of user stack, copied from `sp` up, following the kernel frames. */
+	__u32 stack_bytes;
+};
+_Static_assert(sizeof(struct pa_native_hdr) == 32, "struct pa_native_hdr layout");
+
+/* The largest native section. */
+#define PA_NATIVE_MAX_BYTES (32 + 8 * PA_KERNEL_FRAMES + PA_NATIVE_STACK_BYTES)
 
 /* ---- pa_off_cpu_threads: HASH host tid (__u32) -> struct pa_off_cpu_thread ------------------ */
 /*
@@ -402,7 +442,14 @@ enum pa_counter {
 	 * written without its span. A thread in no span, or whose record is not valid, is not
 	 * counted. */
 	PA_CNT_SPAN_READ_FAIL = 25,
-	PA_CNT__COUNT = 26,
+	/* Records with a native section (PA_SAMPLE_NATIVE). */
+	PA_CNT_NATIVE_STACKS = 26,
+	/* Native sections whose user-stack copy stopped before PA_NATIVE_STACK_BYTES at a page
+	 * that could not be read (usually the top of the stack: not an error). */
+	PA_CNT_NATIVE_STACK_SHORT = 27,
+	/* A native process's tick without user registers (no task pt_regs): Python frames only. */
+	PA_CNT_NATIVE_NO_REGS = 28,
+	PA_CNT__COUNT = 29,
 };
 
 #endif /* PYAGENT_H */

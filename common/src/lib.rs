@@ -15,7 +15,7 @@ mod counters;
 mod record;
 
 pub use counters::{Counter, CounterInfo, COUNTERS, COUNTER_COUNT};
-pub use record::{Frames, RecordError, SampleRecord};
+pub use record::{Frames, NativeSection, RecordError, SampleRecord};
 
 use std::mem::{offset_of, size_of};
 
@@ -37,8 +37,14 @@ pub const PROC_BASE_FRAME: u32 = 1 << 2;
 /// [`PaProc::flags`]: the process publishes OpenTelemetry's thread context (OTEP 4947); read
 /// the interrupted thread's span through [`PaProc::otel`] (`PA_PROC_TRACE_CONTEXT`).
 pub const PROC_TRACE_CONTEXT: u32 = 1 << 3;
+/// `PA_PROC_NATIVE`: on-CPU records carry a native section (user registers, a copy of the user
+/// stack, the kernel stack).
+pub const PROC_NATIVE: u32 = 1 << 4;
+/// `PA_PROC_IS_ENTRY` (3.11): each frame records the byte before its owner, `is_entry`.
+pub const PROC_IS_ENTRY: u32 = 1 << 5;
 /// Every defined [`PaProc::flags`] bit (`PA_PROC__ALL`).
-pub const PROC_ALL: u32 = PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME | PROC_TRACE_CONTEXT;
+pub const PROC_ALL: u32 =
+    PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME | PROC_TRACE_CONTEXT | PROC_NATIVE | PROC_IS_ENTRY;
 
 /// Offset of the span id in an OTEP 4947 record (`PA_OTEL_SPAN_ID_OFFSET`).
 pub const OTEL_SPAN_ID_OFFSET: u32 = 16;
@@ -75,6 +81,9 @@ pub const SAMPLE_GIL_KNOWN: u32 = 1 << 8;
 pub const SAMPLE_GIL_HELD: u32 = 1 << 9;
 /// `PA_SAMPLE_SPAN`: the thread was in a span; [`PaSampleHdr::span_id`] is its id.
 pub const SAMPLE_SPAN: u32 = 1 << 10;
+/// `PA_SAMPLE_NATIVE`: a native section ([`PaNativeHdr`], kernel frames, user stack) follows the
+/// frames.
+pub const SAMPLE_NATIVE: u32 = 1 << 11;
 
 /// `PA_WAIT_NONE`: an on-CPU record.
 pub const WAIT_NONE: u32 = 0;
@@ -466,8 +475,8 @@ pub struct PaFrame {
     pub instr_ptr: u64,
     /// The frame's owner byte (`FRAME_OWNED_BY_*`).
     pub owner: u32,
-    /// Padding, 0.
-    pub _pad: u32,
+    /// With [`PROC_IS_ENTRY`] (3.11): the frame's `is_entry` byte; 0 otherwise.
+    pub is_entry: u32,
 }
 
 const _: () = {
@@ -476,7 +485,42 @@ const _: () = {
     assert!(offset_of!(PaFrame, executable) == 8);
     assert!(offset_of!(PaFrame, instr_ptr) == 16);
     assert!(offset_of!(PaFrame, owner) == 24);
-    assert!(offset_of!(PaFrame, _pad) == 28);
+    assert!(offset_of!(PaFrame, is_entry) == 28);
+};
+
+/// Bytes of user stack a native section holds at most (`PA_NATIVE_STACK_BYTES`).
+pub const NATIVE_STACK_BYTES: u32 = 16384;
+/// Kernel return addresses a native section holds at most (`PA_KERNEL_FRAMES`).
+pub const KERNEL_FRAMES: u32 = 32;
+/// The largest native section (`PA_NATIVE_MAX_BYTES`).
+pub const NATIVE_MAX_BYTES: usize =
+    size_of::<PaNativeHdr>() + 8 * KERNEL_FRAMES as usize + NATIVE_STACK_BYTES as usize;
+
+/// The fixed part of a record's native section (`struct pa_native_hdr`): the user registers at
+/// the tick, then `kernel_frames` kernel return addresses and `stack_bytes` of user stack copied
+/// from `sp` up.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaNativeHdr {
+    /// User instruction pointer.
+    pub ip: u64,
+    /// User stack pointer: the address of the first copied byte.
+    pub sp: u64,
+    /// User frame pointer (rbp).
+    pub bp: u64,
+    /// Kernel return addresses following (innermost first).
+    pub kernel_frames: u32,
+    /// Bytes of user stack following the kernel frames.
+    pub stack_bytes: u32,
+}
+
+const _: () = {
+    assert!(size_of::<PaNativeHdr>() == 32);
+    assert!(offset_of!(PaNativeHdr, ip) == 0);
+    assert!(offset_of!(PaNativeHdr, sp) == 8);
+    assert!(offset_of!(PaNativeHdr, bp) == 16);
+    assert!(offset_of!(PaNativeHdr, kernel_frames) == 24);
+    assert!(offset_of!(PaNativeHdr, stack_bytes) == 28);
 };
 
 /// Frames of a short record (`PA_SHORT_FRAMES`): walks that stop within this many frames are

@@ -17,6 +17,8 @@ use crate::sampler::bpf::{
     pa_proc_for, pa_thread_list_for, set_gil, set_trace_context, BpfError, BpfSampler,
 };
 use crate::sampler::off_cpu::{blocked_in, monotonic_ns, wait_reason, BlockedIn};
+use crate::unwind::native::merge::{merge, Merge};
+use crate::unwind::native::NativeUnwinder;
 use crate::unwind::{
     DecodedRecord, ExternalSkip, InterpreterInfo, RecordKind, ThreadInfo, ThreadSample,
     UnwindOptions, Unwinder,
@@ -45,6 +47,8 @@ struct BpfProcess {
     proc_config: PaProc,
     /// whether the program reads the span each sampled thread is in (OTEP 4947)
     trace_context: bool,
+    /// native stacks: unwinds the program's stack copies (`None`: Python frames only)
+    native: Option<NativeUnwinder>,
 }
 
 /// The loaded program and the processes it samples.
@@ -63,7 +67,12 @@ impl BpfBackend {
 
     /// Starts sampling `target`: its walk configuration goes into the program's maps (an error
     /// says why it cannot be profiled).
-    pub fn track(&mut self, target: PythonTarget, unwind: UnwindOptions) -> Result<(), BpfError> {
+    pub fn track(
+        &mut self,
+        target: PythonTarget,
+        unwind: UnwindOptions,
+        native_stacks: bool,
+    ) -> Result<(), BpfError> {
         let pid = target.pid;
         // 3.15: the program stops at `last_profiled_frame` and the agent splices its cached
         // stack. The anchor is written by the agent right after its own userspace walk of the
@@ -73,8 +82,14 @@ impl BpfBackend {
         // splice another call chain.
         let use_anchor = unwind.frame_cache && target.offsets.has_frame_cache_anchor();
         let mut proc_config = pa_proc_for(&target.offsets, use_anchor);
+        if native_stacks {
+            proc_config.flags |= common::PROC_NATIVE;
+        }
         let options = UnwindOptions {
             frame_cache: use_anchor,
+            // The `<native>` markers are where the merge cuts the Python stack into
+            // evaluations (`unwind/native/merge.rs`).
+            native: unwind.native || native_stacks,
             // The program reads the span at the tick; the userspace walks of a BPF process
             // (3.15 anchors, threads blocked at attach) need none.
             trace_context: false,
@@ -98,6 +113,7 @@ impl BpfBackend {
                 pidns: pid_namespace(pid),
                 proc_config,
                 trace_context: unwind.trace_context,
+                native: native_stacks.then(|| NativeUnwinder::new(pid)),
             },
         );
         Ok(())
@@ -267,6 +283,7 @@ impl BpfBackend {
             }
             resolve(
                 &mut p.unwinder,
+                p.native.as_mut(),
                 record,
                 profile,
                 &mut out.stats,
@@ -366,16 +383,33 @@ fn woke(out: &mut Collected, pid: u32, tid: u32, at_ns: u64) {
 /// blocked threads until its wake-up; a record without a stack is counted by reason.
 fn resolve(
     unwinder: &mut Unwinder,
+    native: Option<&mut NativeUnwinder>,
     record: DecodedRecord,
     profile: &mut Profile,
     stats: &mut HostStats,
     waits: &mut Waits,
 ) {
     let DecodedRecord {
-        kind, walk, raw, ..
+        kind,
+        walk,
+        raw,
+        native: capture,
+        ..
     } = record;
     let sample = match unwinder.resolve_record(&walk, &raw) {
-        Ok(sample) => sample,
+        Ok(mut sample) => {
+            if let (Some(n), Some(c)) = (native, capture) {
+                let stack = n.stack(&c);
+                let (merged, how) = merge(std::mem::take(&mut sample.frames), &stack);
+                sample.frames = merged;
+                match how {
+                    Merge::Whole => stats.native_merged += 1,
+                    Merge::NativeCut => stats.native_cut += 1,
+                    Merge::Mismatch => stats.native_mismatch += 1,
+                }
+            }
+            sample
+        }
         Err(skip) => {
             stats.count_skip(skip);
             // A record of no known interpreter is not this profile's tick to miss.

@@ -4,6 +4,7 @@
 
 use common::SampleRecord;
 
+use super::native::NativeCapture;
 use super::{ExternalWalk, GilState, RawFrame, TraceContext};
 
 /// What one record says happened.
@@ -44,6 +45,8 @@ pub struct DecodedRecord {
     pub walk: ExternalWalk,
     /// the walked frames, innermost first (empty for a wake-up)
     pub raw: Vec<RawFrame>,
+    /// registers and user-stack copy, for a process with native stacks on
+    pub native: Option<NativeCapture>,
 }
 
 impl DecodedRecord {
@@ -60,6 +63,7 @@ impl DecodedRecord {
                 },
                 walk: ExternalWalk::default(),
                 raw: Vec::new(),
+                native: None,
             };
         } else if h.is_off_cpu() {
             RecordKind::OffCpu {
@@ -85,7 +89,7 @@ impl DecodedRecord {
                 ip: f.instr_ptr,
                 previous,
                 owner: f.owner as u8,
-                is_entry: false,
+                is_entry: f.is_entry != 0,
                 tlbc_index: 0,
             });
         }
@@ -106,6 +110,13 @@ impl DecodedRecord {
                 trace: h.span_id().map(|span_id| TraceContext { span_id }),
             },
             raw,
+            native: rec.native().map(|n| NativeCapture {
+                ip: n.hdr.ip,
+                sp: n.hdr.sp,
+                bp: n.hdr.bp,
+                kernel: n.kernel_frames().collect(),
+                stack: n.stack.to_vec(),
+            }),
         }
     }
 }

@@ -13,6 +13,7 @@ mod decode;
 mod error;
 pub mod frame_cache;
 pub mod loss;
+pub mod native;
 mod options;
 mod record;
 mod reread;

@@ -68,6 +68,10 @@ pub fn pa_proc_for(offsets: &Offsets, use_anchor: bool) -> PaProc {
         p.thread_state_last_profiled_frame = off(a);
         p.thread_state_last_profiled_frame_seq = off(seq);
     }
+    // 3.11 keeps `is_entry` right before the owner byte, where the program reads it.
+    if offsets.frame.is_entry.is_some_and(|e| e + 1 == f.owner) {
+        p.flags |= common::PROC_IS_ENTRY;
+    }
     p
 }
 
