@@ -19,6 +19,9 @@
  * on a CPU, so a slot has one user. */
 struct pa_scratch {
 	struct pa_record rec;
+	/* Room for a native section after the longest record (native.bpf.h writes it right after
+	 * the record's last frame, wherever that is). */
+	__u8 native[PA_NATIVE_MAX_BYTES];
 };
 
 /* host tgid -> walk configuration (set by userspace). Read only for a shared pa_proc_slots

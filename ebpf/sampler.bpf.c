@@ -18,6 +18,7 @@
 #include "pyagent.h"
 #include "maps.bpf.h"
 #include "walk.bpf.h"
+#include "native.bpf.h"
 
 /* ---- Knobs, set with EbpfLoader::override_global before load ---- */
 
@@ -41,6 +42,9 @@ const volatile __u64 pa_off_cpu_min_gap_ns = 50000000;
 const volatile __u32 pa_stop_after = 0;
 
 char LICENSE[] SEC("license") = "GPL";
+
+/* The kernel fields the programs read (struct task_struct with thread.fsbase for the span,
+ * struct pt_regs) are declared in native.bpf.h, relocated against the kernel's BTF at load. */
 
 static __always_inline __u32 pa_min(__u32 a, __u32 b)
 {
@@ -151,11 +155,14 @@ static __always_inline __u64 pa_search_thread(__u32 tgid)
 	return s.found;
 }
 
-/* A walk longer than a short record: the frames so far move to this CPU's scratch record, the
- * walk goes on there, and the record is output with its exact length. Returns 1 if output. */
+/* A walk longer than a short record, or one that gets a native section (`native`; `native_ctx`
+ * is the perf event's context): the frames so far move to this CPU's scratch record, the walk goes on there,
+ * the native section is appended, and the record is output with its exact length. Returns 1 if
+ * output. */
 static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_record *r, __u32 max,
-					__u64 *cnt)
+					void *native_ctx, int native, __u64 *cnt)
 {
+	__u32 native_len = 0;
 	__u32 cpu = r->hdr.cpu, n;
 	struct pa_scratch *s = bpf_map_lookup_elem(&pa_scratch, &cpu);
 	__u64 len;
@@ -168,7 +175,12 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	__builtin_memcpy(&s->rec, r, sizeof(*r));
 	bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 	w->s = s;
-	bpf_loop(max - PA_SHORT_FRAMES, pa_walk_step, w, 0);
+	/* Called even when the walk is over (a native record of a short walk: the step returns at
+	 * once). Only the knob decides: a reachable bpf_loop whose count the verifier knows to be 0
+	 * (or too large) leaves its callback unverified, and 6.18's verifier then fails with "No
+	 * program to jit"; a call it can prove dead is removed together with the callback. */
+	if (max > PA_SHORT_FRAMES)
+		bpf_loop(max - PA_SHORT_FRAMES, pa_walk_step, w, 0);
 
 	n = w->n;
 	/* For the verifier: bounds the record length below. */
@@ -177,6 +189,15 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	s->rec.hdr.flags = pa_finish(w, cnt);
 	s->rec.hdr.nframes = n;
 	len = sizeof(struct pa_sample_hdr) + (__u64)n * sizeof(struct pa_frame);
+	if (native)
+		native_len = pa_native_section(native_ctx, s, (__u32)len, cnt);
+	if (native_len) {
+		s->rec.hdr.flags |= PA_SAMPLE_NATIVE;
+		len += native_len;
+	}
+	/* For the verifier: the output stays inside the scratch value. */
+	if (len > sizeof(struct pa_scratch))
+		return 0;
 	if (bpf_ringbuf_output(&pa_samples, &s->rec, len, pa_submit_flags(len, cnt))) {
 		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
 		return 0;
@@ -226,12 +247,80 @@ static __always_inline __u32 pa_gil_flags(const struct pa_proc *p, __u64 ts)
 	return 0;
 }
 
+/* Most DTV entries believed: a torn or foreign DTV reads as "no context", not a huge index. */
+#define PA_MAX_DTV_ENTRIES (1u << 20)
+
+/* The address of the current thread's otel_thread_ctx_v1, found as `o` says (0: the thread has
+ * no copy of it yet); -1 when a read failed. The thread pointer is the task's saved FS base,
+ * which glibc sets once per thread (clone's CLONE_SETTLS, arch_prctl for the main thread) and
+ * which is its pthread_t: exact for the interrupted thread, with no read of its memory. */
+static __always_inline long pa_tls_variable(const struct pa_otel_ctx *o)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 tp = task->thread.fsbase, dtv = 0, entries = 0, block = 0;
+	__u64 size = o->dtv_entry_size;
+
+	if (!tp)
+		return 0;
+	/* x86_64: static TLS lies below the thread pointer. */
+	if (o->static_offset)
+		return tp - o->static_offset + o->offset_in_block;
+	if (bpf_probe_read_user(&dtv, sizeof(dtv), (const void *)(tp + o->dtv_in_pthread)) ||
+	    bpf_probe_read_user(&entries, sizeof(entries), (const void *)(dtv - size)))
+		return -1;
+	/* dtv[-1] counts the entries: a thread that never touched a module loaded after it
+	 * started has a shorter DTV, and nothing published. */
+	if (o->module_id > entries || o->module_id > PA_MAX_DTV_ENTRIES)
+		return 0;
+	if (bpf_probe_read_user(&block, sizeof(block),
+				(const void *)(dtv + o->module_id * size + o->pointer_in_entry)))
+		return -1;
+	/* 0 or -1 (TLS_DTV_UNALLOCATED): no block for the module in this thread yet. */
+	if (block == 0 || block == (__u64)-1)
+		return 0;
+	return block + o->offset_in_block;
+}
+
+/* The span the current thread of `p` is in, into `h` (PA_SAMPLE_SPAN, or nothing): its
+ * otel_thread_ctx_v1 points to the OTEP 4947 record, used only when marked valid. The thread
+ * is interrupted, so a writer cannot change the record under this read. */
+static __always_inline void pa_read_span(const struct pa_proc *p, struct pa_sample_hdr *h,
+					 __u64 *cnt)
+{
+	__u8 buf[PA_OTEL_SPAN_READ_BYTES];
+	__u64 record = 0;
+	long var;
+
+	if (!(p->flags & PA_PROC_TRACE_CONTEXT))
+		return;
+	var = pa_tls_variable(&p->otel);
+	if (var == -1)
+		goto fail;
+	if (!var)
+		return;
+	if (bpf_probe_read_user(&record, sizeof(record), (const void *)var))
+		goto fail;
+	if (!record)
+		return;
+	if (bpf_probe_read_user(buf, sizeof(buf), (const void *)(record + PA_OTEL_SPAN_ID_OFFSET)))
+		goto fail;
+	if (buf[PA_OTEL_VALID_OFFSET - PA_OTEL_SPAN_ID_OFFSET] != 1)
+		return;
+	__builtin_memcpy(h->span_id, buf, sizeof(h->span_id));
+	h->flags |= PA_SAMPLE_SPAN;
+	return;
+fail:
+	pa_count(cnt, PA_CNT_SPAN_READ_FAIL);
+}
+
 /* Walks the current task's Python stack (a thread of tracked process `p`) into a record.
  * Returns 1 if a record was written. */
 static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, __u32 tid,
-					   const struct pa_wait_info *why, __u64 *cnt)
+					   const struct pa_wait_info *why, void *native_ctx,
+					   __u64 *cnt)
 {
 	__u32 flags, lo, max;
+	int native;
 	struct pa_short_record *r;
 	struct pa_walk w = {};
 	const __u64 *tsp;
@@ -320,6 +409,8 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	r->hdr.time_ns = bpf_ktime_get_ns();
 	r->hdr.wait_addr = why->wait_addr;
 	r->hdr.carried_ns = why->carried_ns;
+	r->hdr.flags = 0;
+	__builtin_memset(r->hdr.span_id, 0, sizeof(r->hdr.span_id));
 	if (flags & PA_PROC_ANCHOR) {
 		r->hdr.anchor_frame = pa_ts_field(win, p->thread_state_last_profiled_frame - lo);
 		r->hdr.anchor_seq = pa_ts_field(win, p->thread_state_last_profiled_frame_seq - lo);
@@ -331,11 +422,17 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return 0;
 	}
-	w.flags = why->flags | pa_gil_flags(p, ts);
+	pa_read_span(p, &r->hdr, cnt);
+	if (pa_stop_after == PA_STAGE_SPAN) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		return 0;
+	}
+	w.flags = why->flags | pa_gil_flags(p, ts) | r->hdr.flags;
 	w.frame = cur;
 	w.anchor = r->hdr.anchor_frame;
 	w.base = r->hdr.base_frame;
 	w.tag_mask = p->executable_tag_mask;
+	w.entry_before_owner = !!(flags & PA_PROC_IS_ENTRY);
 	max = pa_max_frames;
 	if (max == 0 || max > PA_MAX_FRAMES)
 		max = PA_MAX_FRAMES;
@@ -344,8 +441,11 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return 0;
 	}
-	if (!pa_walk_done(&w) && w.n < max)
-		return pa_walk_long(&w, r, max, cnt);
+	/* A native section makes the record long whatever its depth. (A flag, not a pointer set
+	 * to NULL: clang turns that into masking the pointer, which the verifier refuses.) */
+	native = native_ctx && (flags & PA_PROC_NATIVE);
+	if ((!pa_walk_done(&w) && w.n < max) || native)
+		return pa_walk_long(&w, r, max, native_ctx, native, cnt);
 
 	r->hdr.flags = pa_finish(&w, cnt);
 	r->hdr.nframes = w.n;
@@ -380,23 +480,15 @@ int pa_sample(void *ctx)
 	}
 	if (pa_stop_after == PA_STAGE_PROCESS)
 		return 0;
-	pa_record_stack(p, tgid, tid, &on_cpu, cnt);
+	pa_record_stack(p, tgid, tid, &on_cpu, ctx, cnt);
 	return 0;
 }
 
 /* ---- Off-CPU ---------------------------------------------------------------------------- */
 
-/* The kernel fields the off-CPU program reads. Only these are declared: their offsets are
- * relocated against the running kernel's BTF at load (CO-RE), so no vmlinux.h is needed. */
-struct task_struct {
-	int pid;
-} __attribute__((preserve_access_index));
-
-struct pt_regs {
-	unsigned long si;
-	unsigned long di;
-	unsigned long orig_ax;
-} __attribute__((preserve_access_index));
+/* The kernel fields the off-CPU program reads (struct task_struct, struct pt_regs) are declared
+ * in native.bpf.h: their offsets are relocated against the running kernel's BTF at load (CO-RE),
+ * so no vmlinux.h is needed. */
 
 /* What `task`, which is blocking, waits in: the system call it is in (the user registers saved
  * at its entry: orig_ax the number, di and si the first two arguments). x86_64 numbers. */
@@ -499,7 +591,8 @@ static __always_inline void pa_switch_out(struct task_struct *prev, __u64 *cnt)
 		return;
 	}
 	why.carried_ns = t->carried_ns;
-	if (!pa_record_stack(p, tgid, tid, &why, cnt))
+	/* No native section off-CPU (yet): the switch has no perf-event registers to start from. */
+	if (!pa_record_stack(p, tgid, tid, &why, NULL, cnt))
 		return;
 	pa_count(cnt, PA_CNT_OFF_CPU_WALKS);
 	t->carried_ns = 0;

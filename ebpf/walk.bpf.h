@@ -44,6 +44,9 @@ struct pa_walk {
 	__u32 n;
 	/* PA_SAMPLE_* */
 	__u32 flags;
+	/* Record the byte before the owner as is_entry (PA_PROC_IS_ENTRY). */
+	__u32 entry_before_owner;
+	__u32 _pad;
 };
 
 /* A pointer field: 8-byte aligned, wholly inside the frame window. */
@@ -117,7 +120,7 @@ static __always_inline int pa_walk_one(struct pa_walk *w, struct pa_frame *f)
 	f->executable = pa_word(win, oe, PA_FRAME_READ_BYTES / 8) & ~w->tag_mask;
 	f->instr_ptr = pa_word(win, oi, PA_FRAME_READ_BYTES / 8);
 	f->owner = ((const __u8 *)win)[oo];
-	f->_pad = 0;
+	f->is_entry = w->entry_before_owner && oo ? ((const __u8 *)win)[oo - 1] : 0;
 	w->n++;
 
 	if (addr == w->anchor) {
@@ -154,6 +157,9 @@ static long pa_walk_step(__u32 i, void *ctx)
 	struct pa_walk *w = ctx;
 	__u32 n = w->n;
 
+	/* A native record's walk may have ended in the short record already. */
+	if (pa_walk_done(w))
+		return 1;
 	/* For the verifier: n < PA_MAX_FRAMES (bpf_loop's bound), a power of two. */
 	asm volatile("" : "+r"(n));
 	n &= PA_MAX_FRAMES - 1;

@@ -33,6 +33,8 @@ fn flag_layer(args: &HostArgs, log: Option<&str>) -> Result<Overrides> {
         rate_hz: args.rate,
         mode: args.mode.map(Into::into),
         off_cpu: args.off_cpu.then_some(true),
+        // With the userspace sampler `--native` keeps meaning `<native>` markers.
+        native: (args.frames.native && args.mode != Some(ModeArg::Userspace)).then_some(true),
         stall_after: args.stall_after,
         metrics_addr: args.metrics_addr,
         log: log.map(str::to_string),
@@ -126,6 +128,7 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         None,
         &args.frames,
         OffCpu::from_config(config.off_cpu, args.off_cpu),
+        config.native || args.frames.native,
     )?;
     install_stop_handlers();
     // The first scan parses every Python binary on the host: the duration starts after it.

@@ -110,7 +110,9 @@ pub struct TopArgs {
 /// Frame-rendering options shared by the commands.
 #[derive(Debug, Args, Clone, Copy)]
 pub struct FrameArgs {
-    /// Show `<native>` where Python code called into C that called back into Python.
+    /// Native stacks: with the eBPF sampler, the native (C, C++, Rust) and kernel frames between
+    /// and below the Python ones; with the userspace sampler, `<native>` where Python code
+    /// called into C that called back into Python.
     #[arg(long)]
     pub native: bool,
     /// Do not show `<GC>` where the garbage collector runs.

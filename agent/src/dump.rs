@@ -117,6 +117,8 @@ impl From<&Frame> for FrameDump {
                 FrameKind::Native => "native",
                 FrameKind::Gc => "gc",
                 FrameKind::Task => "task",
+                FrameKind::NativeCode => "native_code",
+                FrameKind::Kernel => "kernel",
             },
         }
     }

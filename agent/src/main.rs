@@ -244,6 +244,7 @@ fn host_profiler(
     pids: Option<Vec<u32>>,
     frames: &FrameArgs,
     off_cpu: OffCpu,
+    native_stacks: bool,
 ) -> Result<HostProfiler> {
     let config = HostConfig {
         mode,
@@ -252,9 +253,13 @@ fn host_profiler(
         unwind: unwind_options(frames),
         thread_search_max: thread_search_max()?,
         off_cpu: off_cpu != OffCpu::Off,
+        native_stacks,
         ..HostConfig::default()
     };
     let profiler = HostProfiler::new(config)?;
+    if native_stacks && profiler.fallback_reason().is_some() {
+        eprintln!("pyagent: native stacks need the eBPF sampler: Python frames only, with <native> where C called back into Python");
+    }
     if let Some(why) = profiler.fallback_reason() {
         if off_cpu == OffCpu::Required {
             bail!("--off-cpu needs the eBPF sampler, which is unavailable: {why}");
@@ -301,6 +306,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         Some(vec![args.pid]),
         &args.frames,
         OffCpu::from_config(args.off_cpu, args.off_cpu),
+        args.frames.native,
     )?;
     install_stop_handlers();
     let until = args.duration.map(|d| std::time::Instant::now() + d);
@@ -360,6 +366,15 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     }
     if args.off_cpu {
         print_off_cpu_summary(&profiler);
+    }
+    if args.frames.native && profiler.bpf().is_some() {
+        eprintln!(
+            "pyagent: native stacks: {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone); {} stack copies cut at an unreadable page",
+            s.native_merged,
+            s.native_cut,
+            s.native_mismatch,
+            bpf_counter(common::Counter::NativeStackShort)
+        );
     }
     Ok(())
 }

@@ -136,6 +136,7 @@ pub fn run(
         mode: config.mode,
         rate_hz: config.rate_hz,
         off_cpu: config.off_cpu,
+        native_stacks: config.native,
         pids: None,
         unwind,
         ..HostConfig::default()

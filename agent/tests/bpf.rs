@@ -6,17 +6,19 @@
 //! `bench_ns_per_run`, ignored by default:
 //! `cargo test -p pyagent --test bpf -- --ignored --nocapture --test-threads=1`.
 
+use std::cell::Cell;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{
-    Counter, PaFrame, PaProc, PaSampleHdr, PaThreadList, GIL_HOLDER, GIL_THREAD_FLAG, MAX_FRAMES,
-    NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS,
-    SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC, SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN,
-    SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_TRUNCATED, SHORT_FRAMES, THREAD_SLOTS,
+    Counter, PaFrame, PaOtelCtx, PaProc, PaSampleHdr, PaThreadList, GIL_HOLDER, GIL_THREAD_FLAG,
+    MAX_FRAMES, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
+    PROC_SLOTS, PROC_TRACE_CONTEXT, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC,
+    SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_SPAN,
+    SAMPLE_TRUNCATED, SHORT_FRAMES, THREAD_SLOTS,
 };
 use pyagent::sampler::bpf::{BpfConfig, BpfSampler};
 
@@ -111,7 +113,7 @@ impl Chain {
             executable: Self::executable(i) & !self.layout.tag_mask,
             instr_ptr: Self::instr_ptr(i),
             owner: u32::from(Self::owner(i)),
-            _pad: 0,
+            is_entry: 0,
         }
     }
 
@@ -158,9 +160,71 @@ fn proc315(flags: u32) -> PaProc {
     }
 }
 
+thread_local! {
+    /// Stands for OTEP 4947's `otel_thread_ctx_v1`: a spinner copies into its own the record
+    /// address the test publishes ([`Spinner::publish`]).
+    static OTEL_CTX: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Where a spinner's `OTEL_CTX` is, as glibc lays it out (x86_64).
+#[derive(Debug, Clone, Copy)]
+struct SpinnerTls {
+    /// the thread pointer: `pthread_self()`, the task's FS base
+    thread_pointer: u64,
+    /// the address of the spinner's `OTEL_CTX`
+    variable: u64,
+    /// the executable's TLS block (module 1) in the spinner, as its DTV gives it
+    block: u64,
+}
+
+impl SpinnerTls {
+    /// The spinner's own view of its TLS. glibc x86_64: `tcbhead_t.dtv` is at 8 from the thread
+    /// pointer (what `_thread_db_pthread_dtvp` says), DTV entries are 16 bytes, the block
+    /// pointer first, and the executable is module 1.
+    fn here() -> SpinnerTls {
+        // SAFETY: pthread_self has no preconditions.
+        let thread_pointer = unsafe { libc::pthread_self() } as u64;
+        let variable = OTEL_CTX.with(|c| c.as_ptr() as u64);
+        // SAFETY: glibc's TCB and DTV of the running thread, read while it runs.
+        let block = unsafe {
+            let dtv = std::ptr::read_volatile((thread_pointer + 8) as *const u64);
+            std::ptr::read_volatile((dtv + 16) as *const u64)
+        };
+        SpinnerTls {
+            thread_pointer,
+            variable,
+            block,
+        }
+    }
+
+    /// The program's way to the variable through static TLS, below the thread pointer.
+    fn static_tls(&self) -> PaOtelCtx {
+        PaOtelCtx {
+            static_offset: self.thread_pointer - self.variable,
+            ..PaOtelCtx::default()
+        }
+    }
+
+    /// The program's way to the variable through the DTV.
+    fn dtv(&self) -> PaOtelCtx {
+        PaOtelCtx {
+            static_offset: 0,
+            offset_in_block: self.variable - self.block,
+            dtv_in_pthread: 8,
+            dtv_entry_size: 16,
+            pointer_in_entry: 0,
+            module_id: 1,
+        }
+    }
+}
+
 /// A thread burning CPU until dropped, so that cpu-clock events interrupt it.
 struct Spinner {
     tid: u32,
+    /// its OTel thread context (`OTEL_CTX`)
+    tls: SpinnerTls,
+    /// the record address the spinner keeps in its `OTEL_CTX`
+    record: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
@@ -168,22 +232,32 @@ struct Spinner {
 impl Spinner {
     fn start() -> Spinner {
         let stop = Arc::new(AtomicBool::new(false));
+        let record = Arc::new(AtomicU64::new(0));
         let (tx, rx) = mpsc::channel();
-        let flag = stop.clone();
+        let (flag, published) = (stop.clone(), record.clone());
         let handle = std::thread::spawn(move || {
             // SAFETY: gettid has no preconditions.
-            tx.send(unsafe { libc::gettid() } as u32).expect("send tid");
+            let tid = unsafe { libc::gettid() } as u32;
+            tx.send((tid, SpinnerTls::here())).expect("send tid");
             let mut x = 0u64;
             while !flag.load(Ordering::Relaxed) {
                 x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                OTEL_CTX.with(|c| c.set(published.load(Ordering::Relaxed)));
             }
         });
-        let tid = rx.recv().expect("spinner tid");
+        let (tid, tls) = rx.recv().expect("spinner tid");
         Spinner {
             tid,
+            tls,
+            record,
             stop,
             handle: Some(handle),
         }
+    }
+
+    /// Makes the record at `addr` (0: none) the spinner's current context, from its next spin.
+    fn publish(&self, addr: u64) {
+        self.record.store(addr, Ordering::Relaxed);
     }
 }
 
@@ -250,15 +324,25 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// Registers this process with `proc`, runs a spinner on `tstate`, and returns its first record.
 fn first_record(config: &BpfConfig, proc: &PaProc, tstate: u64) -> (PaSampleHdr, Vec<PaFrame>) {
+    let (h, frames, _) = first_record_of(&Spinner::start(), config, proc, tstate);
+    (h, frames)
+}
+
+/// [`first_record`] of a given spinner, with the sampler that took it.
+fn first_record_of(
+    spinner: &Spinner,
+    config: &BpfConfig,
+    proc: &PaProc,
+    tstate: u64,
+) -> (PaSampleHdr, Vec<PaFrame>, BpfSampler) {
     let mut s = load(config);
-    let spinner = Spinner::start();
     let pid = std::process::id();
     s.track_process(pid, proc).expect("track_process");
     s.set_thread(spinner.tid, tstate).expect("set_thread");
     let (h, frames) = next_record(&mut s, spinner.tid);
     assert_eq!(h.tstate, tstate);
     assert_eq!(h.generation, proc.generation);
-    (h, frames)
+    (h, frames, s)
 }
 
 /// Polls `done` every 10 ms until it gives a value; fails after [`DEADLINE`] naming `what`
@@ -609,6 +693,75 @@ fn records_say_whether_the_thread_held_the_gil() {
     assert_eq!(gil_bits(&flag, &ts), known, "flag clear");
 }
 
+/// An OTEP 4947 record: span id at 16, `valid` at 24.
+fn otel_record(span_id: [u8; 8], valid: u8) -> [u8; 28] {
+    let mut r = [0u8; 28];
+    r[..16].copy_from_slice(&[0x0a; 16]);
+    r[16..24].copy_from_slice(&span_id);
+    r[24] = valid;
+    r
+}
+
+/// The program reads the span the interrupted thread is in, at the tick, through static TLS or
+/// the DTV as glibc lays them out; a thread in no span, or whose record is not valid, gets none
+/// and counts nothing; an unreadable record is counted; a process without the flag is not read;
+/// a native record (`PROC_NATIVE`) keeps its span.
+#[test]
+fn records_carry_the_span_the_thread_is_in() {
+    let chain = Chain::new(&PY315, 3);
+    let mut ts = TState::new();
+    ts.set(72, chain.addr(0));
+    let span = [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31];
+    let valid = otel_record(span, 1);
+    let invalid = otel_record(span, 0);
+    let hole = NoAccessPage::new();
+    let spinner = Spinner::start();
+    // (span read, read failures) of the spinner's first record with `otel`, `flags`.
+    let read = |otel: PaOtelCtx, flags: u32, record: u64| {
+        spinner.publish(record);
+        let proc = PaProc {
+            otel,
+            ..proc315(flags)
+        };
+        let (h, _, s) = first_record_of(&spinner, &config(), &proc, ts.addr());
+        assert_eq!(h.flags & SAMPLE_COMPLETE, SAMPLE_COMPLETE, "{h:?}");
+        let failed = s.counter(Counter::SpanReadFail).expect("counter");
+        (h.span_id(), failed)
+    };
+    let tls = spinner.tls;
+    for (way, otel) in [("static TLS", tls.static_tls()), ("DTV", tls.dtv())] {
+        let publishing = |record: u64| read(otel, PROC_TRACE_CONTEXT, record);
+        assert_eq!(
+            publishing(valid.as_ptr() as u64),
+            (Some(span), 0),
+            "{way}: {tls:?}"
+        );
+        assert_eq!(publishing(invalid.as_ptr() as u64), (None, 0), "{way}");
+        assert_eq!(publishing(0), (None, 0), "{way}: no span");
+        let (span_read, failed) = publishing(hole.0);
+        assert_eq!(span_read, None, "{way}");
+        assert!(failed > 0, "{way}: an unreadable record is counted");
+    }
+    assert_eq!(
+        read(tls.static_tls(), 0, valid.as_ptr() as u64),
+        (None, 0),
+        "not published: not read"
+    );
+    let (h, _, _) = first_record_of(&spinner, &config(), &proc315(0), ts.addr());
+    assert_eq!(h.flags & SAMPLE_SPAN, 0);
+    assert_eq!(h.span_id, [0; 8], "zeros without a span");
+    // With native stacks too, the record is long (the native section follows the frames) and
+    // its header, copied to the scratch before the section is written, keeps the span.
+    spinner.publish(valid.as_ptr() as u64);
+    let proc = PaProc {
+        otel: tls.static_tls(),
+        ..proc315(PROC_TRACE_CONTEXT | common::PROC_NATIVE)
+    };
+    let (h, _, _) = first_record_of(&spinner, &config(), &proc, ts.addr());
+    assert_ne!(h.flags & common::SAMPLE_NATIVE, 0, "{h:?}");
+    assert_eq!(h.span_id(), Some(span), "{h:?}");
+}
+
 #[test]
 fn broken_chain_is_read_failed() {
     let mut chain = Chain::new(&PY315, 10);
@@ -921,5 +1074,120 @@ fn bench_ns_per_run() {
             frames as f64 / walks.max(1) as f64,
             ns as f64 / runs.max(1) as f64,
         );
+    }
+}
+
+/// What reading the span costs a walk (prints a table; run with --ignored --nocapture
+/// --test-threads=1 on an otherwise idle machine): a depth-10 3.15 chain walked on every run
+/// (the perf event follows the spinner alone), without the flag (a process that publishes
+/// nothing), and reading a valid record through static TLS and through the DTV.
+#[test]
+#[ignore = "benchmark: prints the ns per run of reading the span"]
+fn bench_span_read() {
+    const RATE_HZ: u64 = 999;
+    const SECS: u64 = 4;
+    let chain = Chain::new(&PY315, 10);
+    let mut ts = TState::new();
+    ts.set(72, chain.addr(0));
+    let record = otel_record([0x11; 8], 1);
+    let spinner = Spinner::start();
+    spinner.publish(record.as_ptr() as u64);
+    let tls = spinner.tls;
+    eprintln!(
+        "{:>22} {:>7} {:>8} {:>8}",
+        "span", "runs", "spans", "ns/run (median of 100 ms)"
+    );
+    for (what, flags, otel) in [
+        ("not published", 0, PaOtelCtx::default()),
+        ("static TLS", PROC_TRACE_CONTEXT, tls.static_tls()),
+        ("DTV", PROC_TRACE_CONTEXT, tls.dtv()),
+        ("not published (again)", 0, PaOtelCtx::default()),
+    ] {
+        let mut s = load(&BpfConfig {
+            rate_hz: RATE_HZ,
+            enable_stats: true,
+            only_thread: Some(spinner.tid),
+            ..config()
+        });
+        assert!(s.run_stats().is_some(), "BPF statistics need CAP_SYS_ADMIN");
+        let proc = PaProc {
+            otel,
+            ..proc315(flags)
+        };
+        s.track_process(std::process::id(), &proc).expect("track");
+        s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
+        let mut spans = 0u64;
+        // ns/run of each 100 ms: the median leaves out other tenants' bursts.
+        let mut windows = Vec::new();
+        let mut last = (0, 0);
+        let end = Instant::now() + Duration::from_secs(SECS);
+        while Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+            s.drain(|r| spans += u64::from(r.header().span_id().is_some()));
+            let (ns, runs) = s.run_stats().expect("stats");
+            if runs > last.1 {
+                windows.push((ns - last.0) as f64 / (runs - last.1) as f64);
+            }
+            last = (ns, runs);
+        }
+        windows.sort_by(f64::total_cmp);
+        let median = windows.get(windows.len() / 2).copied().unwrap_or(0.0);
+        eprintln!("{what:>22} {:>7} {spans:>8} {median:>8.0}", last.1);
+    }
+}
+
+/// With `PROC_NATIVE`, every on-CPU record of the process carries a native section after its
+/// frames, whatever its depth (short and long walks): registers of the interrupted thread and a
+/// copy of its stack from `sp` up. The frames themselves are unchanged.
+#[test]
+fn native_records_carry_registers_and_a_stack_copy() {
+    for depth in [3, SHORT_FRAMES as usize + 5] {
+        let chain = Chain::new(&PY315, depth);
+        let mut ts = TState::new();
+        ts.set(72, chain.addr(0));
+        let mut s = load(&config());
+        let spinner = Spinner::start();
+        let pid = std::process::id();
+        s.track_process(pid, &proc315(common::PROC_NATIVE))
+            .expect("track_process");
+        s.set_thread(spinner.tid, ts.addr()).expect("set_thread");
+        let (h, frames, native) = wait_until(&mut s, "no native record", |s| {
+            let mut got = None;
+            s.drain(|rec| {
+                let h = rec.header();
+                if got.is_none() && h.pid == pid && h.tid == spinner.tid {
+                    let native = rec.native().map(|n| (n.hdr, n.stack.len()));
+                    got = Some((*h, rec.frames().collect::<Vec<_>>(), native));
+                }
+            });
+            got
+        });
+        assert_eq!(s.malformed_records(), 0);
+        assert_eq!(
+            h.flags & !common::SAMPLE_NATIVE,
+            SAMPLE_COMPLETE,
+            "depth {depth}: {h:?}"
+        );
+        chain.check_prefix(&frames, depth);
+        let (n, copied) = native.unwrap_or_else(|| panic!("depth {depth}: no native section"));
+        assert!(n.ip != 0 && n.sp != 0, "{n:?}");
+        assert_eq!(copied, n.stack_bytes as usize);
+        assert!(
+            copied > 0 && copied <= common::NATIVE_STACK_BYTES as usize,
+            "{n:?}"
+        );
+        // The spinner's stack is a mapping of this process, and sp lies in it.
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let in_mapping = maps.lines().any(|l| {
+            let range = l.split_whitespace().next().unwrap_or("");
+            let (a, b) = range.split_once('-').unwrap_or(("0", "0"));
+            let (a, b) = (
+                u64::from_str_radix(a, 16).unwrap_or(0),
+                u64::from_str_radix(b, 16).unwrap_or(0),
+            );
+            (a..b).contains(&n.sp)
+        });
+        assert!(in_mapping, "sp {:#x} in no mapping", n.sp);
+        assert!(s.counter(Counter::NativeStacks).expect("counter") > 0);
     }
 }

@@ -47,7 +47,50 @@
 #define PA_PROC_ANCHOR (1u << 1)
 /* Read tstate->base_frame and report it (3.15: the bottom sentinel of every complete chain). */
 #define PA_PROC_BASE_FRAME (1u << 2)
-#define PA_PROC__ALL (PA_PROC_CFRAME | PA_PROC_ANCHOR | PA_PROC_BASE_FRAME)
+/*
+ * The process publishes OpenTelemetry's thread context (OTEP 4947): read the span the
+ * interrupted thread is in, at the tick, through pa_proc.otel. Processes that publish none do
+ * not have the bit and pay nothing.
+ */
+#define PA_PROC_TRACE_CONTEXT (1u << 3)
+/* Also copy the user registers, a window of the user stack and the kernel stack into each
+ * on-CPU record (PA_SAMPLE_NATIVE): userspace unwinds them into native frames. */
+#define PA_PROC_NATIVE (1u << 4)
+/* 3.11: the byte right before the owner is is_entry; each frame records it (pa_frame.is_entry),
+ * so that userspace knows where C-level evaluations begin (native stacks cut the Python stack
+ * there). Later versions mark those boundaries with entry frames instead. */
+#define PA_PROC_IS_ENTRY (1u << 5)
+#define PA_PROC__ALL                                                                              \
+	(PA_PROC_CFRAME | PA_PROC_ANCHOR | PA_PROC_BASE_FRAME | PA_PROC_TRACE_CONTEXT |            \
+	 PA_PROC_NATIVE | PA_PROC_IS_ENTRY)
+
+/*
+ * The OTEP 4947 record the thread-local otel_thread_ctx_v1 points to (packed): trace id
+ * u8[16] at 0, span id u8[8] at 16, valid u8 at 24 (1: the record may be used), trace flags,
+ * attributes. The program reads the span id and `valid` in one read.
+ */
+#define PA_OTEL_SPAN_ID_OFFSET 16
+#define PA_OTEL_VALID_OFFSET 24
+#define PA_OTEL_SPAN_READ_BYTES 9
+
+/*
+ * Where a thread's otel_thread_ctx_v1 is, from its thread pointer (task->thread.fsbase: glibc's
+ * pthread_t). The offsets come from glibc's own libthread_db descriptors and its link_map
+ * (agent/src/discovery/thread_context.rs). static_offset != 0: the publisher's TLS block is in
+ * static TLS, at the thread pointer minus this (x86_64). 0: it is reached through the DTV,
+ * `*(tp + dtv_in_pthread)`, whose entry module_id (dtv_entry_size bytes each, the entry count at
+ * dtv[-1]) holds the block pointer at pointer_in_entry. The variable is offset_in_block into the
+ * block.
+ */
+struct pa_otel_ctx {
+	__u64 static_offset;
+	__u64 offset_in_block;
+	__u32 dtv_in_pthread;
+	__u32 dtv_entry_size;
+	__u32 pointer_in_entry;
+	__u32 module_id;
+};
+_Static_assert(sizeof(struct pa_otel_ctx) == 32, "struct pa_otel_ctx layout");
 
 /*
  * How to walk one process's frame chain. All offsets are byte offsets, spelled after the
@@ -82,8 +125,10 @@ struct pa_proc {
 	__u64 gil_holder_addr;
 	__u32 gil_model;
 	__u32 thread_state_holds_gil;
+	/* Where each thread's OTEP 4947 context is (only with PA_PROC_TRACE_CONTEXT). */
+	struct pa_otel_ctx otel;
 };
-_Static_assert(sizeof(struct pa_proc) == 80, "struct pa_proc layout");
+_Static_assert(sizeof(struct pa_proc) == 112, "struct pa_proc layout");
 
 /* How a process's records learn whether the sampled thread holds the GIL. */
 #define PA_GIL_NONE 0 /* free-threaded (no GIL), or unknown: records carry no GIL bits */
@@ -110,7 +155,7 @@ struct pa_proc_slot {
 	__u32 tgid;
 	__u32 _pad;
 };
-_Static_assert(sizeof(struct pa_proc_slot) == 88, "struct pa_proc_slot layout");
+_Static_assert(sizeof(struct pa_proc_slot) == 120, "struct pa_proc_slot layout");
 
 struct pa_thread_slot {
 	__u64 tstate;
@@ -166,6 +211,11 @@ _Static_assert(sizeof(struct pa_thread_list) == 32, "struct pa_thread_list layou
  * when the record was taken (for an off-CPU record: as it blocked). */
 #define PA_SAMPLE_GIL_KNOWN (1u << 8)
 #define PA_SAMPLE_GIL_HELD (1u << 9)
+/* The thread was in a span (PA_PROC_TRACE_CONTEXT, a valid record): `span_id` is its id. */
+#define PA_SAMPLE_SPAN (1u << 10)
+/* A native section (struct pa_native_hdr, kernel_frames x __u64, stack_bytes of user stack)
+ * follows the frames. */
+#define PA_SAMPLE_NATIVE (1u << 11)
 
 /* What an off-CPU thread waits in, from the system call it blocked in (x86_64 numbers). */
 #define PA_WAIT_NONE 0 /* on-CPU records */
@@ -203,8 +253,11 @@ struct pa_sample_hdr {
 	 * pa_off_cpu_min_gap_ns after that previous one, in the same call on the same futex word.
 	 * Userspace adds them to the previous record's stack and reason. */
 	__u64 carried_ns;
+	/* The span the thread was in, as the OTEP 4947 record has it (PA_SAMPLE_SPAN; zeros
+	 * otherwise). */
+	__u8 span_id[8];
 };
-_Static_assert(sizeof(struct pa_sample_hdr) == 88, "struct pa_sample_hdr layout");
+_Static_assert(sizeof(struct pa_sample_hdr) == 96, "struct pa_sample_hdr layout");
 
 /* One _PyInterpreterFrame as read from the target; userspace symbolizes it later. */
 struct pa_frame {
@@ -216,7 +269,9 @@ struct pa_frame {
 	__u64 instr_ptr;
 	/* The frame's owner byte (FRAME_OWNED_BY_*). */
 	__u32 owner;
-	__u32 _pad;
+	/* With PA_PROC_IS_ENTRY (3.11): the frame's is_entry byte (the first Python frame of a
+	 * C-level evaluation); 0 otherwise. */
+	__u32 is_entry;
 };
 _Static_assert(sizeof(struct pa_frame) == 32, "struct pa_frame layout");
 
@@ -233,7 +288,7 @@ struct pa_short_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_SHORT_FRAMES];
 };
-#define PA_SHORT_RECORD_BYTES (88 + 32 * PA_SHORT_FRAMES)
+#define PA_SHORT_RECORD_BYTES (96 + 32 * PA_SHORT_FRAMES)
 _Static_assert(sizeof(struct pa_short_record) == PA_SHORT_RECORD_BYTES, "struct pa_short_record layout");
 
 /* The largest record: header plus PA_MAX_FRAMES frames. */
@@ -241,7 +296,33 @@ struct pa_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_MAX_FRAMES];
 };
-_Static_assert(sizeof(struct pa_record) == 88 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+_Static_assert(sizeof(struct pa_record) == 96 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+
+/* ---- Native section of a PA_SAMPLE_NATIVE record ------------------------------------------ */
+/*
+ * After the frames: the user registers at the tick (from the perf event when it interrupted user
+ * mode, else the ones saved at the thread's entry into the kernel), the kernel stack when the
+ * tick interrupted the kernel, and the user stack from sp up, copied a page at a time until
+ * PA_NATIVE_STACK_BYTES or the first page that cannot be read (the top of the stack, or a page
+ * not resident). Userspace unwinds the copy with the objects' CFI (.eh_frame).
+ */
+#define PA_NATIVE_STACK_BYTES 16384
+#define PA_KERNEL_FRAMES 32
+
+struct pa_native_hdr {
+	/* User instruction pointer, stack pointer, frame pointer (rbp). */
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	/* Kernel return addresses following this header (innermost first, <= PA_KERNEL_FRAMES). */
+	__u32 kernel_frames;
+	/* Bytes of user stack, copied from `sp` up, following the kernel frames. */
+	__u32 stack_bytes;
+};
+_Static_assert(sizeof(struct pa_native_hdr) == 32, "struct pa_native_hdr layout");
+
+/* The largest native section. */
+#define PA_NATIVE_MAX_BYTES (32 + 8 * PA_KERNEL_FRAMES + PA_NATIVE_STACK_BYTES)
 
 /* ---- pa_off_cpu_threads: HASH host tid (__u32) -> struct pa_off_cpu_thread ------------------ */
 /*
@@ -287,7 +368,8 @@ _Static_assert(sizeof(struct pa_off_cpu_thread) == 48, "struct pa_off_cpu_thread
 #define PA_STAGE_THREAD 4 /* thread state found (pa_thread_slots, or pa_threads) */
 #define PA_STAGE_THREAD_STATE 5 /* thread-state window read, current frame known */
 #define PA_STAGE_RESERVED 6 /* short record reserved, header filled */
-#define PA_STAGE_SHORT_WALK 7 /* the first PA_SHORT_FRAMES frames walked */
+#define PA_STAGE_SPAN 7 /* the span read (PA_PROC_TRACE_CONTEXT; nothing to do without it) */
+#define PA_STAGE_SHORT_WALK 8 /* the first PA_SHORT_FRAMES frames walked */
 #define PA_STAGE__LAST PA_STAGE_SHORT_WALK
 
 /* ---- pa_notices: HASH host tgid -> __u32 of PA_NOTICE_* bits ------------------------------- */
@@ -356,7 +438,18 @@ enum pa_counter {
 	/* A tracked thread blocked within pa_off_cpu_min_gap_ns of its last recorded wait: timed
 	 * only, its time carried to the thread's next recorded wait. */
 	PA_CNT_OFF_CPU_CARRIED = 24,
-	PA_CNT__COUNT = 25,
+	/* Reading a published thread context (PA_PROC_TRACE_CONTEXT) failed: the record is
+	 * written without its span. A thread in no span, or whose record is not valid, is not
+	 * counted. */
+	PA_CNT_SPAN_READ_FAIL = 25,
+	/* Records with a native section (PA_SAMPLE_NATIVE). */
+	PA_CNT_NATIVE_STACKS = 26,
+	/* Native sections whose user-stack copy stopped before PA_NATIVE_STACK_BYTES at a page
+	 * that could not be read (usually the top of the stack: not an error). */
+	PA_CNT_NATIVE_STACK_SHORT = 27,
+	/* A native process's tick without user registers (no task pt_regs): Python frames only. */
+	PA_CNT_NATIVE_NO_REGS = 28,
+	PA_CNT__COUNT = 29,
 };
 
 #endif /* PYAGENT_H */

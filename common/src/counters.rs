@@ -2,7 +2,7 @@
 //! Prometheus name and help string.
 
 /// Number of counters (`PA_CNT__COUNT`), the length of the `pa_counters` array.
-pub const COUNTER_COUNT: usize = 25;
+pub const COUNTER_COUNT: usize = 29;
 
 /// One counter id (`enum pa_counter`); the discriminant is the `pa_counters` index.
 #[repr(u32)]
@@ -58,6 +58,14 @@ pub enum Counter {
     OffCpuMapFull = 23,
     /// `PA_CNT_OFF_CPU_CARRIED`
     OffCpuCarried = 24,
+    /// `PA_CNT_SPAN_READ_FAIL`
+    SpanReadFail = 25,
+    /// `PA_CNT_NATIVE_STACKS`
+    NativeStacks = 26,
+    /// `PA_CNT_NATIVE_STACK_SHORT`
+    NativeStackShort = 27,
+    /// `PA_CNT_NATIVE_NO_REGS`
+    NativeNoRegs = 28,
 }
 
 /// What a counter means, for metrics export.
@@ -224,6 +232,30 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
         "PA_CNT_OFF_CPU_CARRIED",
         "pyagent_bpf_off_cpu_carried_total",
         "Off-CPU waits timed but not walked (within the minimum gap after the thread's last recorded wait): their time goes to its next recorded wait.",
+    ),
+    info(
+        Counter::SpanReadFail,
+        "PA_CNT_SPAN_READ_FAIL",
+        "pyagent_bpf_span_read_failures_total",
+        "Failed reads of a published OpenTelemetry thread context (OTEP 4947); sample emitted without its span.",
+    ),
+    info(
+        Counter::NativeStacks,
+        "PA_CNT_NATIVE_STACKS",
+        "pyagent_bpf_native_stacks_total",
+        "Records that carry user registers and a copy of the user stack for native unwinding.",
+    ),
+    info(
+        Counter::NativeStackShort,
+        "PA_CNT_NATIVE_STACK_SHORT",
+        "pyagent_bpf_native_stack_short_total",
+        "User-stack copies that stopped at an unreadable page before the window's end (usually the top of the stack).",
+    ),
+    info(
+        Counter::NativeNoRegs,
+        "PA_CNT_NATIVE_NO_REGS",
+        "pyagent_bpf_native_no_regs_total",
+        "Ticks of a native-stack process without user registers: recorded with Python frames only.",
     ),
 ];
 

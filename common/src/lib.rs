@@ -15,7 +15,7 @@ mod counters;
 mod record;
 
 pub use counters::{Counter, CounterInfo, COUNTERS, COUNTER_COUNT};
-pub use record::{Frames, RecordError, SampleRecord};
+pub use record::{Frames, NativeSection, RecordError, SampleRecord};
 
 use std::mem::{offset_of, size_of};
 
@@ -34,8 +34,25 @@ pub const PROC_CFRAME: u32 = 1 << 0;
 pub const PROC_ANCHOR: u32 = 1 << 1;
 /// [`PaProc::flags`]: read `tstate->base_frame` and report it (3.15).
 pub const PROC_BASE_FRAME: u32 = 1 << 2;
+/// [`PaProc::flags`]: the process publishes OpenTelemetry's thread context (OTEP 4947); read
+/// the interrupted thread's span through [`PaProc::otel`] (`PA_PROC_TRACE_CONTEXT`).
+pub const PROC_TRACE_CONTEXT: u32 = 1 << 3;
+/// `PA_PROC_NATIVE`: on-CPU records carry a native section (user registers, a copy of the user
+/// stack, the kernel stack).
+pub const PROC_NATIVE: u32 = 1 << 4;
+/// `PA_PROC_IS_ENTRY` (3.11): each frame records the byte before its owner, `is_entry`.
+pub const PROC_IS_ENTRY: u32 = 1 << 5;
 /// Every defined [`PaProc::flags`] bit (`PA_PROC__ALL`).
-pub const PROC_ALL: u32 = PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME;
+pub const PROC_ALL: u32 =
+    PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME | PROC_TRACE_CONTEXT | PROC_NATIVE | PROC_IS_ENTRY;
+
+/// Offset of the span id in an OTEP 4947 record (`PA_OTEL_SPAN_ID_OFFSET`).
+pub const OTEL_SPAN_ID_OFFSET: u32 = 16;
+/// Offset of the record's `valid` byte (`PA_OTEL_VALID_OFFSET`): 1 when it may be used.
+pub const OTEL_VALID_OFFSET: u32 = 24;
+/// Bytes the program reads of a record, from the span id (`PA_OTEL_SPAN_READ_BYTES`): the span
+/// id and `valid`.
+pub const OTEL_SPAN_READ_BYTES: u32 = 9;
 
 /// `pa_notices` value bit: a tracked process ran a thread that is not in `pa_threads`.
 pub const NOTICE_UNKNOWN_THREAD: u32 = 1 << 0;
@@ -62,6 +79,11 @@ pub const SAMPLE_WAKE: u32 = 1 << 7;
 pub const SAMPLE_GIL_KNOWN: u32 = 1 << 8;
 /// `PA_SAMPLE_GIL_HELD`: the thread held the GIL (with [`SAMPLE_GIL_KNOWN`]).
 pub const SAMPLE_GIL_HELD: u32 = 1 << 9;
+/// `PA_SAMPLE_SPAN`: the thread was in a span; [`PaSampleHdr::span_id`] is its id.
+pub const SAMPLE_SPAN: u32 = 1 << 10;
+/// `PA_SAMPLE_NATIVE`: a native section ([`PaNativeHdr`], kernel frames, user stack) follows the
+/// frames.
+pub const SAMPLE_NATIVE: u32 = 1 << 11;
 
 /// `PA_WAIT_NONE`: an on-CPU record.
 pub const WAIT_NONE: u32 = 0;
@@ -111,6 +133,28 @@ pub struct PaProc {
     pub gil_model: u32,
     /// `PyThreadState.holds_gil` (only with [`GIL_THREAD_FLAG`]).
     pub thread_state_holds_gil: u32,
+    /// Where each thread's OTEP 4947 context is (only with [`PROC_TRACE_CONTEXT`]).
+    pub otel: PaOtelCtx,
+}
+
+/// Where a thread's `otel_thread_ctx_v1` is, from its thread pointer (glibc's `pthread_t`):
+/// `struct pa_otel_ctx`, part of [`PaProc`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaOtelCtx {
+    /// Where the publisher's TLS block sits below the thread pointer, when it is in static TLS
+    /// (0: reached through the DTV).
+    pub static_offset: u64,
+    /// Offset of `otel_thread_ctx_v1` in the publisher's TLS block.
+    pub offset_in_block: u64,
+    /// Offset of the DTV pointer in glibc's `struct pthread`.
+    pub dtv_in_pthread: u32,
+    /// Bytes per DTV entry (the entry count is at `dtv[-1]`).
+    pub dtv_entry_size: u32,
+    /// Offset of the block pointer in a DTV entry.
+    pub pointer_in_entry: u32,
+    /// The publisher's TLS module id: its index in the DTV.
+    pub module_id: u32,
 }
 
 /// `PA_GIL_NONE`: free-threaded (no GIL) or unknown; records carry no GIL bits.
@@ -121,7 +165,7 @@ pub const GIL_HOLDER: u32 = 1;
 pub const GIL_THREAD_FLAG: u32 = 2;
 
 const _: () = {
-    assert!(size_of::<PaProc>() == 80);
+    assert!(size_of::<PaProc>() == 112);
     assert!(offset_of!(PaProc, generation) == 0);
     assert!(offset_of!(PaProc, executable_tag_mask) == 8);
     assert!(offset_of!(PaProc, flags) == 16);
@@ -138,6 +182,13 @@ const _: () = {
     assert!(offset_of!(PaProc, gil_holder_addr) == 64);
     assert!(offset_of!(PaProc, gil_model) == 72);
     assert!(offset_of!(PaProc, thread_state_holds_gil) == 76);
+    assert!(offset_of!(PaProc, otel) == 80);
+    assert!(size_of::<PaOtelCtx>() == 32);
+    assert!(offset_of!(PaOtelCtx, offset_in_block) == 8);
+    assert!(offset_of!(PaOtelCtx, dtv_in_pthread) == 16);
+    assert!(offset_of!(PaOtelCtx, dtv_entry_size) == 20);
+    assert!(offset_of!(PaOtelCtx, pointer_in_entry) == 24);
+    assert!(offset_of!(PaOtelCtx, module_id) == 28);
 };
 
 /// Why the BPF program would refuse a [`PaProc`] (it counts `pyagent_bpf_bad_config_total` and
@@ -155,6 +206,16 @@ pub enum ProcError {
     UnknownGilModel {
         /// The model given.
         model: u32,
+    },
+    /// A thread-context layout ([`PaProc::otel`]) the program cannot follow through the DTV.
+    #[error("pa_proc.otel: DTV entries of {entry_size} bytes with the pointer at {pointer}, module {module_id}")]
+    BadOtelCtx {
+        /// Bytes per DTV entry.
+        entry_size: u32,
+        /// Offset of the block pointer in an entry.
+        pointer: u32,
+        /// The module id.
+        module_id: u32,
     },
     /// A pointer field is misaligned or does not fit in its read window.
     #[error("{field} at offset {offset} is not an 8-byte aligned pointer inside the {window}-byte read window")]
@@ -179,6 +240,17 @@ impl PaProc {
         if self.gil_model > GIL_THREAD_FLAG {
             return Err(ProcError::UnknownGilModel {
                 model: self.gil_model,
+            });
+        }
+        let o = &self.otel;
+        let dtv_ok = (8..=64).contains(&o.dtv_entry_size)
+            && o.pointer_in_entry.saturating_add(8) <= o.dtv_entry_size
+            && o.module_id >= 1;
+        if self.flags & PROC_TRACE_CONTEXT != 0 && o.static_offset == 0 && !dtv_ok {
+            return Err(ProcError::BadOtelCtx {
+                entry_size: o.dtv_entry_size,
+                pointer: o.pointer_in_entry,
+                module_id: o.module_id,
             });
         }
         let ptr_ok = |off: u32, window: u32| off.is_multiple_of(8) && off <= window - 8;
@@ -287,6 +359,9 @@ pub struct PaSampleHdr {
     /// recorded one that were timed, not walked (each like that one), to add to that previous
     /// record's stack and reason.
     pub carried_ns: u64,
+    /// The span the thread was in, bytes as the OTEP 4947 record has them ([`SAMPLE_SPAN`];
+    /// zeros otherwise).
+    pub span_id: [u8; 8],
 }
 
 /// `PA_OFF_CPU_RECORDED`: the thread's current wait was recorded; its wake-up will be.
@@ -326,7 +401,7 @@ const _: () = {
 };
 
 const _: () = {
-    assert!(size_of::<PaSampleHdr>() == 88);
+    assert!(size_of::<PaSampleHdr>() == 96);
     assert!(offset_of!(PaSampleHdr, pid) == 0);
     assert!(offset_of!(PaSampleHdr, tid) == 4);
     assert!(offset_of!(PaSampleHdr, tstate) == 8);
@@ -341,6 +416,7 @@ const _: () = {
     assert!(offset_of!(PaSampleHdr, time_ns) == 64);
     assert!(offset_of!(PaSampleHdr, wait_addr) == 72);
     assert!(offset_of!(PaSampleHdr, carried_ns) == 80);
+    assert!(offset_of!(PaSampleHdr, span_id) == 88);
 };
 
 impl PaSampleHdr {
@@ -381,6 +457,10 @@ impl PaSampleHdr {
     pub fn holds_gil(&self) -> Option<bool> {
         (self.flags & SAMPLE_GIL_KNOWN != 0).then_some(self.flags & SAMPLE_GIL_HELD != 0)
     }
+    /// The span the thread was in ([`SAMPLE_SPAN`]), where the process publishes one.
+    pub fn span_id(&self) -> Option<[u8; 8]> {
+        (self.flags & SAMPLE_SPAN != 0).then_some(self.span_id)
+    }
 }
 
 /// One `_PyInterpreterFrame` as read from the target (`struct pa_frame`).
@@ -395,8 +475,8 @@ pub struct PaFrame {
     pub instr_ptr: u64,
     /// The frame's owner byte (`FRAME_OWNED_BY_*`).
     pub owner: u32,
-    /// Padding, 0.
-    pub _pad: u32,
+    /// With [`PROC_IS_ENTRY`] (3.11): the frame's `is_entry` byte; 0 otherwise.
+    pub is_entry: u32,
 }
 
 const _: () = {
@@ -405,7 +485,42 @@ const _: () = {
     assert!(offset_of!(PaFrame, executable) == 8);
     assert!(offset_of!(PaFrame, instr_ptr) == 16);
     assert!(offset_of!(PaFrame, owner) == 24);
-    assert!(offset_of!(PaFrame, _pad) == 28);
+    assert!(offset_of!(PaFrame, is_entry) == 28);
+};
+
+/// Bytes of user stack a native section holds at most (`PA_NATIVE_STACK_BYTES`).
+pub const NATIVE_STACK_BYTES: u32 = 16384;
+/// Kernel return addresses a native section holds at most (`PA_KERNEL_FRAMES`).
+pub const KERNEL_FRAMES: u32 = 32;
+/// The largest native section (`PA_NATIVE_MAX_BYTES`).
+pub const NATIVE_MAX_BYTES: usize =
+    size_of::<PaNativeHdr>() + 8 * KERNEL_FRAMES as usize + NATIVE_STACK_BYTES as usize;
+
+/// The fixed part of a record's native section (`struct pa_native_hdr`): the user registers at
+/// the tick, then `kernel_frames` kernel return addresses and `stack_bytes` of user stack copied
+/// from `sp` up.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PaNativeHdr {
+    /// User instruction pointer.
+    pub ip: u64,
+    /// User stack pointer: the address of the first copied byte.
+    pub sp: u64,
+    /// User frame pointer (rbp).
+    pub bp: u64,
+    /// Kernel return addresses following (innermost first).
+    pub kernel_frames: u32,
+    /// Bytes of user stack following the kernel frames.
+    pub stack_bytes: u32,
+}
+
+const _: () = {
+    assert!(size_of::<PaNativeHdr>() == 32);
+    assert!(offset_of!(PaNativeHdr, ip) == 0);
+    assert!(offset_of!(PaNativeHdr, sp) == 8);
+    assert!(offset_of!(PaNativeHdr, bp) == 16);
+    assert!(offset_of!(PaNativeHdr, kernel_frames) == 24);
+    assert!(offset_of!(PaNativeHdr, stack_bytes) == 28);
 };
 
 /// Frames of a short record (`PA_SHORT_FRAMES`): walks that stop within this many frames are
@@ -428,18 +543,21 @@ pub const STAGE_THREAD: u32 = 4;
 pub const STAGE_THREAD_STATE: u32 = 5;
 /// Short record reserved in the ring buffer, header filled.
 pub const STAGE_RESERVED: u32 = 6;
+/// The span read ([`PROC_TRACE_CONTEXT`]; nothing to do without it).
+pub const STAGE_SPAN: u32 = 7;
 /// The first [`SHORT_FRAMES`] frames walked.
-pub const STAGE_SHORT_WALK: u32 = 7;
+pub const STAGE_SHORT_WALK: u32 = 8;
 /// The last stage (`PA_STAGE__LAST`).
 pub const STAGE_LAST: u32 = STAGE_SHORT_WALK;
 /// Every stage with what it adds, in run order.
-pub const STAGES: [(u32, &str); 7] = [
+pub const STAGES: [(u32, &str); 8] = [
     (STAGE_ENTERED, "enter the program"),
     (STAGE_COUNTED, "count the run"),
     (STAGE_PROCESS, "look up the process"),
     (STAGE_THREAD, "look up the thread"),
     (STAGE_THREAD_STATE, "read the thread state"),
     (STAGE_RESERVED, "reserve the record"),
+    (STAGE_SPAN, "read the span"),
     (STAGE_SHORT_WALK, "walk the frames"),
 ];
 
@@ -510,10 +628,10 @@ const _: () = {
 };
 
 const _: () = {
-    assert!(size_of::<PaProcSlot>() == 88);
+    assert!(size_of::<PaProcSlot>() == 120);
     assert!(offset_of!(PaProcSlot, proc) == 0);
-    assert!(offset_of!(PaProcSlot, tgid) == 80);
-    assert!(offset_of!(PaProcSlot, _pad) == 84);
+    assert!(offset_of!(PaProcSlot, tgid) == 112);
+    assert!(offset_of!(PaProcSlot, _pad) == 116);
     assert!(size_of::<PaThreadSlot>() == 16);
     assert!(offset_of!(PaThreadSlot, tstate) == 0);
     assert!(offset_of!(PaThreadSlot, tid) == 8);
@@ -523,6 +641,9 @@ const _: () = {
 // Safety: `#[repr(C)]`, only integer fields, no implicit padding (sizes asserted above).
 #[cfg(feature = "userspace")]
 unsafe impl aya::Pod for PaProc {}
+// Safety: as above.
+#[cfg(feature = "userspace")]
+unsafe impl aya::Pod for PaOtelCtx {}
 // Safety: as above.
 #[cfg(feature = "userspace")]
 unsafe impl aya::Pod for PaProcSlot {}
@@ -624,6 +745,24 @@ mod tests {
             p.validate(),
             Err(ProcError::UnknownFlags { flags: p.flags })
         );
+        // A thread context reached through the DTV needs a DTV layout; one in static TLS not.
+        let mut p = py315();
+        p.flags |= PROC_TRACE_CONTEXT;
+        assert!(matches!(p.validate(), Err(ProcError::BadOtelCtx { .. })));
+        p.otel = PaOtelCtx {
+            dtv_in_pthread: 8,
+            dtv_entry_size: 16,
+            pointer_in_entry: 0,
+            module_id: 2,
+            offset_in_block: 0x10,
+            static_offset: 0,
+        };
+        p.validate().expect("a DTV layout");
+        p.otel = PaOtelCtx {
+            static_offset: 0x180,
+            ..PaOtelCtx::default()
+        };
+        p.validate().expect("static TLS");
         // Fields of disabled features are not checked.
         let mut p = py315();
         p.flags = 0;

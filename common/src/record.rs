@@ -3,10 +3,14 @@
 
 use std::mem::{offset_of, size_of};
 
-use crate::{PaFrame, PaSampleHdr, MAX_FRAMES, SHORT_FRAMES, SHORT_RECORD_BYTES};
+use crate::{
+    PaFrame, PaNativeHdr, PaSampleHdr, KERNEL_FRAMES, MAX_FRAMES, NATIVE_STACK_BYTES,
+    SAMPLE_NATIVE, SHORT_FRAMES, SHORT_RECORD_BYTES,
+};
 
 const HDR: usize = size_of::<PaSampleHdr>();
 const FRAME: usize = size_of::<PaFrame>();
+const NATIVE_HDR: usize = size_of::<PaNativeHdr>();
 
 /// Why a ring-buffer record was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,6 +37,61 @@ pub enum RecordError {
         /// The header's frame count.
         nframes: u32,
     },
+    /// The native section is cut short or claims more than the program copies.
+    #[error("native section of {len} bytes does not hold {kernel_frames} kernel frames and {stack_bytes} stack bytes")]
+    BadNativeSection {
+        /// Bytes after the frames.
+        len: usize,
+        /// The section's kernel frame count.
+        kernel_frames: u32,
+        /// The section's stack byte count.
+        stack_bytes: u32,
+    },
+}
+
+/// The native section of a record ([`SAMPLE_NATIVE`]): user registers, kernel return
+/// addresses and the copied user stack, still in the ring buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct NativeSection<'a> {
+    /// Registers and counts.
+    pub hdr: PaNativeHdr,
+    kernel: &'a [u8],
+    /// The user stack from `hdr.sp` up.
+    pub stack: &'a [u8],
+}
+
+impl NativeSection<'_> {
+    /// Kernel return addresses, innermost first.
+    pub fn kernel_frames(&self) -> impl Iterator<Item = u64> + '_ {
+        self.kernel.chunks_exact(8).map(|c| u64_at(c, 0))
+    }
+
+    fn parse(bytes: &[u8]) -> Result<NativeSection<'_>, RecordError> {
+        let bad = |hdr: &PaNativeHdr| RecordError::BadNativeSection {
+            len: bytes.len(),
+            kernel_frames: hdr.kernel_frames,
+            stack_bytes: hdr.stack_bytes,
+        };
+        let Some((head, rest)) = bytes.split_first_chunk::<NATIVE_HDR>() else {
+            return Err(bad(&PaNativeHdr::default()));
+        };
+        let hdr = PaNativeHdr {
+            ip: u64_at(head, offset_of!(PaNativeHdr, ip)),
+            sp: u64_at(head, offset_of!(PaNativeHdr, sp)),
+            bp: u64_at(head, offset_of!(PaNativeHdr, bp)),
+            kernel_frames: u32_at(head, offset_of!(PaNativeHdr, kernel_frames)),
+            stack_bytes: u32_at(head, offset_of!(PaNativeHdr, stack_bytes)),
+        };
+        if hdr.kernel_frames > KERNEL_FRAMES || hdr.stack_bytes > NATIVE_STACK_BYTES {
+            return Err(bad(&hdr));
+        }
+        let kbytes = hdr.kernel_frames as usize * 8;
+        if rest.len() != kbytes + hdr.stack_bytes as usize {
+            return Err(bad(&hdr));
+        }
+        let (kernel, stack) = rest.split_at(kbytes);
+        Ok(NativeSection { hdr, kernel, stack })
+    }
 }
 
 /// One parsed record: the header, and the frames still in the ring buffer (top frame first).
@@ -40,6 +99,7 @@ pub enum RecordError {
 pub struct SampleRecord<'a> {
     hdr: PaSampleHdr,
     frames: &'a [u8],
+    native: Option<NativeSection<'a>>,
 }
 
 impl<'a> SampleRecord<'a> {
@@ -65,6 +125,7 @@ impl<'a> SampleRecord<'a> {
             time_ns: u64_at(head, offset_of!(PaSampleHdr, time_ns)),
             wait_addr: u64_at(head, offset_of!(PaSampleHdr, wait_addr)),
             carried_ns: u64_at(head, offset_of!(PaSampleHdr, carried_ns)),
+            span_id: bytes_at(head, offset_of!(PaSampleHdr, span_id)),
         };
         if hdr.nframes > MAX_FRAMES {
             return Err(RecordError::TooManyFrames {
@@ -72,6 +133,21 @@ impl<'a> SampleRecord<'a> {
             });
         }
         let expected = HDR + hdr.nframes as usize * FRAME;
+        if hdr.flags & SAMPLE_NATIVE != 0 {
+            // Always a long record: header, exactly `nframes` frames, then the section.
+            let Some((frames, native)) = frames.split_at_checked(expected - HDR) else {
+                return Err(RecordError::LengthMismatch {
+                    len: bytes.len(),
+                    expected,
+                    nframes: hdr.nframes,
+                });
+            };
+            return Ok(SampleRecord {
+                hdr,
+                frames,
+                native: Some(NativeSection::parse(native)?),
+            });
+        }
         let short = bytes.len() == SHORT_RECORD_BYTES && hdr.nframes <= SHORT_FRAMES;
         if bytes.len() != expected && !short {
             return Err(RecordError::LengthMismatch {
@@ -83,7 +159,13 @@ impl<'a> SampleRecord<'a> {
         Ok(SampleRecord {
             hdr,
             frames: &frames[..expected - HDR],
+            native: None,
         })
+    }
+
+    /// The native section, when the record has one ([`SAMPLE_NATIVE`]).
+    pub fn native(&self) -> Option<&NativeSection<'a>> {
+        self.native.as_ref()
     }
 
     /// The header.
@@ -143,28 +225,30 @@ fn frame_from(b: &[u8]) -> PaFrame {
         executable: u64_at(b, offset_of!(PaFrame, executable)),
         instr_ptr: u64_at(b, offset_of!(PaFrame, instr_ptr)),
         owner: u32_at(b, offset_of!(PaFrame, owner)),
-        _pad: u32_at(b, offset_of!(PaFrame, _pad)),
+        is_entry: u32_at(b, offset_of!(PaFrame, is_entry)),
     }
 }
 
-// Callers pass slices of at least `off + 8` bytes (a header or a frame chunk); a shorter one
-// yields 0 rather than a panic.
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    b.get(off..off + 8)
+// Callers pass slices of at least `off + N` bytes (a header or a frame chunk); a shorter one
+// yields zeros rather than a panic.
+fn bytes_at<const N: usize>(b: &[u8], off: usize) -> [u8; N] {
+    b.get(off..off + N)
         .and_then(|s| s.try_into().ok())
-        .map_or(0, u64::from_ne_bytes)
+        .unwrap_or([0; N])
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_ne_bytes(bytes_at(b, off))
 }
 
 fn u32_at(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4)
-        .and_then(|s| s.try_into().ok())
-        .map_or(0, u32::from_ne_bytes)
+    u32::from_ne_bytes(bytes_at(b, off))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{SAMPLE_COMPLETE, SAMPLE_OFF_CPU};
+    use crate::{SAMPLE_COMPLETE, SAMPLE_OFF_CPU, SAMPLE_SPAN};
 
     fn record(hdr: &PaSampleHdr, frames: &[PaFrame]) -> Vec<u8> {
         let mut v = Vec::new();
@@ -186,12 +270,13 @@ mod tests {
         for x in [hdr.time_ns, hdr.wait_addr, hdr.carried_ns] {
             v.extend_from_slice(&x.to_ne_bytes());
         }
+        v.extend_from_slice(&hdr.span_id);
         for f in frames {
             for x in [f.addr, f.executable, f.instr_ptr] {
                 v.extend_from_slice(&x.to_ne_bytes());
             }
             v.extend_from_slice(&f.owner.to_ne_bytes());
-            v.extend_from_slice(&f._pad.to_ne_bytes());
+            v.extend_from_slice(&f.is_entry.to_ne_bytes());
         }
         v
     }
@@ -203,7 +288,7 @@ mod tests {
                 executable: 0x7000 + i,
                 instr_ptr: 0x9000 + i,
                 owner: 1,
-                _pad: 0,
+                is_entry: 0,
             })
             .collect()
     }
@@ -221,23 +306,65 @@ mod tests {
             base_frame: 0,
             cpu: 1,
             nframes: 3,
-            flags: SAMPLE_COMPLETE | SAMPLE_OFF_CPU,
+            flags: SAMPLE_COMPLETE | SAMPLE_OFF_CPU | SAMPLE_SPAN,
             wait: crate::WAIT_FUTEX,
             time_ns: 123_456_789,
             wait_addr: 0x7f00_0000_1000,
             carried_ns: 987_654,
+            span_id: *b"\xb7\xad\x6b\x71\x69\x20\x33\x31",
         };
         let bytes = record(&hdr, &fr);
         let rec = SampleRecord::parse(&bytes).expect("valid record");
         assert_eq!(*rec.header(), hdr);
         assert!(rec.header().is_complete());
         assert!(rec.header().is_off_cpu() && !rec.header().is_wake());
+        // The span id keeps the record's byte order (the W3C id as written).
+        assert_eq!(
+            rec.header().span_id(),
+            Some([0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31])
+        );
         assert_eq!(rec.len(), 3);
         assert_eq!(rec.frames().collect::<Vec<_>>(), fr);
         assert_eq!(rec.frames().len(), 3);
         assert_eq!(rec.frame(2), Some(fr[2]));
         assert_eq!(rec.frame(3), None);
         assert_eq!(rec.frame(usize::MAX), None);
+    }
+
+    #[test]
+    fn parses_a_native_section_after_the_frames() {
+        let hdr = PaSampleHdr {
+            nframes: 2,
+            flags: SAMPLE_NATIVE,
+            ..PaSampleHdr::default()
+        };
+        let mut bytes = record(&hdr, &frames(2));
+        for x in [0x401000u64, 0x7ffd_0000_1000, 0x7ffd_0000_1100] {
+            bytes.extend_from_slice(&x.to_ne_bytes());
+        }
+        bytes.extend_from_slice(&1u32.to_ne_bytes());
+        bytes.extend_from_slice(&24u32.to_ne_bytes());
+        bytes.extend_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
+        bytes.extend_from_slice(&[7; 24]);
+        let rec = SampleRecord::parse(&bytes).expect("native record");
+        assert_eq!(rec.len(), 2);
+        let native = rec.native().expect("native section");
+        assert_eq!(native.hdr.ip, 0x401000);
+        assert_eq!(native.hdr.sp, 0x7ffd_0000_1000);
+        assert_eq!(
+            native.kernel_frames().collect::<Vec<_>>(),
+            [0xffff_ffff_8100_0000]
+        );
+        assert_eq!(native.stack, &[7; 24]);
+        // Every prefix, and a count the bytes do not hold: errors, not panics.
+        for n in 0..bytes.len() {
+            assert!(SampleRecord::parse(&bytes[..n]).is_err(), "prefix {n}");
+        }
+        bytes.extend_from_slice(&[0; 8]);
+        assert!(matches!(
+            SampleRecord::parse(&bytes),
+            Err(RecordError::BadNativeSection { .. })
+        ));
     }
 
     #[test]

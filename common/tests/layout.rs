@@ -11,13 +11,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pyagent_common::{
-    Counter, PaFrame, PaOffCpuThread, PaProc, PaProcSlot, PaSampleHdr, PaThreadList, PaThreadSlot,
-    COUNTERS, COUNTER_COUNT, FRAME_READ_BYTES, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, MAX_FRAMES,
-    NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, OFF_CPU_RECORDED, PROC_ALL, PROC_ANCHOR, PROC_BASE_FRAME,
-    PROC_CFRAME, PROC_SLOTS, RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC,
-    SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN, SAMPLE_OFF_CPU, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED,
-    SAMPLE_TRUNCATED, SAMPLE_WAKE, SHORT_FRAMES, SHORT_RECORD_BYTES, SLOT_SHARED, STAGE_COUNTED,
-    STAGE_ENTERED, STAGE_LAST, STAGE_PROCESS, STAGE_RESERVED, STAGE_SHORT_WALK, STAGE_THREAD,
+    Counter, PaFrame, PaNativeHdr, PaOffCpuThread, PaOtelCtx, PaProc, PaProcSlot, PaSampleHdr,
+    PaThreadList, PaThreadSlot, COUNTERS, COUNTER_COUNT, FRAME_READ_BYTES, GIL_HOLDER, GIL_NONE,
+    GIL_THREAD_FLAG, KERNEL_FRAMES, MAX_FRAMES, NATIVE_MAX_BYTES, NATIVE_STACK_BYTES, NOTICE_EXEC,
+    NOTICE_UNKNOWN_THREAD, OFF_CPU_RECORDED, OTEL_SPAN_ID_OFFSET, OTEL_SPAN_READ_BYTES,
+    OTEL_VALID_OFFSET, PROC_ALL, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME, PROC_IS_ENTRY,
+    PROC_NATIVE, PROC_SLOTS, PROC_TRACE_CONTEXT, RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT,
+    SAMPLE_COMPLETE, SAMPLE_CYCLIC, SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN, SAMPLE_NATIVE,
+    SAMPLE_OFF_CPU, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_SPAN, SAMPLE_TRUNCATED,
+    SAMPLE_WAKE, SHORT_FRAMES, SHORT_RECORD_BYTES, SLOT_SHARED, STAGE_COUNTED, STAGE_ENTERED,
+    STAGE_LAST, STAGE_PROCESS, STAGE_RESERVED, STAGE_SHORT_WALK, STAGE_SPAN, STAGE_THREAD,
     STAGE_THREAD_STATE, THREAD_SEARCH_MAX, THREAD_SLOTS, TSTATE_READ_BYTES, WAIT_FUTEX, WAIT_IO,
     WAIT_NONE, WAIT_OTHER, WAIT_SLEEP,
 };
@@ -53,6 +56,20 @@ fn expectations() -> Vec<(String, u64)> {
             gil_holder_addr,
             gil_model,
             thread_state_holds_gil,
+            otel,
+        ]
+    );
+    push("sizeof(struct pa_otel_ctx)", size_of::<PaOtelCtx>());
+    fields!(
+        "pa_otel_ctx",
+        PaOtelCtx,
+        [
+            static_offset,
+            offset_in_block,
+            dtv_in_pthread,
+            dtv_entry_size,
+            pointer_in_entry,
+            module_id
         ]
     );
     push("sizeof(struct pa_sample_hdr)", size_of::<PaSampleHdr>());
@@ -73,7 +90,8 @@ fn expectations() -> Vec<(String, u64)> {
             wait,
             time_ns,
             wait_addr,
-            carried_ns
+            carried_ns,
+            span_id
         ]
     );
     push(
@@ -98,7 +116,7 @@ fn expectations() -> Vec<(String, u64)> {
     fields!(
         "pa_frame",
         PaFrame,
-        [addr, executable, instr_ptr, owner, _pad]
+        [addr, executable, instr_ptr, owner, is_entry]
     );
     push("sizeof(struct pa_proc_slot)", size_of::<PaProcSlot>());
     fields!("pa_proc_slot", PaProcSlot, [proc, tgid, _pad]);
@@ -117,6 +135,13 @@ fn expectations() -> Vec<(String, u64)> {
         ]
     );
     push("sizeof(struct pa_record)", RECORD_MAX_BYTES);
+    push("sizeof(struct pa_native_hdr)", size_of::<PaNativeHdr>());
+    fields!(
+        "pa_native_hdr",
+        PaNativeHdr,
+        [ip, sp, bp, kernel_frames, stack_bytes]
+    );
+    push("PA_NATIVE_MAX_BYTES", NATIVE_MAX_BYTES);
     push("sizeof(struct pa_short_record)", SHORT_RECORD_BYTES);
     push("PA_SHORT_RECORD_BYTES", SHORT_RECORD_BYTES);
 
@@ -133,6 +158,7 @@ fn expectations() -> Vec<(String, u64)> {
         ("PA_STAGE_THREAD", STAGE_THREAD),
         ("PA_STAGE_THREAD_STATE", STAGE_THREAD_STATE),
         ("PA_STAGE_RESERVED", STAGE_RESERVED),
+        ("PA_STAGE_SPAN", STAGE_SPAN),
         ("PA_STAGE_SHORT_WALK", STAGE_SHORT_WALK),
         ("PA_STAGE__LAST", STAGE_LAST),
         ("PA_FRAME_READ_BYTES", FRAME_READ_BYTES),
@@ -140,7 +166,16 @@ fn expectations() -> Vec<(String, u64)> {
         ("PA_PROC_CFRAME", PROC_CFRAME),
         ("PA_PROC_ANCHOR", PROC_ANCHOR),
         ("PA_PROC_BASE_FRAME", PROC_BASE_FRAME),
+        ("PA_PROC_TRACE_CONTEXT", PROC_TRACE_CONTEXT),
+        ("PA_PROC_NATIVE", PROC_NATIVE),
+        ("PA_PROC_IS_ENTRY", PROC_IS_ENTRY),
         ("PA_PROC__ALL", PROC_ALL),
+        ("PA_OTEL_SPAN_ID_OFFSET", OTEL_SPAN_ID_OFFSET),
+        ("PA_OTEL_VALID_OFFSET", OTEL_VALID_OFFSET),
+        ("PA_OTEL_SPAN_READ_BYTES", OTEL_SPAN_READ_BYTES),
+        ("PA_SAMPLE_NATIVE", SAMPLE_NATIVE),
+        ("PA_NATIVE_STACK_BYTES", NATIVE_STACK_BYTES),
+        ("PA_KERNEL_FRAMES", KERNEL_FRAMES),
         ("PA_SAMPLE_COMPLETE", SAMPLE_COMPLETE),
         ("PA_SAMPLE_TRUNCATED", SAMPLE_TRUNCATED),
         ("PA_SAMPLE_READ_FAILED", SAMPLE_READ_FAILED),
@@ -151,6 +186,7 @@ fn expectations() -> Vec<(String, u64)> {
         ("PA_SAMPLE_WAKE", SAMPLE_WAKE),
         ("PA_SAMPLE_GIL_KNOWN", SAMPLE_GIL_KNOWN),
         ("PA_SAMPLE_GIL_HELD", SAMPLE_GIL_HELD),
+        ("PA_SAMPLE_SPAN", SAMPLE_SPAN),
         ("PA_GIL_NONE", GIL_NONE),
         ("PA_GIL_HOLDER", GIL_HOLDER),
         ("PA_GIL_THREAD_FLAG", GIL_THREAD_FLAG),

@@ -40,6 +40,8 @@ fn matrix(
 
 #[path = "integration/gc_marker.rs"]
 mod gc_marker;
+#[path = "integration/native_stacks.rs"]
+mod native_stacks;
 #[path = "integration/off_cpu.rs"]
 mod off_cpu;
 #[path = "integration/otlp.rs"]

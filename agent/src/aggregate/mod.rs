@@ -41,7 +41,7 @@ pub struct StackKey {
     pub gil: Option<GilState>,
     /// On or off a CPU (the `state` label), where the sampler tells.
     pub cpu: Option<CpuState>,
-    /// The span the thread was in (the `trace_id` and `span_id` labels), where published.
+    /// The span the thread was in (the `span_id` label), where published.
     pub trace: Option<TraceContext>,
     /// The asyncio task the thread ran (the `task_name` label), with task-aware stacks on.
     pub task: Option<Arc<str>>,

@@ -40,6 +40,7 @@ struct FileConfig {
     rate_hz: Option<i64>,
     mode: Option<String>,
     off_cpu: Option<bool>,
+    native: Option<bool>,
     stall_after: Option<NumberOrText>,
     metrics_addr: Option<String>,
     log: Option<String>,
@@ -130,6 +131,7 @@ impl FileConfig {
                 .map(|m| m.parse().map_err(|msg| invalid("mode", msg)))
                 .transpose()?,
             off_cpu: self.off_cpu,
+            native: self.native,
             stall_after: parse_key("stall_after", self.stall_after, parse_duration)?,
             metrics_addr: self
                 .metrics_addr

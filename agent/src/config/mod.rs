@@ -14,6 +14,7 @@
 //! | `rate_hz` | `PYAGENT_RATE_HZ` | `19` |
 //! | `mode` (`auto`, `ebpf`, `userspace`) | `PYAGENT_MODE` | `auto` |
 //! | `off_cpu` (`true`, `false`) | `PYAGENT_OFF_CPU` | `true` (`false` with mode `userspace`) |
+//! | `native` (`true`, `false`): native and kernel frames (eBPF) | `PYAGENT_NATIVE` | `false` |
 //! | `stall_after` (`0`: never) | `PYAGENT_STALL_AFTER` | `30s` |
 //! | `metrics_addr` | `PYAGENT_METRICS_ADDR` | `127.0.0.1:9464` |
 //! | `log` (tracing `EnvFilter`) | `PYAGENT_LOG` | `info` |
@@ -104,6 +105,9 @@ pub struct ServiceConfig {
     /// Also profile the time threads spend blocked (eBPF only; on by default unless the mode is
     /// userspace).
     pub off_cpu: bool,
+    /// Mixed stacks: the native and kernel frames between and below the Python ones (eBPF only;
+    /// off by default).
+    pub native: bool,
     /// A thread blocked in one stack this long is reported once as stalled: a metric and a
     /// dump of its process next to the profiles (needs off-CPU profiling; zero: never).
     pub stall_after: Duration,
@@ -139,6 +143,7 @@ impl Default for ServiceConfig {
             rate_hz: 19,
             mode: Mode::Auto,
             off_cpu: false,
+            native: false,
             stall_after: Duration::from_secs(30),
             metrics_addr: crate::export::metrics::DEFAULT_METRICS_ADDR
                 .parse()
@@ -229,6 +234,7 @@ impl ServiceConfig {
             off_cpu: layer
                 .off_cpu
                 .unwrap_or(layer.mode.unwrap_or(defaults.mode) != Mode::Userspace),
+            native: layer.native.unwrap_or(defaults.native),
             stall_after: layer.stall_after.unwrap_or(defaults.stall_after),
             metrics_addr: layer.metrics_addr.unwrap_or(defaults.metrics_addr),
             log: layer.log.unwrap_or(defaults.log),
@@ -425,6 +431,32 @@ mod tests {
         assert_eq!(config.mode, Mode::Userspace);
         assert_eq!(config.output_limits.max_bytes, 2 << 30);
         assert_eq!(config.metrics_addr.to_string(), "0.0.0.0:9999");
+    }
+
+    #[test]
+    fn native_is_a_switch_in_every_layer_off_by_default_and_needs_ebpf() {
+        let base = || Overrides {
+            output_dir: Some("/tmp/p".into()),
+            ..Overrides::default()
+        };
+        let file = Overrides::from_toml("native = true\n", Path::new("t.toml")).unwrap();
+        assert_eq!(file.native, Some(true));
+        let env = Overrides::from_env([("PYAGENT_NATIVE", "false")]).unwrap();
+        assert_eq!(env.native, Some(false));
+        let config = ServiceConfig::from_overrides(env.over(file.clone()).over(base())).unwrap();
+        assert!(!config.native, "the environment wins over the file");
+        assert!(
+            ServiceConfig::from_overrides(file.over(base()))
+                .unwrap()
+                .native
+        );
+        assert!(!ServiceConfig::from_overrides(base()).unwrap().native);
+        let line = err_line(ServiceConfig::from_overrides(Overrides {
+            native: Some(true),
+            mode: Some(Mode::Userspace),
+            ..base()
+        }));
+        assert!(line.starts_with("native: needs mode ebpf"), "{line}");
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub struct Overrides {
     pub mode: Option<Mode>,
     /// Off-CPU profiling (eBPF).
     pub off_cpu: Option<bool>,
+    /// Native stacks (eBPF).
+    pub native: Option<bool>,
     /// How long a thread stays blocked in one stack before it is reported stalled (0: never).
     pub stall_after: Option<Duration>,
     /// Address of the metrics server.
@@ -62,6 +64,7 @@ impl Overrides {
             rate_hz: self.rate_hz.or(lower.rate_hz),
             mode: self.mode.or(lower.mode),
             off_cpu: self.off_cpu.or(lower.off_cpu),
+            native: self.native.or(lower.native),
             stall_after: self.stall_after.or(lower.stall_after),
             metrics_addr: self.metrics_addr.or(lower.metrics_addr),
             log: self.log.or(lower.log),

@@ -22,6 +22,12 @@ impl ServiceConfig {
                 "needs mode ebpf or auto (the userspace sampler cannot see a thread block)",
             ));
         }
+        if self.native && self.mode == Mode::Userspace {
+            return Err(invalid(
+                "native",
+                "needs mode ebpf or auto (native stacks are copied by the BPF program)",
+            ));
+        }
         if let Err(err) = parse_log_filter(&self.log) {
             return Err(invalid(
                 "log",

@@ -61,7 +61,7 @@ impl ElfFacts {
 
 /// Load bias of an object with PT_LOAD segments `loads` (p_offset, p_vaddr) mapped as
 /// `entries`: see [`ElfFacts::load_bias`].
-pub(super) fn load_bias(loads: &[(u64, u64)], entries: &[MapsEntry]) -> Option<u64> {
+pub(crate) fn load_bias(loads: &[(u64, u64)], entries: &[MapsEntry]) -> Option<u64> {
     entries.iter().find_map(|e| {
         loads
             .iter()
@@ -165,7 +165,7 @@ const MAX_CACHED_FILES: usize = 4096;
 /// namespace otherwise (a container), so try `/proc/PID/root/PATH`, then `PATH`, and take the
 /// first whose inode is the mapped one; `/proc/PID/map_files` (deleted or replaced files, and
 /// anything else) is the last resort.
-fn open_mapped_file(
+pub(crate) fn open_mapped_file(
     pid: u32,
     path: &Path,
     entries: &[MapsEntry],

@@ -23,8 +23,10 @@ use std::path::PathBuf;
 /// The facts discovery needs from an ELF image in memory (`Ok(None)`: it holds no CPython
 /// runtime). Public so the fuzz targets can feed it arbitrary bytes: mapped files are untrusted.
 pub use elf::parse_facts as parse_elf_facts;
+pub(crate) use elf::{load_bias, open_mapped_file};
 pub use elf::{ElfError, ElfFacts};
 pub use host::{HostScanner, ProcessState, ScanChanges};
+pub(crate) use procfs_util::read_maps;
 pub use procfs_util::{
     children, exe_path, host_tids, mount_points, ns_pid, process_alive, process_exists, task_ids,
     thread_name, MapsEntry, TaskIds,

@@ -48,7 +48,7 @@ fn io_error(pid: u32, what: &str, e: std::io::Error) -> DiscoveryError {
 }
 
 /// File-backed mappings of `pid`, grouped by path, in address order.
-pub(super) fn read_maps(pid: u32) -> Result<Vec<(PathBuf, MapsEntry)>, DiscoveryError> {
+pub(crate) fn read_maps(pid: u32) -> Result<Vec<(PathBuf, MapsEntry)>, DiscoveryError> {
     // Read here, parsed by procfs: its own read turns a failed read (ESRCH once the process is
     // reaped between open and read) into "incomplete", which would hide that it is gone.
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))

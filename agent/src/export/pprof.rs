@@ -13,7 +13,11 @@
 //!   `internal/symbolizer/symbolizer.go`, `demangleSingleFunction`: a name differing from `system_name`
 //!   counts as already demangled).
 //! - one `Location` per distinct (function, line), holding one `Line`; a frame without a line gets line 0.
-//!   There is no `Mapping`: Python frames have no addresses, and pprof only symbolizes mapped locations.
+//!   Python frames have no `Mapping` (they have no addresses). Native frames (`--native` in eBPF
+//!   mode) do: one `Mapping` per object, with its path as `filename` and its GNU build ID, so a
+//!   store can tell objects apart and fetch their symbols; kernel frames have the `[kernel]`
+//!   mapping, by which they can be filtered. Their functions' `filename` is the object's path.
+//!   Native locations carry no address: stacks are aggregated by function, like Python ones.
 //! - `location_id` innermost first (pprof's leaf-first order).
 //! - sample labels, Pyroscope-style: `thread_id` (num, the host's id, as `pid`), `ns_thread_id` (num, the id
 //!   in the target's PID namespace, when it differs, as `ns_pid`), `thread_name` (str, when known), `wait` (off-CPU
@@ -31,12 +35,13 @@ use std::io::{self, Write};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ::pprof::protos::{Function, Label, Line, Location, Profile, Sample, ValueType};
+use ::pprof::protos::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
 use crate::aggregate::ProfileWindow;
+use crate::symbolize::native::ObjectName;
 use crate::symbolize::Frame;
 
 /// Writes `window` as a gzipped pprof profile.
@@ -181,6 +186,7 @@ pub fn build(window: &ProfileWindow) -> Profile {
     }
     profile.function = builder.functions;
     profile.location = builder.locations;
+    profile.mapping = builder.mappings;
     profile.string_table = builder.strings;
     profile
 }
@@ -194,6 +200,8 @@ struct Builder {
     function_ids: HashMap<Arc<crate::symbolize::CodeName>, u64>,
     locations: Vec<Location>,
     location_ids: HashMap<(u64, i64), u64>,
+    mappings: Vec<Mapping>,
+    mapping_ids: HashMap<Arc<ObjectName>, u64>,
 }
 
 impl Builder {
@@ -238,18 +246,38 @@ impl Builder {
     fn location(&mut self, frame: &Frame) -> u64 {
         let function_id = self.function(frame);
         let line = frame.line.map_or(0, i64::from);
-        *self
-            .location_ids
-            .entry((function_id, line))
-            .or_insert_with(|| {
-                let id = self.locations.len() as u64 + 1;
-                self.locations.push(Location {
-                    id,
-                    line: vec![Line { function_id, line }],
-                    ..Location::default()
-                });
-                id
-            })
+        if let Some(&id) = self.location_ids.get(&(function_id, line)) {
+            return id;
+        }
+        let mapping_id = frame.code.object.as_ref().map_or(0, |o| self.mapping(o));
+        let id = self.locations.len() as u64 + 1;
+        self.locations.push(Location {
+            id,
+            mapping_id,
+            line: vec![Line { function_id, line }],
+            ..Location::default()
+        });
+        self.location_ids.insert((function_id, line), id);
+        id
+    }
+
+    fn mapping(&mut self, object: &Arc<ObjectName>) -> u64 {
+        if let Some(&id) = self.mapping_ids.get(object) {
+            return id;
+        }
+        let id = self.mappings.len() as u64 + 1;
+        let filename = self.string(&object.path);
+        let build_id = object.build_id.as_deref().map_or(0, |b| self.string(b));
+        self.mappings.push(Mapping {
+            id,
+            filename,
+            build_id,
+            // The names are in the profile already.
+            has_functions: true,
+            ..Mapping::default()
+        });
+        self.mapping_ids.insert(Arc::clone(object), id);
+        id
     }
 }
 
@@ -329,6 +357,43 @@ mod tests {
         }
         assert_eq!(profile.time_nanos, 1_700_000_000_000_000_000);
         assert_eq!(profile.duration_nanos, 10_000_000_000);
+    }
+
+    #[test]
+    fn native_frames_have_their_object_as_mapping() {
+        let libz = Arc::new(ObjectName {
+            path: Arc::from("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13"),
+            build_id: Some(Arc::from("0123abcd")),
+        });
+        let kernel = crate::unwind::native::kernel_object();
+        let native = |name: &str, object: &Arc<ObjectName>, kind| Frame {
+            code: Arc::new(crate::symbolize::CodeName::native(name, Arc::clone(object))),
+            line: None,
+            kind,
+        };
+        let frames = vec![
+            native("clear_page_erms", &kernel, FrameKind::Kernel),
+            native("deflate", &libz, FrameKind::NativeCode),
+            native("deflate_slow", &libz, FrameKind::NativeCode),
+            frame("compress_loop", "/srv/app.py", 17, 18),
+        ];
+        let mut agg = Aggregator::new(PERIOD_NS);
+        agg.add(&sample(7, 7, None, frames));
+        let profile = build(&agg.cut());
+        let text = |i: i64| profile.string_table[i as usize].as_str();
+        assert_eq!(profile.mapping.len(), 2);
+        let z = profile
+            .mapping
+            .iter()
+            .find(|m| text(m.filename).ends_with("libz.so.1.2.13"))
+            .expect("libz mapping");
+        assert_eq!(text(z.build_id), "0123abcd");
+        assert!(profile
+            .mapping
+            .iter()
+            .any(|m| text(m.filename) == "[kernel]" && m.build_id == 0));
+        let mapped = profile.location.iter().filter(|l| l.mapping_id != 0);
+        assert_eq!(mapped.count(), 3, "the Python frame has no mapping");
     }
 
     use crate::test_support::{go_pprof, temp_dir};

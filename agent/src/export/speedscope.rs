@@ -80,6 +80,12 @@ impl FrameTable {
                 file: Some(f.file().to_string()),
                 line: f.line,
             },
+            // The object's path stands where a Python frame's file does.
+            FrameKind::NativeCode | FrameKind::Kernel => FrameEntry {
+                name: f.function().to_string(),
+                file: Some(f.file().to_string()),
+                line: None,
+            },
             FrameKind::Native | FrameKind::Gc | FrameKind::Task => FrameEntry {
                 name: f.function().to_string(),
                 file: None,

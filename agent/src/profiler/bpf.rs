@@ -13,8 +13,12 @@ use common::{Counter, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
 use crate::aggregate::WaitReason;
 use crate::discovery::{host_tids, HostScanner, PythonTarget};
-use crate::sampler::bpf::{pa_proc_for, pa_thread_list_for, set_gil, BpfError, BpfSampler};
+use crate::sampler::bpf::{
+    pa_proc_for, pa_thread_list_for, set_gil, set_trace_context, BpfError, BpfSampler,
+};
 use crate::sampler::off_cpu::{blocked_in, monotonic_ns, wait_reason, BlockedIn};
+use crate::unwind::native::merge::{merge, Merge};
+use crate::unwind::native::NativeUnwinder;
 use crate::unwind::{
     DecodedRecord, ExternalSkip, InterpreterInfo, RecordKind, ThreadInfo, ThreadSample,
     UnwindOptions, Unwinder,
@@ -39,8 +43,12 @@ struct BpfProcess {
     /// given; `None` when unreadable (then the program cannot search for new threads)
     pidns: Option<(u64, u64)>,
     /// the walk configuration in the program's maps (its GIL addresses are set once the main
-    /// interpreter is known)
+    /// interpreter is known, where its threads' OTel contexts are once the process publishes)
     proc_config: PaProc,
+    /// whether the program reads the span each sampled thread is in (OTEP 4947)
+    trace_context: bool,
+    /// native stacks: unwinds the program's stack copies (`None`: Python frames only)
+    native: Option<NativeUnwinder>,
 }
 
 /// The loaded program and the processes it samples.
@@ -59,7 +67,12 @@ impl BpfBackend {
 
     /// Starts sampling `target`: its walk configuration goes into the program's maps (an error
     /// says why it cannot be profiled).
-    pub fn track(&mut self, target: PythonTarget, unwind: UnwindOptions) -> Result<(), BpfError> {
+    pub fn track(
+        &mut self,
+        target: PythonTarget,
+        unwind: UnwindOptions,
+        native_stacks: bool,
+    ) -> Result<(), BpfError> {
         let pid = target.pid;
         // 3.15: the program stops at `last_profiled_frame` and the agent splices its cached
         // stack. The anchor is written by the agent right after its own userspace walk of the
@@ -68,23 +81,39 @@ impl BpfBackend {
         // cpu-clock event), and a write long after the walk would let a reused frame address
         // splice another call chain.
         let use_anchor = unwind.frame_cache && target.offsets.has_frame_cache_anchor();
-        let proc_config = pa_proc_for(&target.offsets, use_anchor);
-        self.sampler.track_process(pid, &proc_config)?;
+        let mut proc_config = pa_proc_for(&target.offsets, use_anchor);
+        if native_stacks {
+            proc_config.flags |= common::PROC_NATIVE;
+        }
         let options = UnwindOptions {
             frame_cache: use_anchor,
-            // Its records carry none (see `unwind/record.rs`); the userspace walks of a BPF
-            // process (3.15 anchors, threads blocked at attach) need none either.
+            // The `<native>` markers are where the merge cuts the Python stack into
+            // evaluations (`unwind/native/merge.rs`).
+            native: unwind.native || native_stacks,
+            // The program reads the span at the tick; the userspace walks of a BPF process
+            // (3.15 anchors, threads blocked at attach) need none.
             trace_context: false,
             ..unwind
         };
+        let mut unwinder = Unwinder::new(target, options);
+        if unwind.trace_context {
+            // Looked for before the first record, so that a publishing process's records all
+            // carry their span; and not at the first thread refresh, whose GIL addresses it
+            // would hold back (the look parses the symbols of every loaded object). A process
+            // that publishes later is found by the looks of later refreshes.
+            set_trace_context(&mut proc_config, unwinder.thread_context_layout().as_ref());
+        }
+        self.sampler.track_process(pid, &proc_config)?;
         self.procs.insert(
             pid,
             BpfProcess {
-                unwinder: Unwinder::new(target, options),
+                unwinder,
                 threads: HashMap::new(),
                 last_refresh: Instant::now(),
                 pidns: pid_namespace(pid),
                 proc_config,
+                trace_context: unwind.trace_context,
+                native: native_stacks.then(|| NativeUnwinder::new(pid)),
             },
         );
         Ok(())
@@ -254,6 +283,7 @@ impl BpfBackend {
             }
             resolve(
                 &mut p.unwinder,
+                p.native.as_mut(),
                 record,
                 profile,
                 &mut out.stats,
@@ -353,16 +383,33 @@ fn woke(out: &mut Collected, pid: u32, tid: u32, at_ns: u64) {
 /// blocked threads until its wake-up; a record without a stack is counted by reason.
 fn resolve(
     unwinder: &mut Unwinder,
+    native: Option<&mut NativeUnwinder>,
     record: DecodedRecord,
     profile: &mut Profile,
     stats: &mut HostStats,
     waits: &mut Waits,
 ) {
     let DecodedRecord {
-        kind, walk, raw, ..
+        kind,
+        walk,
+        raw,
+        native: capture,
+        ..
     } = record;
     let sample = match unwinder.resolve_record(&walk, &raw) {
-        Ok(sample) => sample,
+        Ok(mut sample) => {
+            if let (Some(n), Some(c)) = (native, capture) {
+                let stack = n.stack(&c);
+                let (merged, how) = merge(std::mem::take(&mut sample.frames), &stack);
+                sample.frames = merged;
+                match how {
+                    Merge::Whole => stats.native_merged += 1,
+                    Merge::NativeCut => stats.native_cut += 1,
+                    Merge::Mismatch => stats.native_mismatch += 1,
+                }
+            }
+            sample
+        }
         Err(skip) => {
             stats.count_skip(skip);
             // A record of no known interpreter is not this profile's tick to miss.
@@ -401,7 +448,8 @@ fn resolve(
 }
 
 /// Points the program at the main interpreter (the oldest, last in the runtime's list): its
-/// thread list, where it finds threads started since this refresh, and its GIL.
+/// thread list, where it finds threads started since this refresh, and its GIL; and at the
+/// threads' OTel contexts, once the process publishes them (looked for with a growing wait).
 fn set_thread_list(
     sampler: &mut BpfSampler,
     pid: u32,
@@ -421,10 +469,13 @@ fn set_thread_list(
     let target = p.unwinder.target();
     let mut config = p.proc_config;
     set_gil(&mut config, &target.offsets, target.runtime_addr, main.addr);
+    if p.trace_context {
+        set_trace_context(&mut config, p.unwinder.thread_context_layout().as_ref());
+    }
     if config != p.proc_config {
         match sampler.track_process(pid, &config) {
             Ok(()) => p.proc_config = config,
-            Err(e) => tracing::debug!(pid, "cannot set where the GIL is: {e}"),
+            Err(e) => tracing::debug!(pid, "cannot set where the GIL and spans are: {e}"),
         }
     }
 }

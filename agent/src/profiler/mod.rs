@@ -73,6 +73,8 @@ pub struct HostConfig {
     pub thread_search_max: u32,
     /// eBPF: also profile the time threads spend blocked (off-CPU), with its wait reason
     pub off_cpu: bool,
+    /// eBPF: mixed stacks: native and kernel frames with the Python ones (on-CPU samples)
+    pub native_stacks: bool,
 }
 
 impl Default for HostConfig {
@@ -86,6 +88,7 @@ impl Default for HostConfig {
             drain_interval: Duration::from_millis(100),
             thread_search_max: common::THREAD_SEARCH_MAX,
             off_cpu: false,
+            native_stacks: false,
         }
     }
 }
@@ -126,6 +129,12 @@ pub struct HostStats {
     pub unmatched_wakes: u64,
     /// off-CPU records carrying the time of repeated waits whose first one was not seen
     pub carried_lost: u64,
+    /// native stacks: samples whose Python and native frames merged whole
+    pub native_merged: u64,
+    /// native stacks: merged, but the native unwind ended above the bottom of the stack
+    pub native_cut: u64,
+    /// native stacks: more eval-loop frames than Python evaluations; the Python stack kept alone
+    pub native_mismatch: u64,
 }
 
 impl HostStats {
@@ -319,7 +328,7 @@ impl HostProfiler {
         let period_ns = self.period_ns();
         match &mut self.backend {
             Backend::Bpf(b) => {
-                if let Err(e) = b.track(target, self.config.unwind) {
+                if let Err(e) = b.track(target, self.config.unwind, self.config.native_stacks) {
                     self.scanner
                         .mark_failed(pid, format!("cannot track it in the BPF maps: {e}"));
                     return;

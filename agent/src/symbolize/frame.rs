@@ -1,5 +1,7 @@
 use std::sync::{Arc, LazyLock};
 
+use super::native::ObjectName;
+
 /// What a reported frame stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FrameKind {
@@ -12,6 +14,10 @@ pub enum FrameKind {
     /// `<task NAME>`: the asyncio task whose coroutine runs in the frames above (task-aware
     /// stacks); the frames below belong to the task awaiting it, or to the event loop.
     Task,
+    /// A function of native code (C, C++, Rust) in a loaded object.
+    NativeCode,
+    /// A kernel function.
+    Kernel,
 }
 
 /// What a frame runs: the parts of a code object a profile shows, shared by every frame of it.
@@ -21,8 +27,11 @@ pub struct CodeName {
     pub function: Arc<str>,
     /// `co_filename` as the target sees it; `~` for pseudo-frames.
     pub file: Arc<str>,
-    /// `co_firstlineno`, the line where the function starts (0 for pseudo-frames).
+    /// `co_firstlineno`, the line where the function starts (0 for pseudo-frames and native
+    /// code).
     pub first_line: u32,
+    /// The object native code lies in (`None` for Python frames and pseudo-frames).
+    pub object: Option<Arc<ObjectName>>,
 }
 
 impl CodeName {
@@ -32,6 +41,18 @@ impl CodeName {
             function: Arc::from(function),
             file: Arc::from(file),
             first_line,
+            object: None,
+        }
+    }
+
+    /// A function of native code: its (demangled) name in `object` (the file is the object's
+    /// path).
+    pub fn native(function: &str, object: Arc<ObjectName>) -> CodeName {
+        CodeName {
+            function: Arc::from(function),
+            file: Arc::clone(&object.path),
+            first_line: 0,
+            object: Some(object),
         }
     }
 }
@@ -62,7 +83,7 @@ impl Frame {
             FrameKind::Native => &NATIVE,
             FrameKind::Gc => &GC,
             FrameKind::Task => &TASK,
-            FrameKind::Python => &PYTHON,
+            FrameKind::Python | FrameKind::NativeCode | FrameKind::Kernel => &PYTHON,
         };
         Frame {
             code: Arc::clone(code),
@@ -98,6 +119,13 @@ impl std::fmt::Display for Frame {
                 write!(f, "{} ({}:{})", self.function(), self.file(), line)
             }
             (FrameKind::Python, None) => write!(f, "{} ({})", self.function(), self.file()),
+            // `deflate [libz.so.1.2.13]`, `do_syscall_64 [kernel]`: brackets, where Python
+            // frames have parentheses, so that a native frame never reads as a Python one.
+            (FrameKind::NativeCode | FrameKind::Kernel, _) => match &self.code.object {
+                Some(o) if o.path.starts_with('[') => write!(f, "{} {}", self.function(), o.path),
+                Some(o) => write!(f, "{} [{}]", self.function(), o.file_name()),
+                None => write!(f, "{}", self.function()),
+            },
             _ => write!(f, "{}", self.function()),
         }
     }

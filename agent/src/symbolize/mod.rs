@@ -8,7 +8,9 @@
 
 mod bytecode;
 mod frame;
+pub mod kernel;
 mod linetable;
+pub mod native;
 mod strings;
 
 // foldhash: these maps are looked up several times per sample, keyed by addresses.
@@ -166,6 +168,7 @@ impl Symbolizer {
                 function: read_str(mem, o, header.u64_at(c.qualname))?.into(),
                 file: read_str(mem, o, header.u64_at(c.filename))?.into(),
                 first_line,
+                object: None,
             }),
             len_units: header.u64_at(c.ob_size),
             lines: LineTable::decode(&table, first_line),

@@ -4,7 +4,8 @@
 
 use common::SampleRecord;
 
-use super::{ExternalWalk, GilState, RawFrame};
+use super::native::NativeCapture;
+use super::{ExternalWalk, GilState, RawFrame, TraceContext};
 
 /// What one record says happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +45,8 @@ pub struct DecodedRecord {
     pub walk: ExternalWalk,
     /// the walked frames, innermost first (empty for a wake-up)
     pub raw: Vec<RawFrame>,
+    /// registers and user-stack copy, for a process with native stacks on
+    pub native: Option<NativeCapture>,
 }
 
 impl DecodedRecord {
@@ -60,6 +63,7 @@ impl DecodedRecord {
                 },
                 walk: ExternalWalk::default(),
                 raw: Vec::new(),
+                native: None,
             };
         } else if h.is_off_cpu() {
             RecordKind::OffCpu {
@@ -85,7 +89,7 @@ impl DecodedRecord {
                 ip: f.instr_ptr,
                 previous,
                 owner: f.owner as u8,
-                is_entry: false,
+                is_entry: f.is_entry != 0,
                 tlbc_index: 0,
             });
         }
@@ -103,8 +107,52 @@ impl DecodedRecord {
                 anchor_hit: h.anchor_hit(),
                 anchor: (h.anchor_frame, h.anchor_seq),
                 gil: h.holds_gil().map(GilState::from_held),
+                trace: h.span_id().map(|span_id| TraceContext { span_id }),
             },
             raw,
+            native: rec.native().map(|n| NativeCapture {
+                ip: n.hdr.ip,
+                sp: n.hdr.sp,
+                bp: n.hdr.bp,
+                kernel: n.kernel_frames().collect(),
+                stack: n.stack.to_vec(),
+            }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{offset_of, size_of};
+
+    use common::{PaSampleHdr, SAMPLE_COMPLETE, SAMPLE_SPAN};
+
+    use super::*;
+
+    /// A header-only record with `flags` and `span_id` where the program writes them.
+    fn record(flags: u32, span_id: [u8; 8]) -> Vec<u8> {
+        let mut bytes = vec![0u8; size_of::<PaSampleHdr>()];
+        let mut put = |off: usize, data: &[u8]| bytes[off..off + data.len()].copy_from_slice(data);
+        put(offset_of!(PaSampleHdr, pid), &7u32.to_ne_bytes());
+        put(offset_of!(PaSampleHdr, flags), &flags.to_ne_bytes());
+        put(offset_of!(PaSampleHdr, span_id), &span_id);
+        bytes
+    }
+
+    /// The span the program read at the tick reaches the walk, bytes in the record's order
+    /// (the label's hex); without the flag the field is not a span, whatever it holds.
+    #[test]
+    fn a_record_carries_its_span_only_when_flagged() {
+        let span = [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31];
+        let bytes = record(SAMPLE_COMPLETE | SAMPLE_SPAN, span);
+        let decoded = DecodedRecord::decode(&SampleRecord::parse(&bytes).expect("a record"));
+        assert_eq!(decoded.pid, 7);
+        let trace = decoded.walk.trace.expect("a span");
+        assert_eq!(trace.span_id_hex(), "b7ad6b7169203331");
+        assert!(decoded.walk.complete);
+
+        let bytes = record(SAMPLE_COMPLETE, span);
+        let decoded = DecodedRecord::decode(&SampleRecord::parse(&bytes).expect("a record"));
+        assert_eq!(decoded.walk.trace, None);
     }
 }

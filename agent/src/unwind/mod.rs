@@ -13,6 +13,7 @@ mod decode;
 mod error;
 pub mod frame_cache;
 pub mod loss;
+pub mod native;
 mod options;
 mod record;
 mod reread;
@@ -43,6 +44,7 @@ use record::RecordContext;
 use thread_names::ThreadNames;
 use trace_context::TraceContexts;
 
+use crate::discovery::thread_context::ThreadContextLayout;
 use crate::discovery::PythonTarget;
 use crate::memory::{MemoryError, PageCache, PageCacheStats, ProcessMemory, RemoteMemory};
 use crate::offsets::Offsets;
@@ -238,6 +240,12 @@ impl Unwinder {
             frames,
             truncated,
         }
+    }
+
+    /// Where the process publishes its threads' OTEP 4947 contexts, for a walker elsewhere (the
+    /// BPF program): found once, looked for again with a growing wait while it publishes none.
+    pub fn thread_context_layout(&mut self) -> Option<ThreadContextLayout> {
+        self.traces.layout(self.target.pid)
     }
 
     /// The trace context of the thread whose `pthread_t` is `pthread`, read through the

@@ -76,6 +76,9 @@ pub struct ExternalWalk {
     pub anchor: (u64, u64),
     /// the thread and the GIL when the walk was taken (`None`: no GIL, or not read)
     pub gil: Option<super::GilState>,
+    /// the span the thread was in, read by the walker at the same instant (OTEP 4947; `None`:
+    /// the process publishes none, or the thread was in no span)
+    pub trace: Option<super::TraceContext>,
 }
 
 /// Why an external stack was not turned into a sample.
@@ -264,11 +267,10 @@ impl Unwinder {
             frames = resolved.into_iter().map(|c| c.frame).collect();
         }
         let name = self.thread_name(ns_tid);
-        // No trace context on BPF records: read here it would be the thread's context at the
-        // drain, up to one drain interval after the stack was taken, and with spans of 50 ms
-        // only 48% of such samples carried the span they ran under (py312, py313, py315). A
-        // wrong span is worse than none; the program must read it at the tick to give it.
-        let trace = None;
+        // The span comes with the walk, read at the same tick. Read here instead, it would be
+        // the thread's context at the drain, up to one drain interval after the stack was
+        // taken: with spans of 50 ms, only 48% of such samples carried the span they ran under.
+        let trace = walk.trace;
         Ok(ThreadSample {
             pid: self.target.pid,
             tid: ns_tid,

@@ -30,12 +30,12 @@ pub struct ThreadSample {
     pub truncated: bool,
 }
 
-/// The span a thread was in when sampled (the `span_id` label; the trace id is kept with it).
+/// The span a thread was in when sampled (the `span_id` label). The trace id is not kept: pprof
+/// does not carry it (a store makes one series per distinct label set), so neither do OTLP
+/// links, and the BPF program does not read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TraceContext {
-    /// W3C trace id
-    pub trace_id: [u8; 16],
-    /// W3C span id
+    /// W3C span id, bytes as the OTEP 4947 record has them
     pub span_id: [u8; 8],
 }
 

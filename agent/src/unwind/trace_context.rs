@@ -9,13 +9,17 @@
 //! | 25 | trace flags, u8 |
 //! | 26 | attributes size, u16, then the attributes (not read) |
 //!
-//! In: a thread's `pthread_t`. Out: its [`TraceContext`], or none. Where the variable lives
-//! ([`ThreadContextLayout`]) is found once per process; a process that publishes nothing is
-//! looked at again at most every [`LOOK_AGAIN`], since the publishing extension may be
-//! `dlopen`ed later. Writers do not stop for readers (they swap the pointer or clear `valid`),
-//! so a record read while it changes can be torn; a record not marked valid is no context.
+//! In: a thread's `pthread_t`. Out: its [`TraceContext`] (the span id), or none. Where the
+//! variable lives ([`ThreadContextLayout`]) is found once per process; a process that publishes
+//! nothing is looked at again at most every [`LOOK_AGAIN`], since the publishing extension may
+//! be `dlopen`ed later. Writers do not stop for readers (they swap the pointer or clear
+//! `valid`), so a record read while it changes can be torn; a record not marked valid is no
+//! context. The BPF program reads the same record at the tick (`pa_read_span` in
+//! `ebpf/sampler.bpf.c`), through the layout this finds.
 
 use std::time::{Duration, Instant};
+
+use common::{OTEL_SPAN_ID_OFFSET, OTEL_SPAN_READ_BYTES, OTEL_VALID_OFFSET};
 
 use super::sample::TraceContext;
 use crate::discovery::thread_context::{ThreadContextFinder, ThreadContextLayout};
@@ -27,10 +31,10 @@ use crate::memory::{ProcessMemory, RemoteMemory};
 const LOOK_AGAIN: Duration = Duration::from_secs(2);
 /// The longest wait between two looks.
 const LOOK_AGAIN_MAX: Duration = Duration::from_secs(60);
-/// Bytes of the record read: ids, `valid`, flags, attributes size.
-const RECORD_LEN: usize = 28;
-/// Offset of `valid`.
-const VALID: usize = 24;
+/// Bytes of the record read, from the span id: the span id and `valid`.
+const SPAN_READ: usize = OTEL_SPAN_READ_BYTES as usize;
+/// Offset of `valid` in what is read.
+const VALID: usize = (OTEL_VALID_OFFSET - OTEL_SPAN_ID_OFFSET) as usize;
 /// Most DTV entries believed: a torn or foreign DTV reads as "no context", not a huge index.
 const MAX_DTV_ENTRIES: u64 = 1 << 20;
 
@@ -56,7 +60,9 @@ impl TraceContexts {
         read_context(mem, &layout, pthread)
     }
 
-    fn layout(&mut self, pid: u32) -> Option<ThreadContextLayout> {
+    /// Where process `pid` publishes its threads' contexts, looking again when the last look
+    /// is old enough (`None`: it publishes none, as far as the last look saw).
+    pub(super) fn layout(&mut self, pid: u32) -> Option<ThreadContextLayout> {
         if self.layout.is_some() {
             return self.layout;
         }
@@ -102,16 +108,17 @@ pub(super) fn read_context(
     if record == 0 {
         return None;
     }
-    let mut bytes = [0u8; RECORD_LEN];
-    mem.read(record, &mut bytes).ok()?;
+    let mut bytes = [0u8; SPAN_READ];
+    mem.read(
+        record.checked_add(u64::from(OTEL_SPAN_ID_OFFSET))?,
+        &mut bytes,
+    )
+    .ok()?;
     if bytes[VALID] != 1 {
         return None;
     }
-    let mut trace_id = [0u8; 16];
-    let mut span_id = [0u8; 8];
-    trace_id.copy_from_slice(&bytes[..16]);
-    span_id.copy_from_slice(&bytes[16..24]);
-    Some(TraceContext { trace_id, span_id })
+    let (span_id, _) = bytes.split_first_chunk::<8>()?;
+    Some(TraceContext { span_id: *span_id })
 }
 
 /// The variable's address in the thread's copy of a dynamically allocated block: through the
@@ -187,10 +194,6 @@ mod tests {
     #[test]
     fn a_valid_record_is_the_threads_context() {
         let ctx = read_context(&mut thread(), &LAYOUT, PTHREAD).expect("a context");
-        assert_eq!(
-            ctx.trace_id,
-            *b"\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10"
-        );
         assert_eq!(ctx.span_id_hex(), "1112131415161718");
     }
 

@@ -212,6 +212,40 @@ fn a_window_without_off_cpu_data_gives_one_profile() {
     assert_eq!(keys, ["thread.id", "pid"]);
 }
 
+/// A sample taken in a span (OTEP 4947, by either sampler) links to it: a link with the span id
+/// and no trace id (pprof carries none), shared by the samples of that span; a sample in no span
+/// links to nothing (index 0, the empty link).
+#[test]
+fn a_sample_in_a_span_links_to_it() {
+    use crate::unwind::TraceContext;
+    let span_id = [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31];
+    let mut agg = Aggregator::new(PERIOD_NS);
+    for function in ["in_span", "also_in_span"] {
+        let mut in_span = sample(9, 9, None, vec![frame(function, "a.py", 1, 1)]);
+        in_span.trace = Some(TraceContext { span_id });
+        agg.add(&in_span);
+    }
+    agg.add(&sample(9, 9, None, vec![frame("outside", "a.py", 1, 1)]));
+    let window = agg.cut();
+    let req = request(&crate::export::pprof::build(&window), &meta(&window));
+    let d = req.dictionary.as_ref().expect("dictionary");
+    let profile = &req.resource_profiles[0].scope_profiles[0].profiles[0];
+    let mut links: Vec<i32> = profile.samples.iter().map(|s| s.link_index).collect();
+    links.sort_unstable();
+    let [0, a, b] = links[..] else {
+        panic!("three samples: {links:?}")
+    };
+    assert!(a > 0 && a == b, "one link for the span: {links:?}");
+    assert_eq!(
+        d.link_table[a as usize],
+        Link {
+            trace_id: Vec::new(),
+            span_id: span_id.to_vec(),
+        }
+    );
+    assert_eq!(d.link_table[0], Link::default());
+}
+
 #[test]
 fn span_labels_are_link_bytes() {
     assert_eq!(

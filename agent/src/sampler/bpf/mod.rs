@@ -40,7 +40,7 @@ mod load;
 mod walk_config;
 
 pub use error::BpfError;
-pub use walk_config::{pa_proc_for, pa_thread_list_for, set_gil};
+pub use walk_config::{pa_proc_for, pa_thread_list_for, set_gil, set_trace_context};
 
 use error::{ignore_absent, map_error};
 

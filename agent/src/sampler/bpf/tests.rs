@@ -8,8 +8,12 @@ use super::error::{load_error, program_error};
 use super::load::validate;
 use super::*;
 
-use common::{GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME};
+use common::{
+    PaOtelCtx, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
+    PROC_TRACE_CONTEXT,
+};
 
+use crate::discovery::thread_context::{ThreadContextLayout, GLIBC_236_MODULE_3};
 use crate::offsets::{builtin_offsets, GilLocation, Offsets, PythonVersion};
 
 /// 3.12: current frame behind `tstate->cframe`, no anchor even when asked for.
@@ -72,6 +76,51 @@ fn set_gil_follows_the_version() {
     o315.gil = GilLocation::Disabled { thread_state: 300 };
     set_gil(&mut p, &o315, 0x1000, 0x20_0000);
     assert_eq!(p.gil_model, GIL_NONE);
+}
+
+/// A process's OTel thread-context layout goes into the program's configuration as found (the
+/// DTV way, or static TLS), the flag with it; a process without one, or with an offset the map
+/// cannot hold, is not read.
+#[test]
+fn set_trace_context_follows_the_layout() {
+    let mut p = pa_proc_for(&offsets_315(), true);
+    let dtv = GLIBC_236_MODULE_3;
+    set_trace_context(&mut p, Some(&dtv));
+    assert_eq!(p.flags & PROC_TRACE_CONTEXT, PROC_TRACE_CONTEXT);
+    assert_eq!(
+        p.otel,
+        PaOtelCtx {
+            static_offset: 0,
+            offset_in_block: 0x18,
+            dtv_in_pthread: 8,
+            dtv_entry_size: 16,
+            pointer_in_entry: 0,
+            module_id: 3,
+        }
+    );
+    p.validate().expect("valid with a DTV layout");
+
+    let static_tls = ThreadContextLayout {
+        static_offset: Some(0x1180),
+        ..dtv
+    };
+    set_trace_context(&mut p, Some(&static_tls));
+    assert_eq!(
+        (p.otel.static_offset, p.otel.offset_in_block),
+        (0x1180, 0x18)
+    );
+    p.validate().expect("valid in static TLS");
+
+    let huge = ThreadContextLayout {
+        module_id: 1 << 40,
+        ..dtv
+    };
+    for layout in [None, Some(&huge)] {
+        set_trace_context(&mut p, layout);
+        assert_eq!(p.flags & PROC_TRACE_CONTEXT, 0, "{layout:?}");
+        assert_eq!(p.otel, PaOtelCtx::default());
+        assert_eq!(p, pa_proc_for(&offsets_315(), true), "as before");
+    }
 }
 
 /// A 3.15 default-build layout (cpython-internals.md §6.1, §10), made from the 3.12 table.

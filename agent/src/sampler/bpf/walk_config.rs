@@ -1,11 +1,13 @@
 //! What the program is told about one process: how to walk its frames ([`PaProc`] from the
-//! process's [`Offsets`]), where its GIL is, and where to search for threads not registered.
+//! process's [`Offsets`]), where its GIL is, where its threads' OpenTelemetry contexts are, and
+//! where to search for threads not registered.
 
 use common::{
-    PaProc, PaThreadList, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, PROC_ANCHOR, PROC_BASE_FRAME,
-    PROC_CFRAME,
+    PaOtelCtx, PaProc, PaThreadList, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, PROC_ANCHOR,
+    PROC_BASE_FRAME, PROC_CFRAME, PROC_TRACE_CONTEXT,
 };
 
+use crate::discovery::thread_context::ThreadContextLayout;
 use crate::offsets::{GilLocation, Offsets};
 
 /// Where the program looks for an unregistered thread of a process with layout `offsets`: the
@@ -66,6 +68,10 @@ pub fn pa_proc_for(offsets: &Offsets, use_anchor: bool) -> PaProc {
         p.thread_state_last_profiled_frame = off(a);
         p.thread_state_last_profiled_frame_seq = off(seq);
     }
+    // 3.11 keeps `is_entry` right before the owner byte, where the program reads it.
+    if offsets.frame.is_entry.is_some_and(|e| e + 1 == f.owner) {
+        p.flags |= common::PROC_IS_ENTRY;
+    }
     p
 }
 
@@ -96,4 +102,34 @@ pub fn set_gil(proc: &mut PaProc, offsets: &Offsets, runtime_addr: u64, interpre
         proc.gil_locked_addr = locked;
         proc.gil_holder_addr = holder;
     }
+}
+
+/// Tells the program of `proc` where each thread's OTEP 4947 context is (`layout`, found in the
+/// process), so that every record carries the span its thread was in at the tick; `None`: the
+/// process publishes none, and the program reads nothing. A layout field too large for the map
+/// leaves the process without spans rather than with a wrong one.
+pub fn set_trace_context(proc: &mut PaProc, layout: Option<&ThreadContextLayout>) {
+    match layout.and_then(otel_ctx_of) {
+        Some(otel) => {
+            proc.flags |= PROC_TRACE_CONTEXT;
+            proc.otel = otel;
+        }
+        None => {
+            proc.flags &= !PROC_TRACE_CONTEXT;
+            proc.otel = PaOtelCtx::default();
+        }
+    }
+}
+
+/// The program's form of a thread-context layout (`None`: an offset does not fit).
+fn otel_ctx_of(l: &ThreadContextLayout) -> Option<PaOtelCtx> {
+    let narrow = |v: u64| u32::try_from(v).ok();
+    Some(PaOtelCtx {
+        static_offset: l.static_offset.unwrap_or(0),
+        offset_in_block: l.offset_in_block,
+        dtv_in_pthread: narrow(l.dtv_in_pthread)?,
+        dtv_entry_size: narrow(l.dtv_entry_size)?,
+        pointer_in_entry: narrow(l.pointer_in_entry)?,
+        module_id: narrow(l.module_id)?,
+    })
 }

@@ -1,0 +1,214 @@
+//! Python frames + native frames → one stack that reads Python → C → Python → C.
+//!
+//! Each native frame of CPython's eval loop is replaced by the Python frames that evaluation
+//! runs. Those come from the Python walk cut at its C boundaries: the `<native>` markers the
+//! resolver puts where an entry frame (3.12+; 3.11 `is_entry`) separates one evaluation's
+//! frames from the one below, so with native stacks on, the markers are always on. Native and
+//! Python stacks are read at the same tick, so the k-th eval frame from the top runs the k-th
+//! group of Python frames.
+
+use crate::symbolize::{Frame, FrameKind};
+
+use super::NativeStack;
+
+/// How a merge went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    /// every eval frame took its group of Python frames, and every group was placed
+    Whole,
+    /// the native unwind ended before the bottom (the copy's end, code without CFI): the
+    /// groups it did not reach follow its last frame, `<native>` between them
+    NativeCut,
+    /// more eval-loop frames than groups of Python frames (the two stacks do not describe one
+    /// instant, or a boundary was missed: 3.11 records carry none), or fewer although the
+    /// unwind reached the root (the eval loop is not recognised: an interpreter stripped of
+    /// its symbol): the Python stack is kept alone
+    Mismatch,
+}
+
+/// The merged stack (innermost first) of `python` (innermost first, `<native>` between
+/// evaluations) and `stack`; on [`Merge::Mismatch`], `python` unchanged.
+pub fn merge(python: Vec<Frame>, stack: &NativeStack) -> (Vec<Frame>, Merge) {
+    let native = &stack.frames;
+    let groups: Vec<&[Frame]> = python
+        .split(|f| f.kind == FrameKind::Native)
+        .filter(|g| !g.is_empty())
+        .collect();
+    let evals = native.iter().filter(|n| n.eval).count();
+    if evals > groups.len() || (evals < groups.len() && stack.reached_root) {
+        return (python, Merge::Mismatch);
+    }
+    let mut out = Vec::with_capacity(python.len() + native.len());
+    let mut next = groups.iter();
+    for n in native.iter() {
+        if n.eval {
+            // Counted above: there is a group for every eval frame.
+            out.extend(next.next().into_iter().flat_map(|g| g.iter().cloned()));
+        } else {
+            out.push(n.frame.clone());
+        }
+    }
+    let mut outcome = Merge::Whole;
+    for (i, g) in next.enumerate() {
+        outcome = Merge::NativeCut;
+        if i > 0 || evals > 0 {
+            out.push(Frame::pseudo(FrameKind::Native));
+        }
+        out.extend(g.iter().cloned());
+    }
+    (out, outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::symbolize::native::ObjectName;
+    use crate::symbolize::CodeName;
+    use crate::unwind::native::NativeFrame;
+
+    fn py(name: &str) -> Frame {
+        Frame {
+            code: Arc::new(CodeName::new(name, "t.py", 1)),
+            line: Some(1),
+            kind: FrameKind::Python,
+        }
+    }
+
+    fn c(name: &str, eval: bool) -> NativeFrame {
+        let object = Arc::new(ObjectName {
+            path: Arc::from("/lib/libx.so"),
+            build_id: None,
+        });
+        NativeFrame {
+            frame: Frame {
+                code: Arc::new(CodeName::native(name, object)),
+                line: None,
+                kind: FrameKind::NativeCode,
+            },
+            eval,
+        }
+    }
+
+    fn stack(frames: &[NativeFrame], reached_root: bool) -> NativeStack {
+        NativeStack {
+            frames: frames.to_vec(),
+            reached_root,
+        }
+    }
+
+    fn names(frames: &[Frame]) -> Vec<&str> {
+        frames.iter().map(|f| f.function()).collect()
+    }
+
+    #[test]
+    fn each_eval_frame_takes_its_evaluation_in_order() {
+        // key() called back from sorted() called from main(); the thread is in key's C call.
+        let python = vec![
+            py("key"),
+            Frame::pseudo(FrameKind::Native),
+            py("work"),
+            py("main"),
+        ];
+        let native = [
+            c("deflate", false),
+            c("zlib_compress", false),
+            c("_PyEval_EvalFrameDefault", true),
+            c("list_sort", false),
+            c("_PyEval_EvalFrameDefault", true),
+            c("Py_RunMain", false),
+            c("main", false),
+        ];
+        let (out, how) = merge(python, &stack(&native, true));
+        assert_eq!(how, Merge::Whole);
+        assert_eq!(
+            names(&out),
+            [
+                "deflate",
+                "zlib_compress",
+                "key",
+                "list_sort",
+                "work",
+                "main",
+                "Py_RunMain",
+                "main"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cut_native_stack_keeps_the_python_below() {
+        let python = vec![py("key"), Frame::pseudo(FrameKind::Native), py("work")];
+        let native = [c("deflate", false), c("_PyEval_EvalFrameDefault", true)];
+        let (out, how) = merge(python.clone(), &stack(&native, false));
+        assert_eq!(how, Merge::NativeCut);
+        assert_eq!(names(&out), ["deflate", "key", "<native>", "work"]);
+        // Nothing unwound past the leaf: the leaf goes on top of the Python stack.
+        let (out, how) = merge(vec![py("work")], &stack(&[c("deflate", false)], false));
+        assert_eq!(how, Merge::NativeCut);
+        assert_eq!(names(&out), ["deflate", "work"]);
+        // The same frames, but the unwind reached the root: an evaluation had no eval-loop
+        // frame, so the eval loop was not recognised (a stripped interpreter).
+        let (out, how) = merge(python.clone(), &stack(&native, true));
+        assert_eq!(how, Merge::Mismatch);
+        assert_eq!(out, python);
+    }
+
+    #[test]
+    fn task_aware_frames_stay_with_the_running_tasks_evaluation() {
+        // `--async --native`: task attribution puts `<task NAME>` and the awaiting tasks'
+        // coroutine frames right below the running task's coroutine frame, above the `<native>`
+        // where the event loop's C code entered it. They add no `<native>`, so the groups are
+        // the thread's evaluations still, and they follow the task's frames into its eval frame.
+        let task = |name: &str| Frame::task(crate::symbolize::task_code_name(name));
+        let python = vec![
+            py("leaf_coro"),
+            py("worker"),
+            task("w1"),
+            py("main_coro"),
+            task("Task-1"),
+            Frame::pseudo(FrameKind::Native),
+            py("Handle._run"),
+            py("run_forever"),
+        ];
+        let native = [
+            c("crc32_z", false),
+            c("_PyEval_EvalFrameDefault", true),
+            c("task_step", false),
+            c("context_run", false),
+            c("_PyEval_EvalFrameDefault", true),
+            c("main", false),
+        ];
+        let (out, how) = merge(python, &stack(&native, true));
+        assert_eq!(how, Merge::Whole);
+        assert_eq!(
+            names(&out),
+            [
+                "crc32_z",
+                "leaf_coro",
+                "worker",
+                "<task w1>",
+                "main_coro",
+                "<task Task-1>",
+                "task_step",
+                "context_run",
+                "Handle._run",
+                "run_forever",
+                "main"
+            ]
+        );
+    }
+
+    #[test]
+    fn more_eval_frames_than_evaluations_keeps_python_alone() {
+        let python = vec![py("work")];
+        let native = [
+            c("_PyEval_EvalFrameDefault", true),
+            c("_PyEval_EvalFrameDefault", true),
+        ];
+        let (out, how) = merge(python.clone(), &stack(&native, false));
+        assert_eq!(how, Merge::Mismatch);
+        assert_eq!(out, python);
+    }
+}

@@ -1,0 +1,246 @@
+//! Native stacks: the registers and user-stack copy of a BPF record → the native frames of the
+//! sample, named, innermost first, kernel frames at the leaf; and their merge with the Python
+//! frames ([`merge`]).
+//!
+//! In: a [`NativeCapture`] (registers, kernel return addresses, stack bytes from `sp` up).
+//! Out: [`NativeFrame`]s. The copy is unwound with framehop over each object's `.eh_frame` (no
+//! frame pointers needed; framehop falls back to them where CFI has no rule). Caches: the
+//! process's objects ([`modules`]; parsed objects are shared by all processes) and one named
+//! frame per address, bounded.
+
+pub mod merge;
+mod modules;
+
+use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt};
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
+use framehop::Unwinder as _;
+
+use crate::symbolize::kernel::KernelSymbols;
+use crate::symbolize::native::{demangle, ObjectName};
+use crate::symbolize::{CodeName, Frame, FrameKind};
+
+use modules::Modules;
+
+/// Native frames unwound per sample at most.
+pub const MAX_NATIVE_FRAMES: usize = 256;
+/// Named addresses kept per process; the cache starts again when full.
+const MAX_NAMED: usize = 1 << 16;
+
+/// What the BPF program copied for one sample.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NativeCapture {
+    /// user instruction pointer
+    pub ip: u64,
+    /// user stack pointer: the address of the first copied byte
+    pub sp: u64,
+    /// user frame pointer (rbp)
+    pub bp: u64,
+    /// kernel return addresses, innermost first (empty when the tick was in user mode)
+    pub kernel: Vec<u64>,
+    /// the user stack from `sp` up
+    pub stack: Vec<u8>,
+}
+
+/// The native frames of one sample.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NativeStack {
+    /// innermost first: kernel frames, then user frames
+    pub frames: Vec<NativeFrame>,
+    /// the unwind reached the thread's first frame (framehop found no caller), rather than
+    /// stopping at the copy's end or at code it could not unwind
+    pub reached_root: bool,
+}
+
+/// One native frame of a sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativeFrame {
+    /// named frame (kind [`FrameKind::NativeCode`] or [`FrameKind::Kernel`])
+    pub frame: Frame,
+    /// the frame runs CPython's eval loop: the Python frames of one evaluation go here
+    pub eval: bool,
+}
+
+/// Counters of native unwinding.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NativeStats {
+    /// captures unwound
+    pub stacks: u64,
+    /// native frames produced
+    pub frames: u64,
+    /// frames outside every object the process maps
+    pub unmapped_frames: u64,
+    /// frames in an object without a symbol for them (`object+offset`)
+    pub unnamed_frames: u64,
+}
+
+/// Unwinds and names the native stacks of one process.
+pub struct NativeUnwinder {
+    modules: Modules,
+    cache: CacheX86_64,
+    named: HashMap<u64, NativeFrame>,
+    stats: NativeStats,
+}
+
+impl std::fmt::Debug for NativeUnwinder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeUnwinder")
+            .field("modules", &self.modules)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl NativeUnwinder {
+    /// An unwinder for process `pid` (its maps are read at the first capture).
+    pub fn new(pid: u32) -> NativeUnwinder {
+        NativeUnwinder {
+            modules: Modules::new(pid),
+            cache: CacheX86_64::new(),
+            named: HashMap::new(),
+            stats: NativeStats::default(),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> NativeStats {
+        self.stats
+    }
+
+    /// The native frames of `c`, innermost first: kernel frames, then the user frames the
+    /// copied stack unwinds to (as far as the copy and the objects' CFI reach).
+    pub fn stack(&mut self, c: &NativeCapture) -> NativeStack {
+        self.stats.stacks += 1;
+        let (addrs, reached_root) = self.unwind(c);
+        let mut out = Vec::with_capacity(c.kernel.len() + addrs.len());
+        for &k in &c.kernel {
+            out.push(self.kernel_frame(k));
+        }
+        for a in addrs {
+            out.push(self.user_frame(a));
+        }
+        self.stats.frames += out.len() as u64;
+        NativeStack {
+            frames: out,
+            reached_root,
+        }
+    }
+
+    /// Lookup addresses (the ip, then each return address minus one) of the user stack, and
+    /// whether the unwind reached the root.
+    fn unwind(&mut self, c: &NativeCapture) -> (Vec<u64>, bool) {
+        self.modules.cover([c.ip]);
+        let mut addrs = Vec::new();
+        let sp = c.sp;
+        let stack = &c.stack;
+        let mut read = |addr: u64| -> Result<u64, ()> {
+            let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+            let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+        };
+        let regs = UnwindRegsX86_64::new(c.ip, c.sp, c.bp);
+        let mut it = self
+            .modules
+            .unwinder
+            .iter_frames(c.ip, regs, &mut self.cache, &mut read);
+        // An error ends the stack where it is: the copy's end, or code without CFI.
+        let mut reached_root = false;
+        loop {
+            match it.next() {
+                Ok(Some(f)) => addrs.push(f.address_for_lookup()),
+                Ok(None) => {
+                    reached_root = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+            if addrs.len() >= MAX_NATIVE_FRAMES {
+                break;
+            }
+        }
+        // A library loaded since the maps were read: the next capture sees it.
+        if addrs.iter().any(|&a| self.modules.find(a).is_none()) {
+            self.modules.cover(addrs.iter().copied());
+        }
+        (addrs, reached_root)
+    }
+
+    fn remember(&mut self, addr: u64, f: NativeFrame) -> NativeFrame {
+        if self.named.len() >= MAX_NAMED {
+            self.named.clear();
+        }
+        self.named.insert(addr, f.clone());
+        f
+    }
+
+    fn user_frame(&mut self, addr: u64) -> NativeFrame {
+        if let Some(f) = self.named.get(&addr) {
+            return f.clone();
+        }
+        let Some(m) = self.modules.find(addr) else {
+            self.stats.unmapped_frames += 1;
+            // Not remembered: the address may belong to an object loaded after the last read.
+            return NativeFrame {
+                frame: native_frame("[unknown]", unknown_object(), FrameKind::NativeCode),
+                eval: false,
+            };
+        };
+        let svma = m.svma(addr);
+        let name = match m.object.symbol(svma) {
+            Some(hit) => demangle(hit.name),
+            None => {
+                self.stats.unnamed_frames += 1;
+                format!("{}+{svma:#x}", m.name.file_name())
+            }
+        };
+        let f = NativeFrame {
+            frame: native_frame(&name, Arc::clone(&m.name), FrameKind::NativeCode),
+            eval: m.object.in_eval_loop(svma),
+        };
+        self.remember(addr, f)
+    }
+
+    fn kernel_frame(&mut self, addr: u64) -> NativeFrame {
+        if let Some(f) = self.named.get(&addr) {
+            return f.clone();
+        }
+        let name = KernelSymbols::host()
+            .name(addr)
+            .map_or_else(|| "[unknown kernel]".to_owned(), |n| n.to_string());
+        let f = NativeFrame {
+            frame: native_frame(&name, kernel_object(), FrameKind::Kernel),
+            eval: false,
+        };
+        self.remember(addr, f)
+    }
+}
+
+fn native_frame(name: &str, object: Arc<ObjectName>, kind: FrameKind) -> Frame {
+    Frame {
+        code: Arc::new(CodeName::native(name, object)),
+        line: None,
+        kind,
+    }
+}
+
+/// The object of kernel frames: `[kernel]`, so that they can be filtered.
+pub fn kernel_object() -> Arc<ObjectName> {
+    static KERNEL: std::sync::LazyLock<Arc<ObjectName>> = std::sync::LazyLock::new(|| {
+        Arc::new(ObjectName {
+            path: Arc::from("[kernel]"),
+            build_id: None,
+        })
+    });
+    Arc::clone(&KERNEL)
+}
+
+fn unknown_object() -> Arc<ObjectName> {
+    static UNKNOWN: std::sync::LazyLock<Arc<ObjectName>> = std::sync::LazyLock::new(|| {
+        Arc::new(ObjectName {
+            path: Arc::from("[unknown]"),
+            build_id: None,
+        })
+    });
+    Arc::clone(&UNKNOWN)
+}

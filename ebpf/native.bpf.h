@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * native.bpf.h: the native section of a record (pyagent.h, PA_SAMPLE_NATIVE): user registers,
+ * kernel stack and a copy of the user stack, written into the per-CPU scratch right after the
+ * record's last frame. The program does not unwind native code: the copy is unwound in
+ * userspace with each object's CFI, which needs neither frame pointers nor maps of unwind
+ * tables in the kernel.
+ */
+#ifndef PA_NATIVE_BPF_H
+#define PA_NATIVE_BPF_H
+
+#include "maps.bpf.h"
+
+/* The kernel structures the programs read, only the fields they use; their offsets are relocated
+ * against the running kernel's BTF at load (CO-RE), so no vmlinux.h is needed. struct pt_regs:
+ * read here and by the off-CPU program. */
+struct pt_regs {
+	unsigned long bp;
+	unsigned long si;
+	unsigned long di;
+	unsigned long orig_ax;
+	unsigned long ip;
+	unsigned long sp;
+} __attribute__((preserve_access_index));
+
+/* The task's saved FS base is its thread pointer (glibc's pthread_t), where the span reader
+ * (sampler.bpf.c, pa_tls_variable) starts. */
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int pid;
+	struct thread_struct thread;
+} __attribute__((preserve_access_index));
+
+/* A perf_event program's context starts with the interrupted context's registers in the uapi
+ * struct pt_regs layout (x86_64: 21 words); these are their word indexes. */
+#define PA_UREG_BP 4
+#define PA_UREG_IP 16
+#define PA_UREG_CS 17
+#define PA_UREG_SP 19
+
+#define PA_PAGE 4096u
+
+/* Where the native section of a record with `frames_end` bytes of header and frames goes, and
+ * the verifier's bounds on it: it must end inside struct pa_scratch. */
+_Static_assert(sizeof(struct pa_scratch) == sizeof(struct pa_record) + PA_NATIVE_MAX_BYTES,
+	       "scratch has room for a native section after the longest record");
+
+/* Fills `h`'s registers: those of the tick when it interrupted user mode (returns 1), else the
+ * user registers the thread saved entering the kernel (returns 0: the tick was in the kernel).
+ * -1 when there are none. */
+static __always_inline int pa_user_regs(void *ctx, struct pa_native_hdr *h)
+{
+	const __u64 *regs = ctx;
+	struct pt_regs *u;
+
+	if (regs[PA_UREG_CS] & 3) {
+		h->ip = regs[PA_UREG_IP];
+		h->sp = regs[PA_UREG_SP];
+		h->bp = regs[PA_UREG_BP];
+		return 1;
+	}
+	u = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (!u)
+		return -1;
+	h->ip = u->ip;
+	h->sp = u->sp;
+	h->bp = u->bp;
+	return h->sp ? 0 : -1;
+}
+
+/* Copies the user stack from `sp` up into `base + at`, a page at a time so that a window
+ * reaching past the top of the stack keeps what lies below the top; returns the bytes copied. */
+static __always_inline __u32 pa_copy_user_stack(__u8 *base, __u32 at, __u64 sp, __u64 *cnt)
+{
+	/* 64-bit, so that no zero-extension separates a checked copy from the one used: the
+	 * verifier carries a bound over to the copies of a register only while they stay equal. */
+	__u64 got = 0, chunk, d;
+	__u64 src = sp;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < PA_NATIVE_STACK_BYTES / PA_PAGE + 1; i++) {
+		chunk = PA_PAGE - (src & (PA_PAGE - 1));
+		if (chunk > PA_NATIVE_STACK_BYTES - got)
+			chunk = PA_NATIVE_STACK_BYTES - got;
+		if (chunk == 0)
+			break;
+		d = at + got;
+		/* For the verifier: the destination and length stay inside the scratch value. The
+		 * barriers keep clang from folding the checks into arithmetic the verifier cannot
+		 * follow. */
+		asm volatile("" : "+r"(d));
+		asm volatile("" : "+r"(chunk));
+		if (d > sizeof(struct pa_scratch) - PA_PAGE || chunk > PA_PAGE)
+			break;
+		if (bpf_probe_read_user(base + d, chunk, (const void *)src)) {
+			pa_count(cnt, PA_CNT_NATIVE_STACK_SHORT);
+			break;
+		}
+		got += chunk;
+		src += chunk;
+	}
+	return (__u32)got;
+}
+
+/* Writes the native section of the record in `s` whose frames end at byte `off`; returns its
+ * length (0: none written). */
+static __always_inline __u32 pa_native_section(void *ctx, struct pa_scratch *s, __u32 off,
+					       __u64 *cnt)
+{
+	struct pa_native_hdr h = {};
+	__u8 *base = (__u8 *)s;
+	__u32 kbytes = 0, at;
+	long k;
+	int user;
+
+	asm volatile("" : "+r"(off));
+	if (off > sizeof(struct pa_record))
+		return 0;
+	user = pa_user_regs(ctx, &h);
+	if (user < 0) {
+		pa_count(cnt, PA_CNT_NATIVE_NO_REGS);
+		return 0;
+	}
+	at = off + sizeof(h);
+	if (!user) {
+		/* The tick interrupted the kernel: its stack, the leaf of the sample. */
+		k = bpf_get_stack(ctx, base + at, PA_KERNEL_FRAMES * 8, 0);
+		/* Bytes written, at most the size given; masked and clamped so that the verifier
+		 * sees the stack copy's offset below bounded, and whole entries only. */
+		if (k > 0)
+			kbytes = (__u32)k & (PA_KERNEL_FRAMES * 8 * 2 - 1);
+		if (kbytes > PA_KERNEL_FRAMES * 8)
+			kbytes = PA_KERNEL_FRAMES * 8;
+		kbytes &= ~7u;
+	}
+	h.kernel_frames = kbytes / 8;
+	h.stack_bytes = pa_copy_user_stack(base, at + kbytes, h.sp, cnt);
+	__builtin_memcpy(base + off, &h, sizeof(h));
+	pa_count(cnt, PA_CNT_NATIVE_STACKS);
+	return sizeof(h) + kbytes + h.stack_bytes;
+}
+
+#endif /* PA_NATIVE_BPF_H */

@@ -1,0 +1,177 @@
+//! Mixed stacks in eBPF mode (`record --mode ebpf --native`): the program copies each tick's
+//! user registers and stack, the agent unwinds them with the objects' CFI and puts every
+//! eval-loop frame's Python frames in its place. native_mix.py spends its time in zlib under
+//! `compress_loop` (Python → C), and in zlib under `slow_key`, which `list.sort` calls back
+//! (Python → C → Python → C).
+
+use pyagent_tests::agent::{host_wide_lock, number_before, pyagent_bin, record_collapsed};
+use pyagent_tests::scratch::fresh_dir;
+use pyagent_tests::PythonProcess;
+use rstest::rstest;
+
+/// The frames of one collapsed line (root first, the thread label dropped) and its count.
+fn stack(line: &str) -> (Vec<&str>, u64) {
+    let (frames, n) = line.rsplit_once(' ').expect("a count");
+    let frames = frames.split(';').skip(1).collect();
+    (frames, n.parse().expect("numeric count"))
+}
+
+fn position(frames: &[&str], pred: impl Fn(&str) -> bool) -> Option<usize> {
+    frames.iter().position(|f| pred(f))
+}
+
+fn python(name: &str) -> impl Fn(&str) -> bool + '_ {
+    move |f: &str| f.starts_with(&format!("{name} (")) && f.contains("native_mix.py:")
+}
+
+/// A native frame of a loaded object (`name [object]`).
+fn native(f: &str) -> bool {
+    f.ends_with(']') && !f.ends_with(" [kernel]")
+}
+
+#[rstest]
+fn native_frames_sit_between_and_above_the_python_ones(
+    #[values("py311", "py312", "py313", "py313-static")] py: &str,
+) {
+    pyagent_bin(); // built before the target starts: a slow build must not outlive it
+    let _serial = host_wide_lock();
+    let p = PythonProcess::ready(py, "native_mix.py", &[]);
+    let dir = fresh_dir(&format!("native-{py}"));
+    let (text, err) = record_collapsed(
+        p.pid(),
+        &["--mode", "ebpf", "--native", "-d", "3"],
+        &dir.join("mixed.txt"),
+    );
+    let samples = number_before(&err, " samples,");
+    let mismatched = number_before(&err, " mismatched");
+    assert!(samples > 100, "{py}: too few samples: {err}");
+    assert!(mismatched * 10 <= samples, "{py}: merges failed: {err}");
+
+    let (mut compress, mut compress_in_libz, mut key, mut key_in_libz) = (0, 0, 0, 0);
+    for line in text.lines() {
+        let (frames, n) = stack(line);
+        // Every eval-loop frame was replaced by its Python frames.
+        assert!(
+            !frames
+                .iter()
+                .any(|f| f.starts_with("_PyEval_EvalFrameDefault")),
+            "{py}: an eval-loop frame left in: {line}"
+        );
+        // A sample whose two stacks did not match (caught as an evaluation began or ended;
+        // counted in `mismatched` above) keeps its Python frames alone.
+        if !frames.iter().any(|f| native(f)) {
+            continue;
+        }
+        let (Some(module), Some(main)) = (
+            position(&frames, python("<module>")),
+            position(&frames, python("main")),
+        ) else {
+            continue;
+        };
+        // Python below the first evaluation's C frames: the interpreter's entry point is
+        // below `<module>`, `main` above it.
+        assert!(
+            module < main && frames[..module].iter().any(|f| native(f)),
+            "{py}: `<module>` not above the interpreter's C frames: {line}"
+        );
+        if let Some(c) = position(&frames, python("compress_loop")) {
+            compress += n;
+            let above = &frames[c + 1..];
+            // Python → the zlib module's C function → libz, and no Python above.
+            assert!(
+                above.iter().all(|f| native(f) || f.ends_with(" [kernel]")),
+                "{py}: Python above compress_loop's C call: {line}"
+            );
+            let module_fn = position(above, |f| f.starts_with("zlib_compress ["));
+            let libz = position(above, |f| f.contains("[libz.so"));
+            if matches!((module_fn, libz), (Some(m), Some(z)) if m < z) {
+                compress_in_libz += n;
+            }
+        }
+        if let Some(k) = position(&frames, python("slow_key")) {
+            key += n;
+            // sort_loop → sorted/list.sort (C) → slow_key (Python) → zlib.crc32 (C, libz).
+            let s = position(&frames, python("sort_loop")).expect("slow_key under sort_loop");
+            let sort = position(&frames, |f| f.starts_with("list_sort"))
+                .unwrap_or_else(|| panic!("{py}: no list_sort between: {line}"));
+            assert!(s < sort && sort < k, "{py}: out of order: {line}");
+            assert!(
+                frames[s + 1..k].iter().all(|f| native(f)),
+                "{py}: only C between sort_loop and slow_key: {line}"
+            );
+            if frames[k + 1..]
+                .iter()
+                .any(|f| f.starts_with("zlib_crc32 ["))
+                && frames[k + 1..].iter().any(|f| f.contains("[libz.so"))
+            {
+                key_in_libz += n;
+            }
+        }
+    }
+    // Most of the time goes to libz under both (the rest: the buffer's allocation, the calls).
+    assert!(
+        compress > 20 && compress_in_libz * 2 >= compress,
+        "{py}: {compress_in_libz} of {compress} compress_loop samples in libz:\n{text}"
+    );
+    assert!(
+        key > 20 && key_in_libz * 2 >= key,
+        "{py}: {key_in_libz} of {key} slow_key samples in libz's crc32:\n{text}"
+    );
+}
+
+/// Without `--native` the program copies no stack and the profile has Python frames only,
+/// as before native stacks existed.
+#[test]
+fn without_native_the_stacks_are_python_only() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = PythonProcess::ready("py312", "native_mix.py", &[]);
+    let dir = fresh_dir("native-off");
+    let (text, err) = record_collapsed(
+        p.pid(),
+        &["--mode", "ebpf", "-d", "2"],
+        &dir.join("python.txt"),
+    );
+    assert!(!err.contains("native stacks"), "{err}");
+    assert!(text.contains("compress_loop ("), "{text}");
+    for line in text.lines() {
+        let (frames, _) = stack(line);
+        assert!(
+            frames
+                .iter()
+                .all(|f| f.ends_with(')') || (f.starts_with('<') && f.ends_with('>'))),
+            "a frame that is not Python: {line}"
+        );
+    }
+}
+
+/// An interpreter whose eval loop has no symbol (Debian's 3.15 in a chroot: `.symtab` stripped,
+/// `_PyEval_EvalFrameDefault` not exported) cannot be merged: its samples keep their Python
+/// stacks and are counted, and no stack shows the process's entry point above Python code.
+#[test]
+fn an_eval_loop_without_a_symbol_keeps_the_python_stack() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = PythonProcess::ready("py315", "native_mix.py", &[]);
+    let dir = fresh_dir("native-stripped");
+    let (text, err) = record_collapsed(
+        p.pid(),
+        &["--mode", "ebpf", "--native", "-d", "3"],
+        &dir.join("stripped.txt"),
+    );
+    let samples = number_before(&err, " samples,");
+    let mismatched = number_before(&err, " mismatched");
+    assert!(mismatched * 2 >= samples, "{err}");
+    assert!(text.contains("slow_key ("), "{text}");
+    for line in text.lines() {
+        let (frames, _) = stack(line);
+        if let Some(first_python) = position(&frames, |f| f.contains("native_mix.py:")) {
+            assert!(
+                !frames[first_python..]
+                    .iter()
+                    .any(|f| f.starts_with("_start [")),
+                "the entry point above Python code: {line}"
+            );
+        }
+    }
+}
