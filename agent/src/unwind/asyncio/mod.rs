@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use foldhash::{HashMap, HashSet, HashSetExt};
 use serde::Serialize;
 
+use super::walk::read_frame;
 use super::{CachedFrame, RawFrame, ThreadInfo, UnwindError, Unwinder};
 use crate::discovery::asyncio_section::asyncio_debug_address;
 use crate::discovery::DiscoveryError;
@@ -36,6 +37,8 @@ const FIRST_LOOKUP_WAIT: Duration = Duration::from_secs(1);
 const MAX_LOOKUP_WAIT: Duration = Duration::from_secs(30);
 /// Most awaiting tasks followed above a running one.
 const MAX_AWAIT_DEPTH: usize = 64;
+/// Reads of one task list before giving up on a list that changes under every read.
+const LIST_READ_ATTEMPTS: usize = 20;
 /// Task names remembered before the memo is cleared.
 const MAX_NAMES: usize = 4096;
 
@@ -65,6 +68,14 @@ pub enum AsyncioError {
     /// Its threads could not be read.
     #[error(transparent)]
     Unwind(#[from] UnwindError),
+    /// A task list changed under every read (tasks created and finished faster than a read).
+    #[error("process {pid}: a task list changed under each of {reads} reads")]
+    Torn {
+        /// host PID
+        pid: u32,
+        /// reads tried
+        reads: usize,
+    },
 }
 
 /// One task of a process, as `dump --async` shows it.
@@ -113,8 +124,9 @@ pub(super) struct AsyncioState {
     next_lookup: Option<(Instant, Duration)>,
     /// (task, name object) → its `<task NAME>` code name
     names: HashMap<(u64, u64), Arc<CodeName>>,
-    /// for BPF records: each live task's coroutine frame → the task, as of the batch's start
-    task_frames: HashMap<u64, u64>,
+    /// for BPF records: each live task's coroutine frame → the task, and whether something
+    /// awaited it, as of the batch's start
+    task_frames: HashMap<u64, (u64, bool, u64)>,
     /// for BPF records: thread states whose event loop was running as of the batch's start
     loop_threads: HashSet<u64>,
 }
@@ -170,17 +182,6 @@ impl Unwinder {
             c: &c,
             a: &table,
         };
-        let read_err = |e: ObjectError| match e {
-            ObjectError::Memory(e) => AsyncioError::Unwind(UnwindError::from_memory(pid, e)),
-            ObjectError::Malformed { .. } => AsyncioError::Unwind(UnwindError::from_memory(
-                pid,
-                MemoryError::Fault {
-                    pid,
-                    addr: 0,
-                    len: 0,
-                },
-            )),
-        };
         let mut lists: Vec<(Option<u32>, u64, u64)> = Vec::new();
         for (interp, threads) in self.threads()? {
             for t in &threads {
@@ -200,7 +201,7 @@ impl Unwinder {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         for (thread, head, running) in lists {
-            let tasks = objects::list_tasks(&mut self.mem, &l, head).map_err(read_err)?;
+            let tasks = self.read_task_list(&l, head)?;
             for addr in tasks {
                 if !seen.insert(addr) {
                     continue;
@@ -227,6 +228,25 @@ impl Unwinder {
             }
         }
         Ok(out)
+    }
+
+    /// The tasks of one list, read again (fresh pages) while tasks come and go under the read.
+    fn read_task_list(&mut self, l: &Layouts<'_>, head: u64) -> Result<Vec<u64>, AsyncioError> {
+        let pid = self.target.pid;
+        for _ in 0..LIST_READ_ATTEMPTS {
+            match objects::list_tasks(&mut self.mem, l, head) {
+                Ok(tasks) => return Ok(tasks),
+                Err(ObjectError::Memory(
+                    e @ (MemoryError::Gone { .. } | MemoryError::Denied { .. }),
+                )) => return Err(UnwindError::from_memory(pid, e).into()),
+                // A node freed or relinked as we followed it.
+                Err(_) => self.mem.begin_without_prefetch(),
+            }
+        }
+        Err(AsyncioError::Torn {
+            pid,
+            reads: LIST_READ_ATTEMPTS,
+        })
     }
 
     /// A task, its name and its coroutine frames (innermost first).
@@ -365,11 +385,26 @@ impl Unwinder {
                 continue;
             };
             for addr in tasks {
-                if let Ok(Some(frame)) =
-                    objects::read_task(&mut self.mem, &l, addr).map(|task| task.frame(&c))
-                {
-                    self.asyncio.task_frames.insert(frame, addr);
+                let Ok(task) = objects::read_task(&mut self.mem, &l, addr) else {
+                    continue;
+                };
+                // A finished task keeps its place in the list until it is freed; its frame
+                // names no running task.
+                if !objects::coroutine_live(&mut self.mem, &l, task.coro).unwrap_or(false) {
+                    continue;
                 }
+                let Some(frame) = task.frame(&c) else {
+                    continue;
+                };
+                // Freed coroutines' memory is reused at once: the record's frame must run the
+                // same code as the task's.
+                let Ok(code) = read_frame(&mut self.mem, &o, frame).map(|f| f.code) else {
+                    continue;
+                };
+                let awaited = task.awaited_by != 0;
+                self.asyncio
+                    .task_frames
+                    .insert(frame, (addr, awaited, code));
             }
         }
     }
@@ -394,7 +429,11 @@ impl Unwinder {
             .iter()
             .enumerate()
             .find_map(|(k, f)| self.asyncio.task_frames.get(&f.addr).map(|&t| (k, t)));
-        let Some((k, task)) = found else {
+        let same_code = |(k, (_, _, code)): &(usize, (u64, bool, u64))| {
+            let addr = frames[*k].addr;
+            raw.iter().any(|f| f.addr == addr && f.code == *code)
+        };
+        let Some((k, (task, awaited, _))) = found.filter(same_code) else {
             let generator = self.target.offsets.frame.generator_owner;
             if raw.iter().any(|f| f.owner == generator) {
                 self.stats.task_unattributed += 1;
@@ -409,8 +448,14 @@ impl Unwinder {
             c: &c,
             a: &table,
         };
-        let stacked = objects::read_task(&mut self.mem, &l, task)
-            .and_then(|task| self.stack_tasks(&l, task, k, frames));
+        // A task awaited when the batch began and not now has finished since (its awaiters let
+        // go of it): its chain is gone, and one read now would be a chain that never was.
+        let stacked = objects::read_task(&mut self.mem, &l, task).and_then(|task| {
+            if awaited && task.awaited_by == 0 {
+                return Err(ObjectError::Malformed { addr: task.addr });
+            }
+            self.stack_tasks(&l, task, k, frames)
+        });
         match stacked {
             Ok(name) => {
                 self.stats.task_samples += 1;

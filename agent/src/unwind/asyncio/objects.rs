@@ -157,6 +157,26 @@ pub fn awaiters(
         .collect())
 }
 
+/// Whether the coroutine at `coro` has started and not finished: one a thread may have been
+/// running. A task stays in its thread's list until it is freed, its coroutine done; and a new
+/// task's coroutine, not started yet, may sit at the address of one that just finished.
+pub fn coroutine_live(
+    mem: &mut impl ProcessMemory,
+    l: &Layouts<'_>,
+    coro: u64,
+) -> Result<bool, ObjectError> {
+    let mut state = [0u8; 1];
+    mem.read(pointer(coro)?.wrapping_add(l.c.gi_frame_state), &mut state)?;
+    Ok(matches!(
+        CoroutineState::decode(l.c.frame_states, state[0]),
+        Some(
+            CoroutineState::Suspended
+                | CoroutineState::SuspendedYieldFrom
+                | CoroutineState::Executing
+        )
+    ))
+}
+
 /// The frames of a coroutine and of the coroutines it awaits in turn, outermost first: a
 /// coroutine suspended in `await other()` keeps `other` on its value stack, which is followed
 /// while it is a coroutine of the same type (an `await` of a future or an iterator ends the
