@@ -116,6 +116,14 @@ impl From<&Frame> for TaskFrame {
     }
 }
 
+/// A task's name, read once per (task, name object): its `<task NAME>` frame and its
+/// `task_name` label.
+#[derive(Debug, Clone)]
+struct TaskName {
+    marker: Arc<CodeName>,
+    label: Arc<str>,
+}
+
 /// One process's asyncio state: its table once found, and task names already read.
 #[derive(Debug, Default)]
 pub(super) struct AsyncioState {
@@ -123,7 +131,7 @@ pub(super) struct AsyncioState {
     /// no table yet: when to look again, and the wait after that
     next_lookup: Option<(Instant, Duration)>,
     /// (task, name object) → its `<task NAME>` code name
-    names: HashMap<(u64, u64), Arc<CodeName>>,
+    names: HashMap<(u64, u64), TaskName>,
     /// for BPF records: each live task's coroutine frame → the task, and whether something
     /// awaited it, as of the batch's start
     task_frames: HashMap<u64, (u64, bool, u64)>,
@@ -170,18 +178,24 @@ impl Unwinder {
         Ok(found)
     }
 
+    /// The layouts reading tasks needs, with the process's `_asyncio` table (`None` before 3.14).
+    fn layouts(&self, table: AsyncioDebugOffsets) -> Option<Layouts> {
+        let o = self.target.offsets;
+        Some(Layouts {
+            o,
+            c: o.coroutines?,
+            a: table,
+        })
+    }
+
     /// Every asyncio task of the process: each thread's, then those of exited threads, with
     /// their coroutine stacks and awaiters (`dump --async`).
     pub fn asyncio_tasks(&mut self) -> Result<Vec<AsyncTask>, AsyncioError> {
         let table = self.asyncio_table(true)?;
         let pid = self.target.pid;
-        let o = self.target.offsets;
-        let c = o.coroutines.expect("checked by asyncio_table");
-        let l = Layouts {
-            o: &o,
-            c: &c,
-            a: &table,
-        };
+        let l = self
+            .layouts(table)
+            .ok_or(AsyncioUnsupported(self.target.version()))?;
         let mut lists: Vec<(Option<u32>, u64, u64)> = Vec::new();
         for (interp, threads) in self.threads()? {
             for t in &threads {
@@ -231,7 +245,7 @@ impl Unwinder {
     }
 
     /// The tasks of one list, read again (fresh pages) while tasks come and go under the read.
-    fn read_task_list(&mut self, l: &Layouts<'_>, head: u64) -> Result<Vec<u64>, AsyncioError> {
+    fn read_task_list(&mut self, l: &Layouts, head: u64) -> Result<Vec<u64>, AsyncioError> {
         let pid = self.target.pid;
         for _ in 0..LIST_READ_ATTEMPTS {
             match objects::list_tasks(&mut self.mem, l, head) {
@@ -252,7 +266,7 @@ impl Unwinder {
     /// A task, its name and its coroutine frames (innermost first).
     fn read_async_task(
         &mut self,
-        l: &Layouts<'_>,
+        l: &Layouts,
         addr: u64,
     ) -> Result<(RawTask, String, Vec<Frame>), ObjectError> {
         let task = objects::read_task(&mut self.mem, l, addr)?;
@@ -268,7 +282,7 @@ impl Unwinder {
     }
 
     /// The frames of the coroutine at `coro` and of what it awaits, innermost first.
-    fn coroutine_frames(&mut self, l: &Layouts<'_>, coro: u64) -> Result<Vec<Frame>, ObjectError> {
+    fn coroutine_frames(&mut self, l: &Layouts, coro: u64) -> Result<Vec<Frame>, ObjectError> {
         if coro == 0 {
             return Ok(Vec::new());
         }
@@ -286,13 +300,13 @@ impl Unwinder {
     }
 
     /// The event loop the thread state at `tstate` is running (0: none).
-    fn running_loop(&mut self, l: &Layouts<'_>, tstate: u64) -> Result<u64, MemoryError> {
+    fn running_loop(&mut self, l: &Layouts, tstate: u64) -> Result<u64, MemoryError> {
         self.mem
             .read_u64(tstate.wrapping_add(l.a.thread_running_loop))
     }
 
     /// The task the thread's event loop is running, if it runs one (0: none).
-    fn running_task(&mut self, l: &Layouts<'_>, t: &ThreadInfo) -> Result<u64, MemoryError> {
+    fn running_task(&mut self, l: &Layouts, t: &ThreadInfo) -> Result<u64, MemoryError> {
         if self.running_loop(l, t.addr)? == 0 {
             return Ok(0);
         }
@@ -301,13 +315,9 @@ impl Unwinder {
     }
 
     /// The `<task NAME>` code name of a task, read once per (task, name object).
-    fn task_marker(
-        &mut self,
-        l: &Layouts<'_>,
-        task: &RawTask,
-    ) -> Result<Arc<CodeName>, ObjectError> {
+    fn task_marker(&mut self, l: &Layouts, task: &RawTask) -> Result<TaskName, ObjectError> {
         if let Some(name) = self.asyncio.names.get(&(task.addr, task.name)) {
-            return Ok(Arc::clone(name));
+            return Ok(name.clone());
         }
         let long = self
             .target
@@ -315,13 +325,17 @@ impl Unwinder {
             .thread_names
             .map(|n| n.long_object)
             .ok_or(ObjectError::Malformed { addr: task.addr })?;
-        let name = task_code_name(&objects::task_name(&mut self.mem, l, &long, task.name)?);
+        let text = objects::task_name(&mut self.mem, l, &long, task.name)?;
+        let name = TaskName {
+            marker: task_code_name(&text),
+            label: Arc::from(text),
+        };
         if self.asyncio.names.len() >= MAX_NAMES {
             self.asyncio.names.clear();
         }
         self.asyncio
             .names
-            .insert((task.addr, task.name), Arc::clone(&name));
+            .insert((task.addr, task.name), name.clone());
         Ok(name)
     }
 
@@ -335,13 +349,7 @@ impl Unwinder {
         frames: &mut Vec<CachedFrame>,
     ) -> Option<Arc<str>> {
         let table = self.asyncio_table(false).ok()?;
-        let o = self.target.offsets;
-        let c = o.coroutines?;
-        let l = Layouts {
-            o: &o,
-            c: &c,
-            a: &table,
-        };
+        let l = self.layouts(table)?;
         let running = self.running_task(&l, t).ok()?;
         if running == 0 {
             return None;
@@ -365,22 +373,19 @@ impl Unwinder {
     pub(in crate::unwind) fn index_task_frames(&mut self, tstates: Vec<u64>) {
         self.asyncio.task_frames.clear();
         self.asyncio.loop_threads.clear();
-        let Ok(table) = self.asyncio_table(false) else {
+        let Some(l) = self
+            .asyncio_table(false)
+            .ok()
+            .and_then(|table| self.layouts(table))
+        else {
             return;
-        };
-        let o = self.target.offsets;
-        let Some(c) = o.coroutines else { return };
-        let l = Layouts {
-            o: &o,
-            c: &c,
-            a: &table,
         };
         for tstate in tstates {
             if !matches!(self.running_loop(&l, tstate), Ok(event_loop) if event_loop != 0) {
                 continue;
             }
             self.asyncio.loop_threads.insert(tstate);
-            let head = tstate.wrapping_add(table.thread_tasks_head);
+            let head = tstate.wrapping_add(l.a.thread_tasks_head);
             let Ok(tasks) = objects::list_tasks(&mut self.mem, &l, head) else {
                 continue;
             };
@@ -393,12 +398,12 @@ impl Unwinder {
                 if !objects::coroutine_live(&mut self.mem, &l, task.coro).unwrap_or(false) {
                     continue;
                 }
-                let Some(frame) = task.frame(&c) else {
+                let Some(frame) = task.frame(&l.c) else {
                     continue;
                 };
                 // Freed coroutines' memory is reused at once: the record's frame must run the
                 // same code as the task's.
-                let Ok(code) = read_frame(&mut self.mem, &o, frame).map(|f| f.code) else {
+                let Ok(code) = read_frame(&mut self.mem, &l.o, frame).map(|f| f.code) else {
                     continue;
                 };
                 let awaited = task.awaited_by != 0;
@@ -440,14 +445,7 @@ impl Unwinder {
             }
             return None;
         };
-        let table = self.asyncio.table?;
-        let o = self.target.offsets;
-        let c = o.coroutines?;
-        let l = Layouts {
-            o: &o,
-            c: &c,
-            a: &table,
-        };
+        let l = self.layouts(self.asyncio.table?)?;
         // A task awaited when the batch began and not now has finished since (its awaiters let
         // go of it): its chain is gone, and one read now would be a chain that never was.
         let stacked = objects::read_task(&mut self.mem, &l, task).and_then(|task| {
@@ -472,12 +470,12 @@ impl Unwinder {
     /// is not on the stack.
     fn task_stack(
         &mut self,
-        l: &Layouts<'_>,
+        l: &Layouts,
         running: u64,
         frames: &mut Vec<CachedFrame>,
     ) -> Result<Option<Arc<str>>, ObjectError> {
         let task = objects::read_task(&mut self.mem, l, running)?;
-        let Some(task_frame) = task.frame(l.c) else {
+        let Some(task_frame) = task.frame(&l.c) else {
             return Ok(None);
         };
         let Some(k) = frames.iter().position(|f| f.addr == task_frame) else {
@@ -491,13 +489,12 @@ impl Unwinder {
     /// the root task, then the loop's frames below `k`. Returns the task's name.
     fn stack_tasks(
         &mut self,
-        l: &Layouts<'_>,
+        l: &Layouts,
         task: RawTask,
         k: usize,
         frames: &mut Vec<CachedFrame>,
     ) -> Result<Arc<str>, ObjectError> {
-        let marker = self.task_marker(l, &task)?;
-        let label: Arc<str> = Arc::from(task_label(&marker));
+        let TaskName { marker, label } = self.task_marker(l, &task)?;
         // Read everything above before touching `frames`: a failed read leaves them whole.
         let mut above = Vec::new();
         let mut seen = HashSet::new();
@@ -517,7 +514,7 @@ impl Unwinder {
                 break;
             }
             let coroutine = self.coroutine_frames(l, awaiter.coro)?;
-            above.push((coroutine, self.task_marker(l, &awaiter)?));
+            above.push((coroutine, self.task_marker(l, &awaiter)?.marker));
             current = awaiter;
         }
         let pseudo = |code| CachedFrame {
@@ -537,13 +534,4 @@ impl Unwinder {
         frames.extend(loop_frames);
         Ok(label)
     }
-}
-
-/// The task name inside a `<task NAME>` code name.
-fn task_label(marker: &CodeName) -> &str {
-    marker
-        .function
-        .strip_prefix("<task ")
-        .and_then(|s| s.strip_suffix('>'))
-        .unwrap_or(&marker.function)
 }

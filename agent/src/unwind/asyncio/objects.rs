@@ -29,15 +29,15 @@ const MAX_NAME_CHARS: usize = 255;
 /// Low bits a tagged pointer (`_PyStackRef`, free-threaded fields) may carry.
 const TAG_BITS: u64 = 3;
 
-/// The layouts one read needs.
+/// The layouts one read needs (copies: a process's layouts do not change).
 #[derive(Debug, Clone, Copy)]
-pub struct Layouts<'a> {
+pub struct Layouts {
     /// the interpreter's layout
-    pub o: &'a Offsets,
+    pub o: Offsets,
     /// its coroutine, set and list layouts
-    pub c: &'a CoroutineOffsets,
+    pub c: CoroutineOffsets,
     /// the `_asyncio` module's table
-    pub a: &'a AsyncioDebugOffsets,
+    pub a: AsyncioDebugOffsets,
 }
 
 /// One task object's fields.
@@ -75,10 +75,10 @@ fn pointer(addr: u64) -> Result<u64, ObjectError> {
 /// Reads the task at `addr`.
 pub fn read_task(
     mem: &mut impl ProcessMemory,
-    l: &Layouts<'_>,
+    l: &Layouts,
     addr: u64,
 ) -> Result<RawTask, ObjectError> {
-    let a = l.a;
+    let a = &l.a;
     let len = [
         a.task_name + 8,
         a.task_coro + 8,
@@ -104,7 +104,7 @@ pub fn read_task(
 /// asyncio names unnamed tasks with, kept as an int until asked for).
 pub fn task_name(
     mem: &mut impl ProcessMemory,
-    l: &Layouts<'_>,
+    l: &Layouts,
     long: &LongObjectOffsets,
     name: u64,
 ) -> Result<String, ObjectError> {
@@ -119,7 +119,7 @@ pub fn task_name(
     if flags & TPFLAGS_UNICODE_SUBCLASS == 0 {
         return Err(ObjectError::Malformed { addr: name });
     }
-    let mut s = read_str(mem, l.o, name)?;
+    let mut s = read_str(mem, &l.o, name)?;
     if let Some((cut, _)) = s.char_indices().nth(MAX_NAME_CHARS) {
         s.truncate(cut);
     }
@@ -130,7 +130,7 @@ pub fn task_name(
 /// removed members skipped).
 pub fn awaiters(
     mem: &mut impl ProcessMemory,
-    l: &Layouts<'_>,
+    l: &Layouts,
     task: &RawTask,
 ) -> Result<Vec<u64>, ObjectError> {
     if task.awaited_by == 0 {
@@ -139,7 +139,7 @@ pub fn awaiters(
     if !task.awaited_by_is_set {
         return Ok(vec![pointer(task.awaited_by)?]);
     }
-    let c = l.c;
+    let c = &l.c;
     let set = pointer(task.awaited_by)?;
     let used = mem.read_u64(set.wrapping_add(c.set_used))?;
     let mask = mem.read_u64(set.wrapping_add(c.set_mask))?;
@@ -162,7 +162,7 @@ pub fn awaiters(
 /// task's coroutine, not started yet, may sit at the address of one that just finished.
 pub fn coroutine_live(
     mem: &mut impl ProcessMemory,
-    l: &Layouts<'_>,
+    l: &Layouts,
     coro: u64,
 ) -> Result<bool, ObjectError> {
     let mut state = [0u8; 1];
@@ -184,10 +184,10 @@ pub fn coroutine_live(
 /// frame alone is read. Bounded by [`MAX_CHAIN`] and by a repeat of a coroutine.
 pub fn coroutine_chain(
     mem: &mut impl ProcessMemory,
-    l: &Layouts<'_>,
+    l: &Layouts,
     coro: u64,
 ) -> Result<Vec<RawFrame>, ObjectError> {
-    let (o, c) = (l.o, l.c);
+    let (o, c) = (&l.o, &l.c);
     let mut out = Vec::new();
     let mut seen = HashSet::new();
     let mut coro = coro;
@@ -229,7 +229,7 @@ pub fn coroutine_chain(
 /// interpreter's), in list order. A node that leads nowhere ends the list with an error.
 pub fn list_tasks(
     mem: &mut impl ProcessMemory,
-    l: &Layouts<'_>,
+    l: &Layouts,
     head: u64,
 ) -> Result<Vec<u64>, ObjectError> {
     let mut next = |node: u64| -> Result<u64, ObjectError> {
