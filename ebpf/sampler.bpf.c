@@ -281,13 +281,15 @@ static __always_inline long pa_tls_variable(const struct pa_otel_ctx *o)
 	return block + o->offset_in_block;
 }
 
-/* The span the current thread of `p` is in, into `h` (PA_SAMPLE_SPAN, or nothing): its
- * otel_thread_ctx_v1 points to the OTEP 4947 record, used only when marked valid. The thread
- * is interrupted, so a writer cannot change the record under this read. */
+/* The trace and span the current thread of `p` is in, into `h` (PA_SAMPLE_SPAN, or nothing):
+ * its otel_thread_ctx_v1 points to the OTEP 4947 record, used only when marked valid. The
+ * record's first 25 bytes (trace id, span id, valid) come in one read: the same one call as the
+ * span id alone, 16 bytes longer. The thread is interrupted, so a writer cannot change the
+ * record under this read. */
 static __always_inline void pa_read_span(const struct pa_proc *p, struct pa_sample_hdr *h,
 					 __u64 *cnt)
 {
-	__u8 buf[PA_OTEL_SPAN_READ_BYTES];
+	__u8 buf[PA_OTEL_READ_BYTES];
 	__u64 record = 0;
 	long var;
 
@@ -302,11 +304,12 @@ static __always_inline void pa_read_span(const struct pa_proc *p, struct pa_samp
 		goto fail;
 	if (!record)
 		return;
-	if (bpf_probe_read_user(buf, sizeof(buf), (const void *)(record + PA_OTEL_SPAN_ID_OFFSET)))
+	if (bpf_probe_read_user(buf, sizeof(buf), (const void *)record))
 		goto fail;
-	if (buf[PA_OTEL_VALID_OFFSET - PA_OTEL_SPAN_ID_OFFSET] != 1)
+	if (buf[PA_OTEL_VALID_OFFSET] != 1)
 		return;
-	__builtin_memcpy(h->span_id, buf, sizeof(h->span_id));
+	__builtin_memcpy(h->trace_id, buf, sizeof(h->trace_id));
+	__builtin_memcpy(h->span_id, buf + PA_OTEL_SPAN_ID_OFFSET, sizeof(h->span_id));
 	h->flags |= PA_SAMPLE_SPAN;
 	return;
 fail:
@@ -410,6 +413,7 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	r->hdr.wait_addr = why->wait_addr;
 	r->hdr.carried_ns = why->carried_ns;
 	r->hdr.flags = 0;
+	__builtin_memset(r->hdr.trace_id, 0, sizeof(r->hdr.trace_id));
 	__builtin_memset(r->hdr.span_id, 0, sizeof(r->hdr.span_id));
 	if (flags & PA_PROC_ANCHOR) {
 		r->hdr.anchor_frame = pa_ts_field(win, p->thread_state_last_profiled_frame - lo);

@@ -693,16 +693,16 @@ fn records_say_whether_the_thread_held_the_gil() {
     assert_eq!(gil_bits(&flag, &ts), known, "flag clear");
 }
 
-/// An OTEP 4947 record: span id at 16, `valid` at 24.
-fn otel_record(span_id: [u8; 8], valid: u8) -> [u8; 28] {
+/// An OTEP 4947 record: trace id at 0, span id at 16, `valid` at 24.
+fn otel_record(trace_id: [u8; 16], span_id: [u8; 8], valid: u8) -> [u8; 28] {
     let mut r = [0u8; 28];
-    r[..16].copy_from_slice(&[0x0a; 16]);
+    r[..16].copy_from_slice(&trace_id);
     r[16..24].copy_from_slice(&span_id);
     r[24] = valid;
     r
 }
 
-/// The program reads the span the interrupted thread is in, at the tick, through static TLS or
+/// The program reads the trace and span the interrupted thread is in, at the tick, through static TLS or
 /// the DTV as glibc lays them out; a thread in no span, or whose record is not valid, gets none
 /// and counts nothing; an unreadable record is counted; a process without the flag is not read;
 /// a native record (`PROC_NATIVE`) keeps its span.
@@ -711,12 +711,16 @@ fn records_carry_the_span_the_thread_is_in() {
     let chain = Chain::new(&PY315, 3);
     let mut ts = TState::new();
     ts.set(72, chain.addr(0));
+    let trace = [
+        0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31,
+        0x9c,
+    ];
     let span = [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31];
-    let valid = otel_record(span, 1);
-    let invalid = otel_record(span, 0);
+    let valid = otel_record(trace, span, 1);
+    let invalid = otel_record(trace, span, 0);
     let hole = NoAccessPage::new();
     let spinner = Spinner::start();
-    // (span read, read failures) of the spinner's first record with `otel`, `flags`.
+    // ((trace, span) read, read failures) of the spinner's first record with `otel`, `flags`.
     let read = |otel: PaOtelCtx, flags: u32, record: u64| {
         spinner.publish(record);
         let proc = PaProc {
@@ -726,14 +730,14 @@ fn records_carry_the_span_the_thread_is_in() {
         let (h, _, s) = first_record_of(&spinner, &config(), &proc, ts.addr());
         assert_eq!(h.flags & SAMPLE_COMPLETE, SAMPLE_COMPLETE, "{h:?}");
         let failed = s.counter(Counter::SpanReadFail).expect("counter");
-        (h.span_id(), failed)
+        (h.trace_context(), failed)
     };
     let tls = spinner.tls;
     for (way, otel) in [("static TLS", tls.static_tls()), ("DTV", tls.dtv())] {
         let publishing = |record: u64| read(otel, PROC_TRACE_CONTEXT, record);
         assert_eq!(
             publishing(valid.as_ptr() as u64),
-            (Some(span), 0),
+            (Some((trace, span)), 0),
             "{way}: {tls:?}"
         );
         assert_eq!(publishing(invalid.as_ptr() as u64), (None, 0), "{way}");
@@ -750,6 +754,7 @@ fn records_carry_the_span_the_thread_is_in() {
     let (h, _, _) = first_record_of(&spinner, &config(), &proc315(0), ts.addr());
     assert_eq!(h.flags & SAMPLE_SPAN, 0);
     assert_eq!(h.span_id, [0; 8], "zeros without a span");
+    assert_eq!(h.trace_id, [0; 16], "zeros without a span");
     // With native stacks too, the record is long (the native section follows the frames) and
     // its header, copied to the scratch before the section is written, keeps the span.
     spinner.publish(valid.as_ptr() as u64);
@@ -759,7 +764,7 @@ fn records_carry_the_span_the_thread_is_in() {
     };
     let (h, _, _) = first_record_of(&spinner, &config(), &proc, ts.addr());
     assert_ne!(h.flags & common::SAMPLE_NATIVE, 0, "{h:?}");
-    assert_eq!(h.span_id(), Some(span), "{h:?}");
+    assert_eq!(h.trace_context(), Some((trace, span)), "{h:?}");
 }
 
 #[test]
@@ -1077,7 +1082,7 @@ fn bench_ns_per_run() {
     }
 }
 
-/// What reading the span costs a walk (prints a table; run with --ignored --nocapture
+/// What reading the trace context (trace id, span id) costs a walk (prints a table; run with --ignored --nocapture
 /// --test-threads=1 on an otherwise idle machine): a depth-10 3.15 chain walked on every run
 /// (the perf event follows the spinner alone), without the flag (a process that publishes
 /// nothing), and reading a valid record through static TLS and through the DTV.
@@ -1089,7 +1094,7 @@ fn bench_span_read() {
     let chain = Chain::new(&PY315, 10);
     let mut ts = TState::new();
     ts.set(72, chain.addr(0));
-    let record = otel_record([0x11; 8], 1);
+    let record = otel_record([0x22; 16], [0x11; 8], 1);
     let spinner = Spinner::start();
     spinner.publish(record.as_ptr() as u64);
     let tls = spinner.tls;
@@ -1123,7 +1128,9 @@ fn bench_span_read() {
         let end = Instant::now() + Duration::from_secs(SECS);
         while Instant::now() < end {
             std::thread::sleep(Duration::from_millis(100));
-            s.drain(|r| spans += u64::from(r.header().span_id().is_some()));
+            s.drain(|r| {
+                spans += u64::from(r.header().trace_context() == Some(([0x22; 16], [0x11; 8])))
+            });
             let (ns, runs) = s.run_stats().expect("stats");
             if runs > last.1 {
                 windows.push((ns - last.0) as f64 / (runs - last.1) as f64);

@@ -67,11 +67,12 @@
 /*
  * The OTEP 4947 record the thread-local otel_thread_ctx_v1 points to (packed): trace id
  * u8[16] at 0, span id u8[8] at 16, valid u8 at 24 (1: the record may be used), trace flags,
- * attributes. The program reads the span id and `valid` in one read.
+ * attributes. The program reads the trace id, the span id and `valid` in one read from the
+ * record's start.
  */
 #define PA_OTEL_SPAN_ID_OFFSET 16
 #define PA_OTEL_VALID_OFFSET 24
-#define PA_OTEL_SPAN_READ_BYTES 9
+#define PA_OTEL_READ_BYTES 25
 
 /*
  * Where a thread's otel_thread_ctx_v1 is, from its thread pointer (task->thread.fsbase: glibc's
@@ -253,11 +254,12 @@ struct pa_sample_hdr {
 	 * pa_off_cpu_min_gap_ns after that previous one, in the same call on the same futex word.
 	 * Userspace adds them to the previous record's stack and reason. */
 	__u64 carried_ns;
-	/* The span the thread was in, as the OTEP 4947 record has it (PA_SAMPLE_SPAN; zeros
-	 * otherwise). */
+	/* The trace and span the thread was in, as the OTEP 4947 record has them (PA_SAMPLE_SPAN;
+	 * zeros otherwise). */
+	__u8 trace_id[16];
 	__u8 span_id[8];
 };
-_Static_assert(sizeof(struct pa_sample_hdr) == 96, "struct pa_sample_hdr layout");
+_Static_assert(sizeof(struct pa_sample_hdr) == 112, "struct pa_sample_hdr layout");
 
 /* One _PyInterpreterFrame as read from the target; userspace symbolizes it later. */
 struct pa_frame {
@@ -288,7 +290,7 @@ struct pa_short_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_SHORT_FRAMES];
 };
-#define PA_SHORT_RECORD_BYTES (96 + 32 * PA_SHORT_FRAMES)
+#define PA_SHORT_RECORD_BYTES (112 + 32 * PA_SHORT_FRAMES)
 _Static_assert(sizeof(struct pa_short_record) == PA_SHORT_RECORD_BYTES, "struct pa_short_record layout");
 
 /* The largest record: header plus PA_MAX_FRAMES frames. */
@@ -296,7 +298,7 @@ struct pa_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_MAX_FRAMES];
 };
-_Static_assert(sizeof(struct pa_record) == 96 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+_Static_assert(sizeof(struct pa_record) == 112 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
 
 /* ---- Native section of a PA_SAMPLE_NATIVE record ------------------------------------------ */
 /*

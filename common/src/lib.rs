@@ -46,13 +46,14 @@ pub const PROC_IS_ENTRY: u32 = 1 << 5;
 pub const PROC_ALL: u32 =
     PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME | PROC_TRACE_CONTEXT | PROC_NATIVE | PROC_IS_ENTRY;
 
-/// Offset of the span id in an OTEP 4947 record (`PA_OTEL_SPAN_ID_OFFSET`).
+/// Offset of the span id in an OTEP 4947 record (`PA_OTEL_SPAN_ID_OFFSET`); the trace id is at
+/// 0, its 16 bytes just before.
 pub const OTEL_SPAN_ID_OFFSET: u32 = 16;
 /// Offset of the record's `valid` byte (`PA_OTEL_VALID_OFFSET`): 1 when it may be used.
 pub const OTEL_VALID_OFFSET: u32 = 24;
-/// Bytes the program reads of a record, from the span id (`PA_OTEL_SPAN_READ_BYTES`): the span
-/// id and `valid`.
-pub const OTEL_SPAN_READ_BYTES: u32 = 9;
+/// Bytes the program reads of a record, from its start (`PA_OTEL_READ_BYTES`): the trace id,
+/// the span id and `valid`, in one read.
+pub const OTEL_READ_BYTES: u32 = 25;
 
 /// `pa_notices` value bit: a tracked process ran a thread that is not in `pa_threads`.
 pub const NOTICE_UNKNOWN_THREAD: u32 = 1 << 0;
@@ -79,7 +80,8 @@ pub const SAMPLE_WAKE: u32 = 1 << 7;
 pub const SAMPLE_GIL_KNOWN: u32 = 1 << 8;
 /// `PA_SAMPLE_GIL_HELD`: the thread held the GIL (with [`SAMPLE_GIL_KNOWN`]).
 pub const SAMPLE_GIL_HELD: u32 = 1 << 9;
-/// `PA_SAMPLE_SPAN`: the thread was in a span; [`PaSampleHdr::span_id`] is its id.
+/// `PA_SAMPLE_SPAN`: the thread was in a span; [`PaSampleHdr::span_id`] is its id and
+/// [`PaSampleHdr::trace_id`] its trace's.
 pub const SAMPLE_SPAN: u32 = 1 << 10;
 /// `PA_SAMPLE_NATIVE`: a native section ([`PaNativeHdr`], kernel frames, user stack) follows the
 /// frames.
@@ -359,6 +361,9 @@ pub struct PaSampleHdr {
     /// recorded one that were timed, not walked (each like that one), to add to that previous
     /// record's stack and reason.
     pub carried_ns: u64,
+    /// The trace the thread was in, bytes as the OTEP 4947 record has them ([`SAMPLE_SPAN`];
+    /// zeros otherwise).
+    pub trace_id: [u8; 16],
     /// The span the thread was in, bytes as the OTEP 4947 record has them ([`SAMPLE_SPAN`];
     /// zeros otherwise).
     pub span_id: [u8; 8],
@@ -401,7 +406,7 @@ const _: () = {
 };
 
 const _: () = {
-    assert!(size_of::<PaSampleHdr>() == 96);
+    assert!(size_of::<PaSampleHdr>() == 112);
     assert!(offset_of!(PaSampleHdr, pid) == 0);
     assert!(offset_of!(PaSampleHdr, tid) == 4);
     assert!(offset_of!(PaSampleHdr, tstate) == 8);
@@ -416,7 +421,8 @@ const _: () = {
     assert!(offset_of!(PaSampleHdr, time_ns) == 64);
     assert!(offset_of!(PaSampleHdr, wait_addr) == 72);
     assert!(offset_of!(PaSampleHdr, carried_ns) == 80);
-    assert!(offset_of!(PaSampleHdr, span_id) == 88);
+    assert!(offset_of!(PaSampleHdr, trace_id) == 88);
+    assert!(offset_of!(PaSampleHdr, span_id) == 104);
 };
 
 impl PaSampleHdr {
@@ -457,9 +463,10 @@ impl PaSampleHdr {
     pub fn holds_gil(&self) -> Option<bool> {
         (self.flags & SAMPLE_GIL_KNOWN != 0).then_some(self.flags & SAMPLE_GIL_HELD != 0)
     }
-    /// The span the thread was in ([`SAMPLE_SPAN`]), where the process publishes one.
-    pub fn span_id(&self) -> Option<[u8; 8]> {
-        (self.flags & SAMPLE_SPAN != 0).then_some(self.span_id)
+    /// The trace and span the thread was in ([`SAMPLE_SPAN`]), where the process publishes
+    /// them.
+    pub fn trace_context(&self) -> Option<([u8; 16], [u8; 8])> {
+        (self.flags & SAMPLE_SPAN != 0).then_some((self.trace_id, self.span_id))
     }
 }
 

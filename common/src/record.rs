@@ -125,6 +125,7 @@ impl<'a> SampleRecord<'a> {
             time_ns: u64_at(head, offset_of!(PaSampleHdr, time_ns)),
             wait_addr: u64_at(head, offset_of!(PaSampleHdr, wait_addr)),
             carried_ns: u64_at(head, offset_of!(PaSampleHdr, carried_ns)),
+            trace_id: bytes_at(head, offset_of!(PaSampleHdr, trace_id)),
             span_id: bytes_at(head, offset_of!(PaSampleHdr, span_id)),
         };
         if hdr.nframes > MAX_FRAMES {
@@ -270,6 +271,7 @@ mod tests {
         for x in [hdr.time_ns, hdr.wait_addr, hdr.carried_ns] {
             v.extend_from_slice(&x.to_ne_bytes());
         }
+        v.extend_from_slice(&hdr.trace_id);
         v.extend_from_slice(&hdr.span_id);
         for f in frames {
             for x in [f.addr, f.executable, f.instr_ptr] {
@@ -311,6 +313,10 @@ mod tests {
             time_ns: 123_456_789,
             wait_addr: 0x7f00_0000_1000,
             carried_ns: 987_654,
+            trace_id: [
+                0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80,
+                0x31, 0x9c,
+            ],
             span_id: *b"\xb7\xad\x6b\x71\x69\x20\x33\x31",
         };
         let bytes = record(&hdr, &fr);
@@ -318,10 +324,16 @@ mod tests {
         assert_eq!(*rec.header(), hdr);
         assert!(rec.header().is_complete());
         assert!(rec.header().is_off_cpu() && !rec.header().is_wake());
-        // The span id keeps the record's byte order (the W3C id as written).
+        // The ids keep the record's byte order (the W3C ids as written).
         assert_eq!(
-            rec.header().span_id(),
-            Some([0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31])
+            rec.header().trace_context(),
+            Some((
+                [
+                    0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c,
+                    0x80, 0x31, 0x9c
+                ],
+                [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31]
+            ))
         );
         assert_eq!(rec.len(), 3);
         assert_eq!(rec.frames().collect::<Vec<_>>(), fr);

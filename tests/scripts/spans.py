@@ -1,8 +1,8 @@
 # Switches OpenTelemetry thread contexts (OTEP 4947) on a known schedule: argv[1] is the library
 # built from otel_thread_ctx.c. Span A is current while `in_span_a` runs, span B while
 # `in_span_b` runs, each ~50 ms at a time, for argv[2] seconds. The main thread does it with
-# spans a and b, a second thread ("worker") with its own spans c and d: a context read from the
-# wrong thread shows.
+# spans a and b of one trace, a second thread ("worker") with its own spans c and d of another
+# trace: a context read from the wrong thread shows, in the span id and in the trace id.
 import ctypes
 import sys
 import threading
@@ -10,7 +10,10 @@ import time
 
 lib = ctypes.CDLL(sys.argv[1])
 deadline = time.monotonic() + float(sys.argv[2])
-TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
+TRACES = {
+    "main": bytes.fromhex("0af7651916cd43dd8448eb211c80319c"),
+    "worker": bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736"),
+}
 SPANS = {
     "a": bytes.fromhex("b7ad6b7169203331"),
     "b": bytes.fromhex("00f067aa0ba902b7"),
@@ -36,17 +39,17 @@ def in_span_b():
     return spin(0.05)
 
 
-def run(first, second):
+def run(trace, first, second):
     while time.monotonic() < deadline:
-        lib.set_span(TRACE, SPANS[first])
+        lib.set_span(TRACES[trace], SPANS[first])
         in_span_a()
-        lib.set_span(TRACE, SPANS[second])
+        lib.set_span(TRACES[trace], SPANS[second])
         in_span_b()
         lib.clear_span()
 
 
-worker = threading.Thread(target=run, args=("c", "d"), name="worker")
+worker = threading.Thread(target=run, args=("worker", "c", "d"), name="worker")
 worker.start()
 print("ready", flush=True)
-run("a", "b")
+run("main", "a", "b")
 worker.join()

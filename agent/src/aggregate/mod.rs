@@ -41,7 +41,8 @@ pub struct StackKey {
     pub gil: Option<GilState>,
     /// On or off a CPU (the `state` label), where the sampler tells.
     pub cpu: Option<CpuState>,
-    /// The span the thread was in (the `span_id` label), where published.
+    /// The trace and span the thread was in (the `trace_id` and `span_id` labels), where
+    /// published: a span belongs to one trace, so the trace id splits no span's samples.
     pub trace: Option<TraceContext>,
     /// The asyncio task the thread ran (the `task_name` label), with task-aware stacks on.
     pub task: Option<Arc<str>>,

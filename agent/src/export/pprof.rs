@@ -22,9 +22,11 @@
 //! - sample labels, Pyroscope-style: `thread_id` (num, the host's id, as `pid`), `ns_thread_id` (num, the id
 //!   in the target's PID namespace, when it differs, as `ns_pid`), `thread_name` (str, when known), `wait` (off-CPU
 //!   samples), `gil` (held, released, waiting; not on free-threaded builds), `state` (on_cpu, off_cpu;
-//!   userspace `--idle` only), `span_id` (lowercase hex, where the process publishes an OTel
-//!   thread context, OTEP 4947; not the trace id: a store makes one series per distinct label
-//!   set, and Pyroscope's span profiles key on `span_id` alone), then every process-level label of the window (str). When those lack `pid`, each sample carries `pid` (num) instead.
+//!   userspace `--idle` only), `trace_id` and `span_id` (lowercase hex, where the process
+//!   publishes an OTel thread context, OTEP 4947; Pyroscope's span profiles key on `span_id`, and
+//!   a span belongs to one trace, so `trace_id` makes no sample distinct that `span_id` does not),
+//!   then every process-level label of the window (str). When those lack `pid`, each sample
+//!   carries `pid` (num) instead.
 //! - a comment `pyagent: N samples dropped` when the window dropped any.
 //!
 //! Strings, functions and locations are numbered in the order the sorted stacks first use them, so the same
@@ -156,11 +158,16 @@ pub fn build(window: &ProfileWindow) -> Profile {
             });
         }
         if let Some(trace) = &key.trace {
-            label.push(Label {
-                key: builder.string("span_id"),
-                str: builder.string(&trace.span_id_hex()),
-                ..Label::default()
-            });
+            for (name, value) in [
+                ("trace_id", trace.trace_id_hex()),
+                ("span_id", trace.span_id_hex()),
+            ] {
+                label.push(Label {
+                    key: builder.string(name),
+                    str: builder.string(&value),
+                    ..Label::default()
+                });
+            }
         }
         label.extend_from_slice(&process_labels);
         let amount = to_i64(amount);

@@ -107,7 +107,9 @@ impl DecodedRecord {
                 anchor_hit: h.anchor_hit(),
                 anchor: (h.anchor_frame, h.anchor_seq),
                 gil: h.holds_gil().map(GilState::from_held),
-                trace: h.span_id().map(|span_id| TraceContext { span_id }),
+                trace: h
+                    .trace_context()
+                    .map(|(trace_id, span_id)| TraceContext { trace_id, span_id }),
             },
             raw,
             native: rec.native().map(|n| NativeCapture {
@@ -129,29 +131,36 @@ mod tests {
 
     use super::*;
 
-    /// A header-only record with `flags` and `span_id` where the program writes them.
-    fn record(flags: u32, span_id: [u8; 8]) -> Vec<u8> {
+    /// A header-only record with `flags`, `trace_id` and `span_id` where the program writes
+    /// them.
+    fn record(flags: u32, trace_id: [u8; 16], span_id: [u8; 8]) -> Vec<u8> {
         let mut bytes = vec![0u8; size_of::<PaSampleHdr>()];
         let mut put = |off: usize, data: &[u8]| bytes[off..off + data.len()].copy_from_slice(data);
         put(offset_of!(PaSampleHdr, pid), &7u32.to_ne_bytes());
         put(offset_of!(PaSampleHdr, flags), &flags.to_ne_bytes());
+        put(offset_of!(PaSampleHdr, trace_id), &trace_id);
         put(offset_of!(PaSampleHdr, span_id), &span_id);
         bytes
     }
 
-    /// The span the program read at the tick reaches the walk, bytes in the record's order
-    /// (the label's hex); without the flag the field is not a span, whatever it holds.
+    /// The trace and span the program read at the tick reach the walk, bytes in the record's
+    /// order (the labels' hex); without the flag the fields are not a span, whatever they hold.
     #[test]
     fn a_record_carries_its_span_only_when_flagged() {
         let span = [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31];
-        let bytes = record(SAMPLE_COMPLETE | SAMPLE_SPAN, span);
+        let trace_id = [
+            0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80,
+            0x31, 0x9c,
+        ];
+        let bytes = record(SAMPLE_COMPLETE | SAMPLE_SPAN, trace_id, span);
         let decoded = DecodedRecord::decode(&SampleRecord::parse(&bytes).expect("a record"));
         assert_eq!(decoded.pid, 7);
         let trace = decoded.walk.trace.expect("a span");
         assert_eq!(trace.span_id_hex(), "b7ad6b7169203331");
+        assert_eq!(trace.trace_id_hex(), "0af7651916cd43dd8448eb211c80319c");
         assert!(decoded.walk.complete);
 
-        let bytes = record(SAMPLE_COMPLETE, span);
+        let bytes = record(SAMPLE_COMPLETE, trace_id, span);
         let decoded = DecodedRecord::decode(&SampleRecord::parse(&bytes).expect("a record"));
         assert_eq!(decoded.walk.trace, None);
     }

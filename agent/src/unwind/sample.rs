@@ -30,17 +30,24 @@ pub struct ThreadSample {
     pub truncated: bool,
 }
 
-/// The span a thread was in when sampled (the `span_id` label). The trace id is not kept: pprof
-/// does not carry it (a store makes one series per distinct label set), so neither do OTLP
-/// links, and the BPF program does not read it.
+/// The trace and span a thread was in when sampled (the `trace_id` and `span_id` labels, an
+/// OTLP sample's link). A span belongs to one trace, so keeping the trace id adds no distinct
+/// stack key beyond what the span id makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TraceContext {
+    /// W3C trace id, bytes as the OTEP 4947 record has them
+    pub trace_id: [u8; 16],
     /// W3C span id, bytes as the OTEP 4947 record has them
     pub span_id: [u8; 8],
 }
 
 impl TraceContext {
-    /// The span id as 16 lowercase hex digits (the label value).
+    /// The trace id as 32 lowercase hex digits (the `trace_id` label value).
+    pub fn trace_id_hex(&self) -> String {
+        hex(&self.trace_id)
+    }
+
+    /// The span id as 16 lowercase hex digits (the `span_id` label value).
     pub fn span_id_hex(&self) -> String {
         hex(&self.span_id)
     }

@@ -9,7 +9,7 @@
 //! | 25 | trace flags, u8 |
 //! | 26 | attributes size, u16, then the attributes (not read) |
 //!
-//! In: a thread's `pthread_t`. Out: its [`TraceContext`] (the span id), or none. Where the
+//! In: a thread's `pthread_t`. Out: its [`TraceContext`] (trace and span ids), or none. Where the
 //! variable lives ([`ThreadContextLayout`]) is found once per process; a process that publishes
 //! nothing is looked at again at most every [`LOOK_AGAIN`], since the publishing extension may
 //! be `dlopen`ed later. Writers do not stop for readers (they swap the pointer or clear
@@ -19,7 +19,7 @@
 
 use std::time::{Duration, Instant};
 
-use common::{OTEL_SPAN_ID_OFFSET, OTEL_SPAN_READ_BYTES, OTEL_VALID_OFFSET};
+use common::{OTEL_READ_BYTES, OTEL_SPAN_ID_OFFSET, OTEL_VALID_OFFSET};
 
 use super::sample::TraceContext;
 use crate::discovery::thread_context::{ThreadContextFinder, ThreadContextLayout};
@@ -31,10 +31,12 @@ use crate::memory::{ProcessMemory, RemoteMemory};
 const LOOK_AGAIN: Duration = Duration::from_secs(2);
 /// The longest wait between two looks.
 const LOOK_AGAIN_MAX: Duration = Duration::from_secs(60);
-/// Bytes of the record read, from the span id: the span id and `valid`.
-const SPAN_READ: usize = OTEL_SPAN_READ_BYTES as usize;
-/// Offset of `valid` in what is read.
-const VALID: usize = (OTEL_VALID_OFFSET - OTEL_SPAN_ID_OFFSET) as usize;
+/// Bytes of the record read, from its start: the trace id, the span id and `valid`, in one
+/// read (as the BPF program does).
+const CONTEXT_READ: usize = OTEL_READ_BYTES as usize;
+/// Offsets of the span id and of `valid` in what is read (the trace id is at 0).
+const SPAN_ID: usize = OTEL_SPAN_ID_OFFSET as usize;
+const VALID: usize = OTEL_VALID_OFFSET as usize;
 /// Most DTV entries believed: a torn or foreign DTV reads as "no context", not a huge index.
 const MAX_DTV_ENTRIES: u64 = 1 << 20;
 
@@ -108,17 +110,17 @@ pub(super) fn read_context(
     if record == 0 {
         return None;
     }
-    let mut bytes = [0u8; SPAN_READ];
-    mem.read(
-        record.checked_add(u64::from(OTEL_SPAN_ID_OFFSET))?,
-        &mut bytes,
-    )
-    .ok()?;
+    let mut bytes = [0u8; CONTEXT_READ];
+    mem.read(record, &mut bytes).ok()?;
     if bytes[VALID] != 1 {
         return None;
     }
-    let (span_id, _) = bytes.split_first_chunk::<8>()?;
-    Some(TraceContext { span_id: *span_id })
+    let (trace_id, rest) = bytes.split_first_chunk::<SPAN_ID>()?;
+    let (span_id, _) = rest.split_first_chunk::<8>()?;
+    Some(TraceContext {
+        trace_id: *trace_id,
+        span_id: *span_id,
+    })
 }
 
 /// The variable's address in the thread's copy of a dynamically allocated block: through the
@@ -194,6 +196,7 @@ mod tests {
     #[test]
     fn a_valid_record_is_the_threads_context() {
         let ctx = read_context(&mut thread(), &LAYOUT, PTHREAD).expect("a context");
+        assert_eq!(ctx.trace_id_hex(), "0102030405060708090a0b0c0d0e0f10");
         assert_eq!(ctx.span_id_hex(), "1112131415161718");
     }
 

@@ -21,17 +21,17 @@ use pyagent_tests::wait::wait_for;
 use pyagent_tests::PythonProcess;
 
 /// One request the receiver took.
-struct Received {
-    path: String,
-    headers: BTreeMap<String, String>,
-    /// The body as sent (gzipped).
-    raw: Vec<u8>,
-    request: ExportProfilesServiceRequest,
+pub(crate) struct Received {
+    pub(crate) path: String,
+    pub(crate) headers: BTreeMap<String, String>,
+    /// The body, gunzipped.
+    pub(crate) raw: Vec<u8>,
+    pub(crate) request: ExportProfilesServiceRequest,
 }
 
 /// An OTLP/HTTP profiles receiver on a loopback port: answers 200 with an empty
 /// `ExportProfilesServiceResponse`, hands each decoded request to the test.
-fn start_receiver() -> (u16, mpsc::Receiver<Received>) {
+pub(crate) fn start_receiver() -> (u16, mpsc::Receiver<Received>) {
     let server = tiny_http::Server::http("127.0.0.1:0").expect("bind the OTLP receiver");
     let port = server.server_addr().to_ip().expect("TCP").port();
     let (sender, received) = mpsc::channel();
@@ -74,7 +74,7 @@ fn start_receiver() -> (u16, mpsc::Receiver<Received>) {
     (port, received)
 }
 
-fn text(value: &Option<AnyValue>) -> String {
+pub(crate) fn text(value: &Option<AnyValue>) -> String {
     match value.as_ref().and_then(|v| v.value.as_ref()) {
         Some(Value::StringValue(s)) => s.clone(),
         Some(Value::IntValue(n)) => format!("int:{n}"),

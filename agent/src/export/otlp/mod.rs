@@ -13,8 +13,8 @@
 //!   off-CPU data a second one, `off_cpu`/`nanoseconds`, without a period.
 //! - sample attributes: `thread.id` (the host's id) and `thread.name`, then the pprof sample labels
 //!   that are not the process's (`ns_thread_id`, `wait`, `gil`, `state`) under their own names;
-//!   `span_id` (OTEP 4947) becomes the sample's link (`link_table`, `link_index`; its trace id
-//!   stays empty: pprof does not carry it).
+//!   `trace_id` and `span_id` (OTEP 4947) become the sample's link (`link_table`, `link_index`),
+//!   which Pyroscope turns back into `trace_id`/`span_id` labels.
 //! - every location carries `profile.frame.type` = `cpython`; no mapping (Python frames have no
 //!   addresses).
 //! - the request's dictionary: pprof's string table first (same indices), then what OTLP adds.
@@ -357,13 +357,20 @@ impl Dictionary {
                 .map(|id| locations.get(id).copied().unwrap_or(0))
                 .collect();
             let mut attribute_indices = Vec::new();
-            let mut span_id = None;
+            let (mut trace_id, mut span_id) = (None, None);
             for label in &s.label {
                 let key = self.text(label.key).to_owned();
-                // The span (OTEP 4947) is the sample's link, not an attribute.
-                if key == "span_id" {
-                    span_id = span_bytes(self.text(label.str));
-                    continue;
+                // The trace and span (OTEP 4947) are the sample's link, not attributes.
+                match key.as_str() {
+                    "trace_id" => {
+                        trace_id = hex_bytes::<16>(self.text(label.str));
+                        continue;
+                    }
+                    "span_id" => {
+                        span_id = hex_bytes::<8>(self.text(label.str));
+                        continue;
+                    }
+                    _ => {}
                 }
                 // The process's labels are the resource's attributes.
                 if meta.labels.contains_key(&key) {
@@ -378,10 +385,9 @@ impl Dictionary {
                 };
                 attribute_indices.push(self.attribute(&key, value));
             }
-            // pprof carries the span id only (see `export::pprof`): the link's trace id stays
-            // empty.
+            // A span id without its trace (a damaged file) still links: an empty trace id.
             let link_index = match span_id {
-                Some(s) => self.link(Vec::new(), s),
+                Some(s) => self.link(trace_id.unwrap_or_default(), s),
                 None => 0,
             };
             out.push(Sample {
@@ -420,12 +426,13 @@ impl Dictionary {
     }
 }
 
-/// The 8 bytes of a `span_id` label (16 hex digits); `None` if it is not one (a damaged file).
-fn span_bytes(text: &str) -> Option<Vec<u8>> {
-    if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+/// The `N` bytes of a `trace_id` (16) or `span_id` (8) label, `2 * N` hex digits; `None` if it
+/// is not one (a damaged file).
+fn hex_bytes<const N: usize>(text: &str) -> Option<Vec<u8>> {
+    if text.len() != 2 * N || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    (0..16)
+    (0..2 * N)
         .step_by(2)
         .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
         .collect()

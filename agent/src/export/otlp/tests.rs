@@ -212,22 +212,54 @@ fn a_window_without_off_cpu_data_gives_one_profile() {
     assert_eq!(keys, ["thread.id", "pid"]);
 }
 
-/// A sample taken in a span (OTEP 4947, by either sampler) links to it: a link with the span id
-/// and no trace id (pprof carries none), shared by the samples of that span; a sample in no span
-/// links to nothing (index 0, the empty link).
+/// A sample taken in a span (OTEP 4947, by either sampler) links to it: a link with the trace
+/// and span ids, shared by the samples of that span; a sample in no span links to nothing
+/// (index 0, the empty link). The pprof the request is built from carries both as labels, and
+/// the samples of one span stay one stack each (the trace id splits nothing).
 #[test]
 fn a_sample_in_a_span_links_to_it() {
     use crate::unwind::TraceContext;
+    let trace_id = [
+        0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31,
+        0x9c,
+    ];
     let span_id = [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31];
     let mut agg = Aggregator::new(PERIOD_NS);
-    for function in ["in_span", "also_in_span"] {
+    for function in ["in_span", "also_in_span", "in_span"] {
         let mut in_span = sample(9, 9, None, vec![frame(function, "a.py", 1, 1)]);
-        in_span.trace = Some(TraceContext { span_id });
+        in_span.trace = Some(TraceContext { trace_id, span_id });
         agg.add(&in_span);
     }
     agg.add(&sample(9, 9, None, vec![frame("outside", "a.py", 1, 1)]));
     let window = agg.cut();
-    let req = request(&crate::export::pprof::build(&window), &meta(&window));
+    assert_eq!(window.counts.len(), 3, "one key per stack in the span");
+    let pprof = crate::export::pprof::build(&window);
+    let text = |i: i64| pprof.string_table[i as usize].as_str();
+    let mut labelled: Vec<(i64, Vec<(&str, &str)>)> = pprof
+        .sample
+        .iter()
+        .map(|s| {
+            let labels = s
+                .label
+                .iter()
+                .filter(|l| text(l.key).ends_with("_id") && text(l.key) != "thread_id")
+                .map(|l| (text(l.key), text(l.str)))
+                .collect();
+            (s.value[0], labels)
+        })
+        .collect();
+    labelled.sort();
+    let in_span = vec![
+        ("trace_id", "0af7651916cd43dd8448eb211c80319c"),
+        ("span_id", "b7ad6b7169203331"),
+    ];
+    assert_eq!(
+        labelled,
+        [(1, vec![]), (1, in_span.clone()), (2, in_span)],
+        "pprof labels"
+    );
+
+    let req = request(&pprof, &meta(&window));
     let d = req.dictionary.as_ref().expect("dictionary");
     let profile = &req.resource_profiles[0].scope_profiles[0].profiles[0];
     let mut links: Vec<i32> = profile.samples.iter().map(|s| s.link_index).collect();
@@ -239,20 +271,36 @@ fn a_sample_in_a_span_links_to_it() {
     assert_eq!(
         d.link_table[a as usize],
         Link {
-            trace_id: Vec::new(),
+            trace_id: trace_id.to_vec(),
             span_id: span_id.to_vec(),
         }
     );
     assert_eq!(d.link_table[0], Link::default());
+    assert_eq!(d.link_table.len(), 2);
+    // The ids are the link, not attributes too.
+    for sample in &profile.samples {
+        for &a in &sample.attribute_indices {
+            let key = &d.string_table[d.attribute_table[a as usize].key_strindex as usize];
+            assert!(
+                !key.ends_with("span_id") && !key.ends_with("trace_id"),
+                "{key}"
+            );
+        }
+    }
 }
 
 #[test]
-fn span_labels_are_link_bytes() {
+fn id_labels_are_link_bytes() {
     assert_eq!(
-        span_bytes("00f067aa0ba902b7"),
+        hex_bytes::<8>("00f067aa0ba902b7"),
         Some(vec![0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7])
     );
-    assert_eq!(span_bytes("0"), None);
-    assert_eq!(span_bytes("+0f067aa0ba902b7"), None);
-    assert_eq!(span_bytes("zz0f067aa0ba902b"), None);
+    assert_eq!(
+        hex_bytes::<16>("0af7651916cd43dd8448eb211c80319c").map(|b| b.len()),
+        Some(16)
+    );
+    assert_eq!(hex_bytes::<16>("00f067aa0ba902b7"), None);
+    assert_eq!(hex_bytes::<8>("0"), None);
+    assert_eq!(hex_bytes::<8>("+0f067aa0ba902b7"), None);
+    assert_eq!(hex_bytes::<8>("zz0f067aa0ba902b"), None);
 }

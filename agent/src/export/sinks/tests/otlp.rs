@@ -18,7 +18,7 @@ use crate::test_support::temp_dir;
 
 /// The request an OTLP receiver got, checked as one: path, content type, gzip, and the decoded
 /// request of the test window (service `billing`, pid 4321, 5 samples over two stacks).
-fn check_otlp(request: &Captured, start_ms: u64) -> ExportProfilesServiceRequest {
+pub(super) fn check_otlp(request: &Captured, start_ms: u64) -> ExportProfilesServiceRequest {
     assert_eq!(request.method, "POST");
     assert_eq!(request.path, "/v1development/profiles");
     assert_eq!(

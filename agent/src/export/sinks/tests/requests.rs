@@ -10,6 +10,22 @@ use prost::Message;
 
 use super::receiver::Captured;
 use super::START_MS;
+use crate::export::sinks::UploadApi;
+
+/// Checks a request of the test window offset by `offset_ms` as the receiver of `api` reads it.
+pub(super) fn check_request(api: UploadApi, request: &Captured, offset_ms: u64) {
+    match api {
+        UploadApi::Ingest => {
+            check_ingest(request, offset_ms);
+        }
+        UploadApi::Push => {
+            check_push(request);
+        }
+        UploadApi::Otlp => {
+            super::otlp::check_otlp(request, START_MS + offset_ms);
+        }
+    }
+}
 
 /// Decodes gzipped pprof and checks it holds the window of [`window`].
 pub(super) fn check_profile(gzipped: &[u8]) -> Profile {

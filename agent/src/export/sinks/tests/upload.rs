@@ -1,9 +1,12 @@
-//! The upload sink: both APIs, retries, spills, drops, and a shutdown against a hanging store.
+//! The upload sink: both of Pyroscope's APIs, and retries, spills, drops and a shutdown against
+//! a hanging store, each for a Pyroscope API and for OTLP (the same guarantees).
 
 use std::time::{Duration, Instant};
 
+use rstest::rstest;
+
 use super::receiver::{refused_url, Receiver, Reply};
-use super::requests::{check_ingest, check_push};
+use super::requests::{check_ingest, check_push, check_request};
 use super::{config, directory, spilled_files, upload, wait_for, window};
 use crate::export::metrics::{AgentMetrics, FailureReason};
 use crate::export::sinks::{Auth, DirectoryRole, ShutdownReport, SinkSet, UploadApi};
@@ -68,20 +71,20 @@ fn push_upload_is_delivered() {
     assert_eq!(metrics.sink("pyroscope").successes(), 1);
 }
 
-#[test]
-fn server_error_is_retried_and_delivered_once() {
+#[rstest]
+fn server_error_is_retried_and_delivered_once(
+    #[values(UploadApi::Push, UploadApi::Otlp)] api: UploadApi,
+) {
     let receiver = Receiver::start(&[Reply::Status(503)], Reply::Status(200));
     let metrics = AgentMetrics::new();
-    let sink = upload(config(receiver.url(), UploadApi::Push), None, &metrics);
+    let sink = upload(config(receiver.url(), api), None, &metrics);
     let counters = sink.metrics().clone();
     let sinks = SinkSet::new().with_upload(sink);
     let (window, meta) = window(0);
     sinks.submit(&window, &meta);
 
-    let first = receiver.next();
-    let second = receiver.next();
-    check_push(&first);
-    check_push(&second);
+    check_request(api, &receiver.next(), 0);
+    check_request(api, &receiver.next(), 0);
     wait_for(
         "the delivery to be counted",
         Duration::from_secs(10),
@@ -96,11 +99,11 @@ fn server_error_is_retried_and_delivered_once() {
     assert_eq!(counters.dropped_total(), 0);
 }
 
-#[test]
-fn timeout_is_retried() {
+#[rstest]
+fn timeout_is_retried(#[values(UploadApi::Ingest, UploadApi::Otlp)] api: UploadApi) {
     let receiver = Receiver::start(&[Reply::Hang], Reply::Status(200));
     let metrics = AgentMetrics::new();
-    let mut config = config(receiver.url(), UploadApi::Ingest);
+    let mut config = config(receiver.url(), api);
     config.timeout = Duration::from_millis(300);
     let sink = upload(config, None, &metrics);
     let counters = sink.metrics().clone();
@@ -108,8 +111,8 @@ fn timeout_is_retried() {
     let (window, meta) = window(0);
     sinks.submit(&window, &meta);
 
-    check_ingest(&receiver.next(), 0);
-    check_ingest(&receiver.next(), 0);
+    check_request(api, &receiver.next(), 0);
+    check_request(api, &receiver.next(), 0);
     wait_for(
         "the delivery to be counted",
         Duration::from_secs(10),
@@ -121,12 +124,14 @@ fn timeout_is_retried() {
     assert_eq!(counters.successes(), 1);
 }
 
-#[test]
-fn refused_connection_spills_to_the_directory() {
+#[rstest]
+fn refused_connection_spills_to_the_directory(
+    #[values(UploadApi::Push, UploadApi::Otlp)] api: UploadApi,
+) {
     let dir = temp_dir("spill-refused");
     let metrics = AgentMetrics::new();
     let spill = directory(dir.path(), DirectoryRole::Spool, &metrics);
-    let mut config = config(refused_url(), UploadApi::Push);
+    let mut config = config(refused_url(), api);
     config.max_attempts = 3;
     let sink = upload(config, Some(&spill), &metrics);
     let counters = sink.metrics().clone();
@@ -166,10 +171,12 @@ fn refused_connection_spills_to_the_directory() {
     assert_eq!(written.successes(), 3);
 }
 
-#[test]
-fn refused_without_directory_is_counted_as_dropped() {
+#[rstest]
+fn refused_without_directory_is_counted_as_dropped(
+    #[values(UploadApi::Ingest, UploadApi::Otlp)] api: UploadApi,
+) {
     let metrics = AgentMetrics::new();
-    let mut config = config(refused_url(), UploadApi::Ingest);
+    let mut config = config(refused_url(), api);
     config.max_attempts = 2;
     let sink = upload(config, None, &metrics);
     let counters = sink.metrics().clone();
@@ -181,22 +188,20 @@ fn refused_without_directory_is_counted_as_dropped() {
     assert_eq!(counters.dropped_total(), 1);
 }
 
-#[test]
-fn client_error_is_not_retried_and_spilled() {
+#[rstest]
+fn client_error_is_not_retried_and_spilled(
+    #[values(UploadApi::Ingest, UploadApi::Otlp)] api: UploadApi,
+) {
     let receiver = Receiver::start(&[], Reply::Status(400));
     let dir = temp_dir("spill-4xx");
     let metrics = AgentMetrics::new();
     let spill = directory(dir.path(), DirectoryRole::Spool, &metrics);
-    let sink = upload(
-        config(receiver.url(), UploadApi::Ingest),
-        Some(&spill),
-        &metrics,
-    );
+    let sink = upload(config(receiver.url(), api), Some(&spill), &metrics);
     let counters = sink.metrics().clone();
     let sinks = SinkSet::new().with_upload(sink);
     let (window, meta) = window(0);
     sinks.submit(&window, &meta);
-    check_ingest(&receiver.next(), 0);
+    check_request(api, &receiver.next(), 0);
     wait_for("the spill", Duration::from_secs(10), || {
         counters.spilled() == 1
     });
@@ -207,13 +212,15 @@ fn client_error_is_not_retried_and_spilled() {
     assert_eq!(spilled_files(dir.path()).len(), 1);
 }
 
-#[test]
-fn full_queue_spills_and_shutdown_beats_a_hanging_store() {
+#[rstest]
+fn full_queue_spills_and_shutdown_beats_a_hanging_store(
+    #[values(UploadApi::Push, UploadApi::Otlp)] api: UploadApi,
+) {
     let receiver = Receiver::start(&[], Reply::Hang);
     let dir = temp_dir("spill-full");
     let metrics = AgentMetrics::new();
     let spill = directory(dir.path(), DirectoryRole::Spool, &metrics);
-    let mut config = config(receiver.url(), UploadApi::Push);
+    let mut config = config(receiver.url(), api);
     config.queue_capacity = 2;
     config.timeout = Duration::from_secs(60);
     let sink = upload(config, Some(&spill), &metrics);
@@ -225,7 +232,7 @@ fn full_queue_spills_and_shutdown_beats_a_hanging_store() {
     // The first profile is taken by the upload thread and hangs in the store.
     let (window0, meta0) = window(0);
     sinks.submit(&window0, &meta0);
-    check_push(&receiver.next());
+    check_request(api, &receiver.next(), 0);
     // Two fit in the queue; the rest spill at once, without waiting on the network.
     let submitting = Instant::now();
     for i in 1..=20u64 {
