@@ -15,8 +15,9 @@
 //!   that are not the process's (`ns_thread_id`, `wait`, `gil`, `state`) under their own names;
 //!   `trace_id` and `span_id` (OTEP 4947) become the sample's link (`link_table`, `link_index`),
 //!   which Pyroscope turns back into `trace_id`/`span_id` labels.
-//! - every location carries `profile.frame.type` = `cpython`; no mapping (Python frames have no
-//!   addresses).
+//! - every location carries `profile.frame.type`: `cpython` for Python frames (no mapping: they
+//!   have no addresses), `native` and `kernel` for native frames (`--native`), which keep pprof's
+//!   mapping of their object: its path and, as `process.executable.build_id.gnu`, its build ID.
 //! - the request's dictionary: pprof's string table first (same indices), then what OTLP adds.
 
 use std::collections::{BTreeMap, HashMap};
@@ -53,6 +54,31 @@ const RESOURCE_NAMES: [(&str, &str); 8] = [
     ("service_namespace", "service.namespace"),
 ];
 
+/// The location attribute that says what kind of frame a location is.
+const FRAME_TYPE: &str = "profile.frame.type";
+/// The mapping attribute holding an object's GNU build ID.
+const BUILD_ID: &str = "process.executable.build_id.gnu";
+/// The pprof mapping of kernel frames (see `export::pprof`).
+const KERNEL_MAPPING: &str = "[kernel]";
+
+/// What a location is, as `profile.frame.type` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FrameType {
+    Python,
+    Native,
+    Kernel,
+}
+
+impl FrameType {
+    fn name(self) -> &'static str {
+        match self {
+            FrameType::Python => "cpython",
+            FrameType::Native => "native",
+            FrameType::Kernel => "kernel",
+        }
+    }
+}
+
 /// Sample labels that become sample attributes under another name.
 const SAMPLE_NAMES: [(&str, &str); 2] =
     [("thread_id", "thread.id"), ("thread_name", "thread.name")];
@@ -60,9 +86,9 @@ const SAMPLE_NAMES: [(&str, &str); 2] =
 /// The request for one window: `profile` is its pprof, `meta` who and when.
 pub fn request(profile: &pp::Profile, meta: &ProfileMeta) -> ExportProfilesServiceRequest {
     let mut dict = Dictionary::new(&profile.string_table);
-    let frame_type = dict.attribute("profile.frame.type", string_value("cpython"));
     let functions = dict.functions(&profile.function);
-    let locations = dict.locations(&profile.location, &functions, frame_type);
+    let mappings = dict.mappings(&profile.mapping);
+    let locations = dict.locations(&profile.location, &functions, &mappings);
     let text = |i: i64| {
         usize::try_from(i)
             .ok()
@@ -158,6 +184,7 @@ struct Dictionary {
     strings: Vec<String>,
     string_ids: HashMap<String, i32>,
     functions: Vec<Function>,
+    mappings: Vec<Mapping>,
     locations: Vec<Location>,
     stacks: Vec<Stack>,
     stack_ids: HashMap<Vec<i32>, i32>,
@@ -181,6 +208,7 @@ impl Dictionary {
             strings: Vec::new(),
             string_ids: HashMap::new(),
             functions: vec![Function::default()],
+            mappings: vec![Mapping::default()],
             locations: vec![Location::default()],
             stacks: vec![Stack::default()],
             stack_ids: HashMap::new(),
@@ -272,16 +300,48 @@ impl Dictionary {
         ids
     }
 
-    /// pprof locations into the location table, each marked a CPython frame; returns pprof id →
-    /// index.
+    /// pprof mappings (native objects) into the mapping table; returns pprof id → (index, frame
+    /// type of its locations: `kernel` for the `[kernel]` mapping, `native` otherwise).
+    fn mappings(&mut self, mappings: &[pp::Mapping]) -> HashMap<u64, (i32, FrameType)> {
+        let mut ids = HashMap::new();
+        for m in mappings {
+            let mut attribute_indices = Vec::new();
+            if m.build_id != 0 {
+                let build_id = string_value(self.text(m.build_id));
+                attribute_indices.push(self.attribute(BUILD_ID, build_id));
+            }
+            let kind = if self.text(m.filename) == KERNEL_MAPPING {
+                FrameType::Kernel
+            } else {
+                FrameType::Native
+            };
+            self.mappings.push(Mapping {
+                memory_start: m.memory_start,
+                memory_limit: m.memory_limit,
+                file_offset: m.file_offset,
+                filename_strindex: self.pprof_string(m.filename),
+                attribute_indices,
+            });
+            ids.insert(m.id, (index(self.mappings.len() - 1), kind));
+        }
+        ids
+    }
+
+    /// pprof locations into the location table, each marked with its frame type; returns pprof
+    /// id → index.
     fn locations(
         &mut self,
         locations: &[pp::Location],
         functions: &HashMap<u64, i32>,
-        frame_type: i32,
+        mappings: &HashMap<u64, (i32, FrameType)>,
     ) -> HashMap<u64, i32> {
         let mut ids = HashMap::new();
         for l in locations {
+            let (mapping_index, kind) = mappings
+                .get(&l.mapping_id)
+                .copied()
+                .unwrap_or((0, FrameType::Python));
+            let frame_type = self.attribute(FRAME_TYPE, string_value(kind.name()));
             let lines = l
                 .line
                 .iter()
@@ -292,7 +352,7 @@ impl Dictionary {
                 })
                 .collect();
             self.locations.push(Location {
-                mapping_index: 0,
+                mapping_index,
                 address: l.address,
                 lines,
                 attribute_indices: vec![frame_type],
@@ -415,7 +475,7 @@ impl Dictionary {
 
     fn finish(self) -> ProfilesDictionary {
         ProfilesDictionary {
-            mapping_table: vec![Mapping::default()],
+            mapping_table: self.mappings,
             location_table: self.locations,
             function_table: self.functions,
             link_table: self.links,

@@ -9,9 +9,13 @@ use crate::aggregate::tests::{frame, sample};
 use crate::aggregate::{Aggregator, ProfileWindow, WaitReason};
 
 const PERIOD_NS: u64 = 10_000_000;
+const TRACE_ID: [u8; 16] = [
+    0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31, 0x9c,
+];
+const SPAN_ID: [u8; 8] = [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31];
 
-/// A process window with on-CPU stacks on two threads and an off-CPU wait, labelled as the
-/// service labels a process.
+/// A process window with on-CPU stacks on two threads (the main thread's in a span) and an
+/// off-CPU wait, labelled as the service labels a process.
 fn window() -> ProfileWindow {
     let module = frame("<module>", "/srv/app.py", 30, 1);
     let handle = frame("Server.handle", "/srv/server.py", 12, 10);
@@ -29,10 +33,12 @@ fn window() -> ProfileWindow {
         agg.set_label(key, value.to_string());
     }
     let main = Some("MainThread");
-    agg.add_count(
-        &sample(4321, 4321, main, vec![handle.clone(), module.clone()]),
-        3,
-    );
+    let mut in_span = sample(4321, 4321, main, vec![handle.clone(), module.clone()]);
+    in_span.trace = Some(crate::unwind::TraceContext {
+        trace_id: TRACE_ID,
+        span_id: SPAN_ID,
+    });
+    agg.add_count(&in_span, 3);
     agg.add(&sample(4321, 4330, Some("worker-1"), vec![module.clone()]));
     let blocked = sample(4321, 4330, Some("worker-1"), vec![read, handle, module]);
     agg.add_off_cpu(&blocked, WaitReason::Io, 250_000_000);
@@ -183,6 +189,25 @@ fn a_window_round_trips_through_the_proto_types() {
         samples_of(&back, off_cpu),
         vec![(vec![read, handle, module], waiting, 250_000_000)]
     );
+    // The main thread's samples link to its span; the others to nothing.
+    assert_eq!(
+        d.link_table,
+        [
+            Link::default(),
+            Link {
+                trace_id: TRACE_ID.to_vec(),
+                span_id: SPAN_ID.to_vec(),
+            }
+        ]
+    );
+    let mut links: Vec<(i64, i32)> = cpu
+        .samples
+        .iter()
+        .chain(&off_cpu.samples)
+        .map(|s| (s.values[0], s.link_index))
+        .collect();
+    links.sort_unstable();
+    assert_eq!(links, [(1, 0), (3, 1), (250_000_000, 0)]);
     for f in &d.function_table[1..] {
         assert_ne!(f.start_line, 0, "first lines are kept");
     }
@@ -303,4 +328,87 @@ fn id_labels_are_link_bytes() {
     assert_eq!(hex_bytes::<8>("0"), None);
     assert_eq!(hex_bytes::<8>("+0f067aa0ba902b7"), None);
     assert_eq!(hex_bytes::<8>("zz0f067aa0ba902b"), None);
+}
+
+/// Native frames (`--native`) keep what pprof says of them: their object's mapping, with its
+/// path and build ID, and a frame type of their own; Python frames stay `cpython`, unmapped.
+#[test]
+fn native_frames_keep_their_objects() {
+    use crate::symbolize::native::ObjectName;
+    use crate::symbolize::{CodeName, Frame, FrameKind};
+    use std::sync::Arc;
+    let libz = Arc::new(ObjectName {
+        path: Arc::from("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13"),
+        build_id: Some(Arc::from("0123abcd")),
+    });
+    let kernel = crate::unwind::native::kernel_object();
+    let native = |name: &str, object: &Arc<ObjectName>, kind| Frame {
+        code: Arc::new(CodeName::native(name, Arc::clone(object))),
+        line: None,
+        kind,
+    };
+    let frames = vec![
+        native("clear_page_erms", &kernel, FrameKind::Kernel),
+        native("deflate", &libz, FrameKind::NativeCode),
+        frame("compress_loop", "/srv/app.py", 17, 18),
+    ];
+    let mut agg = Aggregator::new(PERIOD_NS);
+    agg.add(&sample(7, 7, None, frames));
+    let window = agg.cut();
+    let req = request(&crate::export::pprof::build(&window), &meta(&window));
+    let back = ExportProfilesServiceRequest::decode(req.encode_to_vec().as_slice()).unwrap();
+    assert_eq!(back, req);
+    let d = back.dictionary.as_ref().expect("dictionary");
+    let s = |i: i32| d.string_table[i as usize].as_str();
+    let attribute = |i: i32| {
+        let a = &d.attribute_table[i as usize];
+        let value = match a.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(Value::StringValue(v)) => v.as_str(),
+            other => panic!("unexpected value {other:?}"),
+        };
+        (s(a.key_strindex), value)
+    };
+    let stack = &d.stack_table
+        [back.resource_profiles[0].scope_profiles[0].profiles[0].samples[0].stack_index as usize];
+    // (function, frame type, mapping's file, mapping's attributes) per location, leaf first.
+    type Seen<'a> = (&'a str, &'a str, &'a str, Vec<(&'a str, &'a str)>);
+    let seen: Vec<Seen> = stack
+        .location_indices
+        .iter()
+        .map(|&l| {
+            let l = &d.location_table[l as usize];
+            let f = &d.function_table[l.lines[0].function_index as usize];
+            let [frame_type] = l.attribute_indices[..] else {
+                panic!("one attribute: {l:?}")
+            };
+            assert_eq!(attribute(frame_type).0, "profile.frame.type");
+            let m = &d.mapping_table[l.mapping_index as usize];
+            let mapping_attributes = m.attribute_indices.iter().map(|&a| attribute(a)).collect();
+            (
+                s(f.name_strindex),
+                attribute(frame_type).1,
+                s(m.filename_strindex),
+                mapping_attributes,
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("clear_page_erms", "kernel", "[kernel]", vec![]),
+            (
+                "deflate",
+                "native",
+                "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13",
+                vec![("process.executable.build_id.gnu", "0123abcd")]
+            ),
+            ("compress_loop", "cpython", "", vec![]),
+        ]
+    );
+    assert_eq!(
+        d.mapping_table.len(),
+        3,
+        "the empty mapping and two objects"
+    );
+    assert_eq!(d.mapping_table[0], Mapping::default());
 }
