@@ -299,7 +299,7 @@ fn to_i64<T: TryInto<i64>>(value: T) -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
@@ -366,8 +366,9 @@ mod tests {
         assert_eq!(profile.duration_nanos, 10_000_000_000);
     }
 
-    #[test]
-    fn native_frames_have_their_object_as_mapping() {
+    /// One sample of pid 7 whose stack, leaf first, is a kernel frame, two frames of libz
+    /// (build ID `0123abcd`) and a Python frame.
+    pub(crate) fn native_window() -> ProfileWindow {
         let libz = Arc::new(ObjectName {
             path: Arc::from("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13"),
             build_id: Some(Arc::from("0123abcd")),
@@ -386,7 +387,12 @@ mod tests {
         ];
         let mut agg = Aggregator::new(PERIOD_NS);
         agg.add(&sample(7, 7, None, frames));
-        let profile = build(&agg.cut());
+        agg.cut()
+    }
+
+    #[test]
+    fn native_frames_have_their_object_as_mapping() {
+        let profile = build(&native_window());
         let text = |i: i64| profile.string_table[i as usize].as_str();
         assert_eq!(profile.mapping.len(), 2);
         let z = profile

@@ -334,27 +334,7 @@ fn id_labels_are_link_bytes() {
 /// path and build ID, and a frame type of their own; Python frames stay `cpython`, unmapped.
 #[test]
 fn native_frames_keep_their_objects() {
-    use crate::symbolize::native::ObjectName;
-    use crate::symbolize::{CodeName, Frame, FrameKind};
-    use std::sync::Arc;
-    let libz = Arc::new(ObjectName {
-        path: Arc::from("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13"),
-        build_id: Some(Arc::from("0123abcd")),
-    });
-    let kernel = crate::unwind::native::kernel_object();
-    let native = |name: &str, object: &Arc<ObjectName>, kind| Frame {
-        code: Arc::new(CodeName::native(name, Arc::clone(object))),
-        line: None,
-        kind,
-    };
-    let frames = vec![
-        native("clear_page_erms", &kernel, FrameKind::Kernel),
-        native("deflate", &libz, FrameKind::NativeCode),
-        frame("compress_loop", "/srv/app.py", 17, 18),
-    ];
-    let mut agg = Aggregator::new(PERIOD_NS);
-    agg.add(&sample(7, 7, None, frames));
-    let window = agg.cut();
+    let window = crate::export::pprof::tests::native_window();
     let req = request(&crate::export::pprof::build(&window), &meta(&window));
     let back = ExportProfilesServiceRequest::decode(req.encode_to_vec().as_slice()).unwrap();
     assert_eq!(back, req);
@@ -398,6 +378,12 @@ fn native_frames_keep_their_objects() {
             ("clear_page_erms", "kernel", "[kernel]", vec![]),
             (
                 "deflate",
+                "native",
+                "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13",
+                vec![("process.executable.build_id.gnu", "0123abcd")]
+            ),
+            (
+                "deflate_slow",
                 "native",
                 "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13",
                 vec![("process.executable.build_id.gnu", "0123abcd")]
