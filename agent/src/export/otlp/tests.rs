@@ -398,3 +398,59 @@ fn native_frames_keep_their_objects() {
     );
     assert_eq!(d.mapping_table[0], Mapping::default());
 }
+
+/// A process in a Kubernetes pod, labelled as the service labels it (`process_labels`, from its
+/// cgroup and its kept OpenTelemetry attributes): the resource names its container and pod, and
+/// the attributes keep OpenTelemetry's names.
+#[test]
+fn a_pods_process_names_its_container_and_pod() {
+    use crate::discovery::process_env::ProcessEnv;
+    use crate::profiler::ProcessInfo;
+    let container = "3f1c5d0e9b8a7f6e5d4c3b2a19081726354453627180f9e8d7c6b5a493827160";
+    let info = ProcessInfo {
+        pid: 4321,
+        ns_pid: 1,
+        version: "3.13.1".into(),
+        cmdline: vec!["python3".into(), "app.py".into()],
+        env: ProcessEnv {
+            labels: [
+                ("deployment_environment", "prod".to_string()),
+                ("service_version", "1.4.2".to_string()),
+                ("service_namespace", "shop".to_string()),
+            ]
+            .into_iter()
+            .collect(),
+            ..ProcessEnv::default()
+        },
+        cgroup: format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b1d4c4e_2f4a_4b7e_9c1d_0a1b2c3d4e5f.slice/cri-containerd-{container}.scope\n"
+        ),
+    };
+    let mut agg = Aggregator::new(PERIOD_NS);
+    for (key, value) in crate::service::process_labels(&info, "checkout", "node-1") {
+        agg.set_label(key, value);
+    }
+    agg.add(&sample(4321, 4321, None, vec![frame("f", "app.py", 1, 1)]));
+    let window = agg.cut();
+    let req = request(
+        &crate::export::pprof::build(&window),
+        &ProfileMeta::for_window("checkout", &window),
+    );
+    let expected: BTreeMap<String, String> = [
+        ("service.name", "checkout"),
+        ("host.name", "node-1"),
+        ("process.pid", "4321"),
+        ("ns_pid", "1"),
+        ("process.runtime.name", "CPython"),
+        ("process.runtime.version", "3.13.1"),
+        ("container.id", container),
+        ("k8s.pod.uid", "6b1d4c4e-2f4a-4b7e-9c1d-0a1b2c3d4e5f"),
+        ("deployment.environment.name", "prod"),
+        ("service.version", "1.4.2"),
+        ("service.namespace", "shop"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(resource_attribute_map(&req), expected);
+}
