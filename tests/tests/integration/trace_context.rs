@@ -120,9 +120,15 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Adds the CPU samples of process `pid` in `request` to `out`: the span function of each
-/// sample's stack, its `thread.name` attribute and its link's trace and span ids.
-fn add_otlp_spans(out: &mut SpanCounts, request: &ExportProfilesServiceRequest, pid: u32) {
+/// Adds the samples of sample type `ty` (`samples`, `off_cpu`) of process `pid` in `request` to
+/// `out`: the span function of each sample's stack, its `thread.name` attribute and its link's
+/// trace and span ids, with its value (samples, nanoseconds).
+fn add_otlp_spans(
+    out: &mut SpanCounts,
+    request: &ExportProfilesServiceRequest,
+    pid: u32,
+    ty: &str,
+) {
     let d = request.dictionary.as_ref().expect("a dictionary");
     let s = |i: i32| d.string_table[i as usize].as_str();
     for resource in &request.resource_profiles {
@@ -134,16 +140,16 @@ fn add_otlp_spans(out: &mut SpanCounts, request: &ExportProfilesServiceRequest, 
         if !ours {
             continue;
         }
-        let cpu = resource
+        let of_type = resource
             .scope_profiles
             .iter()
             .flat_map(|scope| &scope.profiles)
             .filter(|p| {
                 p.sample_type
                     .as_ref()
-                    .is_some_and(|t| s(t.type_strindex) == "samples")
+                    .is_some_and(|t| s(t.type_strindex) == ty)
             });
-        for sample in cpu.flat_map(|p| &p.samples) {
+        for sample in of_type.flat_map(|p| &p.samples) {
             let functions = d.stack_table[sample.stack_index as usize]
                 .location_indices
                 .iter()
@@ -253,7 +259,9 @@ fn a_tlsdesc_publisher_reaches_threads_that_ran_before_it_was_loaded(
 }
 
 /// The service sending OTLP: each CPU sample of a span function links to the trace and span it
-/// ran in (the link Pyroscope turns into `trace_id`/`span_id` labels), in both modes.
+/// ran in (the link Pyroscope turns into `trace_id`/`span_id` labels), in both modes. In eBPF
+/// mode with `--off-cpu`, an off-CPU profile comes too (the two threads wait for each other's
+/// GIL), and its time under a span function links to that function's span as well.
 #[rstest]
 fn otlp_samples_link_to_the_trace_and_span_under_them(#[values("userspace", "ebpf")] mode: &str) {
     pyagent_bin();
@@ -265,6 +273,7 @@ fn otlp_samples_link_to_the_trace_and_span_under_them(#[values("userspace", "ebp
     let log = fresh_dir(&format!("trace-context-otlp-{mode}")).join("stderr");
     // As in `check_spans`: eBPF needs a higher rate to see each function often enough.
     let rate = if mode == "ebpf" { "250" } else { "100" };
+    let off_cpu: &[&str] = if mode == "ebpf" { &["--off-cpu"] } else { &[] };
     let mut service = Command::new(pyagent_bin())
         .args([
             "--all-python",
@@ -275,12 +284,13 @@ fn otlp_samples_link_to_the_trace_and_span_under_them(#[values("userspace", "ebp
             "--rate",
             rate,
         ])
+        .args(off_cpu)
         .args(["--otlp-endpoint", &format!("http://127.0.0.1:{port}")])
         .args(["--metrics-addr", &format!("127.0.0.1:{}", free_port())])
         .stderr(std::fs::File::create(&log).expect("stderr file"))
         .spawn()
         .expect("start the service");
-    let mut by = SpanCounts::new();
+    let (mut by, mut off) = (SpanCounts::new(), SpanCounts::new());
     let deadline = Instant::now() + Duration::from_secs(60);
     let enough = |by: &SpanCounts| {
         expected()
@@ -290,7 +300,8 @@ fn otlp_samples_link_to_the_trace_and_span_under_them(#[values("userspace", "ebp
     // Until enough samples came, the time is up, or the service is gone.
     while !enough(&by) && Instant::now() < deadline {
         if let Ok(r) = received.recv_timeout(Duration::from_secs(1)) {
-            add_otlp_spans(&mut by, &r.request, p.pid());
+            add_otlp_spans(&mut by, &r.request, p.pid(), "samples");
+            add_otlp_spans(&mut off, &r.request, p.pid(), "off_cpu");
         } else if service.try_wait().expect("the service's status").is_some() {
             break;
         }
@@ -300,5 +311,28 @@ fn otlp_samples_link_to_the_trace_and_span_under_them(#[values("userspace", "ebp
     let status = service.wait().expect("exits");
     let stderr = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(status.success(), "{status}: {stderr}");
-    assert_spans_match(&by, &format!("{py} {mode} OTLP: {stderr}"));
+    eprintln!("{stderr}");
+    assert_spans_match(&by, &format!("{py} {mode} OTLP"));
+    if mode == "ebpf" {
+        assert_off_cpu_spans_match(&off);
+    }
+}
+
+/// Of the off-CPU nanoseconds under each span function in each thread, at least 90% carry that
+/// thread's trace and its span for it; some time under them at all.
+fn assert_off_cpu_spans_match(off: &SpanCounts) {
+    let mut seen = 0;
+    for (thread, function, trace, span) in expected() {
+        let total = samples_of(off, function, thread, None);
+        let matching = samples_of(off, function, thread, Some((trace, span)));
+        eprintln!(
+            "off-CPU: {thread} {function}: {matching} of {total} ns carry its trace and span"
+        );
+        assert!(
+            matching * 10 >= total * 9,
+            "off-CPU: {thread} {function}'s time carries its trace and span: {off:?}"
+        );
+        seen += total;
+    }
+    assert!(seen > 0, "no off-CPU time under a span function: {off:?}");
 }
