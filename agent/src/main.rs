@@ -156,7 +156,10 @@ fn record(args: &RecordArgs) -> Result<()> {
             summary += &format!(", {} samples of waiting tasks", u.task_waiting_samples);
         }
         if u.task_read_errors > 0 {
-            summary += &format!(", {} task reads that made no sense", u.task_read_errors);
+            summary += &format!(
+                ", {} task reads that made no sense or changed under the read",
+                u.task_read_errors
+            );
         }
     }
     if let Some(n) = without_gil {

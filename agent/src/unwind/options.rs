@@ -108,7 +108,8 @@ pub struct UnwindStats {
     /// `--async-mode all`: samples of waiting tasks
     pub task_waiting_samples: u64,
     /// task-aware stacks: task objects, task lists, names or coroutine chains that made no
-    /// sense when read (freed under the read, or not a task): the walk stopped, nothing shown
+    /// sense when read (freed under the read, or not a task), and waiting tasks that changed
+    /// while read: the walk stopped, nothing shown
     pub task_read_errors: u64,
 }
 

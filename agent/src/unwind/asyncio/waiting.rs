@@ -97,6 +97,12 @@ impl Unwinder {
         if frames.is_empty() {
             return Ok(None);
         }
+        // The task was read before its frames, and the process ran on: a task just created may
+        // have been started and awaited since, and its frames would then be of a later instant
+        // than its awaiters. Read it again, fresh, and keep it only if nothing changed.
+        if objects::read_task(self.mem.remote(), l, task.addr)? != *task {
+            return Err(ObjectError::Malformed { addr: task.addr });
+        }
         let (label, above) = self.awaiter_frames(l, task)?;
         frames.extend(above);
         Ok(Some((frames, label)))
