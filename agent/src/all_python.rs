@@ -35,6 +35,7 @@ fn flag_layer(args: &HostArgs, log: Option<&str>) -> Result<Overrides> {
         off_cpu: args.off_cpu.then_some(true),
         // With the userspace sampler `--native` keeps meaning `<native>` markers.
         native: (args.frames.native && args.mode != Some(ModeArg::Userspace)).then_some(true),
+        async_tasks: args.frames.async_tasks.then_some(true),
         stall_after: args.stall_after,
         metrics_addr: args.metrics_addr,
         log: log.map(str::to_string),
@@ -122,11 +123,16 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
     let lacks = privilege_shortfalls()?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let rate = config.rate_hz;
+    // `async` may come from the file or the environment too.
+    let frames = FrameArgs {
+        async_tasks: config.async_tasks,
+        ..args.frames
+    };
     let mut profiler = host_profiler(
         config.mode,
         rate,
         None,
-        &args.frames,
+        &frames,
         OffCpu::from_config(config.off_cpu, args.off_cpu),
         config.native || args.frames.native,
     )?;

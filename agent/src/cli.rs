@@ -301,6 +301,30 @@ pub struct RecordArgs {
     /// none). Every sample carries a `gil` label (held, released, waiting) either way.
     #[arg(long)]
     pub gil: bool,
+    /// With `--async`: `running` samples each thread as the task it runs; `all` also samples
+    /// every waiting task at its await point, under its awaiters (userspace only), as CPython's
+    /// sampler's `--async-mode all` does.
+    #[arg(long, value_enum, default_value_t = AsyncModeArg::Running, requires = "async_tasks")]
+    pub async_mode: AsyncModeArg,
     #[command(flatten)]
     pub frames: FrameArgs,
+}
+
+/// `record --async-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AsyncModeArg {
+    /// the task each thread runs
+    Running,
+    /// every task: the running ones, and each waiting one at its await point
+    All,
+}
+
+impl From<AsyncModeArg> for pyagent::unwind::AsyncMode {
+    fn from(m: AsyncModeArg) -> Self {
+        use pyagent::unwind::AsyncMode;
+        match m {
+            AsyncModeArg::Running => AsyncMode::Running,
+            AsyncModeArg::All => AsyncMode::All,
+        }
+    }
 }

@@ -18,7 +18,7 @@ use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::UnwindOptions;
 
 use all_python::{all_python, service, service_config};
-use cli::{Cli, Command, DumpArgs, FrameArgs, ModeArg, RecordArgs};
+use cli::{AsyncModeArg, Cli, Command, DumpArgs, FrameArgs, ModeArg, RecordArgs};
 use pyagent::config::Mode;
 use pyagent::profiler::{HostConfig, HostProfiler};
 
@@ -91,7 +91,10 @@ fn record(args: &RecordArgs) -> Result<()> {
         subprocesses: args.subprocesses,
         blocking: args.blocking,
         idle: args.idle,
-        unwind: unwind_options(&args.frames),
+        unwind: UnwindOptions {
+            async_mode: args.async_mode.into(),
+            ..unwind_options(&args.frames)
+        },
     };
     // Open the output first: a bad path should fail before sampling, not after.
     let format = output_format(args)?;
@@ -149,6 +152,15 @@ fn record(args: &RecordArgs) -> Result<()> {
             ", {} samples in asyncio tasks, {} not attributed to a task",
             u.task_samples, u.task_unattributed
         );
+        if args.async_mode == AsyncModeArg::All {
+            summary += &format!(", {} samples of waiting tasks", u.task_waiting_samples);
+        }
+        if u.task_read_errors > 0 {
+            summary += &format!(
+                ", {} task reads that made no sense or changed under the read",
+                u.task_read_errors
+            );
+        }
     }
     if let Some(n) = without_gil {
         summary += &format!(", {n} samples left out by --gil");
@@ -291,6 +303,11 @@ fn thread_search_max() -> Result<u32> {
 fn record_ebpf(args: &RecordArgs) -> Result<()> {
     if args.blocking || args.idle || args.subprocesses {
         bail!("--blocking, --idle and --subprocesses need --mode userspace");
+    }
+    if args.async_mode == AsyncModeArg::All {
+        // The program walks only the threads on a CPU; a waiting task is on no stack, and
+        // reading every task at each tick is the userspace sampler's job.
+        bail!("--async-mode all needs --mode userspace (the BPF program samples running threads only; waiting tasks are read at each tick by the userspace sampler)");
     }
     let target = locate_runtime(args.pid)?;
     check_gil_filter(args, &target.offsets)?;

@@ -107,6 +107,10 @@ enum Total {
     CacheMisses(&'static str),
     /// 3.15 walks the frame cache could not hold.
     FrameCacheBypassed,
+    /// Task-aware samples, by result.
+    TaskSamples(&'static str),
+    /// Processes profiled without task stacks (before 3.14).
+    AsyncUnsupported,
 }
 
 /// Runs the service until `stop` is set.
@@ -132,6 +136,10 @@ pub fn run(
         config.upload(),
         &metrics,
     )?;
+    let unwind = UnwindOptions {
+        async_tasks: config.async_tasks,
+        ..unwind
+    };
     let host_config = HostConfig {
         mode: config.mode,
         rate_hz: config.rate_hz,
@@ -279,8 +287,13 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
         cyclic,
         untracked,
         unknown_thread,
+        async_unsupported,
         ..
     } = p.stats();
+    let unsupported = deltas.delta(Total::AsyncUnsupported, async_unsupported);
+    if unsupported > 0 {
+        metrics.add_async_unsupported(unsupported);
+    }
     let mut lost = |reason: LossReason, total: u64| {
         let d = deltas.delta(Total::Lost(reason), total);
         if d > 0 {
@@ -326,6 +339,17 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
         let h = deltas.delta(Total::CacheHits(cache), hits);
         let m = deltas.delta(Total::CacheMisses(cache), misses);
         metrics.add_cache(cache, h, m);
+    }
+    let u = p.unwind_stats();
+    for (result, total) in [
+        ("attributed", u.task_samples),
+        ("unattributed", u.task_unattributed),
+        ("waiting", u.task_waiting_samples),
+    ] {
+        let d = deltas.delta(Total::TaskSamples(result), total);
+        if d > 0 {
+            metrics.add_task_samples(result, d);
+        }
     }
     let bypassed = deltas.delta(Total::FrameCacheBypassed, p.frame_cache_bypassed());
     if bypassed > 0 {

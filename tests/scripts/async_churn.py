@@ -14,7 +14,7 @@ def work():
     return sum(i * i for i in range(300))
 
 
-async def child():
+async def child():  # @child-def
     work()
     await asyncio.sleep(0)
     work()

@@ -35,6 +35,7 @@ impl Overrides {
                 "PYAGENT_MODE" => layer.mode = Some(value.parse().map_err(|m| invalid(key, m))?),
                 "PYAGENT_OFF_CPU" => layer.off_cpu = Some(parse_bool(value).map_err(named)?),
                 "PYAGENT_NATIVE" => layer.native = Some(parse_bool(value).map_err(named)?),
+                "PYAGENT_ASYNC" => layer.async_tasks = Some(parse_bool(value).map_err(named)?),
                 "PYAGENT_STALL_AFTER" => {
                     layer.stall_after = Some(parse_duration(value).map_err(named)?)
                 }

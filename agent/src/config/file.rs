@@ -41,6 +41,8 @@ struct FileConfig {
     mode: Option<String>,
     off_cpu: Option<bool>,
     native: Option<bool>,
+    #[serde(rename = "async")]
+    async_tasks: Option<bool>,
     stall_after: Option<NumberOrText>,
     metrics_addr: Option<String>,
     log: Option<String>,
@@ -132,6 +134,7 @@ impl FileConfig {
                 .transpose()?,
             off_cpu: self.off_cpu,
             native: self.native,
+            async_tasks: self.async_tasks,
             stall_after: parse_key("stall_after", self.stall_after, parse_duration)?,
             metrics_addr: self
                 .metrics_addr

@@ -15,6 +15,7 @@
 //! | `mode` (`auto`, `ebpf`, `userspace`) | `PYAGENT_MODE` | `auto` |
 //! | `off_cpu` (`true`, `false`) | `PYAGENT_OFF_CPU` | `true` (`false` with mode `userspace`) |
 //! | `native` (`true`, `false`): native and kernel frames (eBPF) | `PYAGENT_NATIVE` | `false` |
+//! | `async` (`true`, `false`): asyncio task stacks (CPython 3.14+) | `PYAGENT_ASYNC` | `false` |
 //! | `stall_after` (`0`: never) | `PYAGENT_STALL_AFTER` | `30s` |
 //! | `metrics_addr` | `PYAGENT_METRICS_ADDR` | `127.0.0.1:9464` |
 //! | `log` (tracing `EnvFilter`) | `PYAGENT_LOG` | `info` |
@@ -108,6 +109,9 @@ pub struct ServiceConfig {
     /// Mixed stacks: the native and kernel frames between and below the Python ones (eBPF only;
     /// off by default).
     pub native: bool,
+    /// asyncio task-aware stacks and the `task_name` label for CPython 3.14+ processes (older
+    /// ones are profiled without, said once per process); off by default.
+    pub async_tasks: bool,
     /// A thread blocked in one stack this long is reported once as stalled: a metric and a
     /// dump of its process next to the profiles (needs off-CPU profiling; zero: never).
     pub stall_after: Duration,
@@ -144,6 +148,7 @@ impl Default for ServiceConfig {
             mode: Mode::Auto,
             off_cpu: false,
             native: false,
+            async_tasks: false,
             stall_after: Duration::from_secs(30),
             metrics_addr: crate::export::metrics::DEFAULT_METRICS_ADDR
                 .parse()
@@ -235,6 +240,7 @@ impl ServiceConfig {
                 .off_cpu
                 .unwrap_or(layer.mode.unwrap_or(defaults.mode) != Mode::Userspace),
             native: layer.native.unwrap_or(defaults.native),
+            async_tasks: layer.async_tasks.unwrap_or(defaults.async_tasks),
             stall_after: layer.stall_after.unwrap_or(defaults.stall_after),
             metrics_addr: layer.metrics_addr.unwrap_or(defaults.metrics_addr),
             log: layer.log.unwrap_or(defaults.log),
@@ -457,6 +463,31 @@ mod tests {
             ..base()
         }));
         assert!(line.starts_with("native: needs mode ebpf"), "{line}");
+    }
+
+    #[test]
+    fn async_is_a_switch_in_every_layer_off_by_default_in_every_mode() {
+        let with_dir = || Overrides {
+            output_dir: Some("/tmp/p".into()),
+            ..Overrides::default()
+        };
+        let async_tasks = |toml: &str, env: &[(&str, &str)]| {
+            let file = Overrides::from_toml(toml, Path::new("t.toml")).unwrap();
+            let env = Overrides::from_env(env.iter().copied()).unwrap();
+            let layers = env.over(file).over(with_dir());
+            ServiceConfig::from_overrides(layers).unwrap().async_tasks
+        };
+        assert!(!async_tasks("", &[]), "off by default");
+        assert!(async_tasks("async = true\n", &[]));
+        assert!(async_tasks("", &[("PYAGENT_ASYNC", "true")]));
+        let file_on = "async = true\n";
+        assert!(
+            !async_tasks(file_on, &[("PYAGENT_ASYNC", "false")]),
+            "the environment wins over the file"
+        );
+        assert!(async_tasks("async = true\nmode = \"userspace\"\n", &[]));
+        let err = Overrides::from_env([("PYAGENT_ASYNC", "maybe")]).expect_err("not a bool");
+        assert!(err.to_string().starts_with("PYAGENT_ASYNC: "), "{err}");
     }
 
     #[test]

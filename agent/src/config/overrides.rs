@@ -24,6 +24,8 @@ pub struct Overrides {
     pub off_cpu: Option<bool>,
     /// Native stacks (eBPF).
     pub native: Option<bool>,
+    /// asyncio task-aware stacks (CPython 3.14+).
+    pub async_tasks: Option<bool>,
     /// How long a thread stays blocked in one stack before it is reported stalled (0: never).
     pub stall_after: Option<Duration>,
     /// Address of the metrics server.
@@ -65,6 +67,7 @@ impl Overrides {
             mode: self.mode.or(lower.mode),
             off_cpu: self.off_cpu.or(lower.off_cpu),
             native: self.native.or(lower.native),
+            async_tasks: self.async_tasks.or(lower.async_tasks),
             stall_after: self.stall_after.or(lower.stall_after),
             metrics_addr: self.metrics_addr.or(lower.metrics_addr),
             log: self.log.or(lower.log),

@@ -135,6 +135,8 @@ pub struct HostStats {
     pub native_cut: u64,
     /// native stacks: more eval-loop frames than Python evaluations; the Python stack kept alone
     pub native_mismatch: u64,
+    /// task-aware stacks asked for: processes tracked without them (CPython before 3.14)
+    pub async_unsupported: u64,
 }
 
 impl HostStats {
@@ -179,6 +181,8 @@ pub struct HostProfiler {
     /// The cache totals of processes the BPF backend no longer tracks, so that the host's
     /// totals only grow (the userspace sampler keeps its own).
     retired: CacheTotals,
+    /// The unwinder counters of those processes, for the same reason.
+    retired_unwind: UnwindStats,
 }
 
 impl HostProfiler {
@@ -235,6 +239,7 @@ impl HostProfiler {
             fallback_reason,
             off_cpu_unavailable,
             retired: CacheTotals::default(),
+            retired_unwind: UnwindStats::default(),
         })
     }
 
@@ -324,11 +329,23 @@ impl HostProfiler {
 
     fn track(&mut self, target: PythonTarget) {
         let pid = target.pid;
+        let mut unwind = self.config.unwind;
+        if unwind.async_tasks && target.offsets.coroutines.is_none() {
+            // Not an error: the process is profiled as any other, without task stacks (and
+            // without what looking for tasks costs).
+            tracing::info!(
+                pid,
+                version = %target.version(),
+                "asyncio task stacks need CPython 3.14 or later: profiling this process without them"
+            );
+            self.collected.stats.async_unsupported += 1;
+            unwind.async_tasks = false;
+        }
         let info = ProcessInfo::of(&target);
         let period_ns = self.period_ns();
         match &mut self.backend {
             Backend::Bpf(b) => {
-                if let Err(e) = b.track(target, self.config.unwind, self.config.native_stacks) {
+                if let Err(e) = b.track(target, unwind, self.config.native_stacks) {
                     self.scanner
                         .mark_failed(pid, format!("cannot track it in the BPF maps: {e}"));
                     return;
@@ -342,7 +359,7 @@ impl HostProfiler {
             }
             Backend::Userspace(s) => {
                 self.collected.start(info, period_ns);
-                s.add_target(Unwinder::new(target, self.config.unwind));
+                s.add_target(Unwinder::new(target, unwind));
             }
         }
     }
@@ -353,6 +370,7 @@ impl HostProfiler {
             Backend::Bpf(b) => {
                 if let Some(u) = b.untrack(pid) {
                     self.retired.add(&u);
+                    self.retired_unwind += u.stats();
                 }
             }
             Backend::Userspace(s) => {
@@ -481,7 +499,7 @@ impl HostProfiler {
         match &self.backend {
             Backend::Userspace(s) => s.unwind_stats(),
             Backend::Bpf(b) => {
-                let mut total = UnwindStats::default();
+                let mut total = self.retired_unwind;
                 for u in b.unwinders() {
                     total += u.stats();
                 }

@@ -33,7 +33,7 @@ pub use decode::{DecodedRecord, RecordKind};
 pub use error::{LostThread, ThreadOutcome, UnwindError};
 pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};
 pub use loss::{LossCounts, LossReason, RecordLoss, StackLoss};
-pub use options::{CacheTotals, UnwindOptions, UnwindStats};
+pub use options::{AsyncMode, CacheTotals, UnwindOptions, UnwindStats};
 pub use record::{ExternalSkip, ExternalWalk};
 pub use sample::{CpuState, GilState, ThreadSample, TraceContext};
 pub use threads::{InterpreterInfo, ThreadInfo};

@@ -27,6 +27,20 @@ pub struct UnwindOptions {
     /// task-aware stacks: a thread running an asyncio task shows the task and the tasks
     /// awaiting it (CPython 3.14+; see `asyncio`)
     pub async_tasks: bool,
+    /// with `async_tasks`: which tasks a tick samples (the running ones, or every task)
+    pub async_mode: AsyncMode,
+}
+
+/// Which asyncio tasks a tick samples, with task-aware stacks on (CPython's sampler's
+/// `--async-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AsyncMode {
+    /// Each thread's sample, attributed to the task it runs.
+    #[default]
+    Running,
+    /// Also one sample of each waiting task that no other task awaits (a leaf of the task
+    /// graph), at its await point, under its awaiters (userspace sampler only).
+    All,
 }
 
 impl Default for UnwindOptions {
@@ -43,6 +57,7 @@ impl Default for UnwindOptions {
             keep_moved_top: true,
             trace_context: true,
             async_tasks: false,
+            async_mode: AsyncMode::Running,
         }
     }
 }
@@ -90,6 +105,12 @@ pub struct UnwindStats {
     /// (the task's frame was not on the walked stack, or the task could not be read); kept as
     /// the thread's plain stack
     pub task_unattributed: u64,
+    /// `--async-mode all`: samples of waiting tasks
+    pub task_waiting_samples: u64,
+    /// task-aware stacks: task objects, task lists, names or coroutine chains that made no
+    /// sense when read (freed under the read, or not a task), and waiting tasks that changed
+    /// while read: the walk stopped, nothing shown
+    pub task_read_errors: u64,
 }
 
 impl std::ops::AddAssign for UnwindStats {
@@ -114,6 +135,8 @@ impl std::ops::AddAssign for UnwindStats {
             uncached_walks,
             task_samples,
             task_unattributed,
+            task_waiting_samples,
+            task_read_errors,
         } = o;
         self.samples += samples;
         self.thread_samples += thread_samples;
@@ -133,6 +156,8 @@ impl std::ops::AddAssign for UnwindStats {
         self.uncached_walks += uncached_walks;
         self.task_samples += task_samples;
         self.task_unattributed += task_unattributed;
+        self.task_waiting_samples += task_waiting_samples;
+        self.task_read_errors += task_read_errors;
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::error::{AttemptError, LostThread, ThreadOutcome, UnwindError};
 use super::reread::{self, same_page, RereadBudget};
-use super::{threads, InterpreterInfo, StackLoss, ThreadInfo, ThreadSample, Unwinder};
+use super::{threads, AsyncMode, InterpreterInfo, StackLoss, ThreadInfo, ThreadSample, Unwinder};
 use crate::memory::{MemoryError, ProcessMemory};
 
 impl Unwinder {
@@ -64,6 +64,11 @@ impl Unwinder {
             .filter(|o| matches!(o, ThreadOutcome::Stack(_)))
             .count();
         self.stats.thread_samples += stacks as u64;
+        // Counted apart (`task_waiting_samples`): they are no thread's stack.
+        if self.options.async_tasks && self.options.async_mode == AsyncMode::All {
+            let waiting = self.waiting_task_samples(&interpreters);
+            out.extend(waiting.into_iter().map(ThreadOutcome::Stack));
+        }
         Ok(out)
     }
 

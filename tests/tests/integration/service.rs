@@ -60,6 +60,22 @@ impl Service {
         v
     }
 
+    /// `go tool pprof -raw` of the first profile of `pid` that `accept` takes, waited for.
+    fn profile_where(&self, pid: u32, accept: impl Fn(&str) -> bool) -> String {
+        let suffix = format!("-{pid}-");
+        wait_for(
+            &format!("a profile of process {pid}"),
+            Duration::from_secs(60),
+            || {
+                self.profiles()
+                    .iter()
+                    .filter(|f| f.to_string_lossy().contains(&suffix))
+                    .map(|f| go_pprof_raw(f))
+                    .find(|raw| accept(raw))
+            },
+        )
+    }
+
     /// SIGTERM; the service must exit successfully. Returns its stderr.
     fn stop(mut self) -> String {
         // SAFETY: signalling our own child.
@@ -667,4 +683,45 @@ fn a_stalled_thread_is_reported_once_with_a_dump() {
     );
     assert_eq!(stall_files().len(), 1, "{:?}", stall_files());
     svc.stop();
+}
+
+/// Issue 14, item 3: `async = true` in the service (here from `PYAGENT_ASYNC`, eBPF mode): the
+/// profiles of a 3.15 asyncio process carry task frames and `task_name` labels; a 3.12 one is
+/// profiled plainly, said once in the log and counted, not an error.
+#[test]
+fn service_with_async_gives_task_stacks_on_3_14_and_later_and_says_so_for_older_ones() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let new = PythonProcess::ready("py315", "async_tasks.py", &[]);
+    let old = PythonProcess::ready("py312", "async_tasks.py", &[]);
+    let mut command = Command::new(pyagent_bin());
+    command.env("PYAGENT_ASYNC", "true");
+    let svc = Service::start_by(command, "async", "1s", &["--mode", "ebpf"]);
+    let raw = svc.profile_where(new.pid(), |raw| raw.contains("task_name:[producer]"));
+    for frame in ["<task producer>", "<task Task-1>", "crunch"] {
+        assert!(raw.contains(frame), "{frame} missing:\n{raw}");
+    }
+    let old_raw = svc.profile_where(old.pid(), |_| true);
+    assert!(old_raw.contains("crunch"), "{old_raw}");
+    assert!(!old_raw.contains("<task "), "{old_raw}");
+    let (_, metrics) = http_get(svc.port, "/metrics").expect("metrics");
+    promtool_check_metrics(&metrics);
+    assert!(
+        series_value(&metrics, "pyagent_async_unsupported_processes_total") >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        series_value(
+            &metrics,
+            "pyagent_task_samples_total{result=\"attributed\"}"
+        ) > 0.0,
+        "{metrics}"
+    );
+    let log = svc.stop();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("asyncio task stacks need CPython 3.14 or later"))
+        .filter(|l| l.contains(&format!("pid={}", old.pid())))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
 }

@@ -11,6 +11,10 @@
 //! Ours does no aggregation (the peers aggregate into their output files): the cost of
 //! unwinding alone, which is what the agent pays per sample before counting it.
 //!
+//! The asyncio row (`bench-scripts/async_deep.py`): 100 tasks 20 coroutines deep, one running on
+//! the CPU in its innermost coroutine; ours with and without task-aware stacks (`--async`),
+//! Tachyon with `--async-aware` (running mode).
+//!
 //! The measurements link the agent library, whose build needs clang: `cargo xtask` itself is built
 //! with the Rust toolchain alone, so it installs the build packages and re-runs itself from a
 //! release build with the `agent-lib` feature ([`super::util::reexec_release`]).
@@ -39,8 +43,16 @@ pub struct Args {
     /// Run in this build even if it is a debug build (numbers are then meaningless).
     #[arg(long)]
     no_release: bool,
+    /// Only the asyncio row (100 tasks, coroutine depth 20, on py315).
+    #[arg(long, conflicts_with = "no_asyncio")]
+    asyncio_only: bool,
+    /// Leave out the asyncio row.
+    #[arg(long)]
+    no_asyncio: bool,
 }
 
+#[cfg(feature = "agent-lib")]
+mod asyncio_row;
 #[cfg(feature = "agent-lib")]
 mod measure;
 

@@ -48,6 +48,17 @@ impl AgentMetrics {
                 "pyagent_samples_unverified_total",
                 "Thread samples kept although the thread's top frame moved while its stack was read (userspace sampler; the chain was whole, but not proven to be one instant's).",
             ),
+            task_samples: counter_vec(
+                &registry,
+                "pyagent_task_samples_total",
+                "asyncio task-aware samples (async = true), by result: attributed to the task the thread ran; unattributed (the thread ran a task that could not be placed, its plain stack kept); waiting (userspace --async-mode all: samples of waiting tasks).",
+                &["result"],
+            ),
+            async_unsupported: counter(
+                &registry,
+                "pyagent_async_unsupported_processes_total",
+                "Processes profiled without asyncio task stacks although async = true: CPython before 3.14 has no task layout to read.",
+            ),
             bpf_run_time,
             bpf_runs: counter(
                 &registry,

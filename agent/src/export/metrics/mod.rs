@@ -73,6 +73,8 @@ pub struct AgentMetrics {
     samples: IntCounter,
     samples_lost: IntCounterVec,
     samples_unverified: IntCounter,
+    task_samples: IntCounterVec,
+    async_unsupported: IntCounter,
     bpf_run_time: Counter,
     bpf_runs: IntCounter,
     ring_drops: IntCounter,
@@ -151,6 +153,17 @@ impl AgentMetrics {
     /// Counts `n` samples kept unverified (see `pyagent_samples_unverified_total`).
     pub fn add_unverified(&self, n: u64) {
         self.samples_unverified.inc_by(n);
+    }
+
+    /// Counts `n` task-aware samples with `result` (`attributed`, `unattributed`, `waiting`;
+    /// see `pyagent_task_samples_total`).
+    pub fn add_task_samples(&self, result: &str, n: u64) {
+        self.task_samples.with_label_values(&[result]).inc_by(n);
+    }
+
+    /// Counts `n` processes profiled without task stacks, asked for but unsupported there.
+    pub fn add_async_unsupported(&self, n: u64) {
+        self.async_unsupported.inc_by(n);
     }
 
     /// Sets the number of processes in each state; states left out are set to 0.

@@ -13,7 +13,10 @@
 //! tasks between the two reads) keeps its plain stack and is counted `unattributed`, never
 //! attributed to a guess.
 
+#[cfg(test)]
+mod garbage_tests;
 mod objects;
+mod waiting;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -494,44 +497,61 @@ impl Unwinder {
         k: usize,
         frames: &mut Vec<CachedFrame>,
     ) -> Result<Arc<str>, ObjectError> {
-        let TaskName { marker, label } = self.task_marker(l, &task)?;
         // Read everything above before touching `frames`: a failed read leaves them whole.
-        let mut above = Vec::new();
+        let (label, above) = self.awaiter_frames(l, &task)?;
+        let loop_frames = frames.split_off(k + 1);
+        frames.extend(
+            above
+                .into_iter()
+                .map(|frame| CachedFrame { addr: 0, frame }),
+        );
+        frames.extend(loop_frames);
+        Ok(label)
+    }
+
+    /// What stands above `task`'s own frames in its task-aware stack, innermost first: its
+    /// `<task NAME>`, then each awaiting task's coroutine frames and marker, up to the root
+    /// task. And the task's name (its `task_name` label).
+    fn awaiter_frames(
+        &mut self,
+        l: &Layouts,
+        task: &RawTask,
+    ) -> Result<(Arc<str>, Vec<Frame>), ObjectError> {
+        let (name, mut up) = self.task_link(l, task)?;
+        let mut out = vec![Frame::task(name.marker)];
         let mut seen = HashSet::new();
         seen.insert(task.addr);
-        let mut current = task;
         for _ in 0..MAX_AWAIT_DEPTH {
-            // One awaiter per level: the first of a set (a task awaited by several shows under
-            // one of them, as CPython's sampler does).
-            let Some(&up) = objects::awaiters(&mut self.mem, l, &current)?.first() else {
-                break;
-            };
-            if !seen.insert(up) {
+            let Some(addr) = up else { break };
+            if !seen.insert(addr) {
                 break;
             }
-            let awaiter = objects::read_task(&mut self.mem, l, up)?;
+            let awaiter = objects::read_task(&mut self.mem, l, addr)?;
+            // A bare future in an awaiter set ends the chain: it has no frames or name.
             if !awaiter.is_task {
                 break;
             }
-            let coroutine = self.coroutine_frames(l, awaiter.coro)?;
-            above.push((coroutine, self.task_marker(l, &awaiter)?.marker));
-            current = awaiter;
+            out.extend(self.coroutine_frames(l, awaiter.coro)?);
+            let (awaiter_name, next) = self.task_link(l, &awaiter)?;
+            out.push(Frame::task(awaiter_name.marker));
+            up = next;
         }
-        let pseudo = |code| CachedFrame {
-            addr: 0,
-            frame: Frame::task(code),
-        };
-        let loop_frames = frames.split_off(k + 1);
-        frames.push(pseudo(marker));
-        for (coroutine, marker) in above {
-            frames.extend(
-                coroutine
-                    .into_iter()
-                    .map(|frame| CachedFrame { addr: 0, frame }),
-            );
-            frames.push(pseudo(marker));
+        Ok((name.label, out))
+    }
+
+    /// A task's name and the awaiter its stack continues under: of several, the one at the
+    /// lowest address, whose marker then says how many there are (`<task NAME (2 parents)>`),
+    /// as CPython's sampler does.
+    fn task_link(
+        &mut self,
+        l: &Layouts,
+        task: &RawTask,
+    ) -> Result<(TaskName, Option<u64>), ObjectError> {
+        let mut name = self.task_marker(l, task)?;
+        let awaiters = objects::awaiters(&mut self.mem, l, task)?;
+        if awaiters.len() > 1 {
+            name.marker = task_code_name(&format!("{} ({} parents)", name.label, awaiters.len()));
         }
-        frames.extend(loop_frames);
-        Ok(label)
+        Ok((name, awaiters.into_iter().min()))
     }
 }

@@ -6,31 +6,31 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use pyagent::discovery::locate_runtime;
-use pyagent::unwind::{UnwindOptions, Unwinder};
+use pyagent::unwind::{ThreadSample, UnwindOptions, Unwinder};
 
 use super::super::util::{Interpreter, Manifest, Proc, Table};
 
 use super::super::util;
 use super::Args;
 
-const READY: Duration = Duration::from_secs(30);
+pub(super) const READY: Duration = Duration::from_secs(30);
 
 /// One profiler's result on one target.
 #[derive(Debug, Clone)]
-enum Cell {
+pub(super) enum Cell {
     Measured(Rate),
     NotApplicable(String),
     Failed(String),
 }
 
 #[derive(Debug, Clone, Default)]
-struct Rate {
-    samples: u64,
-    wrong: u64,
-    cpu_secs: f64,
-    wall_secs: f64,
+pub(super) struct Rate {
+    pub(super) samples: u64,
+    pub(super) wrong: u64,
+    pub(super) cpu_secs: f64,
+    pub(super) wall_secs: f64,
     /// one-line extras for the details table
-    note: String,
+    pub(super) note: String,
 }
 
 impl Rate {
@@ -40,14 +40,14 @@ impl Rate {
 }
 
 impl Cell {
-    fn rate(&self) -> Option<f64> {
+    pub(super) fn rate(&self) -> Option<f64> {
         match self {
             Cell::Measured(r) if r.samples > 0 => Some(r.per_cpu_sec()),
             _ => None,
         }
     }
 
-    fn show(&self) -> String {
+    pub(super) fn show(&self) -> String {
         match self {
             Cell::Measured(r) if r.wrong > 0 => {
                 format!("{} ({} wrong)", util::si(r.per_cpu_sec()), r.wrong)
@@ -106,6 +106,11 @@ pub fn run(args: &Args) -> Result<()> {
         .map(|n| manifest.interpreter(n))
         .collect::<Result<_>>()?;
     let pyspy = manifest.peer("py-spy");
+    let pythons = if args.asyncio_only {
+        Vec::new()
+    } else {
+        pythons
+    };
     let script = util::bench_script("deep.py");
     let load_before = util::load_average();
     eprintln!(
@@ -148,7 +153,12 @@ pub fn run(args: &Args) -> Result<()> {
             }
         }
     }
-    print_report(&rows, &load_before);
+    if !rows.is_empty() {
+        print_report(&rows, &load_before);
+    }
+    if !args.no_asyncio {
+        super::asyncio_row::run(&manifest, seconds, peer_seconds)?;
+    }
     Ok(())
 }
 
@@ -164,23 +174,37 @@ fn spawn_target(py: &Interpreter, script: &Path, depth: usize, kind: &str) -> Re
 
 /// pyagent's unwinder in this thread, sampling every thread of the target for `secs`.
 fn ours(target: &Proc, depth: usize, frame_cache: bool, secs: f64) -> Cell {
+    let options = UnwindOptions {
+        frame_cache,
+        ..UnwindOptions::default()
+    };
+    let check = |s: &[ThreadSample]| s.len() == 1 && s[0].frames.len() == depth && !s[0].truncated;
+    ours_checked(
+        target,
+        options,
+        check,
+        &format!("one thread {depth} deep"),
+        secs,
+    )
+}
+
+/// [`ours`] with `options`, counting the samples `check` accepts (`expected` says what it wants).
+pub(super) fn ours_checked(
+    target: &Proc,
+    options: UnwindOptions,
+    check: impl Fn(&[ThreadSample]) -> bool,
+    expected: &str,
+    secs: f64,
+) -> Cell {
+    let frame_cache = options.frame_cache;
     let located = match locate_runtime(target.pid()) {
         Ok(t) => t,
         Err(e) => return Cell::Failed(e.to_string()),
     };
-    let mut u = Unwinder::new(
-        located,
-        UnwindOptions {
-            frame_cache,
-            ..UnwindOptions::default()
-        },
-    );
+    let mut u = Unwinder::new(located, options);
     if frame_cache && !u.frame_cache_enabled() {
         return Cell::NotApplicable("no anchor in this layout".into());
     }
-    let check = |s: &[pyagent::unwind::ThreadSample]| {
-        s.len() == 1 && s[0].frames.len() == depth && !s[0].truncated
-    };
     // Warm up the code-object and frame caches: the steady state is what is measured.
     for _ in 0..20 {
         if let Err(e) = u.sample() {
@@ -193,9 +217,7 @@ fn ours(target: &Proc, depth: usize, frame_cache: bool, secs: f64) -> Cell {
     };
     if !check(&first) {
         let got: Vec<usize> = first.iter().map(|s| s.frames.len()).collect();
-        return Cell::Failed(format!(
-            "expected one thread {depth} deep, got depths {got:?}"
-        ));
+        return Cell::Failed(format!("expected {expected}, got depths {got:?}"));
     }
     let stats0 = u.stats();
     let reads0 = u.remote_reads();
@@ -262,6 +284,19 @@ fn thread_sys_time() -> Duration {
 
 /// Tachyon attached to the target, flat out, in the target's chroot.
 fn tachyon(py: &Interpreter, target: &Proc, depth: usize, secs: f64) -> Cell {
+    // `tid:N;outer;...;inner COUNT`
+    let right = |stack: &str| stack.split(';').filter(|f| !f.starts_with("tid:")).count() == depth;
+    tachyon_with(py, target, &["-a"], right, secs)
+}
+
+/// [`tachyon`] with `extra` flags, counting the collapsed stacks `right` accepts.
+pub(super) fn tachyon_with(
+    py: &Interpreter,
+    target: &Proc,
+    extra: &[&str],
+    right: impl Fn(&str) -> bool,
+    secs: f64,
+) -> Cell {
     let run = || -> Result<Cell> {
         let (inside, host) = py.scratch_dir()?;
         let name = format!("tachyon-{}.txt", target.pid());
@@ -276,11 +311,11 @@ fn tachyon(py: &Interpreter, target: &Proc, depth: usize, secs: f64) -> Cell {
             "100khz".to_owned(),
             "-d".to_owned(),
             format!("{}", secs.ceil() as u64),
-            "-a".to_owned(),
             "--collapsed".to_owned(),
             "-o".to_owned(),
             out.display().to_string(),
         ]);
+        cmd.args(extra);
         let mut p = Proc::spawn(&mut cmd, "tachyon")?;
         let (usage, stderr) = p.wait(Duration::from_secs_f64(secs + 60.0))?;
         if !usage.success() {
@@ -289,8 +324,7 @@ fn tachyon(py: &Interpreter, target: &Proc, depth: usize, secs: f64) -> Cell {
         let text = std::fs::read_to_string(host.join(&name))
             .with_context(|| format!("tachyon wrote no {}", host.join(&name).display()))?;
         let _ = std::fs::remove_file(host.join(&name));
-        // `tid:N;outer;...;inner COUNT`
-        let (samples, wrong) = count_collapsed(&text, depth, |stack| stack.starts_with("tid:"));
+        let (samples, wrong) = count_collapsed(&text, &right);
         Ok(Cell::Measured(Rate {
             samples,
             wrong,
@@ -334,7 +368,7 @@ fn py_spy(bin: &Path, target: &Proc, depth: usize, secs: f64) -> Cell {
             return Ok(Cell::Failed(format!("no output: {}", first_line(&stderr))));
         };
         let _ = std::fs::remove_file(&out);
-        let (samples, wrong) = count_collapsed(&text, depth, |_| false);
+        let (samples, wrong) = count_collapsed(&text, |stack| stack.split(';').count() == depth);
         if samples + wrong == 0 {
             return Ok(Cell::Failed(format!("no samples: {}", first_line(&stderr))));
         }
@@ -356,10 +390,10 @@ fn py_spy(bin: &Path, target: &Proc, depth: usize, secs: f64) -> Cell {
     run().unwrap_or_else(|e| Cell::Failed(format!("{e:#}")))
 }
 
-/// Sums the counts of collapsed stacks (`a;b;c COUNT`), split into (right depth, wrong depth);
-/// leading fields for which `skip` holds (thread ids) are not frames.
-fn count_collapsed(text: &str, depth: usize, skip: impl Fn(&str) -> bool) -> (u64, u64) {
-    let (mut right, mut wrong) = (0, 0);
+/// Sums the counts of collapsed stacks (`a;b;c COUNT`), split into (those `right` accepts, the
+/// others).
+fn count_collapsed(text: &str, right: impl Fn(&str) -> bool) -> (u64, u64) {
+    let (mut good, mut wrong) = (0, 0);
     for line in text.lines() {
         let Some((stack, count)) = line.trim_end().rsplit_once(' ') else {
             continue;
@@ -367,14 +401,13 @@ fn count_collapsed(text: &str, depth: usize, skip: impl Fn(&str) -> bool) -> (u6
         let Ok(count) = count.parse::<u64>() else {
             continue;
         };
-        let frames = stack.split(';').filter(|f| !skip(f)).count();
-        if frames == depth {
-            right += count;
+        if right(stack) {
+            good += count;
         } else {
             wrong += count;
         }
     }
-    (right, wrong)
+    (good, wrong)
 }
 
 /// Tachyon's own summary (rate, missed samples) from its output.
@@ -388,7 +421,7 @@ fn stats_line(stdout: &str, stderr: &str) -> String {
         .join("; ")
 }
 
-fn first_line(s: &str) -> String {
+pub(super) fn first_line(s: &str) -> String {
     s.lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
@@ -398,17 +431,22 @@ fn first_line(s: &str) -> String {
         .collect()
 }
 
-fn ratio(ours: Option<f64>, theirs: Option<f64>) -> String {
+pub(super) fn ratio(ours: Option<f64>, theirs: Option<f64>) -> String {
     match (ours, theirs) {
         (Some(a), Some(b)) => format!("{:.1}×", a / b),
         _ => "—".to_owned(),
     }
 }
 
-fn print_report(rows: &[Row], load_before: &str) {
-    println!("\n## pyagent unwinder: samples per CPU-second (higher is better)\n");
+/// A table's title, the command line and the load averages at its start and now.
+pub(super) fn print_heading(title: &str, load_before: &str) {
+    println!("\n## {title}: samples per CPU-second (higher is better)\n");
     util::print_command_line();
     println!("{load_before} at start, {} at end\n", util::load_average());
+}
+
+fn print_report(rows: &[Row], load_before: &str) {
+    print_heading("pyagent unwinder", load_before);
     let mut t = Table::new(&[
         "python, depth, target",
         "pyagent (cache on)",
