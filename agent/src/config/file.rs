@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::values::{parse_duration, parse_size, parse_socket_addr, ValueError};
+use super::values::{parse_cpu_budget, parse_duration, parse_size, parse_socket_addr, ValueError};
 use super::{invalid, ConfigError, Overrides};
 use crate::discovery::service_name::ServiceNameRule;
 use crate::export::sinks::Headers;
@@ -41,6 +41,7 @@ struct FileConfig {
     mode: Option<String>,
     off_cpu: Option<bool>,
     native: Option<bool>,
+    cpu_budget: Option<NumberOrText>,
     stall_after: Option<NumberOrText>,
     metrics_addr: Option<String>,
     log: Option<String>,
@@ -132,6 +133,7 @@ impl FileConfig {
                 .transpose()?,
             off_cpu: self.off_cpu,
             native: self.native,
+            cpu_budget: parse_key("cpu_budget", self.cpu_budget, parse_cpu_budget)?,
             stall_after: parse_key("stall_after", self.stall_after, parse_duration)?,
             metrics_addr: self
                 .metrics_addr

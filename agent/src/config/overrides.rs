@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::discovery::service_name::ServiceNameRule;
 use crate::export::sinks::{Headers, UploadApi};
-use crate::profiler::Mode;
+use crate::profiler::{CpuBudget, Mode};
 
 /// One layer of settings; `None` leaves the setting to a lower layer (or the default).
 ///
@@ -24,6 +24,8 @@ pub struct Overrides {
     pub off_cpu: Option<bool>,
     /// Native stacks (eBPF).
     pub native: Option<bool>,
+    /// The agent's CPU budget .
+    pub cpu_budget: Option<CpuBudget>,
     /// How long a thread stays blocked in one stack before it is reported stalled (0: never).
     pub stall_after: Option<Duration>,
     /// Address of the metrics server.
@@ -65,6 +67,7 @@ impl Overrides {
             mode: self.mode.or(lower.mode),
             off_cpu: self.off_cpu.or(lower.off_cpu),
             native: self.native.or(lower.native),
+            cpu_budget: self.cpu_budget.or(lower.cpu_budget),
             stall_after: self.stall_after.or(lower.stall_after),
             metrics_addr: self.metrics_addr.or(lower.metrics_addr),
             log: self.log.or(lower.log),
