@@ -712,7 +712,17 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
     let svc = Service::start_with(
         "budget",
         "5s",
-        &["--mode", "ebpf", "--rate", "999", "--cpu-budget", "1%"],
+        &[
+            "--mode",
+            "ebpf",
+            "--rate",
+            "999",
+            "--cpu-budget",
+            "1%",
+            // The rate changes only: a line per process found would fill the unread pipe.
+            "--log",
+            "warn,pyagent::service=info",
+        ],
     );
     let agent = svc.child.id();
     let metrics = || http_get(svc.port, "/metrics").expect("metrics").1;
@@ -723,25 +733,22 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
     wait_for("the rate to fall", Duration::from_secs(60), || {
         (rate(&metrics()) < 999.0).then_some(())
     });
-    // Settled: three windows in a row at one rate.
-    let mut last = (0.0, 0);
-    let settled = wait_for("the rate to settle", Duration::from_secs(120), || {
-        let (now, profiles) = (rate(&metrics()), svc.profiles().len());
+    // Settled: one rate for three windows (5 s each).
+    let mut last = (0.0, std::time::Instant::now());
+    let settled = wait_for("the rate to settle", Duration::from_secs(180), || {
+        let now = rate(&metrics());
         if now != last.0 {
-            last = (now, profiles);
+            last = (now, std::time::Instant::now());
         }
-        (svc.profiles().len() >= last.1 + 3 * targets.len()).then_some(now)
+        (last.1.elapsed() >= Duration::from_secs(15)).then_some(now)
     });
-    // Over ten windows from here.
     let start = (
         std::time::Instant::now(),
         cpu_time_of(agent),
         series_value(&metrics(), "pyagent_bpf_run_time_seconds_total"),
-        svc.profiles().len(),
     );
-    wait_for("ten windows", Duration::from_secs(120), || {
-        (svc.profiles().len() >= start.3 + 10 * targets.len()).then_some(())
-    });
+    // A measurement span, not a synchronization: ten windows' worth of cost.
+    std::thread::sleep(Duration::from_secs(50));
     let wall = start.0.elapsed().as_secs_f64();
     let agent_cores = (cpu_time_of(agent) - start.1).as_secs_f64() / wall;
     let m = metrics();
