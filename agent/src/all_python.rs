@@ -36,6 +36,7 @@ fn flag_layer(args: &HostArgs, log: Option<&str>) -> Result<Overrides> {
         // With the userspace sampler `--native` keeps meaning `<native>` markers.
         native: (args.frames.native && args.mode != Some(ModeArg::Userspace)).then_some(true),
         async_tasks: args.frames.async_tasks.then_some(true),
+        cpu_budget: args.cpu_budget,
         stall_after: args.stall_after,
         metrics_addr: args.metrics_addr,
         log: log.map(str::to_string),

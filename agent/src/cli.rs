@@ -11,8 +11,10 @@ use std::time::Duration;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use pyagent::config::values::{
-    parse_duration, parse_rate_hz, parse_socket_addr, parse_whole_number, ValueError,
+    parse_cpu_budget, parse_duration, parse_rate_hz, parse_socket_addr, parse_whole_number,
+    ValueError,
 };
+use pyagent::config::CpuBudget;
 use pyagent::export::Format;
 
 /// pyagent: a sampling profiler for CPython 3.11–3.15.
@@ -222,6 +224,11 @@ pub struct HostArgs {
     /// Service mode: profile length, in seconds (`10`) or with a unit (`10s`, `1m`) [default: 10s].
     #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     pub interval: Option<Duration>,
+    /// Service mode: how much of one core profiling may cost, the agent and its BPF programs
+    /// together (`1%`, `0.5%`, `off`); the sampling rate is lowered to stay within it and
+    /// raised again, never above --rate, when there is room [default: 1%] [config: cpu_budget].
+    #[arg(long, value_parser = parse_cpu_budget)]
+    pub cpu_budget: Option<CpuBudget>,
     /// Service mode: report a thread blocked in one stack for this long as stalled, once per
     /// stall: a metric and a dump of its process next to the profiles (needs --off-cpu; `0`:
     /// never) [default: 30s] [config: stall_after].

@@ -20,7 +20,10 @@ use crate::export::metrics::{
     serve, AgentMetrics, Deltas, FailureReason, MetricsError, ProcessState, NOT_PROFILED_SHOWN,
 };
 use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
-use crate::profiler::{HostConfig, HostError, HostProfiler, HostStats, ProcessInfo};
+use crate::profiler::{
+    CostReading, CpuBudget, Decision, HostConfig, HostError, HostProfiler, HostStats, ProcessInfo,
+    RateGovernor,
+};
 use crate::unwind::{LossReason, RecordLoss, StackLoss, UnwindOptions};
 
 mod stalls;
@@ -205,6 +208,15 @@ pub fn run(
                 .collect();
             metrics.set_service_threads(&threads);
         };
+    let budget = match config.cpu_budget {
+        CpuBudget::Limit(share) => Some(share),
+        CpuBudget::Off => None,
+    };
+    // Its first window starts at the first cut, past the start-up's one-off costs (loading
+    // the program, the first scan of every process).
+    let mut governor =
+        budget.map(|share| RateGovernor::new(share, config.rate_hz, config.interval / 2));
+    metrics.set_rate(profiler.rate_hz(), budget);
     profiler.scan();
     // Metrics once a second, not every collection (10 a second in eBPF mode): a scrape
     // interval is seconds anyway.
@@ -224,6 +236,9 @@ pub fn run(
         if Instant::now() >= next_cut {
             next_cut += config.interval;
             emit(p, &mut services, &mut profiles);
+            if let Some(g) = &mut governor {
+                keep_within_budget(p, g, &metrics);
+            }
         }
     });
     // SIGTERM: the partial interval is flushed too.
@@ -260,6 +275,43 @@ pub fn run(
         write_failures,
         mode: profiler.mode_name(),
     })
+}
+
+/// At a window's end: what it cost, and the sampling rate of the next one (see
+/// [`RateGovernor`]). Every change is logged; the rate is a metric and each window's period.
+fn keep_within_budget(p: &mut HostProfiler, governor: &mut RateGovernor, metrics: &AgentMetrics) {
+    let rate = p.rate_hz();
+    let Some((cost, decision)) = governor.end_window(CostReading::now(p.bpf_run_time()), rate)
+    else {
+        return;
+    };
+    metrics.set_window_cost(cost, decision == Decision::OverAtLowestRate);
+    let budget = governor.budget();
+    let used = format!("{:.2}%", cost.total() * 100.0);
+    let new_rate = match decision {
+        Decision::Keep => return,
+        Decision::OverAtLowestRate => {
+            tracing::warn!(
+                %budget, %used, rate_hz = rate,
+                "over the CPU budget at the lowest sampling rate: what does not fall with the rate (processes, threads, off-CPU records) costs more than the budget"
+            );
+            return;
+        }
+        Decision::Lower(new_rate) => {
+            tracing::info!(%budget, %used, from_hz = rate, to_hz = new_rate, "over the CPU budget: sampling less often");
+            new_rate
+        }
+        Decision::Raise(new_rate) => {
+            tracing::info!(%budget, %used, from_hz = rate, to_hz = new_rate, "room in the CPU budget: sampling more often");
+            new_rate
+        }
+    };
+    match p.set_rate(new_rate) {
+        Ok(()) => metrics.set_rate(new_rate, Some(budget)),
+        Err(e) => tracing::warn!("cannot change the sampling rate to {new_rate} Hz: {e:#}"),
+    }
+    // The change itself cost something: the next window is measured from after it.
+    governor.start(CostReading::now(p.bpf_run_time()));
 }
 
 /// The names the sinks count under (see [`SinkSet::start`]).

@@ -177,9 +177,16 @@ impl Aggregator {
         self
     }
 
-    /// The sampling period this aggregator was created with.
+    /// The sampling period of the window being counted.
     pub fn period_ns(&self) -> u64 {
         self.period_ns
+    }
+
+    /// Sets the sampling period of the samples counted from now on. Meant for the start of a
+    /// window (right after a cut): a window has one period, and its counts are worth
+    /// `count x period` of CPU time.
+    pub fn set_period_ns(&mut self, period_ns: u64) {
+        self.period_ns = period_ns;
     }
 
     /// Counts one sample.

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::values::{
-    parse_bool, parse_duration, parse_size, parse_socket_addr, parse_whole_number,
+    parse_bool, parse_cpu_budget, parse_duration, parse_size, parse_socket_addr, parse_whole_number,
 };
 use super::{invalid, ConfigError, Overrides};
 use crate::discovery::service_name::ServiceNameRule;
@@ -36,6 +36,9 @@ impl Overrides {
                 "PYAGENT_OFF_CPU" => layer.off_cpu = Some(parse_bool(value).map_err(named)?),
                 "PYAGENT_NATIVE" => layer.native = Some(parse_bool(value).map_err(named)?),
                 "PYAGENT_ASYNC" => layer.async_tasks = Some(parse_bool(value).map_err(named)?),
+                "PYAGENT_CPU_BUDGET" => {
+                    layer.cpu_budget = Some(parse_cpu_budget(value).map_err(named)?)
+                }
                 "PYAGENT_STALL_AFTER" => {
                     layer.stall_after = Some(parse_duration(value).map_err(named)?)
                 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::values::{parse_duration, parse_size, parse_socket_addr, ValueError};
+use super::values::{parse_cpu_budget, parse_duration, parse_size, parse_socket_addr, ValueError};
 use super::{invalid, ConfigError, Overrides};
 use crate::discovery::service_name::ServiceNameRule;
 use crate::export::sinks::Headers;
@@ -43,6 +43,7 @@ struct FileConfig {
     native: Option<bool>,
     #[serde(rename = "async")]
     async_tasks: Option<bool>,
+    cpu_budget: Option<NumberOrText>,
     stall_after: Option<NumberOrText>,
     metrics_addr: Option<String>,
     log: Option<String>,
@@ -135,6 +136,7 @@ impl FileConfig {
             off_cpu: self.off_cpu,
             native: self.native,
             async_tasks: self.async_tasks,
+            cpu_budget: parse_key("cpu_budget", self.cpu_budget, parse_cpu_budget)?,
             stall_after: parse_key("stall_after", self.stall_after, parse_duration)?,
             metrics_addr: self
                 .metrics_addr

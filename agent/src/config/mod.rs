@@ -16,6 +16,7 @@
 //! | `off_cpu` (`true`, `false`) | `PYAGENT_OFF_CPU` | `true` (`false` with mode `userspace`) |
 //! | `native` (`true`, `false`): native and kernel frames (eBPF) | `PYAGENT_NATIVE` | `false` |
 //! | `async` (`true`, `false`): asyncio task stacks (CPython 3.14+) | `PYAGENT_ASYNC` | `false` |
+//! | `cpu_budget` (`1%`, `0.5%`, `off`): the agent's CPU, BPF time included, per core | `PYAGENT_CPU_BUDGET` | `1%` |
 //! | `stall_after` (`0`: never) | `PYAGENT_STALL_AFTER` | `30s` |
 //! | `metrics_addr` | `PYAGENT_METRICS_ADDR` | `127.0.0.1:9464` |
 //! | `log` (tracing `EnvFilter`) | `PYAGENT_LOG` | `info` |
@@ -50,7 +51,7 @@ use std::time::Duration;
 
 pub use crate::discovery::service_name::ServiceNameRule;
 use crate::export::sinks::{Auth, DirectoryLimits, Headers, UploadApi, UploadConfig};
-pub use crate::profiler::Mode;
+pub use crate::profiler::{CoreShare, CpuBudget, Mode};
 pub use env::ENV_PREFIX;
 pub use overrides::Overrides;
 pub use values::{ValueError, RATE_HZ};
@@ -112,6 +113,9 @@ pub struct ServiceConfig {
     /// asyncio task-aware stacks and the `task_name` label for CPython 3.14+ processes (older
     /// ones are profiled without, said once per process); off by default.
     pub async_tasks: bool,
+    /// How much of one core profiling may cost (the agent and its BPF programs): the sampling
+    /// rate is lowered, never above `rate_hz`, to stay within it (`None`: `rate_hz` always).
+    pub cpu_budget: CpuBudget,
     /// A thread blocked in one stack this long is reported once as stalled: a metric and a
     /// dump of its process next to the profiles (needs off-CPU profiling; zero: never).
     pub stall_after: Duration,
@@ -149,6 +153,7 @@ impl Default for ServiceConfig {
             off_cpu: false,
             native: false,
             async_tasks: false,
+            cpu_budget: CpuBudget::default(),
             stall_after: Duration::from_secs(30),
             metrics_addr: crate::export::metrics::DEFAULT_METRICS_ADDR
                 .parse()
@@ -241,6 +246,7 @@ impl ServiceConfig {
                 .unwrap_or(layer.mode.unwrap_or(defaults.mode) != Mode::Userspace),
             native: layer.native.unwrap_or(defaults.native),
             async_tasks: layer.async_tasks.unwrap_or(defaults.async_tasks),
+            cpu_budget: layer.cpu_budget.unwrap_or(defaults.cpu_budget),
             stall_after: layer.stall_after.unwrap_or(defaults.stall_after),
             metrics_addr: layer.metrics_addr.unwrap_or(defaults.metrics_addr),
             log: layer.log.unwrap_or(defaults.log),
@@ -437,6 +443,36 @@ mod tests {
         assert_eq!(config.mode, Mode::Userspace);
         assert_eq!(config.output_limits.max_bytes, 2 << 30);
         assert_eq!(config.metrics_addr.to_string(), "0.0.0.0:9999");
+    }
+
+    #[test]
+    fn the_cpu_budget_is_one_percent_by_default_and_set_in_every_layer() {
+        let base = || Overrides {
+            output_dir: Some("/tmp/p".into()),
+            ..Overrides::default()
+        };
+        let default = ServiceConfig::from_overrides(base()).unwrap();
+        assert_eq!(default.cpu_budget.to_string(), "1%");
+        let file = Overrides::from_toml("cpu_budget = 0.5\n", Path::new("t.toml")).unwrap();
+        assert_eq!(file.cpu_budget.map(|b| b.to_string()), Some("0.5%".into()));
+        let file_text = Overrides::from_toml("cpu_budget = \"2%\"\n", Path::new("t.toml")).unwrap();
+        assert_eq!(
+            file_text.cpu_budget.map(|b| b.to_string()),
+            Some("2%".into())
+        );
+        let env = Overrides::from_env([("PYAGENT_CPU_BUDGET", "off")]).unwrap();
+        let config = ServiceConfig::from_overrides(env.over(file).over(base())).unwrap();
+        assert_eq!(
+            config.cpu_budget,
+            CpuBudget::Off,
+            "the environment wins over the file"
+        );
+        let refused = Overrides::from_toml("cpu_budget = \"200%\"\n", Path::new("t.toml"));
+        let line = refused.expect_err("200% is refused").to_string();
+        assert!(
+            line.starts_with("cpu_budget: not a share of one core"),
+            "{line}"
+        );
     }
 
     #[test]

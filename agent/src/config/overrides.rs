@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::discovery::service_name::ServiceNameRule;
 use crate::export::sinks::{Headers, UploadApi};
-use crate::profiler::Mode;
+use crate::profiler::{CpuBudget, Mode};
 
 /// One layer of settings; `None` leaves the setting to a lower layer (or the default).
 ///
@@ -26,6 +26,8 @@ pub struct Overrides {
     pub native: Option<bool>,
     /// asyncio task-aware stacks (CPython 3.14+).
     pub async_tasks: Option<bool>,
+    /// The agent's CPU budget .
+    pub cpu_budget: Option<CpuBudget>,
     /// How long a thread stays blocked in one stack before it is reported stalled (0: never).
     pub stall_after: Option<Duration>,
     /// Address of the metrics server.
@@ -68,6 +70,7 @@ impl Overrides {
             off_cpu: self.off_cpu.or(lower.off_cpu),
             native: self.native.or(lower.native),
             async_tasks: self.async_tasks.or(lower.async_tasks),
+            cpu_budget: self.cpu_budget.or(lower.cpu_budget),
             stall_after: self.stall_after.or(lower.stall_after),
             metrics_addr: self.metrics_addr.or(lower.metrics_addr),
             log: self.log.or(lower.log),

@@ -6,10 +6,13 @@
 //! - Sizes: a plain number is bytes; otherwise a number and a unit as [`bytesize`] reads them
 //!   (`500MB` and `1GB` are powers of 1000, `512MiB` and `1GiB` of 1024).
 //! - Sampling rates: a whole number in [`RATE_HZ`].
+//! - CPU budgets: a percentage of one core (`1%`, `0.5%`), or `off`.
 
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::time::Duration;
+
+pub use crate::profiler::{CoreShare, CpuBudget};
 
 /// Samples per second per thread that every sampler accepts, wherever the rate comes from (the
 /// `record`, `top` and `--all-python` flags, `rate_hz` in the config). 10 kHz is the highest rate the
@@ -34,6 +37,9 @@ pub enum ValueError {
     /// Not `address:port`.
     #[error("not an address with a port (like 127.0.0.1:9464): {0:?}")]
     Address(String),
+    /// Not a share of one core between 0.01% and 100%, nor `off`.
+    #[error("not a share of one core between 0.01% and 100% (like 1% or 0.5%), nor off: {0:?}")]
+    CoreShare(String),
     /// Not `true`/`false` (or `1`/`0`, `yes`/`no`, `on`/`off`).
     #[error("not true or false: {0:?}")]
     Bool(String),
@@ -46,6 +52,31 @@ pub fn parse_bool(text: &str) -> Result<bool, ValueError> {
         "false" | "0" | "no" | "off" => Ok(false),
         _ => Err(ValueError::Bool(text.to_owned())),
     }
+}
+
+/// A CPU budget: a percentage of one core (`1%`, `0.5%`; a plain number is a percentage too),
+/// or `off` (also `0`) for none.
+pub fn parse_cpu_budget(text: &str) -> Result<CpuBudget, ValueError> {
+    let text = text.trim();
+    let bad = || ValueError::CoreShare(text.to_owned());
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(CpuBudget::Off);
+    }
+    let number = text.strip_suffix('%').unwrap_or(text).trim();
+    let percent: f64 = number.parse().map_err(|_| bad())?;
+    if percent == 0.0 {
+        return Ok(CpuBudget::Off);
+    }
+    if !percent.is_finite() || percent < 0.0 {
+        return Err(bad());
+    }
+    let millionths = (percent * 1e4).round();
+    if millionths > f64::from(u32::MAX) {
+        return Err(bad());
+    }
+    CoreShare::from_millionths(millionths as u32)
+        .map(CpuBudget::Limit)
+        .ok_or_else(bad)
 }
 
 /// A duration: a plain number is seconds (`2`, `0.5`), anything else needs a unit (`500ms`, `2s`,
@@ -124,6 +155,32 @@ pub fn parse_socket_addr(text: &str) -> Result<SocketAddr, ValueError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cpu_budget_is_a_percentage_of_one_core_or_off() {
+        let share = |t: &str| parse_cpu_budget(t).map(|s| s.to_string());
+        assert_eq!(share("1%"), Ok("1%".into()));
+        assert_eq!(share(" 0.5 % "), Ok("0.5%".into()));
+        assert_eq!(share("2"), Ok("2%".into()));
+        assert_eq!(share("100%"), Ok("100%".into()));
+        assert_eq!(parse_cpu_budget("off"), Ok(CpuBudget::Off));
+        assert_eq!(parse_cpu_budget("0"), Ok(CpuBudget::Off));
+        for bad in [
+            "-1%",
+            "101%",
+            "0.001%",
+            "1 percent",
+            "",
+            "NaN",
+            "inf",
+            "1e30",
+        ] {
+            assert!(
+                matches!(parse_cpu_budget(bad), Err(ValueError::CoreShare(_))),
+                "{bad:?}"
+            );
+        }
+    }
 
     /// Fuzz crash (out of memory): this `log` value from a config file made the regex compiler
     /// behind `EnvFilter` allocate over 2 GB. Field values are now literal.

@@ -11,6 +11,7 @@ pub mod asyncio_section;
 pub mod container;
 mod elf;
 pub mod host;
+pub mod look_again;
 pub mod privileges;
 pub mod process_context;
 pub mod process_env;

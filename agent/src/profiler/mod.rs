@@ -9,6 +9,7 @@
 //! ([`process`]); off-CPU time waits in [`waits`] for the wake-up that ends it.
 
 mod bpf;
+mod budget;
 mod process;
 mod userspace;
 mod waits;
@@ -17,6 +18,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+pub use budget::{
+    CoreShare, CostReading, CpuBudget, Decision, RateGovernor, WindowCost, LOWEST_RATE_HZ,
+};
 pub use process::ProcessInfo;
 pub use waits::Stall;
 
@@ -310,6 +314,39 @@ impl HostProfiler {
         1_000_000_000 / self.config.rate_hz.max(1) as u64
     }
 
+    /// Samples per second now (per CPU in eBPF mode, per process in userspace mode).
+    pub fn rate_hz(&self) -> u32 {
+        self.config.rate_hz
+    }
+
+    /// Samples `rate_hz` times a second from now on. Call it right after [`HostProfiler::cut`]:
+    /// the windows that start then take the new period, so that every window has one period
+    /// and its counts scale to CPU time exactly. (Records drained after the cut but taken
+    /// before it, at most one drain interval's worth, count at the new period.)
+    pub fn set_rate(&mut self, rate_hz: u32) -> Result<(), HostError> {
+        let rate_hz = rate_hz.max(1);
+        if let Backend::Bpf(b) = &mut self.backend {
+            b.sampler.set_rate(u64::from(rate_hz))?;
+        }
+        self.config.rate_hz = rate_hz;
+        let period_ns = self.period_ns();
+        for p in self.collected.profiles.values_mut() {
+            p.agg.set_period_ns(period_ns);
+        }
+        Ok(())
+    }
+
+    /// Time the BPF programs have run since they were loaded (the sampling program and the
+    /// off-CPU one), from the kernel's statistics; zero in userspace mode or without them.
+    pub fn bpf_run_time(&self) -> Duration {
+        let Backend::Bpf(b) = &self.backend else {
+            return Duration::ZERO;
+        };
+        let on_cpu = b.sampler.run_stats().map_or(0, |(ns, _)| ns);
+        let off_cpu = b.sampler.off_cpu_run_stats().map_or(0, |(ns, _)| ns);
+        Duration::from_nanos(on_cpu.saturating_add(off_cpu))
+    }
+
     /// Scans for new and exited processes.
     pub fn scan(&mut self) {
         let changes = self.scanner.scan();
@@ -397,12 +434,6 @@ impl HostProfiler {
         until: Option<Instant>,
         mut tick: impl FnMut(&mut HostProfiler),
     ) {
-        let collect_every = match self.backend {
-            Backend::Bpf(_) => self.config.drain_interval,
-            Backend::Userspace(_) => {
-                Duration::from_secs_f64(1.0 / self.config.rate_hz.max(1) as f64)
-            }
-        };
         let mut next_scan = Instant::now();
         let mut next_collect = Instant::now();
         while !stop.load(Ordering::Relaxed) && until.is_none_or(|u| Instant::now() < u) {
@@ -414,6 +445,8 @@ impl HostProfiler {
             if now >= next_collect {
                 self.collect();
                 tick(self);
+                // After the tick: it may have changed the rate.
+                let collect_every = self.collect_every();
                 next_collect += collect_every;
                 if next_collect < Instant::now() {
                     next_collect = Instant::now() + collect_every;
@@ -433,14 +466,28 @@ impl HostProfiler {
         self.collect();
     }
 
+    /// How often `run` collects: the drain interval (BPF), the sampling period (userspace).
+    fn collect_every(&self) -> Duration {
+        match self.backend {
+            Backend::Bpf(_) => self.config.drain_interval,
+            Backend::Userspace(_) => {
+                Duration::from_secs_f64(1.0 / self.config.rate_hz.max(1) as f64)
+            }
+        }
+    }
+
     /// One window per process with samples since the last cut (processes that exited
     /// included), labelled with pid, ns_pid and python_version.
     pub fn cut(&mut self) -> Vec<(ProcessInfo, ProfileWindow)> {
         // A process that did not publish its OpenTelemetry context when it was found may have
-        // since (one maps read per process and window until it does).
+        // since: looked for again, less and less often (one maps read per look).
+        let now = Instant::now();
         for (&pid, p) in &mut self.collected.profiles {
-            if !p.info.env.published {
-                p.info.env.look_for_published(pid);
+            if !p.info.env.published
+                && p.context_look.due(now)
+                && !p.info.env.look_for_published(pid)
+            {
+                p.context_look.missed(now);
             }
         }
         // Threads still blocked at a cut have waited since their stack was recorded (or the

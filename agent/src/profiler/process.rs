@@ -2,8 +2,10 @@
 //! until the next cut.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use crate::aggregate::{Aggregator, ProfileWindow, WaitReason};
+use crate::discovery::look_again::LookAgain;
 use crate::discovery::process_env::ProcessEnv;
 use crate::discovery::service_name::ProcessIdentity;
 use crate::discovery::PythonTarget;
@@ -66,7 +68,14 @@ impl ProcessInfo {
 pub(super) struct Profile {
     pub info: ProcessInfo,
     pub agg: Aggregator,
+    /// When to look again for the OpenTelemetry context the process may publish later.
+    pub context_look: LookAgain,
 }
+
+/// The first wait before looking again for a process's OpenTelemetry context (its SDK
+/// publishes it as it starts, seconds in), and the longest: with 200 processes that never
+/// publish, a look at every window was a fifth of the agent's CPU.
+const CONTEXT_LOOK: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(300));
 
 /// Where both backends put what they resolve: each process's profile, the windows of processes
 /// that have exited, the blocked threads whose time is still running, and the counters.
@@ -88,7 +97,19 @@ impl Collected {
             agg.set_label("ns_pid", info.ns_pid.to_string());
         }
         agg.set_label("python_version", info.version.clone());
-        self.profiles.insert(info.pid, Profile { info, agg });
+        let mut context_look = LookAgain::new(CONTEXT_LOOK.0, CONTEXT_LOOK.1);
+        if !info.env.published {
+            // Discovery has just looked.
+            context_look.missed(Instant::now());
+        }
+        self.profiles.insert(
+            info.pid,
+            Profile {
+                info,
+                agg,
+                context_look,
+            },
+        );
     }
 
     /// Ends the profile of a process no longer tracked: its waits end with it, and what it

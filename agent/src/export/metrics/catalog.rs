@@ -3,11 +3,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use prometheus::{Counter, CounterVec, Opts, Registry};
+use prometheus::{Counter, CounterVec, Gauge, GaugeVec, IntGauge, Opts, Registry};
 
 use super::own_process;
 use super::registration::{counter, counter_vec, gauge_vec, register};
-use super::{AgentMetrics, BpfTotals, ServiceLabels, SinkFamilies, DEFAULT_MAX_SERVICES};
+use super::{
+    AgentMetrics, BpfTotals, BudgetGauges, ServiceLabels, SinkFamilies, DEFAULT_MAX_SERVICES,
+};
 
 impl AgentMetrics {
     /// All metrics, with at most [`DEFAULT_MAX_SERVICES`] distinct services.
@@ -141,6 +143,40 @@ impl AgentMetrics {
                 "The newest processes (at most 20) that are not profiled, with why (always 1): state unsupported, failed or denied.",
                 &["pid", "state", "reason"],
             ),
+            budget: BudgetGauges {
+                rate: register(
+                    &registry,
+                    IntGauge::new(
+                        "pyagent_sample_rate_hz",
+                        "Samples per second the agent takes now (per CPU in eBPF mode, per process in userspace mode): the configured rate, or lower to keep within cpu_budget.",
+                    )
+                    .expect("valid gauge name"),
+                ),
+                limit: register(
+                    &registry,
+                    Gauge::new(
+                        "pyagent_cpu_budget_cores",
+                        "The CPU the agent may cost, in cores (cpu_budget; 0: no budget).",
+                    )
+                    .expect("valid gauge name"),
+                ),
+                used: register(
+                    &registry,
+                    GaugeVec::new(
+                        Opts::new(
+                            "pyagent_cpu_used_cores",
+                            "What the last profile window cost, in cores, by part: agent (its own CPU time), bpf (its BPF programs' run time).",
+                        ),
+                        &["part"],
+                    )
+                    .expect("valid gauge vec"),
+                ),
+                over_at_lowest_rate: counter(
+                    &registry,
+                    "pyagent_cpu_budget_exceeded_total",
+                    "Profile windows that cost more than cpu_budget although the agent sampled at its lowest rate (1 Hz): costs that do not fall with the rate exceed the budget.",
+                ),
+            },
             sinks: Arc::new(SinkFamilies::register(&registry)),
             services: ServiceLabels::new(max_services),
             registry,

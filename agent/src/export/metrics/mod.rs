@@ -30,7 +30,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus::{
-    Counter, CounterVec, Encoder, IntCounter, IntCounterVec, IntGaugeVec, Registry, TextEncoder,
+    Counter, CounterVec, Encoder, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Registry, TextEncoder,
 };
 
 pub use deltas::{increase, Deltas};
@@ -39,6 +40,7 @@ pub use service_labels::ServiceLabels;
 use sink::SinkFamilies;
 
 use crate::aggregate::ProfileWindow;
+use crate::profiler::{CoreShare, WindowCost};
 use crate::unwind::LossReason;
 pub use sink::{DropReason, EvictReason, FailureReason, SinkHealth, SinkMetrics, SpoolOutcome};
 
@@ -92,7 +94,16 @@ pub struct AgentMetrics {
     stalls: IntCounterVec,
     python_info: IntGaugeVec,
     not_profiled: IntGaugeVec,
+    budget: BudgetGauges,
     sinks: Arc<SinkFamilies>,
+}
+
+/// The CPU budget's gauges: the rate it leaves, the budget, and what the last window cost.
+struct BudgetGauges {
+    rate: IntGauge,
+    limit: Gauge,
+    used: GaugeVec,
+    over_at_lowest_rate: IntCounter,
 }
 
 impl fmt::Debug for AgentMetrics {
@@ -230,6 +241,27 @@ impl AgentMetrics {
         self.cache_lookups
             .with_label_values(&[cache, "bypassed"])
             .inc_by(n);
+    }
+
+    /// Sets the sampling rate in effect and the budget (`None`: no budget).
+    pub fn set_rate(&self, rate_hz: u32, budget: Option<CoreShare>) {
+        self.budget.rate.set(i64::from(rate_hz));
+        self.budget
+            .limit
+            .set(budget.map_or(0.0, CoreShare::fraction));
+    }
+
+    /// Records what the last window cost; `over_at_lowest_rate`: it exceeded the budget at the
+    /// lowest rate.
+    pub fn set_window_cost(&self, cost: WindowCost, over_at_lowest_rate: bool) {
+        self.budget
+            .used
+            .with_label_values(&["agent"])
+            .set(cost.agent);
+        self.budget.used.with_label_values(&["bpf"]).set(cost.bpf);
+        if over_at_lowest_rate {
+            self.budget.over_at_lowest_rate.inc();
+        }
     }
 
     /// Sets the number of Python threads per service; services left out disappear (their processes

@@ -30,7 +30,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::aggregate::ProfileWindow;
 use crate::export::metrics::{AgentMetrics, DropReason, SinkMetrics};
 
-pub use directory::{file_safe_service, DirectoryLimits, DirectoryRole, DirectorySink};
+pub use directory::{
+    file_safe_service, ArchiveWriter, DirectoryLimits, DirectoryRole, DirectorySink,
+};
 pub use request::{ingest_name, ingest_query, push_body, push_labels};
 pub use stored::StoredProfileError;
 pub use upload::{Auth, Headers, UploadApi, UploadConfig, UploadSink};
@@ -149,7 +151,9 @@ pub struct ShutdownReport {
 #[derive(Debug)]
 pub struct SinkSet {
     directory: Option<Arc<DirectorySink>>,
-    archive: bool,
+    /// Writes every profile into the directory, off the caller's thread (no upload, or an
+    /// archive beside it).
+    archive: Option<ArchiveWriter>,
     upload: Option<UploadSink>,
     /// Counts windows that could not even be encoded.
     encode_metrics: Option<SinkMetrics>,
@@ -160,7 +164,7 @@ impl SinkSet {
     pub fn new() -> SinkSet {
         SinkSet {
             directory: None,
-            archive: false,
+            archive: None,
             upload: None,
             encode_metrics: None,
         }
@@ -212,8 +216,8 @@ impl SinkSet {
     /// there; otherwise only what the upload sink spills (give the same `Arc` to
     /// [`UploadSink::start`]).
     pub fn with_directory(mut self, sink: Arc<DirectorySink>, archive: bool) -> SinkSet {
+        self.archive = archive.then(|| ArchiveWriter::start(Arc::clone(&sink)));
         self.directory = Some(sink);
-        self.archive = archive;
         self
     }
 
@@ -265,19 +269,24 @@ impl SinkSet {
 
     /// Hands an already encoded profile to every sink (see [`submit`](SinkSet::submit)).
     pub fn submit_encoded(&self, profile: EncodedProfile) {
-        if self.archive || self.upload.is_none() {
-            if let Some(directory) = &self.directory {
-                directory.submit(&profile);
-            }
+        match (&self.archive, &self.directory, &self.upload) {
+            (Some(archive), _, _) => archive.submit(profile.clone()),
+            // A directory set up as a spool, with no upload to spill from it: keep it all.
+            (None, Some(directory), None) => directory.submit(&profile),
+            _ => {}
         }
         if let Some(upload) = &self.upload {
             upload.submit(profile);
         }
     }
 
-    /// Delivers what is queued, or spills it to the directory, before `deadline` has passed; returns what
-    /// happened to the queued profiles. Returns early when everything is delivered.
+    /// Writes what the archive's queue holds, then delivers what the upload queue holds, or spills
+    /// it to the directory, before `deadline` has passed; returns what happened to the queued
+    /// uploads. Returns early when everything is delivered.
     pub fn shutdown(&self, deadline: Duration) -> ShutdownReport {
+        if let Some(archive) = &self.archive {
+            archive.finish();
+        }
         match &self.upload {
             Some(upload) => upload.shutdown(Instant::now() + deadline),
             None => ShutdownReport::default(),

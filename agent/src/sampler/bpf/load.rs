@@ -2,7 +2,9 @@
 //! CPU, the off-CPU and exec programs attached where the kernel allows.
 
 use aya::maps::{Array, HashMap, PerCpuArray, RingBuf};
-use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::perf_event::{
+    PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
+};
 use aya::programs::{BtfTracePoint, PerfEvent, RawTracePoint};
 use aya::sys::{enable_stats, Stats};
 use aya::{Btf, Ebpf, EbpfLoader};
@@ -58,37 +60,22 @@ impl BpfSampler {
         };
 
         let mut cpus = Vec::new();
+        let mut scopes = Vec::new();
+        let mut links = Vec::new();
         if attach {
             cpus = aya::util::online_cpus()
                 .map_err(|(path, source)| BpfError::Cpus { path, source })?;
-            let scopes: Vec<(PerfEventScope, String)> = match config.only_thread {
-                Some(tid) => vec![(
-                    PerfEventScope::OneProcess {
-                        pid: tid,
-                        cpu: None,
-                    },
-                    format!("attaching to thread {tid}"),
-                )],
+            scopes = match config.only_thread {
+                Some(tid) => vec![PerfEventScope::OneProcess {
+                    pid: tid,
+                    cpu: None,
+                }],
                 None => cpus
                     .iter()
-                    .map(|&cpu| {
-                        (
-                            PerfEventScope::AllProcessesOneCpu { cpu },
-                            format!("attaching to cpu {cpu}"),
-                        )
-                    })
+                    .map(|&cpu| PerfEventScope::AllProcessesOneCpu { cpu })
                     .collect(),
             };
-            for (scope, during) in scopes {
-                program
-                    .attach(
-                        PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                        scope,
-                        SamplePolicy::Frequency(config.rate_hz),
-                        false,
-                    )
-                    .map_err(|e| program_error(&during, e))?;
-            }
+            links = attach_clock(program, &scopes, config.rate_hz)?;
         }
 
         if config.off_cpu {
@@ -143,8 +130,42 @@ impl BpfSampler {
             ebpf,
             stats,
             cpus,
+            scopes,
+            links,
+            rate_hz: config.rate_hz,
             malformed: 0,
         })
+    }
+}
+
+/// Attaches the sampling program to a cpu-clock event of each scope, `rate_hz` samples a
+/// second, and returns the links (detaching one stops its event).
+pub(super) fn attach_clock(
+    program: &mut PerfEvent,
+    scopes: &[PerfEventScope],
+    rate_hz: u64,
+) -> Result<Vec<PerfEventLinkId>, BpfError> {
+    scopes
+        .iter()
+        .map(|&scope| {
+            program
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    scope,
+                    SamplePolicy::Frequency(rate_hz),
+                    false,
+                )
+                .map_err(|e| program_error(&attach_context(scope), e))
+        })
+        .collect()
+}
+
+/// What an attach failure was doing, for its error.
+fn attach_context(scope: PerfEventScope) -> String {
+    match scope {
+        PerfEventScope::OneProcess { pid, .. } => format!("attaching to thread {pid}"),
+        PerfEventScope::AllProcessesOneCpu { cpu } => format!("attaching to cpu {cpu}"),
+        other => format!("attaching to {other:?}"),
     }
 }
 

@@ -26,6 +26,7 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::perf_event::{PerfEventLinkId, PerfEventScope};
 use aya::programs::{BtfTracePoint, PerfEvent};
 use aya::Ebpf;
 use common::{
@@ -161,6 +162,11 @@ pub struct BpfSampler {
     /// Keeps the kernel's run-time statistics on while it lives.
     stats: Option<OwnedFd>,
     cpus: Vec<u32>,
+    /// Where the sampling program is attached, and its links there (empty when detached).
+    scopes: Vec<PerfEventScope>,
+    links: Vec<PerfEventLinkId>,
+    /// Samples per second per scope the links were attached with.
+    rate_hz: u64,
     malformed: u64,
 }
 
@@ -399,6 +405,38 @@ impl BpfSampler {
     /// The kernel's id of the loaded program (for `bpftool prog show id N`).
     pub fn program_id(&self) -> Option<u32> {
         Some(self.program()?.info().ok()?.id())
+    }
+
+    /// Samples per second per CPU the program runs at now.
+    pub fn rate_hz(&self) -> u64 {
+        self.rate_hz
+    }
+
+    /// Samples `rate_hz` times a second per CPU from now on: the perf events are detached and
+    /// attached again at the new frequency (a few milliseconds without samples, never two
+    /// events at once, which would count a tick twice). A sampler loaded detached stays so.
+    pub fn set_rate(&mut self, rate_hz: u64) -> Result<(), BpfError> {
+        if rate_hz == 0 {
+            return Err(BpfError::InvalidConfig("rate_hz must be positive"));
+        }
+        if rate_hz == self.rate_hz || self.scopes.is_empty() {
+            self.rate_hz = rate_hz;
+            return Ok(());
+        }
+        let program: &mut PerfEvent = self
+            .ebpf
+            .program_mut(PROGRAM)
+            .ok_or(BpfError::Missing("program pa_sample"))?
+            .try_into()
+            .map_err(|e| error::program_error("changing the rate", e))?;
+        for link in self.links.drain(..) {
+            program
+                .detach(link)
+                .map_err(|e| error::program_error("detaching a perf event", e))?;
+        }
+        self.links = load::attach_clock(program, &self.scopes, rate_hz)?;
+        self.rate_hz = rate_hz;
+        Ok(())
     }
 
     /// CPUs the program is attached to (empty after [`Self::load_detached`]).

@@ -24,6 +24,7 @@
 mod limits;
 mod naming;
 mod spool;
+mod writer;
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
@@ -41,6 +42,7 @@ pub use limits::DirectoryLimits;
 pub use naming::file_safe_service;
 use naming::SUFFIX;
 pub use spool::{PendingProfile, SpillFate};
+pub use writer::ArchiveWriter;
 
 /// What a directory is for; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

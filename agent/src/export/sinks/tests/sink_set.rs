@@ -53,6 +53,8 @@ fn start_archives_without_upload_and_spills_with_it() {
     .unwrap();
     let (window0, meta0) = window(0);
     archive.submit(&window0, &meta0);
+    // Written off this thread: shutting down waits for it.
+    archive.shutdown(Duration::from_secs(5));
     assert_eq!(
         spilled_files(&dir.path().join("archive")),
         ["billing-4321-1700000000000.pb.gz"]

@@ -1,0 +1,361 @@
+//! The agent's CPU budget: the operator says how much of one core profiling may cost
+//! (`cpu_budget`, 1% by default), and the sampling rate follows.
+//!
+//! What counts is the agent's own CPU time (every thread: sampling, resolving, encoding,
+//! uploading) plus, in eBPF mode, the time the BPF programs run in the kernel on behalf of the
+//! profiled processes (the kernel's run-time statistics). At every profile window's end the
+//! [`RateGovernor`] compares the window's cost with the budget:
+//! - over the budget, the rate drops in proportion (to 90% of what the budget allows, so that
+//!   the next window lands under it, not on it);
+//! - under 70% of the budget, the rate rises in proportion, at most doubling per window and
+//!   never past the configured rate;
+//! - in between, it stays: the band keeps noise from moving the rate every window.
+//!
+//! The rate changes only between windows, so each window has one sampling period and its
+//! samples scale to CPU time exactly (the period is in every profile, the rate is a metric).
+//! Part of the cost does not fall with the rate (discovery, thread-list reads, encoding one
+//! profile per process, off-CPU records): when even the lowest rate costs more than the budget
+//! the governor says so ([`Decision::OverAtLowestRate`]) instead of going quiet.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// A share of one CPU core, in millionths (1% is 10,000).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CoreShare(u32);
+
+impl CoreShare {
+    /// The default budget: 1% of one core.
+    pub const DEFAULT: CoreShare = CoreShare(10_000);
+    /// The smallest budget that can be set: 0.01% of one core.
+    pub const MIN: CoreShare = CoreShare(100);
+    /// The largest: a whole core.
+    pub const MAX: CoreShare = CoreShare(1_000_000);
+
+    /// `millionths` of one core, if within [`CoreShare::MIN`]..=[`CoreShare::MAX`].
+    pub fn from_millionths(millionths: u32) -> Option<CoreShare> {
+        (Self::MIN.0..=Self::MAX.0)
+            .contains(&millionths)
+            .then_some(CoreShare(millionths))
+    }
+
+    /// The share as a fraction of one core (0.01 for 1%).
+    pub fn fraction(self) -> f64 {
+        f64::from(self.0) / 1e6
+    }
+}
+
+impl fmt::Display for CoreShare {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}%", f64::from(self.0) / 1e4)
+    }
+}
+
+/// What the operator allows profiling to cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CpuBudget {
+    /// No budget: always the configured rate.
+    Off,
+    /// At most this share of one core.
+    Limit(CoreShare),
+}
+
+impl Default for CpuBudget {
+    fn default() -> CpuBudget {
+        CpuBudget::Limit(CoreShare::DEFAULT)
+    }
+}
+
+impl fmt::Display for CpuBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpuBudget::Off => f.write_str("off"),
+            CpuBudget::Limit(share) => share.fmt(f),
+        }
+    }
+}
+
+/// The lowest rate the governor goes to: one sample a second per CPU (or per process).
+pub const LOWEST_RATE_HZ: u32 = 1;
+
+/// Rates below this share of the budget are raised.
+const RAISE_BELOW: f64 = 0.7;
+/// A change aims at this share of the budget.
+const AIM: f64 = 0.9;
+/// A rate at most doubles per window: a quiet window may be followed by a busy one.
+const MAX_RAISE: f64 = 2.0;
+
+/// CPU time spent since the start, as read at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CostReading {
+    /// When it was read.
+    pub at: Instant,
+    /// The agent's user and system CPU time, all threads.
+    pub agent: Duration,
+    /// Run time of the BPF programs (zero in userspace mode, or without statistics).
+    pub bpf: Duration,
+}
+
+impl CostReading {
+    /// The agent's CPU time now (`getrusage(RUSAGE_SELF)`), with the BPF programs' `bpf`.
+    pub fn now(bpf: Duration) -> CostReading {
+        let agent = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+            .map(|u| {
+                let tv = |t: nix::sys::time::TimeVal| {
+                    Duration::from_secs(t.tv_sec().max(0) as u64)
+                        + Duration::from_micros(t.tv_usec().max(0) as u64)
+                };
+                tv(u.user_time()) + tv(u.system_time())
+            })
+            .unwrap_or_default();
+        CostReading {
+            at: Instant::now(),
+            agent,
+            bpf,
+        }
+    }
+}
+
+/// What one window cost, as shares of one core.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowCost {
+    /// The agent's own share.
+    pub agent: f64,
+    /// The BPF programs' share.
+    pub bpf: f64,
+}
+
+impl WindowCost {
+    /// Both together: what the budget is compared with.
+    pub fn total(&self) -> f64 {
+        self.agent + self.bpf
+    }
+}
+
+/// What the governor decided at the end of a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// The rate stays.
+    Keep,
+    /// Over the budget: sample at this lower rate.
+    Lower(u32),
+    /// Well under the budget and below the configured rate: sample at this higher rate.
+    Raise(u32),
+    /// Over the budget at the lowest rate already: the fixed costs alone exceed it.
+    OverAtLowestRate,
+}
+
+/// Keeps the sampling rate where the agent's cost stays within its budget.
+#[derive(Debug)]
+pub struct RateGovernor {
+    budget: CoreShare,
+    configured_hz: u32,
+    min_window: Duration,
+    last: Option<CostReading>,
+}
+
+impl RateGovernor {
+    /// A governor for `budget`, never sampling faster than `configured_hz`, deciding on
+    /// windows of at least `min_window` (a shorter one is added to the next: a loaded host
+    /// cuts late, then twice in a row, and a window of a few milliseconds measures noise).
+    pub fn new(budget: CoreShare, configured_hz: u32, min_window: Duration) -> RateGovernor {
+        RateGovernor {
+            budget,
+            configured_hz: configured_hz.max(LOWEST_RATE_HZ),
+            min_window,
+            last: None,
+        }
+    }
+
+    /// The budget it keeps.
+    pub fn budget(&self) -> CoreShare {
+        self.budget
+    }
+
+    /// Starts the first window (its cost is measured from here).
+    pub fn start(&mut self, reading: CostReading) {
+        self.last = Some(reading);
+    }
+
+    /// Ends a window sampled at `rate_hz`: its cost, and the rate for the next one. `None`
+    /// for a window too short to measure (it goes on), or before [`RateGovernor::start`]
+    /// (which this call then stands for: the next window starts at `reading`).
+    pub fn end_window(
+        &mut self,
+        reading: CostReading,
+        rate_hz: u32,
+    ) -> Option<(WindowCost, Decision)> {
+        let Some(last) = self.last else {
+            self.last = Some(reading);
+            return None;
+        };
+        let wall = reading.at.checked_duration_since(last.at)?;
+        if wall < self.min_window.max(Duration::from_millis(100)) {
+            return None;
+        }
+        self.last = Some(reading);
+        let wall = wall.as_secs_f64();
+        let share = |now: Duration, then: Duration| now.saturating_sub(then).as_secs_f64() / wall;
+        let cost = WindowCost {
+            agent: share(reading.agent, last.agent),
+            bpf: share(reading.bpf, last.bpf),
+        };
+        Some((cost, self.decide(cost.total(), rate_hz)))
+    }
+
+    /// The rate for the next window, given that `rate_hz` cost `used` of a core.
+    fn decide(&self, used: f64, rate_hz: u32) -> Decision {
+        let budget = self.budget.fraction();
+        let rate = f64::from(rate_hz.max(LOWEST_RATE_HZ));
+        if used > budget {
+            if rate_hz <= LOWEST_RATE_HZ {
+                return Decision::OverAtLowestRate;
+            }
+            let lower = (rate * AIM * budget / used).floor() as u32;
+            return Decision::Lower(lower.clamp(LOWEST_RATE_HZ, rate_hz - 1));
+        }
+        if used < RAISE_BELOW * budget && rate_hz < self.configured_hz {
+            let factor = if used > 0.0 {
+                (AIM * budget / used).min(MAX_RAISE)
+            } else {
+                MAX_RAISE
+            };
+            let higher = (rate * factor).floor() as u32;
+            return Decision::Raise(higher.clamp(rate_hz + 1, self.configured_hz));
+        }
+        Decision::Keep
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn governor(budget_percent: f64, configured: u32) -> RateGovernor {
+        RateGovernor::new(
+            CoreShare::from_millionths((budget_percent * 1e4) as u32).unwrap(),
+            configured,
+            Duration::from_secs(1),
+        )
+    }
+
+    /// A window of 10 s whose agent and BPF cost were `agent` and `bpf` shares of a core.
+    fn window(g: &mut RateGovernor, agent: f64, bpf: f64, rate: u32) -> (WindowCost, Decision) {
+        let start = Instant::now();
+        g.start(CostReading {
+            at: start,
+            agent: Duration::ZERO,
+            bpf: Duration::ZERO,
+        });
+        g.end_window(
+            CostReading {
+                at: start + Duration::from_secs(10),
+                agent: Duration::from_secs_f64(agent * 10.0),
+                bpf: Duration::from_secs_f64(bpf * 10.0),
+            },
+            rate,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn over_the_budget_the_rate_falls_in_proportion_with_a_margin() {
+        let mut g = governor(1.0, 999);
+        let (cost, decision) = window(&mut g, 0.03, 0.01, 999);
+        assert!((cost.total() - 0.04).abs() < 1e-9, "{cost:?}");
+        // 4% at 999 Hz: 1% allows ~250 Hz; aiming at 90% of it gives 224.
+        assert_eq!(decision, Decision::Lower(224));
+    }
+
+    #[test]
+    fn the_bpf_time_counts_against_the_budget() {
+        let mut g = governor(1.0, 99);
+        assert_eq!(window(&mut g, 0.004, 0.0, 99).1, Decision::Keep);
+        assert!(matches!(
+            window(&mut g, 0.004, 0.008, 99).1,
+            Decision::Lower(_)
+        ));
+    }
+
+    #[test]
+    fn well_under_the_budget_the_rate_rises_at_most_twofold_and_never_past_the_configured_rate() {
+        let mut g = governor(1.0, 999);
+        assert_eq!(window(&mut g, 0.0001, 0.0, 100).1, Decision::Raise(200));
+        assert_eq!(window(&mut g, 0.0, 0.0, 600).1, Decision::Raise(999));
+        // 0.5% at 100 Hz: aiming at 0.9% gives 180 Hz.
+        assert_eq!(window(&mut g, 0.005, 0.0, 100).1, Decision::Raise(180));
+        assert_eq!(window(&mut g, 0.0001, 0.0, 999).1, Decision::Keep);
+    }
+
+    #[test]
+    fn between_70_and_100_percent_of_the_budget_the_rate_stays() {
+        let mut g = governor(1.0, 999);
+        for used in [0.0071, 0.0085, 0.01] {
+            assert_eq!(window(&mut g, used, 0.0, 300).1, Decision::Keep, "{used}");
+        }
+    }
+
+    #[test]
+    fn fixed_costs_over_the_budget_at_the_lowest_rate_are_said() {
+        let mut g = governor(0.5, 19);
+        assert_eq!(window(&mut g, 0.02, 0.0, 2).1, Decision::Lower(1));
+        assert_eq!(
+            window(&mut g, 0.02, 0.0, LOWEST_RATE_HZ).1,
+            Decision::OverAtLowestRate
+        );
+    }
+
+    #[test]
+    fn a_window_too_short_or_unstarted_decides_nothing() {
+        let mut g = governor(1.0, 99);
+        let now = Instant::now();
+        let reading = CostReading {
+            at: now,
+            agent: Duration::from_secs(1),
+            bpf: Duration::ZERO,
+        };
+        assert_eq!(g.end_window(reading, 99), None);
+        assert_eq!(g.end_window(reading, 99), None, "no wall time passed");
+        let short = CostReading {
+            at: now + Duration::from_millis(500),
+            ..reading
+        };
+        assert_eq!(
+            g.end_window(short, 99),
+            None,
+            "shorter than the 1 s minimum"
+        );
+        let later = CostReading {
+            at: now + Duration::from_secs(2),
+            agent: Duration::from_secs(1),
+            ..reading
+        };
+        // Measured from the first reading, not from the short window's end.
+        let (cost, _) = g.end_window(later, 99).expect("a whole window");
+        assert_eq!(cost.agent, 0.0);
+    }
+
+    #[test]
+    fn shares_print_as_percent_and_are_bounded() {
+        assert_eq!(CoreShare::DEFAULT.to_string(), "1%");
+        assert_eq!(
+            CoreShare::from_millionths(2_500).unwrap().to_string(),
+            "0.25%"
+        );
+        assert_eq!(CoreShare::from_millionths(99), None);
+        assert_eq!(CoreShare::from_millionths(1_000_001), None);
+    }
+
+    #[test]
+    fn the_agent_s_own_cpu_time_is_read() {
+        let before = CostReading::now(Duration::ZERO);
+        let mut x = 0u64;
+        let until = Instant::now() + Duration::from_millis(30);
+        while Instant::now() < until {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let after = CostReading::now(Duration::ZERO);
+        assert!(after.agent > before.agent, "{before:?} {after:?}");
+    }
+}
