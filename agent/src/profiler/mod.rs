@@ -135,6 +135,9 @@ pub struct HostStats {
     pub native_cut: u64,
     /// native stacks: more eval-loop frames than Python evaluations; the Python stack kept alone
     pub native_mismatch: u64,
+    /// CPU time (of the draining thread, ns) spent draining and resolving records: what a
+    /// record costs the agent, whatever else runs on the host
+    pub drain_cpu_ns: u64,
 }
 
 impl HostStats {

@@ -85,8 +85,9 @@ fn jump_targets(text: &Section, range: Range<u64>) -> Vec<u64> {
     out
 }
 
-/// The address range of the FDE covering `svma`.
-fn fde_range(t: &UnwindTables<'_>, svma: u64) -> Option<Range<u64>> {
+/// The address range of the FDE covering `svma`: the function (or the part of one the compiler
+/// split off) that holds it.
+pub(super) fn fde_range(t: &UnwindTables<'_>, svma: u64) -> Option<Range<u64>> {
     let bases = BaseAddresses::default()
         .set_eh_frame_hdr(t.eh_frame_hdr.svma.start)
         .set_eh_frame(t.eh_frame.svma.start);

@@ -16,7 +16,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use goblin::elf::{program_header::PT_LOAD, section_header::SHT_NOBITS, sym, Elf};
 
-use super::eval_loop::{eval_ranges, is_eval_symbol, UnwindTables};
+use super::eval_loop::{eval_ranges, fde_range, is_eval_symbol, UnwindTables};
 
 /// Why an object could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -241,6 +241,17 @@ impl ElfObject {
             name: &s.name,
             offset: svma - s.start,
         })
+    }
+
+    /// The start of the code (function, or a part the compiler split off one) that holds
+    /// link-time address `svma`, from its unwind entry: what names an address no symbol
+    /// covers, so that the samples of one function without a symbol add up.
+    pub fn code_start(&self, svma: u64) -> Option<u64> {
+        let unwind = UnwindTables {
+            eh_frame: self.eh_frame.as_ref()?,
+            eh_frame_hdr: self.eh_frame_hdr.as_ref()?,
+        };
+        Some(fde_range(&unwind, svma)?.start)
     }
 
     /// Whether link-time address `svma` lies in CPython's eval loop.

@@ -188,7 +188,8 @@ impl NativeUnwinder {
             Some(hit) => demangle(hit.name),
             None => {
                 self.stats.unnamed_frames += 1;
-                format!("{}+{svma:#x}", m.name.file_name())
+                let start = m.object.code_start(svma).unwrap_or(svma);
+                format!("{}+{start:#x}", m.name.file_name())
             }
         };
         let f = NativeFrame {
