@@ -369,6 +369,26 @@ mod tests {
             .count();
         assert!(named > 0);
         assert_eq!(o.symbol(u64::MAX), None);
+        // An address inside a function: its unwind entry starts where its symbol does (what
+        // names the addresses of stripped functions).
+        let inside: Vec<(u64, u64)> = (text.start..text.end)
+            .step_by(4096)
+            .filter_map(|a| {
+                o.symbol(a)
+                    .filter(|h| h.offset > 0)
+                    .map(|h| (a, a - h.offset))
+            })
+            .collect();
+        assert!(!inside.is_empty());
+        let agree = inside
+            .iter()
+            .filter(|(a, start)| o.code_start(*a) == Some(*start))
+            .count();
+        assert!(
+            agree * 10 >= inside.len() * 9,
+            "{agree} of {}",
+            inside.len()
+        );
         // The second lookup is the same parse.
         let again = ObjectCache::get(&exe.to_string_lossy(), &file).unwrap();
         assert!(Arc::ptr_eq(&o, &again));
