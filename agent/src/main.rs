@@ -386,11 +386,13 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     }
     if args.frames.native && profiler.bpf().is_some() {
         eprintln!(
-            "pyagent: native stacks: {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone); {} stack copies cut at an unreadable page",
+            "pyagent: native stacks: {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone); {} stack copies cut at an unreadable page; {:.1} ms of agent CPU resolving {} records (the first parse of each object and of kallsyms included)",
             s.native_merged,
             s.native_cut,
             s.native_mismatch,
-            bpf_counter(common::Counter::NativeStackShort)
+            bpf_counter(common::Counter::NativeStackShort),
+            s.drain_cpu_ns as f64 / 1e6,
+            s.records
         );
     }
     Ok(())

@@ -18,6 +18,8 @@
 //!   store can tell objects apart and fetch their symbols; kernel frames have the `[kernel]`
 //!   mapping, by which they can be filtered. Their functions' `filename` is the object's path.
 //!   Native locations carry no address: stacks are aggregated by function, like Python ones.
+//!   The process's executable, when a frame runs in it, has the first mapping (`go tool pprof`
+//!   takes it for the main binary).
 //! - `location_id` innermost first (pprof's leaf-first order).
 //! - sample labels, Pyroscope-style: `thread_id` (num, the host's id, as `pid`), `ns_thread_id` (num, the id
 //!   in the target's PID namespace, when it differs, as `ns_pid`), `thread_name` (str, when known), `wait` (off-CPU
@@ -98,6 +100,19 @@ pub fn build(window: &ProfileWindow) -> Profile {
         })
         .collect();
 
+    // `go tool pprof` takes the first mapping for the main binary (`File:` in its header):
+    // the executable's, when a native frame runs in it, and not `[kernel]` or a library.
+    let executable = window
+        .counts
+        .keys()
+        .chain(window.off_cpu.keys().map(|(key, _)| key))
+        .flat_map(|key| &key.frames)
+        .filter_map(|f| f.code.object.as_ref())
+        .filter(|o| o.executable)
+        .min();
+    if let Some(o) = executable {
+        builder.mapping(o);
+    }
     let on_cpu = window
         .stacks()
         .into_iter()
@@ -366,19 +381,24 @@ pub(crate) mod tests {
         assert_eq!(profile.duration_nanos, 10_000_000_000);
     }
 
+    /// A native frame of `object`.
+    fn native(name: &str, object: &Arc<ObjectName>, kind: FrameKind) -> Frame {
+        Frame {
+            code: Arc::new(crate::symbolize::CodeName::native(name, Arc::clone(object))),
+            line: None,
+            kind,
+        }
+    }
+
     /// One sample of pid 7 whose stack, leaf first, is a kernel frame, two frames of libz
     /// (build ID `0123abcd`) and a Python frame.
     pub(crate) fn native_window() -> ProfileWindow {
         let libz = Arc::new(ObjectName {
             path: Arc::from("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13"),
             build_id: Some(Arc::from("0123abcd")),
+            executable: false,
         });
         let kernel = crate::unwind::native::kernel_object();
-        let native = |name: &str, object: &Arc<ObjectName>, kind| Frame {
-            code: Arc::new(crate::symbolize::CodeName::native(name, Arc::clone(object))),
-            line: None,
-            kind,
-        };
         let frames = vec![
             native("clear_page_erms", &kernel, FrameKind::Kernel),
             native("deflate", &libz, FrameKind::NativeCode),
@@ -410,6 +430,54 @@ pub(crate) mod tests {
     }
 
     use crate::test_support::{go_pprof, temp_dir};
+
+    /// The executable's mapping comes first, although a kernel and a library frame come before
+    /// its frame in the stack: `go tool pprof` names the profile after it.
+    #[test]
+    fn the_executables_mapping_is_first() {
+        let object = |path: &str, executable| {
+            Arc::new(ObjectName {
+                path: Arc::from(path),
+                build_id: None,
+                executable,
+            })
+        };
+        let python = object("/usr/bin/python3.12", true);
+        let libz = object("/usr/lib/x86_64-linux-gnu/libz.so.1.2.13", false);
+        let kernel = crate::unwind::native::kernel_object();
+        let frames = vec![
+            native("clear_page_erms", &kernel, FrameKind::Kernel),
+            native("deflate", &libz, FrameKind::NativeCode),
+            frame("compress_loop", "/srv/app.py", 17, 18),
+            native("Py_RunMain", &python, FrameKind::NativeCode),
+        ];
+        let mut agg = Aggregator::new(PERIOD_NS);
+        agg.add(&sample(7, 7, None, frames));
+        let profile = build(&agg.cut());
+        let text = |i: i64| profile.string_table[i as usize].as_str();
+        assert_eq!(profile.mapping.len(), 3);
+        assert_eq!(text(profile.mapping[0].filename), "/usr/bin/python3.12");
+        assert_eq!(profile.mapping[0].id, 1);
+
+        let dir = temp_dir("pprof-main-mapping");
+        let file = dir.path().join("profile.pb.gz");
+        // Kernel frame first in the only stack: without the rule, `[kernel]` would be first.
+        let mut bytes = Vec::new();
+        let mut agg = Aggregator::new(PERIOD_NS);
+        agg.add(&sample(
+            7,
+            7,
+            None,
+            vec![
+                native("clear_page_erms", &kernel, FrameKind::Kernel),
+                native("Py_RunMain", &python, FrameKind::NativeCode),
+            ],
+        ));
+        write(&agg.cut(), &mut bytes).unwrap();
+        std::fs::write(&file, &bytes).unwrap();
+        let top = go_pprof(dir.path(), &["-top"], &file);
+        assert!(top.contains("File: python3.12"), "{top}");
+    }
 
     #[test]
     fn go_tool_pprof_reads_the_profile() {

@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use common::{Counter, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
+use common::{Counter, NativeSection, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
 
 use crate::aggregate::WaitReason;
 use crate::discovery::{host_tids, HostScanner, PythonTarget};
@@ -165,7 +165,9 @@ impl BpfBackend {
     pub fn collect(&mut self, scanner: &mut HostScanner, out: &mut Collected) {
         // Records first: on 3.15 they were walked against the anchors and cached stacks of the
         // last refresh, which the next refresh replaces.
+        let cpu_before = thread_cpu_ns();
         let sampled = self.drain_records(out);
+        out.stats.drain_cpu_ns += thread_cpu_ns().saturating_sub(cpu_before);
         // A counter that cannot be read keeps its last value (a total never goes back to 0).
         if let Some(n) = self.unknown_thread_ticks() {
             out.stats.unknown_thread = n;
@@ -257,23 +259,22 @@ impl BpfBackend {
         p.threads = now;
     }
 
-    /// Resolves the records in the ring buffer; returns the pids that had some.
+    /// Resolves the records in the ring buffer; returns the pids that had some. Each record
+    /// is resolved where it lies in the ring buffer: its native section (up to 16 KiB of stack)
+    /// is unwound in place, never copied out.
     pub fn drain_records(&mut self, out: &mut Collected) -> HashSet<u32> {
         let mut sampled = HashSet::new();
-        let mut batch: Vec<DecodedRecord> = Vec::new();
-        self.sampler
-            .drain(|rec: SampleRecord<'_>| batch.push(DecodedRecord::decode(&rec)));
-        out.stats.records += batch.len() as u64;
-        for record in batch {
+        let procs = &mut self.procs;
+        let n = self.sampler.drain(|rec: SampleRecord<'_>| {
+            let record = DecodedRecord::decode(&rec);
             if let RecordKind::Wake { tid, at_ns } = record.kind {
                 woke(out, record.pid, tid, at_ns);
-                continue;
+                return;
             }
             let pid = record.pid;
-            let (Some(p), Some(profile)) = (self.procs.get_mut(&pid), out.profiles.get_mut(&pid))
-            else {
+            let (Some(p), Some(profile)) = (procs.get_mut(&pid), out.profiles.get_mut(&pid)) else {
                 out.stats.untracked += 1;
-                continue;
+                return;
             };
             if sampled.insert(pid) {
                 if let Err(e) = p.unwinder.begin_records() {
@@ -281,15 +282,17 @@ impl BpfBackend {
                     tracing::debug!(pid, "reading the interpreters failed: {e}");
                 }
             }
+            let native = p.native.as_mut().zip(rec.native());
             resolve(
                 &mut p.unwinder,
-                p.native.as_mut(),
+                native,
                 record,
                 profile,
                 &mut out.stats,
                 &mut out.waits,
             );
-        }
+        });
+        out.stats.records += n as u64;
         sampled
     }
 
@@ -363,6 +366,14 @@ impl BpfBackend {
     }
 }
 
+/// This thread's CPU time in ns (0 if the clock cannot be read).
+fn thread_cpu_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(t.tv_nsec()).unwrap_or(0)
+    })
+}
+
 /// A wake-up record: the thread's recorded wait ends, and its time goes to the profile.
 fn woke(out: &mut Collected, pid: u32, tid: u32, at_ns: u64) {
     let mut profile = out.profiles.get_mut(&pid);
@@ -383,24 +394,20 @@ fn woke(out: &mut Collected, pid: u32, tid: u32, at_ns: u64) {
 /// blocked threads until its wake-up; a record without a stack is counted by reason.
 fn resolve(
     unwinder: &mut Unwinder,
-    native: Option<&mut NativeUnwinder>,
+    native: Option<(&mut NativeUnwinder, &NativeSection<'_>)>,
     record: DecodedRecord,
     profile: &mut Profile,
     stats: &mut HostStats,
     waits: &mut Waits,
 ) {
     let DecodedRecord {
-        kind,
-        walk,
-        raw,
-        native: capture,
-        ..
+        kind, walk, raw, ..
     } = record;
     let sample = match unwinder.resolve_record(&walk, &raw) {
         Ok(mut sample) => {
-            if let (Some(n), Some(c)) = (native, capture) {
-                let stack = n.stack(&c);
-                let (merged, how) = merge(std::mem::take(&mut sample.frames), &stack);
+            if let Some((n, section)) = native {
+                let stack = n.stack(section);
+                let (merged, how) = merge(std::mem::take(&mut sample.frames), stack);
                 sample.frames = merged;
                 match how {
                     Merge::Whole => stats.native_merged += 1,

@@ -141,6 +141,9 @@ pub struct HostStats {
     pub native_mismatch: u64,
     /// task-aware stacks asked for: processes tracked without them (CPython before 3.14)
     pub async_unsupported: u64,
+    /// CPU time (of the draining thread, ns) spent draining and resolving records: what a
+    /// record costs the agent, whatever else runs on the host
+    pub drain_cpu_ns: u64,
 }
 
 impl HostStats {

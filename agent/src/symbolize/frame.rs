@@ -21,7 +21,7 @@ pub enum FrameKind {
 }
 
 /// What a frame runs: the parts of a code object a profile shows, shared by every frame of it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CodeName {
     /// Qualified name (`Class.method`, `outer.<locals>.inner`), or `<native>` / `<GC>`.
     pub function: Arc<str>,
@@ -32,6 +32,16 @@ pub struct CodeName {
     pub first_line: u32,
     /// The object native code lies in (`None` for Python frames and pseudo-frames).
     pub object: Option<Arc<ObjectName>>,
+}
+
+/// Hashes the function name and first line only: names that are equal have those equal, and
+/// they tell nearly all names apart. The aggregator hashes every frame of every sample, and a
+/// native frame's file and object are long paths (and a build ID) that would triple the bytes.
+impl std::hash::Hash for CodeName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.function.hash(state);
+        self.first_line.hash(state);
+    }
 }
 
 impl CodeName {

@@ -7,6 +7,7 @@
 //! re-validated once per sample against a fingerprint of the code object's header.
 
 mod bytecode;
+mod eval_loop;
 mod frame;
 pub mod kernel;
 mod linetable;

@@ -16,6 +16,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use goblin::elf::{program_header::PT_LOAD, section_header::SHT_NOBITS, sym, Elf};
 
+use super::eval_loop::{eval_ranges, fde_range, is_eval_symbol, UnwindTables};
+
 /// Why an object could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum NativeObjectError {
@@ -46,6 +48,9 @@ pub struct ObjectName {
     pub path: Arc<str>,
     /// GNU build ID, lowercase hex.
     pub build_id: Option<Arc<str>>,
+    /// The process's executable (not a shared library): a pprof profile lists its mapping
+    /// first, since `go tool pprof` takes the first mapping for the main binary.
+    pub executable: bool,
 }
 
 impl ObjectName {
@@ -197,17 +202,29 @@ impl ElfObject {
         symbols.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
         // .symtab and .dynsym name most functions twice.
         symbols.dedup_by(|b, a| a.start == b.start);
-        let eval_ranges = symbols
+        let text = section(".text");
+        let eh_frame = section(".eh_frame");
+        let eh_frame_hdr = section(".eh_frame_hdr");
+        let named_eval = symbols
             .iter()
             .filter(|s| is_eval_symbol(&s.name))
             .map(|s| s.start..s.end.max(s.start + 1))
             .collect();
+        let unwind =
+            eh_frame
+                .as_ref()
+                .zip(eh_frame_hdr.as_ref())
+                .map(|(eh_frame, eh_frame_hdr)| UnwindTables {
+                    eh_frame,
+                    eh_frame_hdr,
+                });
+        let eval_ranges = eval_ranges(named_eval, text.as_ref(), unwind);
         Ok(ElfObject {
             build_id,
             loads,
-            text: section(".text"),
-            eh_frame: section(".eh_frame"),
-            eh_frame_hdr: section(".eh_frame_hdr"),
+            text,
+            eh_frame,
+            eh_frame_hdr,
             got: section(".got").map(|s| s.svma),
             symbols,
             eval_ranges,
@@ -226,6 +243,17 @@ impl ElfObject {
         })
     }
 
+    /// The start of the code (function, or a part the compiler split off one) that holds
+    /// link-time address `svma`, from its unwind entry: what names an address no symbol
+    /// covers, so that the samples of one function without a symbol add up.
+    pub fn code_start(&self, svma: u64) -> Option<u64> {
+        let unwind = UnwindTables {
+            eh_frame: self.eh_frame.as_ref()?,
+            eh_frame_hdr: self.eh_frame_hdr.as_ref()?,
+        };
+        Some(fde_range(&unwind, svma)?.start)
+    }
+
     /// Whether link-time address `svma` lies in CPython's eval loop.
     pub fn in_eval_loop(&self, svma: u64) -> bool {
         self.eval_ranges.iter().any(|r| r.contains(&svma))
@@ -235,12 +263,6 @@ impl ElfObject {
     pub fn has_eval_loop(&self) -> bool {
         !self.eval_ranges.is_empty()
     }
-}
-
-/// `_PyEval_EvalFrameDefault`, and the parts the compiler split off it (`.cold`, `.part.N`).
-fn is_eval_symbol(name: &str) -> bool {
-    name.strip_prefix("_PyEval_EvalFrameDefault")
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -321,15 +343,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn eval_loop_symbols_include_split_parts_only() {
-        assert!(is_eval_symbol("_PyEval_EvalFrameDefault"));
-        assert!(is_eval_symbol("_PyEval_EvalFrameDefault.cold"));
-        assert!(is_eval_symbol("_PyEval_EvalFrameDefault.cold.12"));
-        assert!(!is_eval_symbol("_PyEval_EvalFrameDefaultX"));
-        assert!(!is_eval_symbol("_PyEval_EvalFrame"));
-    }
-
-    #[test]
     fn demangles_cpp_and_rust_and_keeps_c() {
         assert_eq!(demangle("deflate"), "deflate");
         assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
@@ -356,6 +369,26 @@ mod tests {
             .count();
         assert!(named > 0);
         assert_eq!(o.symbol(u64::MAX), None);
+        // An address inside a function: its unwind entry starts where its symbol does (what
+        // names the addresses of stripped functions).
+        let inside: Vec<(u64, u64)> = (text.start..text.end)
+            .step_by(4096)
+            .filter_map(|a| {
+                o.symbol(a)
+                    .filter(|h| h.offset > 0)
+                    .map(|h| (a, a - h.offset))
+            })
+            .collect();
+        assert!(!inside.is_empty());
+        let agree = inside
+            .iter()
+            .filter(|(a, start)| o.code_start(*a) == Some(*start))
+            .count();
+        assert!(
+            agree * 10 >= inside.len() * 9,
+            "{agree} of {}",
+            inside.len()
+        );
         // The second lookup is the same parse.
         let again = ObjectCache::get(&exe.to_string_lossy(), &file).unwrap();
         assert!(Arc::ptr_eq(&o, &again));

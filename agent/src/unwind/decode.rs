@@ -1,10 +1,11 @@
 //! A BPF sample record read off the ring buffer, decoded into what the unwinder resolves: the
 //! walk's outcome and its raw frames, or a wake-up, which carries no stack. The wire format
-//! (`common::SampleRecord`) stops here: past this point a record is typed values.
+//! (`common::SampleRecord`) stops here: past this point a record is typed values. A record's
+//! native section (registers, stack copy) is not decoded: it is unwound where it lies in the
+//! ring buffer ([`super::native::NativeUnwinder::stack`]), not copied.
 
 use common::SampleRecord;
 
-use super::native::NativeCapture;
 use super::{ExternalWalk, GilState, RawFrame, TraceContext};
 
 /// What one record says happened.
@@ -45,8 +46,6 @@ pub struct DecodedRecord {
     pub walk: ExternalWalk,
     /// the walked frames, innermost first (empty for a wake-up)
     pub raw: Vec<RawFrame>,
-    /// registers and user-stack copy, for a process with native stacks on
-    pub native: Option<NativeCapture>,
 }
 
 impl DecodedRecord {
@@ -63,7 +62,6 @@ impl DecodedRecord {
                 },
                 walk: ExternalWalk::default(),
                 raw: Vec::new(),
-                native: None,
             };
         } else if h.is_off_cpu() {
             RecordKind::OffCpu {
@@ -112,13 +110,6 @@ impl DecodedRecord {
                     .map(|(trace_id, span_id)| TraceContext { trace_id, span_id }),
             },
             raw,
-            native: rec.native().map(|n| NativeCapture {
-                ip: n.hdr.ip,
-                sp: n.hdr.sp,
-                bp: n.hdr.bp,
-                kernel: n.kernel_frames().collect(),
-                stack: n.stack.to_vec(),
-            }),
         }
     }
 }

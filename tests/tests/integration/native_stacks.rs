@@ -29,10 +29,18 @@ fn native(f: &str) -> bool {
     f.ends_with(']') && !f.ends_with(" [kernel]")
 }
 
+/// Whether the interpreter names its static functions: Debian's 3.14 and 3.15 are stripped of
+/// `.symtab` (their `list_sort` and built-in zlib module are `python3.15+0x…`), and their eval
+/// loop's body is found from the exported entry's jumps (`symbolize/eval_loop.rs`).
+fn names_static_functions(py: &str) -> bool {
+    !matches!(py, "py314" | "py315")
+}
+
 #[rstest]
 fn native_frames_sit_between_and_above_the_python_ones(
-    #[values("py311", "py312", "py313", "py313-static")] py: &str,
+    #[values("py311", "py312", "py313", "py313-static", "py314", "py315")] py: &str,
 ) {
+    let named = names_static_functions(py);
     pyagent_bin(); // built before the target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
     let p = PythonProcess::ready(py, "native_mix.py", &[]);
@@ -82,7 +90,11 @@ fn native_frames_sit_between_and_above_the_python_ones(
                 above.iter().all(|f| native(f) || f.ends_with(" [kernel]")),
                 "{py}: Python above compress_loop's C call: {line}"
             );
-            let module_fn = position(above, |f| f.starts_with("zlib_compress ["));
+            let module_fn = if named {
+                position(above, |f| f.starts_with("zlib_compress ["))
+            } else {
+                position(above, native)
+            };
             let libz = position(above, |f| f.contains("[libz.so"));
             if matches!((module_fn, libz), (Some(m), Some(z)) if m < z) {
                 compress_in_libz += n;
@@ -92,16 +104,23 @@ fn native_frames_sit_between_and_above_the_python_ones(
             key += n;
             // sort_loop → sorted/list.sort (C) → slow_key (Python) → zlib.crc32 (C, libz).
             let s = position(&frames, python("sort_loop")).expect("slow_key under sort_loop");
-            let sort = position(&frames, |f| f.starts_with("list_sort"))
-                .unwrap_or_else(|| panic!("{py}: no list_sort between: {line}"));
-            assert!(s < sort && sort < k, "{py}: out of order: {line}");
+            if named {
+                let sort = position(&frames, |f| f.starts_with("list_sort"))
+                    .unwrap_or_else(|| panic!("{py}: no list_sort between: {line}"));
+                assert!(s < sort && sort < k, "{py}: out of order: {line}");
+            } else {
+                assert!(
+                    s + 1 < k,
+                    "{py}: no C between sort_loop and slow_key: {line}"
+                );
+            }
             assert!(
                 frames[s + 1..k].iter().all(|f| native(f)),
                 "{py}: only C between sort_loop and slow_key: {line}"
             );
             if frames[k + 1..]
                 .iter()
-                .any(|f| f.starts_with("zlib_crc32 ["))
+                .any(|f| !named || f.starts_with("zlib_crc32 ["))
                 && frames[k + 1..].iter().any(|f| f.contains("[libz.so"))
             {
                 key_in_libz += n;
@@ -142,36 +161,5 @@ fn without_native_the_stacks_are_python_only() {
                 .all(|f| f.ends_with(')') || (f.starts_with('<') && f.ends_with('>'))),
             "a frame that is not Python: {line}"
         );
-    }
-}
-
-/// An interpreter whose eval loop has no symbol (Debian's 3.15 in a chroot: `.symtab` stripped,
-/// `_PyEval_EvalFrameDefault` not exported) cannot be merged: its samples keep their Python
-/// stacks and are counted, and no stack shows the process's entry point above Python code.
-#[test]
-fn an_eval_loop_without_a_symbol_keeps_the_python_stack() {
-    pyagent_bin();
-    let _serial = host_wide_lock();
-    let p = PythonProcess::ready("py315", "native_mix.py", &[]);
-    let dir = fresh_dir("native-stripped");
-    let (text, err) = record_collapsed(
-        p.pid(),
-        &["--mode", "ebpf", "--native", "-d", "3"],
-        &dir.join("stripped.txt"),
-    );
-    let samples = number_before(&err, " samples,");
-    let mismatched = number_before(&err, " mismatched");
-    assert!(mismatched * 2 >= samples, "{err}");
-    assert!(text.contains("slow_key ("), "{text}");
-    for line in text.lines() {
-        let (frames, _) = stack(line);
-        if let Some(first_python) = position(&frames, |f| f.contains("native_mix.py:")) {
-            assert!(
-                !frames[first_python..]
-                    .iter()
-                    .any(|f| f.starts_with("_start [")),
-                "the entry point above Python code: {line}"
-            );
-        }
     }
 }

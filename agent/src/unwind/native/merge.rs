@@ -30,16 +30,18 @@ pub enum Merge {
 /// evaluations) and `stack`; on [`Merge::Mismatch`], `python` unchanged.
 pub fn merge(python: Vec<Frame>, stack: &NativeStack) -> (Vec<Frame>, Merge) {
     let native = &stack.frames;
-    let groups: Vec<&[Frame]> = python
-        .split(|f| f.kind == FrameKind::Native)
-        .filter(|g| !g.is_empty())
-        .collect();
+    let groups = || {
+        python
+            .split(|f| f.kind == FrameKind::Native)
+            .filter(|g| !g.is_empty())
+    };
+    let ngroups = groups().count();
     let evals = native.iter().filter(|n| n.eval).count();
-    if evals > groups.len() || (evals < groups.len() && stack.reached_root) {
+    if evals > ngroups || (evals < ngroups && stack.reached_root) {
         return (python, Merge::Mismatch);
     }
     let mut out = Vec::with_capacity(python.len() + native.len());
-    let mut next = groups.iter();
+    let mut next = groups();
     for n in native.iter() {
         if n.eval {
             // Counted above: there is a group for every eval frame.
@@ -80,6 +82,7 @@ mod tests {
         let object = Arc::new(ObjectName {
             path: Arc::from("/lib/libx.so"),
             build_id: None,
+            executable: false,
         });
         NativeFrame {
             frame: Frame {

@@ -2,8 +2,8 @@
 //! sample, named, innermost first, kernel frames at the leaf; and their merge with the Python
 //! frames ([`merge`]).
 //!
-//! In: a [`NativeCapture`] (registers, kernel return addresses, stack bytes from `sp` up).
-//! Out: [`NativeFrame`]s. The copy is unwound with framehop over each object's `.eh_frame` (no
+//! In: a record's native section, where it lies in the ring buffer (registers, kernel return
+//! addresses, stack bytes from `sp` up). Out: [`NativeFrame`]s. The copy is unwound with framehop over each object's `.eh_frame` (no
 //! frame pointers needed; framehop falls back to them where CFI has no rule). Caches: the
 //! process's objects ([`modules`]; parsed objects are shared by all processes) and one named
 //! frame per address, bounded.
@@ -13,6 +13,7 @@ mod modules;
 
 use std::sync::Arc;
 
+use common::NativeSection;
 use foldhash::{HashMap, HashMapExt};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::Unwinder as _;
@@ -27,21 +28,6 @@ use modules::Modules;
 pub const MAX_NATIVE_FRAMES: usize = 256;
 /// Named addresses kept per process; the cache starts again when full.
 const MAX_NAMED: usize = 1 << 16;
-
-/// What the BPF program copied for one sample.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NativeCapture {
-    /// user instruction pointer
-    pub ip: u64,
-    /// user stack pointer: the address of the first copied byte
-    pub sp: u64,
-    /// user frame pointer (rbp)
-    pub bp: u64,
-    /// kernel return addresses, innermost first (empty when the tick was in user mode)
-    pub kernel: Vec<u64>,
-    /// the user stack from `sp` up
-    pub stack: Vec<u8>,
-}
 
 /// The native frames of one sample.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,6 +67,10 @@ pub struct NativeUnwinder {
     cache: CacheX86_64,
     named: HashMap<u64, NativeFrame>,
     stats: NativeStats,
+    /// the last sample's lookup addresses and frames: reused, so that a sample allocates
+    /// nothing here once they have grown to the deepest stack
+    addrs: Vec<u64>,
+    stack: NativeStack,
 }
 
 impl std::fmt::Debug for NativeUnwinder {
@@ -100,6 +90,8 @@ impl NativeUnwinder {
             cache: CacheX86_64::new(),
             named: HashMap::new(),
             stats: NativeStats::default(),
+            addrs: Vec::new(),
+            stack: NativeStack::default(),
         }
     }
 
@@ -108,42 +100,47 @@ impl NativeUnwinder {
         self.stats
     }
 
-    /// The native frames of `c`, innermost first: kernel frames, then the user frames the
-    /// copied stack unwinds to (as far as the copy and the objects' CFI reach).
-    pub fn stack(&mut self, c: &NativeCapture) -> NativeStack {
+    /// The native frames of the section `n`, innermost first: kernel frames, then the user
+    /// frames the copied stack unwinds to (as far as the copy and the objects' CFI reach).
+    /// Valid until the next call.
+    pub fn stack(&mut self, n: &NativeSection<'_>) -> &NativeStack {
         self.stats.stacks += 1;
-        let (addrs, reached_root) = self.unwind(c);
-        let mut out = Vec::with_capacity(c.kernel.len() + addrs.len());
-        for &k in &c.kernel {
-            out.push(self.kernel_frame(k));
+        let mut addrs = std::mem::take(&mut self.addrs);
+        let reached_root = self.unwind(n, &mut addrs);
+        let mut frames = std::mem::take(&mut self.stack.frames);
+        frames.clear();
+        for k in n.kernel_frames() {
+            frames.push(self.kernel_frame(k));
         }
-        for a in addrs {
-            out.push(self.user_frame(a));
+        for &a in &addrs {
+            frames.push(self.user_frame(a));
         }
-        self.stats.frames += out.len() as u64;
-        NativeStack {
-            frames: out,
+        self.stats.frames += frames.len() as u64;
+        self.addrs = addrs;
+        self.stack = NativeStack {
+            frames,
             reached_root,
-        }
+        };
+        &self.stack
     }
 
-    /// Lookup addresses (the ip, then each return address minus one) of the user stack, and
-    /// whether the unwind reached the root.
-    fn unwind(&mut self, c: &NativeCapture) -> (Vec<u64>, bool) {
-        self.modules.cover([c.ip]);
-        let mut addrs = Vec::new();
-        let sp = c.sp;
-        let stack = &c.stack;
+    /// Puts the lookup addresses (the ip, then each return address minus one) of the user
+    /// stack into `addrs`; returns whether the unwind reached the root.
+    fn unwind(&mut self, n: &NativeSection<'_>, addrs: &mut Vec<u64>) -> bool {
+        addrs.clear();
+        let (ip, sp) = (n.hdr.ip, n.hdr.sp);
+        self.modules.cover([ip]);
+        let stack = n.stack;
         let mut read = |addr: u64| -> Result<u64, ()> {
             let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
             let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
             Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
         };
-        let regs = UnwindRegsX86_64::new(c.ip, c.sp, c.bp);
+        let regs = UnwindRegsX86_64::new(ip, sp, n.hdr.bp);
         let mut it = self
             .modules
             .unwinder
-            .iter_frames(c.ip, regs, &mut self.cache, &mut read);
+            .iter_frames(ip, regs, &mut self.cache, &mut read);
         // An error ends the stack where it is: the copy's end, or code without CFI.
         let mut reached_root = false;
         loop {
@@ -163,7 +160,7 @@ impl NativeUnwinder {
         if addrs.iter().any(|&a| self.modules.find(a).is_none()) {
             self.modules.cover(addrs.iter().copied());
         }
-        (addrs, reached_root)
+        reached_root
     }
 
     fn remember(&mut self, addr: u64, f: NativeFrame) -> NativeFrame {
@@ -191,7 +188,8 @@ impl NativeUnwinder {
             Some(hit) => demangle(hit.name),
             None => {
                 self.stats.unnamed_frames += 1;
-                format!("{}+{svma:#x}", m.name.file_name())
+                let start = m.object.code_start(svma).unwrap_or(svma);
+                format!("{}+{start:#x}", m.name.file_name())
             }
         };
         let f = NativeFrame {
@@ -230,6 +228,7 @@ pub fn kernel_object() -> Arc<ObjectName> {
         Arc::new(ObjectName {
             path: Arc::from("[kernel]"),
             build_id: None,
+            executable: false,
         })
     });
     Arc::clone(&KERNEL)
@@ -240,6 +239,7 @@ fn unknown_object() -> Arc<ObjectName> {
         Arc::new(ObjectName {
             path: Arc::from("[unknown]"),
             build_id: None,
+            executable: false,
         })
     });
     Arc::clone(&UNKNOWN)

@@ -98,6 +98,10 @@ impl Modules {
         for (path, entry) in maps {
             by_path.entry(path).or_default().push(entry);
         }
+        // The executable's inode, to tell it from the libraries.
+        let exe_inode = std::fs::metadata(format!("/proc/{}/exe", self.pid))
+            .ok()
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m));
         let mut unwinder = UnwinderX86_64::new();
         let mut mapped = Vec::new();
         let mut unreadable = 0;
@@ -107,7 +111,8 @@ impl Modules {
                 continue;
             };
             let avma = first.start..last.end;
-            let Some(m) = self.read_object(&path, &entries, avma) else {
+            let executable = exe_inode.is_some_and(|i| entries.iter().any(|e| e.inode == i));
+            let Some(m) = self.read_object(&path, &entries, avma, executable) else {
                 unreadable += 1;
                 continue;
             };
@@ -125,6 +130,7 @@ impl Modules {
         path: &std::path::Path,
         entries: &[MapsEntry],
         avma: std::ops::Range<u64>,
+        executable: bool,
     ) -> Option<Mapped> {
         let (opened, file) = open_mapped_file(self.pid, path, entries).ok()?;
         let object = ObjectCache::get(&opened, &file).ok()?;
@@ -132,6 +138,7 @@ impl Modules {
         let name = Arc::new(ObjectName {
             path: Arc::from(path.to_string_lossy().as_ref()),
             build_id: object.build_id.clone(),
+            executable,
         });
         Some(Mapped {
             avma,
