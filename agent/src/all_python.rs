@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use pyagent::aggregate::ProfileWindow;
 use pyagent::config::{Overrides, ServiceConfig, ServiceNameRule};
+use pyagent::discovery::host::count_processes;
 use pyagent::discovery::privileges::Shortfall;
 use pyagent::discovery::service_name::service_name;
 use pyagent::export;
@@ -141,18 +142,32 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
     // The first scan parses every Python binary on the host: the duration starts after it.
     profiler.scan();
     let denied = profiler.denied_processes();
-    if profiler.pids().is_empty() && denied > 0 {
+    let denied_note = denied_note(&denied);
+    // Without the privileges, the processes we may not read are likely the Python ones.
+    if profiler.pids().is_empty() && !denied.is_empty() && !lacks.is_empty() {
         let why: Vec<String> = lacks.iter().map(Shortfall::brief).collect();
         bail!(
-            "no process can be profiled: {denied} processes cannot be inspected (permission denied{}); run as root, or grant CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH",
-            if why.is_empty() { String::new() } else { format!(": {}", why.join(", ")) }
+            "no process can be profiled: {} (permission denied: {}); run as root, or grant CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH",
+            denied_note,
+            why.join(", ")
         );
     }
     let until = std::time::Instant::now() + duration;
+    let found = profiler.pids().len();
+    // A host with no Python is not an error: one may start within the duration.
+    let found_so_far = if found == 0 {
+        "no CPython process running yet".to_string()
+    } else {
+        format!("{found} found so far")
+    };
     eprintln!(
-        "pyagent: profiling every CPython process ({} mode, {rate} Hz, {} found so far)",
+        "pyagent: profiling every CPython process ({} mode, {rate} Hz, {found_so_far}{})",
         profiler.mode_name(),
-        profiler.pids().len()
+        if denied.is_empty() {
+            String::new()
+        } else {
+            format!("; {denied_note}")
+        }
     );
     // Windows of processes that exit during the run are written as soon as they are found gone,
     // so that memory stays bounded by the live processes under churn, not by all of them.
@@ -178,6 +193,14 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         .iter()
         .map(|(k, v)| format!("{v} {k}"))
         .collect();
+    if written + failed == 0 {
+        eprintln!(
+            "pyagent: no CPython process found ({} mode; processes: {})",
+            profiler.mode_name(),
+            states.join(", ")
+        );
+        return Ok(());
+    }
     eprintln!(
         "pyagent: {} mode, wrote {written} profiles to {}, {failed} failed ({} samples, {}; processes: {})",
         profiler.mode_name(),
@@ -196,6 +219,21 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// "1 process cannot be inspected (pid 1)": the processes whose memory or executable we may
+/// not read, the first few by pid.
+fn denied_note(denied: &[u32]) -> String {
+    const SHOWN: usize = 5;
+    let mut pids: Vec<String> = denied.iter().take(SHOWN).map(u32::to_string).collect();
+    if denied.len() > SHOWN {
+        pids.push("…".to_string());
+    }
+    format!(
+        "{} cannot be inspected (pid {})",
+        count_processes(denied.len()),
+        pids.join(", ")
+    )
 }
 
 /// The profiles of an `--all-python --duration` run, one file per process. Each file is written

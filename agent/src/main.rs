@@ -135,7 +135,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         .with_context(|| format!("writing {}", args.output.display()))?;
     let u = sampler.unwind_stats();
     let mut summary = format!(
-        "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads, {} unverified stacks",
+        "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads, {} unverified stacks, {} frames named after they returned",
         args.output.display(),
         stats.samples,
         window.counts.len(),
@@ -146,6 +146,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         u.lost.summary(),
         u.rereads,
         u.unverified,
+        u.popped_frames_named,
     );
     if args.frames.async_tasks {
         summary += &format!(

@@ -416,13 +416,27 @@ impl HostScanner {
         let denied = self.denied_count();
         if denied > self.denied_reported {
             // Info, not warn: the service logs it; a one-shot run says it in its summary (and
-            // fails when nothing else can be profiled).
+            // fails when nothing else can be profiled for lack of privileges).
             tracing::info!(
-                "{denied} processes cannot be inspected: permission denied (run as root, or grant CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH); they are not profiled"
+                pids = ?self.denied_pids(),
+                "{} cannot be inspected: permission denied (without CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, or protected from any reader); not profiled",
+                count_processes(denied)
             );
         }
         self.denied_reported = denied;
         changes
+    }
+
+    /// The processes that could not be inspected for lack of permission, in pid order.
+    pub fn denied_pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self
+            .known
+            .iter()
+            .filter(|(_, k)| matches!(k.state, ProcessState::Denied(_)))
+            .map(|(&pid, _)| pid)
+            .collect();
+        pids.sort_unstable();
+        pids
     }
 
     /// Processes that could not be inspected for lack of permission.
@@ -434,9 +448,25 @@ impl HostScanner {
     }
 }
 
+/// "1 process", "2 processes".
+pub fn count_processes(n: usize) -> String {
+    if n == 1 {
+        "1 process".to_string()
+    } else {
+        format!("{n} processes")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_counts_read_as_english() {
+        assert_eq!(count_processes(1), "1 process");
+        assert_eq!(count_processes(0), "0 processes");
+        assert_eq!(count_processes(3), "3 processes");
+    }
 
     /// Without `CAP_SYS_PTRACE` a kernel thread's `exe` answers EACCES like a process that may
     /// not be read; its stat flags tell it apart, so it is not counted as denied.

@@ -293,9 +293,9 @@ impl HostProfiler {
         self.scanner.not_profiled(limit)
     }
 
-    /// Processes that could not be inspected for lack of permission.
-    pub fn denied_processes(&self) -> usize {
-        self.scanner.denied_count()
+    /// The processes that could not be inspected for lack of permission, in pid order.
+    pub fn denied_processes(&self) -> Vec<u32> {
+        self.scanner.denied_pids()
     }
 
     /// The BPF sampler, when that is the backend (for its counters and run statistics).

@@ -16,6 +16,7 @@ mod strings;
 
 // foldhash: these maps are looked up several times per sample, keyed by addresses.
 use foldhash::{HashMap, HashMapExt};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use bytecode::bytecode_base;
@@ -68,6 +69,9 @@ pub struct Symbolizer {
     /// runtime address of `PyCode_Type`, to tell code objects from anything else
     code_type: u64,
     cache: HashMap<u64, CodeEntry>,
+    /// where each cached code object's bytecode starts → the code object's address: which code
+    /// object an instruction pointer is in ([`Symbolizer::code_running_at`])
+    by_bytecode: BTreeMap<u64, u64>,
     generation: Option<u64>,
     epoch: u64,
     max_entries: usize,
@@ -81,6 +85,7 @@ impl Symbolizer {
             offsets,
             code_type,
             cache: HashMap::new(),
+            by_bytecode: BTreeMap::new(),
             generation: None,
             epoch: 0,
             max_entries: 65536,
@@ -94,7 +99,7 @@ impl Symbolizer {
         self.epoch += 1;
         if let Some(g) = generation {
             if self.generation.is_some_and(|old| old != g) {
-                self.cache.clear();
+                self.clear();
                 self.stats.flushes += 1;
             }
             self.generation = Some(g);
@@ -175,8 +180,10 @@ impl Symbolizer {
             lines: LineTable::decode(&table, first_line),
         });
         if self.cache.len() >= self.max_entries {
-            self.cache.clear();
+            self.clear();
         }
+        let bytecode = addr + self.offsets.code_object.co_code_adaptive;
+        self.by_bytecode.insert(bytecode, addr);
         self.cache.insert(
             addr,
             CodeEntry {
@@ -186,6 +193,23 @@ impl Symbolizer {
             },
         );
         Ok(Some(info))
+    }
+
+    fn clear(&mut self) {
+        self.cache.clear();
+        self.by_bytecode.clear();
+    }
+
+    /// The cached code object whose own bytecode holds `ip`, with its address: what a frame
+    /// whose executable was cleared when it returned (3.14+) was running. Only where the
+    /// interpreter's `code_object_generation` vouches for the cache (3.14+), since a freed code
+    /// object's memory may hold another one by now; never a thread-local bytecode copy.
+    pub fn code_running_at(&self, ip: u64) -> Option<(u64, Arc<CodeInfo>)> {
+        self.generation?;
+        let (&start, &addr) = self.by_bytecode.range(..=ip).next_back()?;
+        let entry = self.cache.get(&addr)?;
+        let len = entry.info.len_units.checked_mul(2)?;
+        (ip - start < len).then(|| (addr, entry.info.clone()))
     }
 
     /// The frame for `info` executing at `ip`, with the bytecode starting at `bytecode_base`.

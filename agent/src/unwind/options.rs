@@ -92,6 +92,9 @@ pub struct UnwindStats {
     pub unverified: u64,
     /// frames whose executable is not a code object (the sample is rejected as torn)
     pub non_code_frames: u64,
+    /// frames that returned while a walk read them (3.14+ clear the executable), named by the
+    /// code object their instruction pointer is in; their stacks count as unverified
+    pub popped_frames_named: u64,
     /// anchor writes made
     pub anchor_writes: u64,
     /// anchor writes after which the walked frames had changed (the stored stack is dropped)
@@ -130,6 +133,7 @@ impl std::ops::AddAssign for UnwindStats {
             rereads,
             unverified,
             non_code_frames,
+            popped_frames_named,
             anchor_writes,
             anchor_write_races,
             uncached_walks,
@@ -151,6 +155,7 @@ impl std::ops::AddAssign for UnwindStats {
         self.rereads += rereads;
         self.unverified += unverified;
         self.non_code_frames += non_code_frames;
+        self.popped_frames_named += popped_frames_named;
         self.anchor_writes += anchor_writes;
         self.anchor_write_races += anchor_write_races;
         self.uncached_walks += uncached_walks;

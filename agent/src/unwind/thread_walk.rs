@@ -37,7 +37,7 @@ impl Unwinder {
                 // The top frame's line moves while it runs: always read it fresh.
                 let top = walk::read_frame(&mut self.mem, &self.target.offsets, t.top_frame)?;
                 let mut resolved = Vec::with_capacity(2);
-                let pending_native = self.resolve_frames(&[top], interp, &mut resolved)?;
+                let pending_native = self.resolve_frames(&[top], interp, &mut resolved, false)?;
                 if self.top_read_before_anchor(t) || self.anchor_unchanged(t, anchor_frame, seq)? {
                     return Ok(self.full_hit_sample(
                         interp,
@@ -58,6 +58,8 @@ impl Unwinder {
         let mut raw = std::mem::take(&mut self.raw);
         raw.clear();
         let stop_at = anchor.map(|(a, _)| a).filter(|&a| a != 0);
+        // The frames below the anchor a walk was spliced onto: reported, and the whole chain.
+        let mut spliced_chain: Vec<u64> = Vec::new();
         let result = (|| -> Result<(Vec<CachedFrame>, WalkEnd, bool), AttemptError> {
             let mut end =
                 walk::walk_frames(&mut self.mem, &o, t.top_frame, stop_at, max_depth, &mut raw)?;
@@ -67,12 +69,13 @@ impl Unwinder {
                 let tail = self
                     .frame_cache
                     .as_mut()
-                    .and_then(|fc| fc.splice(key, anchor_frame, seq).map(|s| s.to_vec()));
+                    .and_then(|fc| fc.splice(key, anchor_frame, seq));
                 match tail {
                     Some(tail) if self.anchor_unchanged(t, anchor_frame, seq)? => {
                         self.stats.cache_partial_hits += 1;
-                        self.stats.frames_cached += tail.len() as u64;
-                        spliced = Some(tail);
+                        self.stats.frames_cached += tail.frames.len() as u64;
+                        spliced = Some(tail.frames);
+                        spliced_chain = tail.chain;
                         end = WalkEnd::Bottom;
                     }
                     _ => {
@@ -113,7 +116,12 @@ impl Unwinder {
                 WalkEnd::Bottom | WalkEnd::Anchor | WalkEnd::DepthLimit => {}
             }
             let mut resolved = Vec::with_capacity(raw.len() + 4);
-            let pending_native = self.resolve_frames(&raw, interp, &mut resolved)?;
+            // Frames that returned under the walk are named only where a moved top is kept:
+            // the stack is then the one the thread state named, not one instant's copy.
+            let named_before = self.stats.popped_frames_named;
+            let keep_moved = self.options.keep_moved_top;
+            let pending_native = self.resolve_frames(&raw, interp, &mut resolved, keep_moved)?;
+            let moved = moved || self.stats.popped_frames_named != named_before;
             if let Some(tail) = spliced {
                 Self::splice_tail(&mut resolved, pending_native, self.gc_frame(interp), tail);
             }
@@ -133,7 +141,8 @@ impl Unwinder {
             return Ok(self.finish_sample(interp, t, resolved, truncated));
         }
         if let (Some(fc), Some((anchor_frame, seq))) = (self.frame_cache.as_mut(), anchor) {
-            let stored = !truncated && fc.store(key, seq, resolved.iter().cloned());
+            let chain = self.raw.iter().map(|f| f.addr).chain(spliced_chain);
+            let stored = !truncated && fc.store(key, seq, resolved.iter().cloned(), chain);
             if !stored {
                 // Nothing to splice under an anchor (a truncated walk, or a thread or stack
                 // beyond the cache's bounds): a BPF walk that stopped at one would be lost.

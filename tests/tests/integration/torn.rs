@@ -124,12 +124,12 @@ fn torn_read_rereads_keep_the_fast_recursion_profile_shape_of_ebpf(
     profile_shape_matches_ebpf(py);
 }
 
-/// The same on 3.15, still a known defect: deep walks fail the base-frame check more often
-/// while the thread moves, and their re-reads land on shallower stacks (CI, loaded: 0.81 of
-/// samples inside the recursion against 0.93 in eBPF, 2 samples at depth 20 against 35).
+/// The same on 3.15, which clears a frame's executable as it returns. The defect: a walk that
+/// reached such a frame was rejected and read again, and the deeper the stack the sooner its top
+/// returns, so the re-reads favoured shallow stacks (CI, loaded: 0.81 of samples inside the
+/// recursion against 0.93 in eBPF, 2 samples at depth 20 against 35). A returned frame is now
+/// named by the code object its instruction pointer is in.
 #[test]
-#[ignore = "known defect (reliability issue, item 0, 3.15): re-reads after base-frame failures \
-            favour shallow stacks; CI under load: 0.81 inside the recursion vs 0.93 in eBPF"]
 fn torn_read_rereads_keep_the_fast_recursion_profile_shape_of_ebpf_on_3_15() {
     profile_shape_matches_ebpf("py315");
 }

@@ -29,21 +29,76 @@ pub struct CachedFrame {
     pub frame: Frame,
 }
 
+/// One frame of the walked chain, reported or not (a C-level entry frame, the base frame, an
+/// `__init__` shim): the interpreter moves the anchor through every one of them, one sequence
+/// step each, so the arithmetic counts them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Link {
+    /// `_PyInterpreterFrame` address
+    addr: u64,
+    /// where the stored frames below this one start
+    tail: usize,
+}
+
+/// A stored stack: the reported frames, the chain they were walked from, and the sequence the
+/// walk read.
 #[derive(Debug)]
-struct Entry {
+struct Stored {
     seq: u64,
     frames: Vec<CachedFrame>,
-    /// The stack stored before this one, with its sequence. A walk taken by someone else (the
-    /// BPF program) in the instant before our anchor write still describes that one.
-    previous: Option<(u64, Vec<CachedFrame>)>,
+    chain: Vec<Link>,
+}
+
+impl Stored {
+    /// Where `anchor` sits in the chain, if the sequence proves the frames above it were
+    /// popped: exactly one step per chain frame above it.
+    fn vouched(&self, anchor: u64, seq: u64) -> Option<usize> {
+        let i = self.chain.iter().position(|l| l.addr == anchor)?;
+        (self.seq.wrapping_add(i as u64) == seq).then_some(i)
+    }
+
+    /// The frames below chain position `i`.
+    fn frames_below(&self, i: usize) -> &[CachedFrame] {
+        &self.frames[self.chain[i].tail..]
+    }
+
+    /// The chain below position `i`, as addresses.
+    fn chain_below(&self, i: usize) -> impl Iterator<Item = u64> + '_ {
+        self.chain[i + 1..].iter().map(|l| l.addr)
+    }
+}
+
+/// Links `chain` (every walked frame address, innermost first) to `frames` (the reported
+/// ones, in the same order, with pseudo-frames at address 0 between them).
+fn link_chain(frames: &[CachedFrame], chain: impl Iterator<Item = u64>) -> Vec<Link> {
+    let mut next = 0;
+    chain
+        .map(|addr| {
+            let real = frames[next..].iter().position(|f| f.addr != 0);
+            if let Some(k) = real.filter(|&k| frames[next + k].addr == addr) {
+                next += k + 1;
+            }
+            Link { addr, tail: next }
+        })
+        .collect()
+}
+
+#[derive(Debug)]
+struct Entry {
+    current: Stored,
+    /// The stack stored before this one. A walk taken by someone else (the BPF program) in the
+    /// instant before our anchor write still describes that one.
+    previous: Option<Stored>,
     seen: u64,
 }
 
-/// Where `anchor` sits in `frames`, if the sequence proves the frames above it were popped.
-fn vouched_tail(seq_stored: u64, frames: &[CachedFrame], anchor: u64, seq: u64) -> Option<usize> {
-    let i = frames.iter().position(|f| f.addr == anchor)?;
-    let real_pops = frames[..i].iter().filter(|f| f.addr != 0).count() as u64;
-    (seq_stored.wrapping_add(real_pops) == seq).then_some(i + 1)
+/// A stored stack's part below an anchor: the frames to report and the chain they came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tail {
+    /// the reported frames
+    pub frames: Vec<CachedFrame>,
+    /// every frame address of the chain, reported or not
+    pub chain: Vec<u64>,
 }
 
 /// Per-thread cached stacks of one process.
@@ -59,10 +114,10 @@ pub struct FrameCache {
 }
 
 /// Consecutive BPF anchor misses of a thread after which it is no longer anchored (each one is
-/// a lost record). An event loop moves the anchor through frames the cache does not count
-/// (a task step's C-level entry frame leaves the chain on every `await`), so the sequence
-/// arithmetic fails every time; walking such a thread whole in BPF costs more and loses
-/// nothing.
+/// a lost record): a guard for threads whose anchor moves in ways the arithmetic cannot follow
+/// (a foreign writer, a bug). Walking such a thread whole in BPF costs more and loses nothing.
+/// Event loops do not need it: a task step's C-level entry frame, which leaves the chain on
+/// every `await`, is counted like any other frame.
 const DEMOTE_AFTER_MISSES: u32 = 8;
 /// Rounds a demoted thread stays unanchored before the cache tries it again.
 const DEMOTED_ROUNDS: u64 = 64;
@@ -85,35 +140,40 @@ impl FrameCache {
     pub fn full_hit(&mut self, key: ThreadKey, top: u64, seq: u64) -> Option<&[CachedFrame]> {
         let round = self.round;
         let e = self.entries.get_mut(&key)?;
-        if e.frames.first().map(|f| f.addr) != Some(top) || e.seq != seq {
+        let s = &e.current;
+        if s.frames.first().map(|f| f.addr) != Some(top) || s.seq != seq {
             return None;
         }
         e.seen = round;
-        Some(&e.frames[1..])
+        Some(&e.current.frames[1..])
     }
 
     /// The stack stored for `key`, innermost first.
     pub fn stack(&self, key: ThreadKey) -> Option<&[CachedFrame]> {
-        self.entries.get(&key).map(|e| &e.frames[..])
+        self.entries.get(&key).map(|e| &e.current.frames[..])
     }
 
     /// Partial hit: a walk from the top reached the anchor `anchor`; returns the cached frames
-    /// below it if the sequence arithmetic proves they are still the anchor's callers. The stack
-    /// stored before the current one is tried too: it is what the anchor described until our
-    /// last write, and the arithmetic is sound for each stored stack on its own (two live frames
-    /// never share an address, so a later walk cannot satisfy the older stack's arithmetic with
-    /// frames other than the ones both stacks share).
-    pub fn splice(&mut self, key: ThreadKey, anchor: u64, seq: u64) -> Option<&[CachedFrame]> {
+    /// below it, and the chain below it, if the sequence arithmetic proves they are still the
+    /// anchor's callers.
+    pub fn splice(&mut self, key: ThreadKey, anchor: u64, seq: u64) -> Option<Tail> {
         let round = self.round;
         let e = self.entries.get_mut(&key)?;
         e.seen = round;
-        let start = vouched_tail(e.seq, &e.frames, anchor, seq)?;
-        Some(&e.frames[start..])
+        let s = &e.current;
+        let i = s.vouched(anchor, seq)?;
+        Some(Tail {
+            frames: s.frames_below(i).to_vec(),
+            chain: s.chain_below(i).collect(),
+        })
     }
 
     /// [`FrameCache::splice`] for a walk taken by someone else at an earlier instant (a BPF
     /// record): it may predate our last anchor write, so the stack stored before the current
-    /// one is tried too, which is what the anchor described until that write.
+    /// one is tried too, which is what the anchor described until that write. The arithmetic is
+    /// sound for each stored stack on its own (two live frames never share an address, so a
+    /// later walk cannot satisfy the older stack's arithmetic with frames other than the ones
+    /// both stacks share).
     pub fn splice_external(
         &mut self,
         key: ThreadKey,
@@ -121,35 +181,32 @@ impl FrameCache {
         seq: u64,
     ) -> Option<&[CachedFrame]> {
         let round = self.round;
-        let vouched = self.entries.get_mut(&key).and_then(|e| {
+        let found = self.entries.get_mut(&key).and_then(|e| {
             e.seen = round;
-            vouched_tail(e.seq, &e.frames, anchor, seq)
-                .map(|start| (false, start))
-                .or_else(|| {
-                    let (prev_seq, prev) = e.previous.as_ref()?;
-                    vouched_tail(*prev_seq, prev, anchor, seq).map(|start| (true, start))
-                })
+            let stored = [Some(&e.current), e.previous.as_ref()];
+            stored
+                .into_iter()
+                .flatten()
+                .find_map(|s| s.vouched(anchor, seq).map(|i| s.frames_below(i)))
         });
-        let Some((previous, start)) = vouched else {
+        if found.is_none() {
             *self.external_misses.entry(key).or_default() += 1;
-            return None;
-        };
-        let e = self.entries.get(&key)?;
-        Some(match (&e.previous, previous) {
-            (Some((_, prev)), true) => &prev[start..],
-            _ => &e.frames[start..],
-        })
+        }
+        found
     }
 
-    /// Stores a complete stack, taken while the anchor sequence was `seq`, and returns whether
-    /// it did: a new thread beyond [`MAX_THREADS`] and a stack deeper than
-    /// [`MAX_CACHED_FRAMES`] are not stored (the caller must then not anchor the thread).
-    /// `<GC>` markers are left out: a collection is over by the next sample.
+    /// Stores a complete stack, taken while the anchor sequence was `seq`: the reported
+    /// `frames` and the `chain` of every frame address they were walked from (innermost first,
+    /// entry frames included). Returns whether it did: a new thread beyond [`MAX_THREADS`] and
+    /// a stack deeper than [`MAX_CACHED_FRAMES`] are not stored (the caller must then not
+    /// anchor the thread). `<GC>` markers are left out: a collection is over by the next
+    /// sample.
     pub fn store(
         &mut self,
         key: ThreadKey,
         seq: u64,
         frames: impl Iterator<Item = CachedFrame>,
+        chain: impl Iterator<Item = u64>,
     ) -> bool {
         if self.entries.len() >= MAX_THREADS && !self.entries.contains_key(&key) {
             return false;
@@ -169,16 +226,16 @@ impl FrameCache {
             .filter(|f| f.frame.kind != FrameKind::Gc)
             .take(MAX_CACHED_FRAMES + 1)
             .collect();
-        if frames.len() > MAX_CACHED_FRAMES {
+        let chain = link_chain(&frames, chain.take(MAX_CACHED_FRAMES + 1));
+        if frames.len() > MAX_CACHED_FRAMES || chain.len() > MAX_CACHED_FRAMES {
             self.entries.remove(&key);
             return false;
         }
-        let previous = self.entries.remove(&key).map(|e| (e.seq, e.frames));
+        let previous = self.entries.remove(&key).map(|e| e.current);
         self.entries.insert(
             key,
             Entry {
-                seq,
-                frames,
+                current: Stored { seq, frames, chain },
                 previous,
                 seen: self.round,
             },
@@ -218,6 +275,18 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// Stores `frames` walked from a chain of just the reported frames.
+    fn store(
+        c: &mut FrameCache,
+        key: ThreadKey,
+        seq: u64,
+        frames: impl Iterator<Item = CachedFrame>,
+    ) -> bool {
+        let frames: Vec<CachedFrame> = frames.collect();
+        let chain: Vec<u64> = frames.iter().map(|f| f.addr).filter(|&a| a != 0).collect();
+        c.store(key, seq, frames.into_iter(), chain.into_iter())
+    }
+
     fn f(addr: u64, name: &str) -> CachedFrame {
         CachedFrame {
             addr,
@@ -233,7 +302,8 @@ mod tests {
     fn full_hit_needs_same_top_and_seq() {
         let mut c = FrameCache::new();
         let key = (0x1000, 7);
-        c.store(
+        store(
+            &mut c,
             key,
             5,
             vec![f(0x30, "leaf"), f(0x20, "mid"), f(0x10, "main")].into_iter(),
@@ -246,7 +316,7 @@ mod tests {
     /// Stores `main→a_parent→a_leaf` (at 0x10, 0x20, 0x30) for `key`, written at sequence 10.
     fn store_a_chain(c: &mut FrameCache, key: ThreadKey) {
         let chain = [f(0x30, "a_leaf"), f(0x20, "a_parent"), f(0x10, "main")];
-        c.store(key, 10, chain.into_iter());
+        store(c, key, 10, chain.into_iter());
     }
 
     /// The ABA case of gh-151613: `main→a_parent→a_leaf` is cached; later the anchor is found
@@ -260,8 +330,9 @@ mod tests {
         store_a_chain(&mut c, key);
         // Anchor reached at 0x20 after one departure (a_leaf returned): seq 11.
         let tail = c.splice(key, 0x20, 11).expect("one pop, seq +1");
-        assert_eq!(tail.len(), 1);
-        assert_eq!(tail[0].frame.function(), "main");
+        assert_eq!(tail.frames.len(), 1);
+        assert_eq!(tail.frames[0].frame.function(), "main");
+        assert_eq!(tail.chain, [0x10]);
         // Same position but the sequence says something else happened: miss.
         assert!(c.splice(key, 0x20, 10).is_none());
         assert!(c.splice(key, 0x20, 13).is_none());
@@ -278,7 +349,8 @@ mod tests {
         store_a_chain(&mut c, key);
         // Both a frames returned (seq 12), b_parent/b_leaf reused the addresses; a new walk
         // stored that stack at seq 12 and moved the anchor to b_leaf.
-        c.store(
+        store(
+            &mut c,
             key,
             12,
             vec![f(0x30, "b_leaf"), f(0x20, "b_parent"), f(0x10, "main")].into_iter(),
@@ -302,27 +374,72 @@ mod tests {
         assert!(c.splice_external(key, 0x20, 14).is_none());
     }
 
+    /// A `<native>` marker is no frame of the chain; the C-level entry frame under the
+    /// callback is, and it moves the anchor like any other when it leaves.
     #[test]
-    fn pseudo_frames_do_not_count_as_pops() {
+    fn pseudo_frames_do_not_count_as_pops_entry_frames_do() {
         let mut c = FrameCache::new();
         let key = (1, 1);
         let native = CachedFrame {
             addr: 0,
             frame: Frame::pseudo(FrameKind::Native),
         };
+        let frames = vec![f(0x30, "cb"), native, f(0x20, "caller"), f(0x10, "main")];
         c.store(
             key,
             0,
-            vec![f(0x30, "cb"), native, f(0x20, "caller"), f(0x10, "main")].into_iter(),
+            frames.into_iter(),
+            [0x30, 0x28, 0x20, 0x10].into_iter(),
         );
-        assert_eq!(c.splice(key, 0x20, 1).map(|t| t.len()), Some(1));
+        // cb and the entry frame returned: two steps.
+        assert_eq!(c.splice(key, 0x20, 2).map(|t| t.frames.len()), Some(1));
+        assert!(c.splice(key, 0x20, 1).is_none());
+        // Only cb returned: the anchor is the entry frame; the marker stays above `caller`.
+        let tail = c.splice(key, 0x28, 1).expect("one step");
+        assert_eq!(tail.frames.len(), 3);
+        assert_eq!(tail.frames[0].frame.kind, FrameKind::Native);
+        assert_eq!(tail.chain, [0x20, 0x10]);
+    }
+
+    /// The defect: an event loop's task step runs a coroutine on top of a C-level entry frame
+    /// that the stored stack did not hold; on `await` both leave the chain, the sequence moves
+    /// by 2 while the stack showed one frame above the loop's, so every record stopping at the
+    /// loop's frame was an anchor miss (and the thread was demoted after 8 of them).
+    #[test]
+    fn an_awaiting_task_step_is_spliced_under_the_event_loop() {
+        let mut c = FrameCache::new();
+        let key = (1, 1);
+        let frames = [f(0x40, "step_coro"), f(0x30, "run_once"), f(0x10, "main")];
+        let chain = [0x40, 0x38, 0x30, 0x20, 0x10];
+        c.store(key, 7, frames.into_iter(), chain.into_iter());
+        let tail = c
+            .splice_external(key, 0x30, 9)
+            .expect("coroutine and entry frame left");
+        assert_eq!(tail.len(), 1);
+        assert_eq!(tail[0].frame.function(), "main");
+        assert!(
+            c.splice_external(key, 0x30, 8).is_none(),
+            "one step is not two"
+        );
+        for _ in 0..2 * DEMOTE_AFTER_MISSES {
+            assert!(c.splice_external(key, 0x30, 9).is_some());
+        }
+        assert!(
+            store(
+                &mut c,
+                key,
+                9,
+                [f(0x30, "run_once"), f(0x10, "main")].into_iter()
+            ),
+            "not demoted"
+        );
     }
 
     #[test]
     fn unseen_threads_are_dropped() {
         let mut c = FrameCache::new();
-        c.store((1, 1), 0, vec![f(0x10, "main")].into_iter());
-        c.store((2, 2), 0, vec![f(0x10, "main")].into_iter());
+        store(&mut c, (1, 1), 0, vec![f(0x10, "main")].into_iter());
+        store(&mut c, (2, 2), 0, vec![f(0x10, "main")].into_iter());
         c.end_round();
         assert!(c.full_hit((1, 1), 0x10, 0).is_some());
         c.end_round();
@@ -335,11 +452,16 @@ mod tests {
     fn store_reports_the_thread_bound() {
         let mut c = FrameCache::new();
         for t in 0..MAX_THREADS as u64 {
-            assert!(c.store((t, 1), 0, vec![f(0x10, "main")].into_iter()));
+            assert!(store(&mut c, (t, 1), 0, vec![f(0x10, "main")].into_iter()));
         }
-        assert!(!c.store((u64::MAX, 1), 0, vec![f(0x10, "main")].into_iter()));
+        assert!(!store(
+            &mut c,
+            (u64::MAX, 1),
+            0,
+            vec![f(0x10, "main")].into_iter()
+        ));
         assert!(
-            c.store((0, 1), 1, vec![f(0x10, "main")].into_iter()),
+            store(&mut c, (0, 1), 1, vec![f(0x10, "main")].into_iter()),
             "a known thread"
         );
     }
