@@ -243,6 +243,13 @@ impl Unwinder {
                 // by another profiler (the next refresh replaces it). Only this sample is lost;
                 // the cached stack stays valid for the others.
                 self.stats.cache_misses += 1;
+                if self
+                    .frame_cache
+                    .as_mut()
+                    .is_some_and(|fc| fc.demote_after_misses(key))
+                {
+                    self.write_anchor_at(walk.tstate, 0);
+                }
                 return Err(ExternalSkip::AnchorMiss);
             };
             if raw.len() == 1 {

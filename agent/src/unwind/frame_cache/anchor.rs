@@ -52,13 +52,18 @@ impl Unwinder {
 
     /// Writes the anchor; returns whether it was written.
     pub(in crate::unwind) fn write_anchor(&mut self, t: &ThreadInfo, frame: u64) -> bool {
+        self.write_anchor_at(t.addr, frame)
+    }
+
+    /// Writes the anchor of the thread state at `tstate`; returns whether it was written.
+    pub(in crate::unwind) fn write_anchor_at(&mut self, tstate: u64, frame: u64) -> bool {
         let Some(off) = self.target.offsets.thread_state.last_profiled_frame else {
             return false;
         };
         let written = self
             .mem
             .remote()
-            .write(t.addr + off, &frame.to_le_bytes())
+            .write(tstate + off, &frame.to_le_bytes())
             .is_ok();
         self.stats.anchor_writes += u64::from(written);
         written

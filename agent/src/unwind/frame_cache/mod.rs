@@ -195,6 +195,22 @@ impl FrameCache {
         found
     }
 
+    /// After a miss of [`FrameCache::splice_external`]: demotes the thread now if its records
+    /// have missed [`DEMOTE_AFTER_MISSES`] times in a row, and says so (the caller must then
+    /// clear the anchor in the target, so that BPF walks the thread whole). Demotion at the
+    /// next [`FrameCache::store`] is not enough: under task churn a thread's refresh walks
+    /// tear, nothing is stored for seconds, and every record meanwhile stops at the stale
+    /// anchor and is lost.
+    pub fn demote_after_misses(&mut self, key: ThreadKey) -> bool {
+        if self.external_misses.get(&key).copied().unwrap_or(0) < DEMOTE_AFTER_MISSES {
+            return false;
+        }
+        self.external_misses.remove(&key);
+        self.demoted.insert(key, self.round + DEMOTED_ROUNDS);
+        self.entries.remove(&key);
+        true
+    }
+
     /// Stores a complete stack, taken while the anchor sequence was `seq`: the reported
     /// `frames` and the `chain` of every frame address they were walked from (innermost first,
     /// entry frames included). Returns whether it did: a new thread beyond [`MAX_THREADS`] and
@@ -432,6 +448,27 @@ mod tests {
                 [f(0x30, "run_once"), f(0x10, "main")].into_iter()
             ),
             "not demoted"
+        );
+    }
+
+    /// Under task churn the refresh walks tear and nothing is stored for seconds: the thread
+    /// is demoted at its 8th miss in a row, not at the next store, and stays unanchored.
+    #[test]
+    fn a_thread_whose_records_keep_missing_is_demoted_at_once() {
+        let mut c = FrameCache::new();
+        let key = (1, 1);
+        let frames = [f(0x30, "run_once"), f(0x10, "main")];
+        c.store(key, 7, frames.clone().into_iter(), [0x30, 0x10].into_iter());
+        for _ in 1..DEMOTE_AFTER_MISSES {
+            assert!(c.splice_external(key, 0x99, 8).is_none());
+            assert!(!c.demote_after_misses(key), "not before the 8th miss");
+        }
+        assert!(c.splice_external(key, 0x99, 8).is_none());
+        assert!(c.demote_after_misses(key));
+        assert!(c.stack(key).is_none(), "nothing left to splice");
+        assert!(
+            !store(&mut c, key, 9, frames.into_iter()),
+            "demoted: not anchored again yet"
         );
     }
 
