@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use common::{OTEL_READ_BYTES, OTEL_SPAN_ID_OFFSET, OTEL_VALID_OFFSET};
 
 use super::sample::TraceContext;
+use crate::discovery::look_again::LookAgain;
 use crate::discovery::thread_context::{ThreadContextFinder, ThreadContextLayout};
 use crate::memory::{ProcessMemory, RemoteMemory};
 
@@ -41,13 +42,22 @@ const VALID: usize = OTEL_VALID_OFFSET as usize;
 const MAX_DTV_ENTRIES: u64 = 1 << 20;
 
 /// One process's thread-context layout, found lazily.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct TraceContexts {
     finder: ThreadContextFinder,
     layout: Option<ThreadContextLayout>,
-    looked_at: Option<Instant>,
-    /// the wait before the next look (doubling)
-    look_again: Option<Duration>,
+    /// when to look again while it publishes nothing
+    look: LookAgain,
+}
+
+impl Default for TraceContexts {
+    fn default() -> TraceContexts {
+        TraceContexts {
+            finder: ThreadContextFinder::default(),
+            layout: None,
+            look: LookAgain::new(LOOK_AGAIN, LOOK_AGAIN_MAX),
+        }
+    }
 }
 
 impl TraceContexts {
@@ -69,17 +79,10 @@ impl TraceContexts {
             return self.layout;
         }
         let now = Instant::now();
-        let wait = self.look_again.unwrap_or(LOOK_AGAIN);
-        if self
-            .looked_at
-            .is_some_and(|at| now.saturating_duration_since(at) < wait)
-        {
+        if !self.look.due(now) {
             return None;
         }
-        if self.looked_at.is_some() {
-            self.look_again = Some((wait * 2).min(LOOK_AGAIN_MAX));
-        }
-        self.looked_at = Some(now);
+        self.look.missed(now);
         // Uncached reads: the sampler's page cache plans its prefetch from what samples read.
         self.layout = self.finder.find(pid, &mut RemoteMemory::new(pid));
         if let Some(layout) = &self.layout {
