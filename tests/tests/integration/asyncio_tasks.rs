@@ -350,8 +350,6 @@ fn record_async_mode_all_samples_waiting_tasks_as_cpython_s_sampler_does() {
 /// tasks sampled too (`--async-mode all`), and `dump --async` never fails while tasks come and
 /// go.
 #[rstest]
-#[ignore = "known defect (asyncio issue): in CI's debug build, churn shows one-task chains of a \
-            child (an awaiter read stale or empty); passes in release runs here, cause not found"]
 fn task_churn_never_shows_a_chain_that_did_not_exist(
     #[values("py314", "py315")] py: &str,
     #[values("userspace", "ebpf", "all")] mode: &str,

@@ -19,7 +19,7 @@ const BASE: u64 = 0x10_0000;
 /// 3.15's asyncio table (Debian 3.15.2), the interpreter layout of 3.12 (a built-in one: the
 /// readers take only the object header, frame and string fields from it), and 3.15's
 /// coroutine and set layouts.
-fn layouts() -> Layouts {
+pub(super) fn layouts() -> Layouts {
     let table: Vec<u8> = [
         168u64, 136, 96, 108, 109, 128, 152, 226240, 10856, 1104, 1024, 1032, 1048,
     ]

@@ -31,7 +31,7 @@ use crate::discovery::DiscoveryError;
 use crate::memory::{MemoryError, ProcessMemory};
 use crate::offsets::{AsyncioDebugOffsets, AsyncioUnsupported, OffsetsError, ASYNCIO_DEBUG_LEN};
 use crate::symbolize::{bytecode_base, task_code_name, CodeName, Frame, ObjectError};
-use objects::{Layouts, RawTask};
+use objects::{Layouts, RawTask, SettledTask};
 
 /// First wait before looking for the table again in a process that has not imported asyncio
 /// yet; doubled after each miss up to [`MAX_LOOKUP_WAIT`].
@@ -317,6 +317,23 @@ impl Unwinder {
             .read_u64(t.addr.wrapping_add(l.a.thread_running_task))
     }
 
+    /// `task`, first read through the page cache, read again straight from the process at one
+    /// instant of its coroutine's life ([`objects::read_settled_task`]).
+    fn settled_task(&mut self, l: &Layouts, task: &RawTask) -> Result<SettledTask, ObjectError> {
+        objects::read_settled_task(self.mem.remote(), l, task.addr, task.coro)
+    }
+
+    /// [`Unwinder::settled_task`] for a task that runs or awaits: `Ok(None)` when its coroutine
+    /// has not started or has finished; a task that changed under the read is an error (the
+    /// caller counts it), never a chain of no one instant.
+    fn live_task(&mut self, l: &Layouts, task: &RawTask) -> Result<Option<RawTask>, ObjectError> {
+        match self.settled_task(l, task)? {
+            SettledTask::Live(task) => Ok(Some(task)),
+            SettledTask::NotStarted(_) | SettledTask::Finished => Ok(None),
+            SettledTask::Changed => Err(ObjectError::Malformed { addr: task.addr }),
+        }
+    }
+
     /// The `<task NAME>` code name of a task, read once per (task, name object).
     fn task_marker(&mut self, l: &Layouts, task: &RawTask) -> Result<TaskName, ObjectError> {
         if let Some(name) = self.asyncio.names.get(&(task.addr, task.name)) {
@@ -441,7 +458,7 @@ impl Unwinder {
             let addr = frames[*k].addr;
             raw.iter().any(|f| f.addr == addr && f.code == *code)
         };
-        let Some((k, (task, awaited, _))) = found.filter(same_code) else {
+        let Some((k, (task_addr, awaited, _))) = found.filter(same_code) else {
             let generator = self.target.offsets.frame.generator_owner;
             if raw.iter().any(|f| f.owner == generator) {
                 self.stats.task_unattributed += 1;
@@ -451,12 +468,15 @@ impl Unwinder {
         let l = self.layouts(self.asyncio.table?)?;
         // A task awaited when the batch began and not now has finished since (its awaiters let
         // go of it): its chain is gone, and one read now would be a chain that never was.
-        let stacked = objects::read_task(&mut self.mem, &l, task).and_then(|task| {
-            if awaited && task.awaited_by == 0 {
-                return Err(ObjectError::Malformed { addr: task.addr });
-            }
-            self.stack_tasks(&l, task, k, frames)
-        });
+        let stacked = objects::read_task(&mut self.mem, &l, task_addr)
+            .and_then(|task| self.live_task(&l, &task))
+            .and_then(|task| {
+                let task = task.ok_or(ObjectError::Malformed { addr: task_addr })?;
+                if awaited && task.awaited_by == 0 {
+                    return Err(ObjectError::Malformed { addr: task.addr });
+                }
+                self.stack_tasks(&l, task, k, frames)
+            });
         match stacked {
             Ok(name) => {
                 self.stats.task_samples += 1;
@@ -478,6 +498,9 @@ impl Unwinder {
         frames: &mut Vec<CachedFrame>,
     ) -> Result<Option<Arc<str>>, ObjectError> {
         let task = objects::read_task(&mut self.mem, l, running)?;
+        let Some(task) = self.live_task(l, &task)? else {
+            return Ok(None);
+        };
         let Some(task_frame) = task.frame(&l.c) else {
             return Ok(None);
         };
@@ -531,6 +554,11 @@ impl Unwinder {
             if !awaiter.is_task {
                 break;
             }
+            // An awaiting task is suspended in its `await`; one that is not any more has let
+            // go of the task below, and the chain is not one of a single instant.
+            let awaiter = self
+                .live_task(l, &awaiter)?
+                .ok_or(ObjectError::Malformed { addr })?;
             out.extend(self.coroutine_frames(l, awaiter.coro)?);
             let (awaiter_name, next) = self.task_link(l, &awaiter)?;
             out.push(Frame::task(awaiter_name.marker));

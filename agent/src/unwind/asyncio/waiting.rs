@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use foldhash::{HashSet, HashSetExt};
 
-use super::objects::{self, Layouts, RawTask};
+use super::objects::{self, Layouts, RawTask, SettledTask};
 use crate::memory::ProcessMemory;
 use crate::symbolize::{Frame, ObjectError};
 use crate::unwind::{InterpreterInfo, ThreadInfo, ThreadSample, Unwinder};
@@ -98,10 +98,13 @@ impl Unwinder {
             return Ok(None);
         }
         // The task was read before its frames, and the process ran on: a task just created may
-        // have been started and awaited since, and its frames would then be of a later instant
-        // than its awaiters. Read it again, fresh, and keep it only if nothing changed.
-        if objects::read_task(self.mem.remote(), l, task.addr)? != *task {
-            return Err(ObjectError::Malformed { addr: task.addr });
+        // have been started and awaited since, or finished and let go of, and its frames would
+        // then be of another instant than its awaiters. Read it again at one instant of its
+        // coroutine's life, and keep it only if nothing changed.
+        match self.settled_task(l, task)? {
+            SettledTask::Live(now) | SettledTask::NotStarted(now) if now == *task => {}
+            SettledTask::Finished => return Ok(None),
+            _ => return Err(ObjectError::Malformed { addr: task.addr }),
         }
         let (label, above) = self.awaiter_frames(l, task)?;
         frames.extend(above);
