@@ -264,13 +264,27 @@ fn gc_pseudo_frame_on_3_15() {
     sample_until(&mut u, PARK, |s| {
         s.iter().any(|t| simple(t).first() == Some(&expected[0]))
     });
-    let hits_before = u.stats().cache_full_hits;
-    let again = u.sample().expect("sampling the parked target");
-    assert_eq!(
-        again.iter().map(simple).collect::<Vec<_>>(),
-        vec![expected.clone()]
-    );
-    assert!(u.stats().cache_full_hits > hits_before, "{:?}", u.stats());
+    // The next samples are spliced from the cache once the anchor written at the last one is
+    // read back; under load the parked thread may still be moving into its sleep, so wait for
+    // the first full hit and check the stack it gave.
+    let deadline = Instant::now() + PARK;
+    loop {
+        let hits_before = u.stats().cache_full_hits;
+        let again = u.sample().expect("sampling the parked target");
+        if u.stats().cache_full_hits > hits_before {
+            assert_eq!(
+                again.iter().map(simple).collect::<Vec<_>>(),
+                vec![expected.clone()]
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no sample of the parked target was a full cache hit in {PARK:?}: {:?}",
+            u.stats()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let no_gc = UnwindOptions {
         gc: false,
         ..Default::default()
