@@ -3,7 +3,8 @@
 //! [`bpf`]: a perf-event BPF program on every CPU walks the frame chain of whatever Python
 //! thread the CPU is running and hands raw frame addresses over a ring buffer.
 //! [`userspace`]: a timer that unwinds each target through `process_vm_readv` (no privileges
-//! beyond ptrace rights, no BPF); [`blocking`] optionally stops a process around its sample.
+//! beyond ptrace rights, no BPF); [`blocking`] optionally stops a process around its sample;
+//! [`run_state`] tells it which threads are on a CPU.
 //! Both feed the same unwinder, symbolizer and aggregator, driven by the conductor
 //! ([`crate::profiler`]). With off-CPU on, the BPF program also records a thread's stack as it
 //! blocks and its wake-up (the conductor weighs the stack by the time between; [`off_cpu`]
@@ -12,5 +13,6 @@
 pub mod blocking;
 pub mod bpf;
 pub mod off_cpu;
+pub mod run_state;
 pub mod slots;
 pub mod userspace;

@@ -15,6 +15,7 @@ use crate::aggregate::{Aggregator, WaitReason};
 use crate::discovery::{children, exe_path, locate_runtime, DiscoveryError};
 use crate::sampler::blocking::{PausedThreads, SeizeStats};
 use crate::sampler::off_cpu::{blocked_in, wait_reason};
+use crate::sampler::run_state::RunStates;
 use crate::unwind::{
     CacheTotals, CpuState, GilState, ThreadSample, UnwindError, UnwindOptions, UnwindStats,
     Unwinder,
@@ -58,6 +59,9 @@ pub struct UserspaceSampler {
     config: UserspaceConfig,
     roots: Vec<u32>,
     targets: HashMap<u32, Unwinder>,
+    /// each target's open thread-state files (not with `blocking`, which reads them all
+    /// before stopping the process)
+    run_states: HashMap<u32, RunStates>,
     /// pids found not to be Python, with the executable they ran then (retried after an exec)
     rejected: HashMap<u32, Option<PathBuf>>,
     stats: SamplerStats,
@@ -83,6 +87,7 @@ impl UserspaceSampler {
             config,
             roots: Vec::new(),
             targets: HashMap::new(),
+            run_states: HashMap::new(),
             rejected: HashMap::new(),
             stats: SamplerStats::default(),
             retired: Vec::new(),
@@ -111,6 +116,7 @@ impl UserspaceSampler {
             config,
             roots: roots.to_vec(),
             targets,
+            run_states: HashMap::new(),
             rejected: HashMap::new(),
             stats: SamplerStats::default(),
             retired: Vec::new(),
@@ -205,6 +211,7 @@ impl UserspaceSampler {
 
     /// Stops sampling a process (it exited or exec'd).
     pub fn remove_target(&mut self, pid: u32) -> Option<Unwinder> {
+        self.run_states.remove(&pid);
         let u = self.targets.remove(&pid)?;
         self.retired.push(u.stats());
         self.retired_caches.add(&u);
@@ -234,17 +241,31 @@ impl UserspaceSampler {
         let mut gone = Vec::new();
         let idle = self.config.idle;
         for (&pid, unwinder) in self.targets.iter_mut() {
-            // Which threads are on a CPU must be read before stopping them (stopped is not R):
-            // to sample only those, or with --idle to label each sample on or off the CPU.
-            let on_cpu = on_cpu_threads(pid);
-            let _paused = self
-                .config
-                .blocking
-                .then(|| PausedThreads::pause(pid, &mut self.stats.seize));
-            let result = if idle {
-                unwinder.sample()
+            // Which threads are on a CPU: to sample only those, or with --idle to label each
+            // sample on or off the CPU. Blocking reads them all before stopping the process
+            // (stopped is not R); otherwise each thread's state is read as it comes up.
+            let (result, on_cpu) = if self.config.blocking {
+                let on_cpu = on_cpu_threads(pid);
+                let _paused = PausedThreads::pause(pid, &mut self.stats.seize);
+                let result = unwinder.sample_filtered(|host_tid| {
+                    idle || host_tid.is_some_and(|t| on_cpu.contains(&t))
+                });
+                (result, on_cpu)
             } else {
-                unwinder.sample_filtered(|host_tid| host_tid.is_some_and(|t| on_cpu.contains(&t)))
+                let states = self
+                    .run_states
+                    .entry(pid)
+                    .or_insert_with(|| RunStates::new(pid));
+                states.begin_tick();
+                let mut on_cpu = HashSet::new();
+                let result = unwinder.sample_filtered(|host_tid| {
+                    let running = host_tid.is_some_and(|t| states.is_running(t));
+                    if running {
+                        on_cpu.extend(host_tid);
+                    }
+                    idle || running
+                });
+                (result, on_cpu)
             };
             match result {
                 Ok(mut samples) => {

@@ -40,6 +40,14 @@ pub struct Args {
     /// Repetitions of every slowdown run [default: 5, 1 with --quick].
     #[arg(long)]
     reps: Option<usize>,
+    /// Seconds of each slowdown window [default: 2, 0.6 with --quick]; the lead before it is
+    /// half of it, at most 1 s. Shorter windows give more pairs in the same time.
+    #[arg(long)]
+    window: Option<f64>,
+    /// Only the slowdown runs (which also give each profiler's cost): sections 3 and 4 are
+    /// left out.
+    #[arg(long)]
+    slowdown_only: bool,
     /// One repetition, 1 s windows, one depth and rate for throughput: checks that every
     /// profiler runs (the smoke test); the numbers mean little.
     #[arg(long)]
@@ -120,7 +128,7 @@ pub fn run(args: &Args) -> Result<()> {
             bail!("{} is missing", script(name).display());
         }
     }
-    let plan = Plan::new(args.quick, args.reps);
+    let plan = Plan::new(args.quick, args.reps, args.window, args.slowdown_only);
     let suites = [
         Suite {
             interp: main,

@@ -49,11 +49,35 @@ pub struct Plan {
     pub throughput_s: u32,
     /// Share of rate × duration a profiler must collect to sustain a rate.
     pub sustain_share: f64,
+    /// Only the slowdown runs.
+    pub slowdown_only: bool,
+    /// The CPU every target is pinned to, so that a profiled run and the unprofiled runs it is
+    /// paired with run on the same CPU (`None` on a single-CPU machine).
+    pub target_cpu: Option<usize>,
 }
 
 impl Plan {
-    /// The full plan, or the quick one for the smoke test.
-    pub fn new(quick: bool, reps: Option<usize>) -> Plan {
+    /// The full plan, or the quick one for the smoke test; `window_s` replaces the slowdown
+    /// window (and its lead, half of it up to 1 s).
+    pub fn new(
+        quick: bool,
+        reps: Option<usize>,
+        window_s: Option<f64>,
+        slowdown_only: bool,
+    ) -> Plan {
+        let mut plan = Plan::defaults(quick, reps);
+        if let Some(w) = window_s.filter(|w| *w > 0.0) {
+            plan.window_s = w;
+            plan.lead_s = (w / 2.0).min(1.0);
+        }
+        plan.slowdown_only = slowdown_only;
+        // The last CPU: the first takes most of the machine's interrupts and daemons.
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        plan.target_cpu = (cpus > 1).then(|| cpus - 1);
+        plan
+    }
+
+    fn defaults(quick: bool, reps: Option<usize>) -> Plan {
         if quick {
             Plan {
                 reps: reps.unwrap_or(1).max(1),
@@ -66,6 +90,8 @@ impl Plan {
                 throughput_rates_hz: vec![1000],
                 throughput_s: 1,
                 sustain_share: 0.9,
+                slowdown_only: false,
+                target_cpu: None,
             }
         } else {
             Plan {
@@ -79,6 +105,8 @@ impl Plan {
                 throughput_rates_hz: vec![100, 1000, 5000, 10_000, 20_000],
                 throughput_s: 2,
                 sustain_share: 0.9,
+                slowdown_only: false,
+                target_cpu: None,
             }
         }
     }
@@ -336,6 +364,14 @@ struct AccuracyReport {
 /// Runs everything in `plan`.
 pub fn run(tools: &Tools, suites: &[Suite], plan: &Plan) -> Result<Results> {
     let slowdown = slowdown(tools, suites, plan);
+    if plan.slowdown_only {
+        return Ok(Results {
+            slowdown,
+            accuracy: Vec::new(),
+            throughput: Vec::new(),
+            perf_max_rate: (None, None),
+        });
+    }
     let accuracy = accuracy(tools, suites, plan);
     let before = perf_max_sample_rate();
     let throughput = throughput(tools, suites, plan);
@@ -482,6 +518,7 @@ fn slowdown_run(
         rate_hz,
         plan.attached_secs(plan.window_s),
         plan.lead_s + plan.window_s,
+        plan.target_cpu,
     )?;
     let r: SlowdownReport = serde_json::from_str(&json)
         .with_context(|| format!("compare_slowdown.py printed {json:?}"))?;
@@ -505,8 +542,12 @@ fn profiled_run(
     rate_hz: u32,
     attached_secs: u32,
     target_secs: f64,
+    target_cpu: Option<usize>,
 ) -> Result<(String, Option<Sampled>)> {
     let mut cmd = interp.script_command(&script(script_name), args)?;
+    if let Some(cpu) = target_cpu {
+        pin_to_cpu(&mut cmd, cpu);
+    }
     let mut target = Proc::spawn(&mut cmd, format!("{} {script_name}", interp.name))?;
     target.wait_line(|l| l.starts_with("ready"), READY)?;
     let attached = match profiler {
@@ -532,6 +573,24 @@ fn profiled_run(
         .map(|a| a.finish(Duration::from_secs(attached_secs.into()) + SLACK))
         .transpose()?;
     Ok((json, sampled))
+}
+
+/// Runs the command's process (and what it executes, a chroot's interpreter included) on `cpu`
+/// alone. The profilers are not pinned: on the other CPUs they take nothing from the target.
+fn pin_to_cpu(cmd: &mut std::process::Command, cpu: usize) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only calls sched_setaffinity(2) on a set built
+    // on its own stack: no allocation, no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 fn accuracy(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<AccuracyRow> {
@@ -581,6 +640,7 @@ fn accuracy_run(
         plan.accuracy_rate_hz,
         plan.attached_secs(plan.accuracy_window_s),
         plan.lead_s + plan.accuracy_window_s,
+        plan.target_cpu,
     )?;
     let report: AccuracyReport = serde_json::from_str(&json)
         .with_context(|| format!("compare_accuracy.py printed {json:?}"))?;

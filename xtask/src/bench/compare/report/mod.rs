@@ -137,11 +137,11 @@ fn slowdowns(row: &SlowRow, per_cpu: bool) -> Vec<f64> {
         .collect()
 }
 
-/// The noise of a median slowdown: two standard errors of the difference of two medians of
+/// The noise of a median slowdown (per CPU-second): two standard errors of the difference of two medians of
 /// `reps` runs, with the single-run deviation estimated from the unprofiled runs (1.4826 × their
 /// median absolute deviation). `None` with fewer than 3 unprofiled runs.
 fn noise_pp(base: &SlowRow, reps: usize) -> Option<f64> {
-    let v = slowdowns(base, false);
+    let v = slowdowns(base, true);
     if v.len() < 3 {
         return None;
     }
@@ -160,7 +160,98 @@ fn slow_row(results: &Results, suite: usize, profiler: Profiler, rate_hz: u32) -
         .find(|r| r.suite == suite && r.profiler == profiler && r.rate_hz == rate_hz)
 }
 
-/// Median slowdown (wall clock) of a configuration.
+/// A configuration's paired slowdown: per CPU-second of the target, each profiled run against
+/// the unprofiled runs just before and after it on the same CPU; the median of those paired
+/// differences with its 95% confidence interval.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Paired {
+    median: f64,
+    lo: f64,
+    hi: f64,
+    n: usize,
+}
+
+/// Half-width, in points, a confidence interval must have for a slowdown to count as resolved.
+pub(super) const RESOLVED_PP: f64 = 0.5;
+
+impl Paired {
+    fn of(row: &SlowRow) -> Option<Paired> {
+        let v = slowdowns(row, true);
+        let (lo, hi) = median_ci95(&v)?;
+        Some(Paired {
+            median: median(&v),
+            lo,
+            hi,
+            n: v.len(),
+        })
+    }
+
+    fn half_width(&self) -> f64 {
+        (self.hi - self.lo) / 2.0
+    }
+
+    /// `+0.4% [-0.1, +0.9]`.
+    fn pct(&self) -> String {
+        format!("{:+.2}% [{:+.2}, {:+.2}]", self.median, self.lo, self.hi)
+    }
+
+    /// Against a target of at most `max_pct`.
+    fn verdict(&self, max_pct: f64) -> Verdict {
+        if self.hi <= max_pct {
+            Verdict::Met
+        } else if self.lo > max_pct {
+            Verdict::Missed
+        } else {
+            Verdict::Unresolved
+        }
+    }
+}
+
+/// A slowdown target, decided by the confidence interval of the median.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// the whole interval is within the target
+    Met,
+    /// the whole interval is beyond it
+    Missed,
+    /// the interval straddles it
+    Unresolved,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::Met => "met",
+            Verdict::Missed => "NOT met",
+            Verdict::Unresolved => "undecided",
+        })
+    }
+}
+
+/// A distribution-free 95% confidence interval of the median of `v`: the order statistics whose
+/// ranks a binomial(n, ½) count puts outside with at most 2.5% on each side (coverage ≥ 95%).
+/// `None` with fewer than 6 values, where no such interval exists.
+pub(super) fn median_ci95(v: &[f64]) -> Option<(f64, f64)> {
+    let n = v.len();
+    if n < 6 {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    // P(X < k) for X ~ Bin(n, 1/2), summed until it would exceed 2.5%.
+    let mut k = 0;
+    let mut below = 0.0;
+    let mut term = 0.5f64.powi(n as i32); // P(X = 0)
+    while k < n / 2 && below + term <= 0.025 {
+        below += term;
+        term *= (n - k) as f64 / (k + 1) as f64;
+        k += 1;
+    }
+    // k values lie below the interval on each side; k ≥ 1 for n ≥ 6.
+    Some((s[k.max(1) - 1], s[n - k.max(1)]))
+}
+
+/// Median slowdown of a configuration, per CPU-second of the target (the paired measure).
 fn slowdown_of(
     results: &Results,
     suite: usize,
@@ -169,7 +260,7 @@ fn slowdown_of(
 ) -> Option<Spread> {
     Spread::of(&slowdowns(
         slow_row(results, suite, profiler, rate_hz)?,
-        false,
+        true,
     ))
 }
 
@@ -238,8 +329,10 @@ fn markdown(
     report.header(&mut md);
     report.slowdown(&mut md);
     report.cost(&mut md);
-    report.accuracy(&mut md);
-    report.throughput(&mut md);
+    if !plan.slowdown_only {
+        report.accuracy(&mut md);
+        report.throughput(&mut md);
+    }
     report.targets(&mut md);
     report.not_ahead(&mut md);
     md
@@ -282,4 +375,20 @@ enum Kind {
     AccuracyError,
     WrongLines,
     Throughput(u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median_ci95;
+
+    /// The ranks of the interval are those of the binomial tables: 1 and n for n = 6, 6 and 15
+    /// for n = 20, 40 and 61 for n = 100.
+    #[test]
+    fn the_median_interval_has_the_binomial_ranks() {
+        let v = |n: usize| (1..=n).map(|i| i as f64).collect::<Vec<_>>();
+        assert_eq!(median_ci95(&v(5)), None);
+        assert_eq!(median_ci95(&v(6)), Some((1.0, 6.0)));
+        assert_eq!(median_ci95(&v(20)), Some((6.0, 15.0)));
+        assert_eq!(median_ci95(&v(100)), Some((40.0, 61.0)));
+    }
 }

@@ -82,41 +82,71 @@ impl<'a> Report<'a> {
     /// 1. How much each profiler slows the target down.
     pub(super) fn slowdown(&self, w: &mut String) {
         let (suites, plan, results) = self.measured();
-        let _ =
-            writeln!(
+        let pinned = plan
+            .target_cpu
+            .map_or("not pinned (one CPU)".to_owned(), |c| {
+                format!("pinned to CPU {c}")
+            });
+        let _ = writeln!(
             w,
-            "## 1. Target slowdown\n\nCalls per wall-clock second of `compare_slowdown.py` in its {} \
-             s window, compared with the unprofiled runs just before and after (every round runs \
-             none, A, none, B, none, ...; positive = slower): median [min, max] over the repetitions. \
-             The `none` row applies the same comparison to the unprofiled runs themselves (each \
-             against the ones two places away): the noise floor. A difference of two medians needs \
-             more than ±{} points to stand out of that noise (two standard errors). The \
-             per-CPU-second columns divide by the target's own CPU time instead, which hides time the \
-             target spends stopped (py-spy's default) or waiting for a CPU.\n",
+            "## 1. Target slowdown\n\nPaired runs: every round runs none, A, none, B, none, ... \
+             with the target {pinned} and the profiler free on the other CPUs; each profiled run \
+             is compared with the unprofiled runs just before and after it (positive = slower). \
+             The main measure is the work `compare_slowdown.py` does per second of its own CPU \
+             time in its {} s window, which the load of a shared machine (waiting for a CPU) does \
+             not move: median of the paired differences over the repetitions, with its 95% \
+             confidence interval (distribution-free, order statistics). A slowdown is resolved \
+             when the interval's half-width is at most {RESOLVED_PP} points; a target is met when \
+             the whole interval is within it, not met when the whole interval is beyond it. The \
+             `none` row pairs the unprofiled runs with each other (each against the ones two \
+             places away): the method's own spread, which should straddle 0. Per CPU-second hides \
+             time the target spends stopped (py-spy's default) or waiting for a CPU: the \
+             wall-clock column (median [min, max]) keeps it.\n",
             plan.window_s,
-            noise_pp(slow_row(results, 0, Profiler::None, 0).expect("baseline row"), plan.reps)
-                .map_or("? (too few runs to tell)".into(), |n| format!("{n:.1}"))
         );
         let rates = &plan.slowdown_rates_hz;
         let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
+        for r in rates {
+            let at = measure::rate_label(*r);
+            header.push(format!("{at}: per CPU-s [95% CI]"));
+            header.push(format!("{at}: target"));
+        }
         header.extend(
             rates
                 .iter()
                 .map(|r| format!("{} (wall)", measure::rate_label(*r))),
         );
-        header.extend(
-            rates
-                .iter()
-                .map(|r| format!("{} (per CPU-s)", measure::rate_label(*r))),
-        );
         let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
         let mut t = Table::new(&hdr);
+        let wall = |row: &SlowRow| {
+            Spread::of(&slowdowns(row, false)).map_or_else(|| failed(row), |s| s.pct())
+        };
+        let paired = |row: &SlowRow, max_pct: Option<f64>| -> [String; 2] {
+            match Paired::of(row) {
+                Some(p) => {
+                    let verdict = match max_pct {
+                        Some(max) => {
+                            let v = p.verdict(max);
+                            let resolved = if p.half_width() <= RESOLVED_PP {
+                                "resolved"
+                            } else {
+                                "not resolved"
+                            };
+                            format!("≤ {max}%: {v} (±{:.2}, {resolved})", p.half_width())
+                        }
+                        None => String::new(),
+                    };
+                    [format!("{} n={}", p.pct(), p.n), verdict]
+                }
+                None => [failed(row), "too few pairs".to_owned()],
+            }
+        };
         for (si, suite) in suites.iter().enumerate() {
             let base = slow_row(results, si, Profiler::None, 0).expect("baseline row");
-            let calls: Vec<f64> = base.runs.iter().map(|r| r.per_sec).collect();
+            let calls: Vec<f64> = base.runs.iter().map(|r| r.per_cpu_sec).collect();
             let mut cells = vec![
                 format!(
-                    "none ({} calls/s)",
+                    "none ({} calls per CPU-s)",
                     if calls.is_empty() {
                         "-".into()
                     } else {
@@ -125,20 +155,19 @@ impl<'a> Report<'a> {
                 ),
                 python(suites, si),
             ];
-            for per_cpu in [false, true] {
-                let s = Spread::of(&slowdowns(base, per_cpu));
-                let cell = s.map_or_else(|| failed(base), |s| s.pct());
-                cells.extend(std::iter::repeat_n(cell, rates.len()));
+            for _ in rates {
+                cells.extend(paired(base, None));
             }
+            cells.extend(std::iter::repeat_n(wall(base), rates.len()));
             t.row(cells);
             for &p in &suite.profilers {
                 let mut cells = vec![p.label().to_owned(), python(suites, si)];
-                for per_cpu in [false, true] {
-                    for &rate in rates {
-                        let row = slow_row(results, si, p, rate).expect("row per rate");
-                        let s = Spread::of(&slowdowns(row, per_cpu));
-                        cells.push(s.map_or_else(|| failed(row), |s| s.pct()));
-                    }
+                for &rate in rates {
+                    let row = slow_row(results, si, p, rate).expect("row per rate");
+                    cells.extend(paired(row, targets::slowdown_target(rate)));
+                }
+                for &rate in rates {
+                    cells.push(wall(slow_row(results, si, p, rate).expect("row per rate")));
                 }
                 t.row(cells);
             }
@@ -444,21 +473,28 @@ impl<'a> Report<'a> {
     ) -> Option<String> {
         match *target {
             Target::Slowdown { rate_hz, max_pct } => {
-                let s = slowdown_of(self.results, suite, p, rate_hz)?;
-                let verdict = match noise {
-                    Some(n) if n > max_pct => format!(
-                        "cannot be told on this machine: the noise of the median is ±{n:.1} points"
+                let row = slow_row(self.results, suite, p, rate_hz)?;
+                let verdict = match Paired::of(row) {
+                    Some(s) if s.half_width() <= RESOLVED_PP => format!(
+                        "{} {} (95% CI, half-width {:.2} points)",
+                        s.pct(),
+                        s.verdict(max_pct),
+                        s.half_width()
                     ),
-                    Some(n) => format!("{} (noise ±{n:.1})", pass(s.median <= max_pct)),
+                    Some(s) => format!(
+                        "{} {}, not resolved: half-width {:.2} points (> {RESOLVED_PP})",
+                        s.pct(),
+                        s.verdict(max_pct),
+                        s.half_width()
+                    ),
                     None => format!(
-                        "{} (noise unknown: too few runs)",
-                        pass(s.median <= max_pct)
+                        "too few pairs (noise ±{})",
+                        noise.map_or("?".into(), |n| format!("{n:.1}"))
                     ),
                 };
                 Some(format!(
-                    "slowdown at {} {:+.2}% (target ≤ {max_pct}%): {verdict}",
+                    "slowdown at {} per CPU-s (target ≤ {max_pct}%): {verdict}",
                     measure::rate_label(rate_hz),
-                    s.median,
                 ))
             }
             Target::Accuracy { max_error_pp } => {

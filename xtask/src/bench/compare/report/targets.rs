@@ -24,3 +24,14 @@ pub const TARGETS: &[Target] = &[
     },
     Target::Accuracy { max_error_pp: 1.5 },
 ];
+
+/// The slowdown target at `rate_hz`, percent, if there is one.
+pub fn slowdown_target(rate_hz: u32) -> Option<f64> {
+    TARGETS.iter().find_map(|t| match *t {
+        Target::Slowdown {
+            rate_hz: r,
+            max_pct,
+        } if r == rate_hz => Some(max_pct),
+        _ => None,
+    })
+}
