@@ -21,7 +21,10 @@ pub(super) const CYCLIC_WALKS_IN_A_ROW: u32 = 3;
 
 /// How much re-reading of one thread is left.
 pub(super) struct RereadBudget {
-    cpu_start: Option<Duration>,
+    /// the thread's CPU clock at the first check (`None` inside: no thread CPU clock). Read
+    /// then, not at the start: most threads are walked once and never checked, and the clock
+    /// is a system call on every sample.
+    cpu_start: Option<Option<Duration>>,
     wall_start: Instant,
     checks: u32,
 }
@@ -29,7 +32,7 @@ pub(super) struct RereadBudget {
 impl RereadBudget {
     pub(super) fn start() -> RereadBudget {
         RereadBudget {
-            cpu_start: thread_cpu_time(),
+            cpu_start: None,
             wall_start: Instant::now(),
             checks: 0,
         }
@@ -42,10 +45,14 @@ impl RereadBudget {
         if self.wall_start.elapsed() >= REREAD_WALL_CAP {
             return true;
         }
+        let Some(cpu_start) = self.cpu_start else {
+            self.cpu_start = Some(thread_cpu_time());
+            return false;
+        };
         if !self.checks.is_multiple_of(4) {
             return false;
         }
-        match (self.cpu_start, thread_cpu_time()) {
+        match (cpu_start, thread_cpu_time()) {
             (Some(start), Some(now)) => now.saturating_sub(start) >= REREAD_CPU_BUDGET,
             // No thread CPU clock: the wall clock alone, at the CPU budget.
             _ => self.wall_start.elapsed() >= REREAD_CPU_BUDGET,
