@@ -27,6 +27,7 @@ use serde::Serialize;
 use super::walk::read_frame;
 use super::{CachedFrame, RawFrame, ThreadInfo, UnwindError, Unwinder};
 use crate::discovery::asyncio_section::asyncio_debug_address;
+use crate::discovery::look_again::LookAgain;
 use crate::discovery::DiscoveryError;
 use crate::memory::{MemoryError, ProcessMemory};
 use crate::offsets::{AsyncioDebugOffsets, AsyncioUnsupported, OffsetsError, ASYNCIO_DEBUG_LEN};
@@ -131,8 +132,8 @@ struct TaskName {
 #[derive(Debug, Default)]
 pub(super) struct AsyncioState {
     table: Option<AsyncioDebugOffsets>,
-    /// no table yet: when to look again, and the wait after that
-    next_lookup: Option<(Instant, Duration)>,
+    /// no table yet: when to look again
+    lookup: Option<LookAgain>,
     /// (task, name object) → its `<task NAME>` code name
     names: HashMap<(u64, u64), TaskName>,
     /// for BPF records: each live task's coroutine frame → the task, and whether something
@@ -154,10 +155,12 @@ impl Unwinder {
             return Ok(table);
         }
         let now = Instant::now();
-        if let Some((at, _)) = self.asyncio.next_lookup {
-            if !force && now < at {
-                return Err(AsyncioError::NotLoaded { pid });
-            }
+        let lookup = self
+            .asyncio
+            .lookup
+            .get_or_insert(LookAgain::new(FIRST_LOOKUP_WAIT, MAX_LOOKUP_WAIT));
+        if !force && !lookup.due(now) {
+            return Err(AsyncioError::NotLoaded { pid });
         }
         let found = match asyncio_debug_address(pid)? {
             Some(addr) => {
@@ -169,11 +172,9 @@ impl Unwinder {
                     .map_err(|source| AsyncioError::Table { pid, source })?
             }
             None => {
-                let wait = self
-                    .asyncio
-                    .next_lookup
-                    .map_or(FIRST_LOOKUP_WAIT, |(_, w)| (w * 2).min(MAX_LOOKUP_WAIT));
-                self.asyncio.next_lookup = Some((now + wait, wait));
+                if let Some(lookup) = self.asyncio.lookup.as_mut() {
+                    lookup.missed(now);
+                }
                 return Err(AsyncioError::NotLoaded { pid });
             }
         };
