@@ -11,6 +11,7 @@
 
 pub mod blocking;
 pub mod bpf;
+pub mod native_copy;
 pub mod off_cpu;
 pub mod slots;
 pub mod userspace;

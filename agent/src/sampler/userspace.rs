@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::aggregate::{Aggregator, WaitReason};
 use crate::discovery::{children, exe_path, locate_runtime, DiscoveryError};
 use crate::sampler::blocking::{PausedThreads, SeizeStats};
+use crate::sampler::native_copy::{MixStats, NativeStacks};
 use crate::sampler::off_cpu::{blocked_in, wait_reason};
 use crate::unwind::{
     CacheTotals, CpuState, GilState, ThreadSample, UnwindError, UnwindOptions, UnwindStats,
@@ -33,6 +34,10 @@ pub struct UserspaceConfig {
     pub blocking: bool,
     /// also record threads that are not on a CPU
     pub idle: bool,
+    /// native stacks: each process's threads are stopped around its sample (as with
+    /// `blocking`), and each thread's registers and stack copy are unwound and merged with its
+    /// Python frames
+    pub native_stacks: bool,
     /// unwinder knobs
     pub unwind: UnwindOptions,
 }
@@ -66,6 +71,7 @@ pub struct UserspaceSampler {
     /// cache counters of the targets that exited or were removed
     retired_caches: CacheTotals,
     last_scan: Option<Instant>,
+    native: NativeStacks,
 }
 
 /// Errors that end a run before it starts.
@@ -88,6 +94,7 @@ impl UserspaceSampler {
             retired: Vec::new(),
             retired_caches: CacheTotals::default(),
             last_scan: None,
+            native: NativeStacks::default(),
         }
     }
 
@@ -116,6 +123,7 @@ impl UserspaceSampler {
             retired: Vec::new(),
             retired_caches: CacheTotals::default(),
             last_scan: None,
+            native: NativeStacks::default(),
         })
     }
 
@@ -198,6 +206,11 @@ impl UserspaceSampler {
         }
     }
 
+    /// Counters of the native stacks mixed in (`native_stacks`).
+    pub fn native_stats(&self) -> MixStats {
+        self.native.stats()
+    }
+
     /// Starts sampling another process.
     pub fn add_target(&mut self, unwinder: Unwinder) {
         self.targets.insert(unwinder.target().pid, unwinder);
@@ -205,6 +218,7 @@ impl UserspaceSampler {
 
     /// Stops sampling a process (it exited or exec'd).
     pub fn remove_target(&mut self, pid: u32) -> Option<Unwinder> {
+        self.native.forget(pid);
         let u = self.targets.remove(&pid)?;
         self.retired.push(u.stats());
         self.retired_caches.add(&u);
@@ -237,9 +251,8 @@ impl UserspaceSampler {
             // Which threads are on a CPU must be read before stopping them (stopped is not R):
             // to sample only those, or with --idle to label each sample on or off the CPU.
             let on_cpu = on_cpu_threads(pid);
-            let _paused = self
-                .config
-                .blocking
+            // Native stacks are read from stopped threads (registers by ptrace).
+            let _paused = (self.config.blocking || self.config.native_stacks)
                 .then(|| PausedThreads::pause(pid, &mut self.stats.seize));
             let result = if idle {
                 unwinder.sample()
@@ -251,6 +264,11 @@ impl UserspaceSampler {
                     if idle {
                         for s in &mut samples {
                             label_wall_state(pid, unwinder, &on_cpu, s);
+                        }
+                    }
+                    if self.config.native_stacks {
+                        for s in samples.iter_mut().filter(|s| !s.frames.is_empty()) {
+                            self.native.mix(s);
                         }
                     }
                     for s in samples.iter().filter(|s| !s.frames.is_empty()) {
