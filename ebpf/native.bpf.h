@@ -48,15 +48,21 @@ struct task_struct {
 _Static_assert(sizeof(struct pa_scratch) == sizeof(struct pa_record) + PA_NATIVE_MAX_BYTES,
 	       "scratch has room for a native section after the longest record");
 
+/* What the context of a native section's program is, which says where the user registers are.
+ * A constant at each call site, so that each program keeps only its own branch: the verifier
+ * refuses a perf event's register read on a tracepoint's context even where it cannot run. */
+#define PA_NATIVE_FROM_TICK 1 /* a perf event's: the interrupted registers */
+#define PA_NATIVE_FROM_SWITCH 2 /* sched_switch's: the current task is in the kernel */
+
 /* Fills `h`'s registers: those of the tick when it interrupted user mode (returns 1), else the
- * user registers the thread saved entering the kernel (returns 0: the tick was in the kernel).
- * -1 when there are none. */
-static __always_inline int pa_user_regs(void *ctx, struct pa_native_hdr *h)
+ * user registers the thread saved entering the kernel (returns 0: the tick was in the kernel,
+ * or the thread is switching out). -1 when there are none. */
+static __always_inline int pa_user_regs(void *ctx, int from, struct pa_native_hdr *h)
 {
 	const __u64 *regs = ctx;
 	struct pt_regs *u;
 
-	if (regs[PA_UREG_CS] & 3) {
+	if (from == PA_NATIVE_FROM_TICK && (regs[PA_UREG_CS] & 3)) {
 		h->ip = regs[PA_UREG_IP];
 		h->sp = regs[PA_UREG_SP];
 		h->bp = regs[PA_UREG_BP];
@@ -107,9 +113,9 @@ static __always_inline __u32 pa_copy_user_stack(__u8 *base, __u32 at, __u64 sp, 
 }
 
 /* Writes the native section of the record in `s` whose frames end at byte `off`; returns its
- * length (0: none written). */
-static __always_inline __u32 pa_native_section(void *ctx, struct pa_scratch *s, __u32 off,
-					       __u64 *cnt)
+ * length (0: none written). `from`: PA_NATIVE_FROM_*, what `ctx` is. */
+static __always_inline __u32 pa_native_section(void *ctx, int from, struct pa_scratch *s,
+					       __u32 off, __u64 *cnt)
 {
 	struct pa_native_hdr h = {};
 	__u8 *base = (__u8 *)s;
@@ -120,14 +126,15 @@ static __always_inline __u32 pa_native_section(void *ctx, struct pa_scratch *s, 
 	asm volatile("" : "+r"(off));
 	if (off > sizeof(struct pa_record))
 		return 0;
-	user = pa_user_regs(ctx, &h);
+	user = pa_user_regs(ctx, from, &h);
 	if (user < 0) {
 		pa_count(cnt, PA_CNT_NATIVE_NO_REGS);
 		return 0;
 	}
 	at = off + sizeof(h);
 	if (!user) {
-		/* The tick interrupted the kernel: its stack, the leaf of the sample. */
+		/* The tick interrupted the kernel, or the thread is switching out: the kernel stack,
+		 * the leaf of the sample (for a tracepoint, from the program's caller). */
 		k = bpf_get_stack(ctx, base + at, PA_KERNEL_FRAMES * 8, 0);
 		/* Bytes written, at most the size given; masked and clamped so that the verifier
 		 * sees the stack copy's offset below bounded, and whole entries only. */

@@ -155,8 +155,8 @@ static __always_inline __u64 pa_search_thread(__u32 tgid)
 	return s.found;
 }
 
-/* A walk longer than a short record, or one that gets a native section (`native`; `native_ctx`
- * is the perf event's context): the frames so far move to this CPU's scratch record, the walk goes on there,
+/* A walk longer than a short record, or one that gets a native section (`native`: its
+ * PA_NATIVE_FROM_*, what `native_ctx` is): the frames so far move to this CPU's scratch record, the walk goes on there,
  * the native section is appended, and the record is output with its exact length. Returns 1 if
  * output. */
 static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_record *r, __u32 max,
@@ -190,7 +190,7 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	s->rec.hdr.nframes = n;
 	len = sizeof(struct pa_sample_hdr) + (__u64)n * sizeof(struct pa_frame);
 	if (native)
-		native_len = pa_native_section(native_ctx, s, (__u32)len, cnt);
+		native_len = pa_native_section(native_ctx, native, s, (__u32)len, cnt);
 	if (native_len) {
 		s->rec.hdr.flags |= PA_SAMPLE_NATIVE;
 		len += native_len;
@@ -316,11 +316,12 @@ fail:
 	pa_count(cnt, PA_CNT_SPAN_READ_FAIL);
 }
 
-/* Walks the current task's Python stack (a thread of tracked process `p`) into a record.
- * Returns 1 if a record was written. */
+/* Walks the current task's Python stack (a thread of tracked process `p`) into a record, with
+ * a native section if the process wants one (`native_ctx`: the program's context, `native_from`
+ * what it is, PA_NATIVE_FROM_*). Returns 1 if a record was written. */
 static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, __u32 tid,
 					   const struct pa_wait_info *why, void *native_ctx,
-					   __u64 *cnt)
+					   int native_from, __u64 *cnt)
 {
 	__u32 flags, lo, max;
 	int native;
@@ -447,7 +448,7 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	}
 	/* A native section makes the record long whatever its depth. (A flag, not a pointer set
 	 * to NULL: clang turns that into masking the pointer, which the verifier refuses.) */
-	native = native_ctx && (flags & PA_PROC_NATIVE);
+	native = (flags & PA_PROC_NATIVE) ? native_from : 0;
 	if ((!pa_walk_done(&w) && w.n < max) || native)
 		return pa_walk_long(&w, r, max, native_ctx, native, cnt);
 
@@ -484,7 +485,7 @@ int pa_sample(void *ctx)
 	}
 	if (pa_stop_after == PA_STAGE_PROCESS)
 		return 0;
-	pa_record_stack(p, tgid, tid, &on_cpu, ctx, cnt);
+	pa_record_stack(p, tgid, tid, &on_cpu, ctx, PA_NATIVE_FROM_TICK, cnt);
 	return 0;
 }
 
@@ -568,7 +569,7 @@ static __always_inline struct pa_off_cpu_thread *pa_off_cpu_state(__u32 tid, __u
 /* The thread leaving the CPU (the current task) blocks: record its stack, or only time the
  * wait when it waits in the same thing as its last recorded one, which is less than
  * pa_off_cpu_min_gap_ns old. */
-static __always_inline void pa_switch_out(struct task_struct *prev, __u64 *cnt)
+static __always_inline void pa_switch_out(void *ctx, struct task_struct *prev, __u64 *cnt)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
@@ -595,8 +596,9 @@ static __always_inline void pa_switch_out(struct task_struct *prev, __u64 *cnt)
 		return;
 	}
 	why.carried_ns = t->carried_ns;
-	/* No native section off-CPU (yet): the switch has no perf-event registers to start from. */
-	if (!pa_record_stack(p, tgid, tid, &why, NULL, cnt))
+	/* With native stacks, the user registers are the ones the thread saved entering the
+	 * kernel, and the kernel stack is the switch's own. */
+	if (!pa_record_stack(p, tgid, tid, &why, ctx, PA_NATIVE_FROM_SWITCH, cnt))
 		return;
 	pa_count(cnt, PA_CNT_OFF_CPU_WALKS);
 	t->carried_ns = 0;
@@ -652,7 +654,7 @@ int pa_switch(__u64 *ctx)
 	cnt = pa_counters_here();
 	pa_count(cnt, PA_CNT_SWITCHES);
 	if (prev_state != 0)
-		pa_switch_out(prev, cnt);
+		pa_switch_out(ctx, prev, cnt);
 	pa_switch_in(next, cnt);
 	return 0;
 }

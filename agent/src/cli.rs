@@ -112,9 +112,10 @@ pub struct TopArgs {
 /// Frame-rendering options shared by the commands.
 #[derive(Debug, Args, Clone, Copy)]
 pub struct FrameArgs {
-    /// Native stacks: with the eBPF sampler, the native (C, C++, Rust) and kernel frames between
-    /// and below the Python ones; with the userspace sampler, `<native>` where Python code
-    /// called into C that called back into Python.
+    /// Native stacks: the native (C, C++, Rust) frames between and below the Python ones, and
+    /// with the eBPF sampler the kernel frames at the leaf. `record` in userspace mode stops each
+    /// thread while it reads it (ptrace); `top`, `dump` and `--all-python --mode userspace` show
+    /// `<native>` where Python code called into C that called back into Python.
     #[arg(long)]
     pub native: bool,
     /// Do not show `<GC>` where the garbage collector runs.

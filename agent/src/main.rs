@@ -91,6 +91,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         subprocesses: args.subprocesses,
         blocking: args.blocking,
         idle: args.idle,
+        native_stacks: args.frames.native,
         unwind: UnwindOptions {
             async_mode: args.async_mode.into(),
             ..unwind_options(&args.frames)
@@ -172,7 +173,7 @@ fn record(args: &RecordArgs) -> Result<()> {
             u.cache_full_hits, u.cache_partial_hits, u.cache_misses
         );
     }
-    if args.blocking {
+    if args.blocking || args.frames.native {
         let s = stats.seize;
         summary += &format!(
             ", threads not stopped: {} denied (EPERM), {} gone (ESRCH), {} failed",
@@ -180,6 +181,13 @@ fn record(args: &RecordArgs) -> Result<()> {
         );
     }
     eprintln!("{summary})");
+    if args.frames.native {
+        let n = sampler.native_stats();
+        eprintln!(
+            "pyagent: native stacks (each thread stopped while read): {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone), {} not copied",
+            n.merged, n.cut, n.mismatch, n.not_copied
+        );
+    }
     Ok(())
 }
 

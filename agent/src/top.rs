@@ -32,6 +32,7 @@ pub fn run(
         subprocesses: false,
         blocking: false,
         idle,
+        native_stacks: false,
         unwind,
     };
     let mut sampler = UserspaceSampler::new(&[pid], config)?;

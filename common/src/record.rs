@@ -60,13 +60,29 @@ pub struct NativeSection<'a> {
     pub stack: &'a [u8],
 }
 
-impl NativeSection<'_> {
+impl<'a> NativeSection<'a> {
+    /// A section read from userspace (ptrace registers and a copy of the stack, no kernel
+    /// frames): `stack` holds the bytes from `ip`'s thread's `sp` up.
+    pub fn from_user_copy(ip: u64, sp: u64, bp: u64, stack: &'a [u8]) -> NativeSection<'a> {
+        NativeSection {
+            hdr: PaNativeHdr {
+                ip,
+                sp,
+                bp,
+                kernel_frames: 0,
+                stack_bytes: u32::try_from(stack.len()).unwrap_or(u32::MAX),
+            },
+            kernel: &[],
+            stack,
+        }
+    }
+
     /// Kernel return addresses, innermost first.
     pub fn kernel_frames(&self) -> impl Iterator<Item = u64> + '_ {
         self.kernel.chunks_exact(8).map(|c| u64_at(c, 0))
     }
 
-    fn parse(bytes: &[u8]) -> Result<NativeSection<'_>, RecordError> {
+    fn parse(bytes: &'a [u8]) -> Result<NativeSection<'a>, RecordError> {
         let bad = |hdr: &PaNativeHdr| RecordError::BadNativeSection {
             len: bytes.len(),
             kernel_frames: hdr.kernel_frames,

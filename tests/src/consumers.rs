@@ -60,13 +60,28 @@ pub fn promtool_check_metrics(exposition: &str) {
 /// The function of each location in `go tool pprof -raw` output, by location id (its lines read
 /// `ID: 0x0 M=1 function file:line s=N()`).
 pub fn location_functions(raw: &str) -> BTreeMap<&str, &str> {
+    location_frames(raw)
+        .into_iter()
+        .map(|(id, (function, _))| (id, function))
+        .collect()
+}
+
+/// The function and file of each location in `go tool pprof -raw` output, by location id: its
+/// lines read `ID: 0x0 [M=N] function file:line s=N()`, where the file of a native frame is its
+/// object's path and of a kernel frame `[kernel]`, with line 0 (a location without a mapping
+/// has no `M=`).
+pub fn location_frames(raw: &str) -> BTreeMap<&str, (&str, &str)> {
     raw.lines()
         .skip_while(|l| *l != "Locations")
         .skip(1)
         .take_while(|l| *l != "Mappings")
         .filter_map(|l| {
             let (id, rest) = l.trim().split_once(':')?;
-            Some((id.trim(), rest.split_whitespace().nth(2)?))
+            let mut words = rest
+                .split_whitespace()
+                .skip(1)
+                .skip_while(|w| w.starts_with("M="));
+            Some((id.trim(), (words.next()?, words.next()?)))
         })
         .collect()
 }

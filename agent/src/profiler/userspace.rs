@@ -15,6 +15,7 @@ pub(super) fn sampler_for(config: &HostConfig) -> UserspaceSampler {
         subprocesses: false,
         blocking: false,
         idle: false,
+        native_stacks: false,
         unwind: config.unwind,
     })
 }

@@ -12,6 +12,7 @@
 
 pub mod blocking;
 pub mod bpf;
+pub mod native_copy;
 pub mod off_cpu;
 pub mod run_state;
 pub mod slots;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::aggregate::{Aggregator, WaitReason};
 use crate::discovery::{children, exe_path, locate_runtime, DiscoveryError};
 use crate::sampler::blocking::{PausedThreads, SeizeStats};
+use crate::sampler::native_copy::{MixStats, NativeStacks};
 use crate::sampler::off_cpu::{blocked_in, wait_reason};
 use crate::sampler::run_state::RunStates;
 use crate::unwind::{
@@ -34,6 +35,10 @@ pub struct UserspaceConfig {
     pub blocking: bool,
     /// also record threads that are not on a CPU
     pub idle: bool,
+    /// native stacks: each process's threads are stopped around its sample (as with
+    /// `blocking`), and each thread's registers and stack copy are unwound and merged with its
+    /// Python frames
+    pub native_stacks: bool,
     /// unwinder knobs
     pub unwind: UnwindOptions,
 }
@@ -70,6 +75,7 @@ pub struct UserspaceSampler {
     /// cache counters of the targets that exited or were removed
     retired_caches: CacheTotals,
     last_scan: Option<Instant>,
+    native: NativeStacks,
 }
 
 /// Errors that end a run before it starts.
@@ -93,6 +99,7 @@ impl UserspaceSampler {
             retired: Vec::new(),
             retired_caches: CacheTotals::default(),
             last_scan: None,
+            native: NativeStacks::default(),
         }
     }
 
@@ -122,6 +129,7 @@ impl UserspaceSampler {
             retired: Vec::new(),
             retired_caches: CacheTotals::default(),
             last_scan: None,
+            native: NativeStacks::default(),
         })
     }
 
@@ -204,6 +212,11 @@ impl UserspaceSampler {
         }
     }
 
+    /// Counters of the native stacks mixed in (`native_stacks`).
+    pub fn native_stats(&self) -> MixStats {
+        self.native.stats()
+    }
+
     /// Starts sampling another process.
     pub fn add_target(&mut self, unwinder: Unwinder) {
         self.targets.insert(unwinder.target().pid, unwinder);
@@ -212,6 +225,7 @@ impl UserspaceSampler {
     /// Stops sampling a process (it exited or exec'd).
     pub fn remove_target(&mut self, pid: u32) -> Option<Unwinder> {
         self.run_states.remove(&pid);
+        self.native.forget(pid);
         let u = self.targets.remove(&pid)?;
         self.retired.push(u.stats());
         self.retired_caches.add(&u);
@@ -242,11 +256,13 @@ impl UserspaceSampler {
         let idle = self.config.idle;
         for (&pid, unwinder) in self.targets.iter_mut() {
             // Which threads are on a CPU: to sample only those, or with --idle to label each
-            // sample on or off the CPU. Blocking reads them all before stopping the process
-            // (stopped is not R); otherwise each thread's state is read as it comes up.
-            let (result, on_cpu) = if self.config.blocking {
-                let on_cpu = on_cpu_threads(pid);
-                let _paused = PausedThreads::pause(pid, &mut self.stats.seize);
+            // sample on or off the CPU. A process stopped around its sample (blocking, or native
+            // stacks, whose registers are read by ptrace from stopped threads) has them all read
+            // before (stopped is not R); otherwise each thread's state is read as it comes up.
+            let stop = self.config.blocking || self.config.native_stacks;
+            let on_cpu_before = stop.then(|| on_cpu_threads(pid));
+            let _paused = stop.then(|| PausedThreads::pause(pid, &mut self.stats.seize));
+            let (result, on_cpu) = if let Some(on_cpu) = on_cpu_before {
                 let result = unwinder.sample_filtered(|host_tid| {
                     idle || host_tid.is_some_and(|t| on_cpu.contains(&t))
                 });
@@ -272,6 +288,11 @@ impl UserspaceSampler {
                     if idle {
                         for s in &mut samples {
                             label_wall_state(pid, unwinder, &on_cpu, s);
+                        }
+                    }
+                    if self.config.native_stacks {
+                        for s in samples.iter_mut().filter(|s| !s.frames.is_empty()) {
+                            self.native.mix(s);
                         }
                     }
                     for s in samples.iter().filter(|s| !s.frames.is_empty()) {

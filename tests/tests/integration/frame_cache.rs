@@ -23,6 +23,7 @@ fn record_stacks(
         subprocesses: false,
         blocking,
         idle,
+        native_stacks: false,
         unwind: UnwindOptions {
             frame_cache,
             ..Default::default()

@@ -36,20 +36,29 @@ fn names_static_functions(py: &str) -> bool {
     !matches!(py, "py314" | "py315")
 }
 
+/// In both modes: the program's copy (`ebpf`), or the agent's own, taken with each thread
+/// stopped by ptrace (`userspace`, which has no kernel frames).
 #[rstest]
 fn native_frames_sit_between_and_above_the_python_ones(
     #[values("py311", "py312", "py313", "py313-static", "py314", "py315")] py: &str,
+    #[values("ebpf", "userspace")] mode: &str,
 ) {
     let named = names_static_functions(py);
     pyagent_bin(); // built before the target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
     let p = PythonProcess::ready(py, "native_mix.py", &[]);
-    let dir = fresh_dir(&format!("native-{py}"));
+    let dir = fresh_dir(&format!("native-{py}-{mode}"));
     let (text, err) = record_collapsed(
         p.pid(),
-        &["--mode", "ebpf", "--native", "-d", "3"],
+        &["--mode", mode, "--native", "-d", "3"],
         &dir.join("mixed.txt"),
     );
+    if mode == "userspace" {
+        assert!(
+            !text.contains(" [kernel]"),
+            "{py}: kernel frames in userspace mode"
+        );
+    }
     let samples = number_before(&err, " samples,");
     let mismatched = number_before(&err, " mismatched");
     assert!(samples > 100, "{py}: too few samples: {err}");

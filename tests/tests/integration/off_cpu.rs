@@ -5,16 +5,18 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use pyagent_tests::agent::{host_wide_lock, pyagent_bin, record, run_pyagent};
-use pyagent_tests::consumers::{go_pprof_raw, location_functions};
+use pyagent_tests::consumers::{go_pprof_raw, location_frames};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::PythonProcess;
 use rstest::rstest;
 
-/// One sample of `go tool pprof -raw`: its values, its top function and its string labels.
+/// One sample of `go tool pprof -raw`: its values, its top function, its frames (function and
+/// file, leaf first) and its string labels.
 #[derive(Debug)]
 struct RawSample {
     values: Vec<u64>,
     top: String,
+    stack: Vec<(String, String)>,
     labels: BTreeMap<String, String>,
 }
 
@@ -36,7 +38,7 @@ fn raw_samples(file: &Path) -> (Vec<String>, Vec<RawSample>) {
         .split_whitespace()
         .map(|t| t.trim_end_matches("[dflt]").to_string())
         .collect();
-    let functions = location_functions(&raw);
+    let frames = location_frames(&raw);
     let mut samples: Vec<RawSample> = Vec::new();
     for line in raw
         .lines()
@@ -48,13 +50,20 @@ fn raw_samples(file: &Path) -> (Vec<String>, Vec<RawSample>) {
             v.split_whitespace()
                 .all(|n| n.bytes().all(|b| b.is_ascii_digit()))
         }) {
-            let top = locations.split_whitespace().next().unwrap_or_default();
+            let stack: Vec<(String, String)> = locations
+                .split_whitespace()
+                .map(|id| {
+                    let (function, file) = frames.get(id).copied().unwrap_or(("?", "?"));
+                    (function.to_string(), file.to_string())
+                })
+                .collect();
             samples.push(RawSample {
                 values: values
                     .split_whitespace()
                     .map(|n| n.parse().expect("a number"))
                     .collect(),
-                top: functions.get(top).copied().unwrap_or("?").to_string(),
+                top: stack.first().map_or("?".to_string(), |f| f.0.clone()),
+                stack,
                 labels: BTreeMap::new(),
             });
         } else {
@@ -149,6 +158,90 @@ fn off_cpu_waits_show_under_their_function_with_their_reason(
     for ((f, w), s) in &off {
         assert!(w != "other", "{f} waited {s:.2}s in `other`: {what}");
     }
+}
+
+/// With `--off-cpu --native`, a wait carries the native and kernel frames the thread blocks in,
+/// merged with its Python frames as on-CPU samples are: waits.py's sleeper reads, leaf first,
+/// the kernel's sleep (`schedule`, `…nanosleep`), libc's `clock_nanosleep`, `time.sleep`'s C
+/// function, then `sleeper` and the threading frames under it; none of the profiler's own
+/// frames (the program, the tracepoint that runs it) is left at the leaf. The threads already
+/// blocked at attach are read by the agent itself, with Python frames only.
+#[rstest]
+fn off_cpu_waits_carry_native_and_kernel_frames(
+    #[values("py311", "py312", "py313t", "py315")] py: &str,
+) {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = spawn_waits(py, &[]);
+    let dir = fresh_dir(&format!("offcpu-native-{py}"));
+    let file = dir.join("off.pb.gz");
+    let err = record(
+        p.pid(),
+        &["--mode", "ebpf", "--off-cpu", "--native", "-d", "3"],
+        &file,
+    );
+    let (types, samples) = raw_samples(&file);
+    let column = types
+        .iter()
+        .position(|t| t == "off_cpu/nanoseconds")
+        .expect("an off_cpu sample type");
+    let kernel = |f: &(String, String)| f.1 == "[kernel]:0";
+    let python = |f: &(String, String)| f.1.contains(".py:");
+    let (mut mixed, mut total) = (0.0, 0.0);
+    for s in samples
+        .iter()
+        .filter(|s| s.values[column] > 0 && s.label("thread_name") == Some("sleeper"))
+    {
+        let secs = s.values[column] as f64 / 1e9;
+        total += secs;
+        let what = format!("{py}: {:?} ({err})", s.stack);
+        assert!(
+            !s.stack
+                .iter()
+                .any(|f| f.0.starts_with("bpf_prog_") || f.0.starts_with("bpf_trace_run")),
+            "the program's own frames: {what}"
+        );
+        if s.stack.iter().all(|f| python(f) || f.1 == "~:0") {
+            continue; // blocked at attach, read by the agent (`<native>` markers included)
+        }
+        let k = s.stack.iter().take_while(|f| kernel(f)).count();
+        assert!(
+            s.stack[..k].iter().any(|f| f.0.contains("schedule"))
+                && s.stack[..k].iter().any(|f| f.0.contains("nanosleep")),
+            "no kernel sleep at the leaf: {what}"
+        );
+        let libc = s.stack[k..]
+            .iter()
+            .position(|f| f.0.contains("nanosleep") && f.1.contains("libc.so"))
+            .map(|i| i + k)
+            .unwrap_or_else(|| panic!("no libc nanosleep under the kernel frames: {what}"));
+        let sleeper = s
+            .stack
+            .iter()
+            .position(|f| f.0 == "sleeper" && f.1.contains("waits.py:"))
+            .unwrap_or_else(|| panic!("no sleeper frame: {what}"));
+        // time.sleep's C function (unnamed in Debian's stripped 3.14/3.15) between them.
+        assert!(
+            libc + 1 < sleeper
+                && s.stack[libc + 1..sleeper]
+                    .iter()
+                    .all(|f| !kernel(f) && !python(f)),
+            "not kernel → libc → C → sleeper: {what}"
+        );
+        assert!(
+            s.stack[sleeper + 1..]
+                .iter()
+                .any(|f| f.0 == "Thread.run" && python(f)),
+            "no Thread.run under sleeper: {what}"
+        );
+        mixed += secs;
+    }
+    // Nearly all of the recording sleeping; all of it but the wait found at attach mixed.
+    assert!(total >= 2.7, "{py}: sleeper off-CPU {total:.2} s ({err})");
+    assert!(
+        mixed >= total - 0.1,
+        "{py}: {mixed:.2} of {total:.2} s with native frames ({err})"
+    );
 }
 
 /// Records waits.py (under 3.12, with `args`) for 4 s with off-CPU on and returns the share of

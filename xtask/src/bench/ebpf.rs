@@ -14,6 +14,10 @@
 //!    with 1, 10 and 50 busy Python processes: its CPU time (`wait4`) as % of one core over the
 //!    run and after its first scan, its peak RSS, and in ebpf mode the BPF program's own run
 //!    time (spent in the interrupted Python processes, not charged to the agent).
+//! 3. Off-CPU: the agent with and without `--off-cpu` beside many blocking processes.
+//! 4. Native stacks: ns per sample with and without the native section on a target whose leaf
+//!    is in C under 100 Python frames (`deep.py 100 native`), and the agent's CPU at 99 Hz with
+//!    `--native` off and on beside 50 such processes.
 //!
 //! The measurements link the agent library, whose build needs clang: `cargo xtask` itself is built
 //! with the Rust toolchain alone, so it installs the build packages and re-runs itself from a
@@ -45,14 +49,19 @@ pub struct Args {
     /// off-CPU overhead runs.
     #[arg(long, default_value_t = 50)]
     blocking_processes: usize,
+    /// Number of processes whose leaf is in C (`deep.py 30 native`) for the agent runs with
+    /// `--native` off and on.
+    #[arg(long, default_value_t = 50)]
+    native_processes: usize,
     /// Interpreter of the busy processes (manifest name).
     #[arg(long, default_value = "py312")]
     busy_python: String,
     /// Perf-event rate (per CPU) of the BPF cost runs.
     #[arg(long, default_value_t = 999)]
     bpf_rate: u64,
-    /// Only one part: `cost` (ns per run), `agent` (agent overhead) or `offcpu` (agent and BPF
-    /// cost with off-CPU profiling, beside many blocking processes).
+    /// Only one part: `cost` (ns per run), `agent` (agent overhead), `offcpu` (agent and BPF
+    /// cost with off-CPU profiling, beside many blocking processes) or `native` (BPF cost per
+    /// sample and agent overhead with native stacks, `--native`).
     #[arg(long)]
     only: Option<String>,
     /// Also measure each stage of an anchored depth-100 walk on 3.15 (the program stops after

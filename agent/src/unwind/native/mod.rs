@@ -109,8 +109,15 @@ impl NativeUnwinder {
         let reached_root = self.unwind(n, &mut addrs);
         let mut frames = std::mem::take(&mut self.stack.frames);
         frames.clear();
+        // Off-CPU, the kernel stack is taken inside the program, which the switch calls: its
+        // first frames are the program and the tracepoint machinery, the profiler's own.
+        let mut ours = true;
         for k in n.kernel_frames() {
-            frames.push(self.kernel_frame(k));
+            let f = self.kernel_frame(k);
+            ours = ours && runs_bpf_programs(&f.frame.code.function);
+            if !ours {
+                frames.push(f);
+            }
         }
         for &a in &addrs {
             frames.push(self.user_frame(a));
@@ -214,6 +221,14 @@ impl NativeUnwinder {
     }
 }
 
+/// Whether a kernel function is a BPF program or the tracepoint code that runs one (the
+/// profiler's own frames above a switch's stack).
+fn runs_bpf_programs(function: &str) -> bool {
+    ["bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_"]
+        .iter()
+        .any(|p| function.starts_with(p))
+}
+
 fn native_frame(name: &str, object: Arc<ObjectName>, kind: FrameKind) -> Frame {
     Frame {
         code: Arc::new(CodeName::native(name, object)),
@@ -243,4 +258,30 @@ fn unknown_object() -> Arc<ObjectName> {
         })
     });
     Arc::clone(&UNKNOWN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_bpf_programs;
+
+    #[test]
+    fn the_programs_own_kernel_frames_are_told_from_the_threads() {
+        for ours in [
+            "bpf_prog_a87ecdee1bfc8e82_pa_switch",
+            "bpf_trace_run4",
+            "__bpf_trace_sched_switch",
+            "__traceiter_sched_switch",
+        ] {
+            assert!(runs_bpf_programs(ours), "{ours}");
+        }
+        for theirs in [
+            "__schedule",
+            "schedule",
+            "do_nanosleep",
+            "bpf_check",
+            "[unknown kernel]",
+        ] {
+            assert!(!runs_bpf_programs(theirs), "{theirs}");
+        }
+    }
 }

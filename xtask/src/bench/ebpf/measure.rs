@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use common::Counter;
 use pyagent::discovery::locate_runtime;
 use pyagent::sampler::bpf::{pa_proc_for, set_gil, BpfConfig, BpfSampler};
+use pyagent::unwind::native::NativeUnwinder;
 use pyagent::unwind::{UnwindOptions, Unwinder};
 
 use super::super::util::{Interpreter, Manifest, Proc, Table};
@@ -29,9 +30,9 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(o) = args
         .only
         .as_deref()
-        .filter(|o| !["cost", "agent", "offcpu"].contains(o))
+        .filter(|o| !["cost", "agent", "offcpu", "native"].contains(o))
     {
-        bail!("--only {o}: use cost, agent or offcpu");
+        bail!("--only {o}: use cost, agent, offcpu or native");
     }
     let manifest = Manifest::load()?;
     let script = util::bench_script("deep.py");
@@ -44,7 +45,35 @@ pub fn run(args: &Args) -> Result<()> {
     if args.only.is_none() || args.only.as_deref() == Some("offcpu") {
         let agent = util::release_binary("pyagent")?;
         let py = manifest.interpreter(&args.busy_python)?;
-        off_cpu_overhead(&agent, py, &script, args.blocking_processes, agent_seconds)?;
+        flag_overhead(
+            &agent,
+            py,
+            &script,
+            args.blocking_processes,
+            agent_seconds,
+            Flag::OffCpu,
+        )?;
+        if args.only.is_some() {
+            return Ok(());
+        }
+    }
+    if args.only.is_none() || args.only.as_deref() == Some("native") {
+        let pythons: Vec<&Interpreter> = args
+            .pythons
+            .iter()
+            .map(|n| manifest.interpreter(n))
+            .collect::<Result<_>>()?;
+        native_cost(&pythons, &script, seconds, args.bpf_rate)?;
+        let agent = util::release_binary("pyagent")?;
+        let py = manifest.interpreter(&args.busy_python)?;
+        flag_overhead(
+            &agent,
+            py,
+            &script,
+            args.native_processes,
+            agent_seconds,
+            Flag::Native,
+        )?;
         if args.only.is_some() {
             return Ok(());
         }
@@ -83,6 +112,8 @@ struct Cost {
     anchor_hits: u64,
     /// records whose walk did not end cleanly (read failure, truncated)
     incomplete: u64,
+    /// native sections: records that carry one, their stack and kernel bytes
+    native: NativeCount,
     /// (run ns, runs) of each 100 ms drain interval
     windows: Vec<(u64, u64)>,
 }
@@ -111,6 +142,27 @@ impl Cost {
     }
 }
 
+/// What the native sections of a native run held.
+#[derive(Debug, Default)]
+struct NativeCount {
+    records: u64,
+    stack_bytes: u64,
+    kernel_frames: u64,
+    /// records unwound in this process (the first few of each interval) and their frames
+    unwound: u64,
+    frames: u64,
+}
+
+impl NativeCount {
+    fn per_record(&self, v: u64) -> f64 {
+        v as f64 / self.records.max(1) as f64
+    }
+}
+
+/// Records unwound per 100 ms interval to count native frames: enough for a mean, few enough
+/// that the bench's own CPU stays out of the program's way.
+const UNWOUND_PER_INTERVAL: usize = 20;
+
 /// How to configure the walk of the tracked process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Walk {
@@ -120,6 +172,21 @@ enum Walk {
     Full,
     /// stop at the anchor, kept on the top frame by a userspace walk every 100 ms (the agent)
     AgentAnchor,
+    /// whole stacks of a `deep.py DEPTH native` target (its leaf in C under C under Python),
+    /// each record with a native section (`--native`) if `section`; stopping at the anchor if
+    /// `anchored` (3.15, as the agent does)
+    NativeTarget { section: bool, anchored: bool },
+}
+
+impl Walk {
+    /// `deep.py`'s second argument.
+    fn target_kind(self) -> &'static str {
+        if matches!(self, Walk::NativeTarget { .. }) {
+            "native"
+        } else {
+            "busy"
+        }
+    }
 }
 
 fn bpf_cost(
@@ -274,12 +341,117 @@ fn stage_costs(pythons: &[&Interpreter], script: &Path, secs: f64, rate: u64) ->
     Ok(())
 }
 
+/// The program's cost per sample with and without the native section, on a target whose leaf
+/// sits in C under Python frames (`deep.py 100 native`).
+fn native_cost(pythons: &[&Interpreter], script: &Path, secs: f64, rate: u64) -> Result<()> {
+    const DEPTH: usize = 100;
+    let load_before = util::load_average();
+    let mut t = Table::new(&[
+        "python, native",
+        "walks",
+        "Python frames/walk",
+        "native frames/record",
+        "stack bytes/record",
+        "kernel frames/record",
+        "ns/walk: median [quartiles]",
+        "native adds",
+    ]);
+    let mut target_lines = Vec::new();
+    for py in pythons {
+        let mut off_ns = None;
+        for section in [false, true] {
+            eprintln!(
+                "bench ebpf: {} deep.py {DEPTH} native, native section {section}",
+                py.name
+            );
+            let c = measure(
+                py,
+                script,
+                DEPTH,
+                Walk::NativeTarget {
+                    section,
+                    // as the agent does
+                    anchored: py.minor() >= (3, 15),
+                },
+                0,
+                secs,
+                rate,
+            )?;
+            let q = c.ns_per_run();
+            let n = &c.native;
+            let (frames, bytes, kernel) = if section {
+                (
+                    format!(
+                        "{:.1} ({} unwound here)",
+                        n.frames as f64 / n.unwound.max(1) as f64,
+                        n.unwound
+                    ),
+                    format!("{:.0}", n.per_record(n.stack_bytes)),
+                    format!("{:.1}", n.per_record(n.kernel_frames)),
+                )
+            } else {
+                ("—".to_owned(), "—".to_owned(), "—".to_owned())
+            };
+            let added = off_ns.map_or("—".to_owned(), |off: f64| format!("{:+.0}", q[1] - off));
+            t.row(vec![
+                format!("{} {}", py.name, if section { "on" } else { "off" }),
+                c.emitted.to_string(),
+                format!("{:.1}", c.frames_per_walk()),
+                frames,
+                bytes,
+                kernel,
+                quartiles(q),
+                added,
+            ]);
+            if section {
+                target_lines.push(format!(
+                    "- {}: {:.0} ns per sample with native on ({}), {:.0} with it off",
+                    py.name,
+                    q[1],
+                    if q[1] <= 10_000.0 {
+                        "≤ 10 µs: met"
+                    } else {
+                        "> 10 µs: MISSED"
+                    },
+                    off_ns.unwrap_or(f64::NAN),
+                ));
+            }
+            off_ns.get_or_insert(q[1]);
+        }
+    }
+    println!(
+        "\n## Native stacks: BPF program cost per sample, `deep.py {DEPTH} native` (lower is better)\n"
+    );
+    println!(
+        "{load_before} at start, {} at end; perf event at {rate} Hz per CPU on the target's \
+         thread, {secs} s per row\n",
+        util::load_average()
+    );
+    t.print();
+    println!(
+        "\nTarget: one thread {DEPTH} Python frames deep looping on `sorted(range(64), \
+         key=slow_key)`, whose key calls `zlib.crc32` on 64 KiB: the leaf is in libz under the \
+         zlib module, under the key (Python), under `list.sort` (C), under the {DEPTH} Python \
+         frames and the interpreter's own C frames. On 3.15 the walk stops at the anchor, as \
+         in the agent. \"off\": the same walk without a native \
+         section; \"on\": each record also carries the user registers, the kernel stack when the \
+         tick was in the kernel, and a copy of the user stack from `sp` up (at most 16 KiB, or to \
+         the stack's top). Native frames: the first {UNWOUND_PER_INTERVAL} records of each \
+         100 ms interval unwound by this process with the agent's unwinder (kernel frames \
+         included).\n\nTarget (≤ 10 µs per sample in the program with native on):\n"
+    );
+    for l in target_lines {
+        println!("{l}");
+    }
+    Ok(())
+}
+
 fn quartiles([q1, m, q3]: [f64; 3]) -> String {
     format!("{m:.0} [{q1:.0}, {q3:.0}]")
 }
 
-/// Loads the sampler, tracks a fresh `deep.py DEPTH busy` target as `walk` says for `secs`, and
-/// returns the program's run statistics and counters.
+/// Loads the sampler, tracks a fresh `deep.py DEPTH busy` (or `native`) target as `walk` says
+/// for `secs`, and returns the program's run statistics and counters.
 fn measure(
     py: &Interpreter,
     script: &Path,
@@ -289,10 +461,11 @@ fn measure(
     secs: f64,
     rate: u64,
 ) -> Result<Cost> {
-    let mut cmd = py.script_command(script, &[depth.to_string(), "busy".to_owned()])?;
+    let kind = walk.target_kind();
+    let mut cmd = py.script_command(script, &[depth.to_string(), kind.to_owned()])?;
     let target = Proc::spawn_ready(
         &mut cmd,
-        format!("{} deep.py {depth} busy", py.name),
+        format!("{} deep.py {depth} {kind}", py.name),
         "ready",
         READY,
     )?;
@@ -300,7 +473,10 @@ fn measure(
     let located =
         locate_runtime(pid).with_context(|| format!("locating the runtime of {}", py.name))?;
     let offsets = located.offsets;
-    let anchored = walk == Walk::AgentAnchor;
+    let anchored = matches!(
+        walk,
+        Walk::AgentAnchor | Walk::NativeTarget { anchored: true, .. }
+    );
     let mut u = Unwinder::new(
         located,
         UnwindOptions {
@@ -347,19 +523,35 @@ fn measure(
         // As the agent configures it: the walk, and where the GIL is.
         let mut proc = pa_proc_for(&offsets, anchored);
         set_gil(&mut proc, &offsets, u.target().runtime_addr, main_interp);
+        if matches!(walk, Walk::NativeTarget { section: true, .. }) {
+            proc.flags |= common::PROC_NATIVE;
+        }
         s.track_process(pid, &proc)?;
     }
     let mut incomplete = 0;
+    let mut native = NativeCount::default();
+    let mut native_unwinder = NativeUnwinder::new(pid);
     let mut windows = Vec::new();
     let mut last = (0, 0);
     let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
         // The agent's cadence: drain, then (3.15) walk in userspace, which moves the anchors.
         std::thread::sleep(Duration::from_millis(100));
+        let mut unwound = 0;
         s.drain(|r| {
             let h = r.header();
             if h.read_failed() || h.is_truncated() {
                 incomplete += 1;
+            }
+            if let Some(n) = r.native() {
+                native.records += 1;
+                native.stack_bytes += u64::from(n.hdr.stack_bytes);
+                native.kernel_frames += u64::from(n.hdr.kernel_frames);
+                if unwound < UNWOUND_PER_INTERVAL {
+                    unwound += 1;
+                    native.unwound += 1;
+                    native.frames += native_unwinder.stack(n).frames.len() as u64;
+                }
             }
         });
         if anchored {
@@ -386,6 +578,7 @@ fn measure(
         frames: c(Counter::Frames),
         anchor_hits: c(Counter::AnchorHit),
         incomplete,
+        native,
         windows,
     })
 }
@@ -522,47 +715,91 @@ fn agent_overhead(
     Ok(())
 }
 
-// ---- 3. Off-CPU profiling with many blocking processes ----
+// ---- 3. One agent flag off and on beside many processes ----
 
-/// The agent with and without `--off-cpu` beside `n` processes that each block about a
-/// thousand times a second: its CPU, and the time of both BPF programs (charged to the tasks
-/// they interrupt, not to the agent).
-fn off_cpu_overhead(
+/// A flag whose cost the agent runs measure, off then on, beside processes that exercise it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flag {
+    /// `--off-cpu` beside processes that block about a thousand times a second
+    OffCpu,
+    /// `--native` beside busy processes whose leaf is in C
+    Native,
+}
+
+impl Flag {
+    fn arg(self) -> &'static str {
+        match self {
+            Flag::OffCpu => "--off-cpu",
+            Flag::Native => "--native",
+        }
+    }
+
+    /// `deep.py`'s second argument for the processes.
+    fn target_kind(self) -> &'static str {
+        match self {
+            Flag::OffCpu => "block",
+            Flag::Native => "native",
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Flag::OffCpu => "blocking",
+            Flag::Native => "busy native-leaf",
+        }
+    }
+}
+
+/// The agent in ebpf mode with and without `flag` beside `n` processes that exercise it: its
+/// CPU, and the time of both BPF programs (charged to the tasks they interrupt, not to the
+/// agent).
+fn flag_overhead(
     agent: &Path,
     py: &Interpreter,
     script: &Path,
     n: usize,
     secs: f64,
+    flag: Flag,
 ) -> Result<()> {
     let load_before = util::load_average();
-    eprintln!("bench ebpf: starting {n} blocking {} processes", py.name);
-    let mut blocking = Vec::new();
+    let kind = flag.target_kind();
+    eprintln!(
+        "bench ebpf: starting {n} {} {} processes",
+        flag.what(),
+        py.name
+    );
+    let mut procs = Vec::new();
     for i in 0..n {
-        let inner = py.script_command(
-            script,
-            &[AGENT_TARGET_DEPTH.to_string(), "block".to_owned()],
-        )?;
-        let mut cmd = std::process::Command::new(inner.get_program());
-        cmd.args(inner.get_args());
-        blocking.push(Proc::spawn(&mut cmd, format!("blocking {} #{i}", py.name))?);
+        let inner =
+            py.script_command(script, &[AGENT_TARGET_DEPTH.to_string(), kind.to_owned()])?;
+        // Busy ones at nice 19, as in the agent-overhead runs: they take every idle cycle yet
+        // leave the agent the CPU it asks for.
+        let mut cmd = std::process::Command::new("nice");
+        cmd.args(["-n", if flag == Flag::Native { "19" } else { "0" }])
+            .arg(inner.get_program())
+            .args(inner.get_args());
+        procs.push(Proc::spawn(&mut cmd, format!("{kind} {} #{i}", py.name))?);
     }
-    for p in &mut blocking {
+    for p in &mut procs {
         p.wait_line(|l| l == "ready", READY)?;
     }
     let mut t = Table::new(&[
-        "off-CPU",
+        flag.arg(),
         "samples",
         "agent CPU % (sampling only)",
         "agent CPU % (after first scan)",
         "peak RSS MiB (after first scan)",
         "pa_sample, % of a core",
         "pa_switch, % of a core",
-        "summary (off-CPU line)",
+        "summary",
     ]);
     let mut verdicts = Vec::new();
-    for off_cpu in [false, true] {
-        let extra: &[&str] = if off_cpu { &["--off-cpu"] } else { &[] };
-        eprintln!("bench ebpf: agent, {n} blocking processes, off-CPU {off_cpu}, {secs} s");
+    for on in [false, true] {
+        let extra: &[&str] = if on { &[flag.arg()] } else { &[] };
+        eprintln!(
+            "bench ebpf: agent, {n} {kind} processes, {} {on}, {secs} s",
+            flag.arg()
+        );
         let r = run_agent(agent, "ebpf", secs, extra)?;
         let pct = |cpu: f64, wall: f64| 100.0 * cpu / wall.max(1e-9);
         let sampling = r.sampling.map(|(cpu, wall)| pct(cpu, wall));
@@ -572,8 +809,12 @@ fn off_cpu_overhead(
             (Some(ns), Some(w)) => format!("{:.2}", 100.0 * ns as f64 / 1e9 / w),
             _ => "—".to_owned(),
         };
+        let summary = match flag {
+            Flag::OffCpu => r.off_cpu_line.clone().unwrap_or_default(),
+            Flag::Native => r.summary.clone(),
+        };
         t.row(vec![
-            if off_cpu { "on" } else { "off" }.to_owned(),
+            if on { "on" } else { "off" }.to_owned(),
             r.samples.map_or("?".to_owned(), |s| s.to_string()),
             sampling.map_or("?".to_owned(), |s| format!("{s:.2}")),
             steady.map_or("?".to_owned(), |s| format!("{s:.2}")),
@@ -582,22 +823,38 @@ fn off_cpu_overhead(
             }),
             of_core(r.bpf.map(|(ns, _)| ns)),
             of_core(r.switch_ns),
-            r.off_cpu_line.clone().unwrap_or_default(),
+            summary,
         ]);
-        if off_cpu {
+        if on {
             let cpu = sampling.or(steady).unwrap_or(f64::NAN);
             verdicts.push(format!(
-                "- {n} processes blocking ~1,000 times a second, off-CPU on: agent {cpu:.2}% of one core while sampling ({})",
-                if cpu <= 1.0 { "met: ≤ 1%" } else { "MISSED: > 1%" }
+                "- {n} {} processes, {} on: agent {cpu:.2}% of one core while sampling ({})",
+                flag.what(),
+                flag.arg(),
+                if cpu <= 1.0 {
+                    "met: ≤ 1%"
+                } else {
+                    "MISSED: > 1%"
+                }
             ));
         }
     }
-    drop(blocking);
+    drop(procs);
     println!(
-        "\n## Off-CPU: `pyagent --all-python --mode ebpf -r 99 [--off-cpu]` with {n} blocking {} processes\n",
+        "\n## `pyagent --all-python --mode ebpf -r 99 [{}]` with {n} {} {} processes\n",
+        flag.arg(),
+        flag.what(),
         py.name
     );
-    println!("{load_before} at start, {} at end; {secs} s per run; blocking processes: `deep.py {AGENT_TARGET_DEPTH} block` (time.sleep(0.001) in a loop)\n", util::load_average());
+    let how = match flag {
+        Flag::OffCpu => "`deep.py {D} block` (time.sleep(0.001) in a loop)",
+        Flag::Native => "`nice -n 19 deep.py {D} native` (sorted() with a key calling zlib.crc32)",
+    }
+    .replace("{D}", &AGENT_TARGET_DEPTH.to_string());
+    println!(
+        "{load_before} at start, {} at end; {secs} s per run; processes: {how}\n",
+        util::load_average()
+    );
     t.print();
     println!("\nBPF columns: each program's kernel run time over the run, as % of one core (charged to the tasks it runs in). Targets:\n");
     for v in verdicts {
