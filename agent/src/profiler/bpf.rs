@@ -172,6 +172,7 @@ impl BpfBackend {
         if let Some(n) = self.unknown_thread_ticks() {
             out.stats.unknown_thread = n;
         }
+        out.stats.throttled = self.sampler.throttling().lost_ticks;
         let mut unknown_thread = HashSet::new();
         for (pid, bits) in self.sampler.take_notices() {
             if bits & NOTICE_EXEC != 0 {
