@@ -79,7 +79,8 @@ struct pa_walk {
 	__u32 flags;
 	/* Record the byte before the owner as is_entry (PA_PROC_IS_ENTRY). */
 	__u32 entry_before_owner;
-	__u32 _pad;
+	/* Windows filled so far. */
+	__u32 fills;
 };
 
 /* A pointer field: 8-byte aligned, wholly inside the frame window. */
@@ -190,7 +191,9 @@ static __always_inline int pa_walk_one(struct pa_walk *w, struct pa_frame *f)
 
 /* Copies into the window the bytes that end with the header of the frame at `addr`: the
  * PA_WINDOW_BYTES below it, or if those cannot all be read, the part of its page below it.
- * Returns 0 when the window holds the header. */
+ * The walk's first window is the page part alone: a walk that ends a few frames past the short
+ * record (most of them) then never pays for a wide copy, nor for the failed read of one that
+ * crosses below the thread's first chunk. Returns 0 when the window holds the header. */
 static __always_inline int pa_window_fill(struct pa_walk *w, struct pa_frame_window *win,
 					  __u64 addr)
 {
@@ -200,7 +203,8 @@ static __always_inline int pa_window_fill(struct pa_walk *w, struct pa_frame_win
 	if (end < addr || end < PA_WINDOW_BYTES)
 		return -1;
 	lo = end - PA_WINDOW_BYTES;
-	if (!bpf_probe_read_user(win->bytes, PA_WINDOW_BYTES, (const void *)lo)) {
+	if (w->fills++ &&
+	    !bpf_probe_read_user(win->bytes, PA_WINDOW_BYTES, (const void *)lo)) {
 		w->win_lo = lo;
 		w->win_len = PA_WINDOW_BYTES;
 		return 0;
@@ -234,6 +238,14 @@ static __always_inline int pa_walk_windowed(struct pa_walk *w, struct pa_frame *
 		return 1;
 	if (addr < w->win_lo || w->win_len < PA_FRAME_READ_BYTES ||
 	    off > w->win_len - PA_FRAME_READ_BYTES) {
+		if (w->fills && (addr >= w->win_lo || w->win_lo - addr > PA_WINDOW_BYTES)) {
+			/* Far from the last window: a frame elsewhere (a generator's, 3.15's base
+			 * frame in the thread state, a new chunk). Read alone; a next frame right
+			 * below it starts a window. */
+			w->win_lo = addr;
+			w->win_len = 0;
+			return pa_walk_one(w, f);
+		}
 		if (pa_window_fill(w, win, addr))
 			return pa_walk_read_failed(w);
 		off = addr - w->win_lo;
