@@ -162,7 +162,7 @@ static __always_inline __u64 pa_search_thread(__u32 tgid)
 static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_record *r, __u32 max,
 					void *native_ctx, int native, __u64 *cnt)
 {
-	__u32 native_len = 0;
+	__u32 native_len = 0, zero = 0;
 	__u32 cpu = r->hdr.cpu, n;
 	struct pa_scratch *s = bpf_map_lookup_elem(&pa_scratch, &cpu);
 	__u64 len;
@@ -175,6 +175,7 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	__builtin_memcpy(&s->rec, r, sizeof(*r));
 	bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 	w->s = s;
+	w->win = bpf_map_lookup_elem(&pa_frame_windows, &zero);
 	/* Called even when the walk is over (a native record of a short walk: the step returns at
 	 * once). Only the knob decides: a reachable bpf_loop whose count the verifier knows to be 0
 	 * (or too large) leaves its callback unverified, and 6.18's verifier then fails with "No

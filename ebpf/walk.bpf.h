@@ -8,6 +8,14 @@
  * the ring buffer (pa_walk_short); a walk that goes on continues in the per-CPU scratch record
  * under bpf_loop (pa_walk_step). Stack windows and the direct ring-buffer write keep a short walk
  * off the scratch pages: on these VMs every cold page a run touches costs a few hundred ns.
+ *
+ * Past the short record, frames are read a window at a time (pa_window_fill): since 3.11 a
+ * thread's frames lie next to each other in its data-stack chunks, each caller below its callee,
+ * so one bpf_probe_read_user of the bytes below a frame brings dozens of its callers. A helper
+ * call per frame was most of a deep walk's cost. The window is only a copy: a frame is read from
+ * it when its whole header lies inside, and by itself otherwise (generator frames, 3.12-3.14
+ * entry frames on the C stack, 3.15's base frame). The thread is interrupted on this CPU, so
+ * the copy cannot differ from what per-frame reads would see.
  */
 #ifndef PA_WALK_BPF_H
 #define PA_WALK_BPF_H
@@ -23,10 +31,35 @@ _Static_assert(PA_SHORT_FRAMES < PA_MAX_FRAMES, "a short record is shorter than 
  * and userspace finds the repeat in the record. */
 #define PA_RECENT_FRAMES 4
 
+/* Bytes below (and including) a frame's header copied in one read. The wide read may cross into
+ * unmapped memory below a chunk; then the window is the frame's own page (always mapped), which
+ * still holds the callers that share the page. */
+#define PA_WINDOW_BYTES 8192
+#define PA_PAGE_BYTES 4096
+_Static_assert(PA_PAGE_BYTES + PA_FRAME_READ_BYTES <= PA_WINDOW_BYTES, "a page window fits");
+
+struct pa_frame_window {
+	__u8 bytes[PA_WINDOW_BYTES];
+};
+
+/* Per CPU: the window of the walk under way (a perf_event program never nests on a CPU; an
+ * off-CPU walk runs in sched_switch, with interrupts off). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pa_frame_window);
+} pa_frame_windows SEC(".maps");
+
 /* The walk's state, on the program's stack; bpf_loop hands a pointer to each step. Offsets are
  * checked against the read window before the walk (pa_frame_offsets_ok). */
 struct pa_walk {
 	struct pa_scratch *s;
+	/* This CPU's window (NULL: every frame is read by itself), and the target addresses it
+	 * holds: [win_lo, win_lo + win_len). win_len 0: empty. */
+	struct pa_frame_window *win;
+	__u64 win_lo;
+	__u64 win_len;
 	/* Next frame to read. */
 	__u64 frame;
 	/* Stop after recording this frame (0: no anchor). */
@@ -46,7 +79,8 @@ struct pa_walk {
 	__u32 flags;
 	/* Record the byte before the owner as is_entry (PA_PROC_IS_ENTRY). */
 	__u32 entry_before_owner;
-	__u32 _pad;
+	/* Windows filled so far. */
+	__u32 fills;
 };
 
 /* A pointer field: 8-byte aligned, wholly inside the frame window. */
@@ -95,34 +129,14 @@ static __always_inline int pa_loops_back(struct pa_walk *w, __u64 addr, __u64 pr
 	return loops;
 }
 
-/* Records the next frame into *f. Returns 1 when the walk ends with it (or before it). */
-static __always_inline int pa_walk_one(struct pa_walk *w, struct pa_frame *f)
+/* Records frame w->frame, whose header fields were read (its `previous` is `prev`), into *f.
+ * Returns 1 when the walk ends with it. */
+static __always_inline int pa_walk_record(struct pa_walk *w, struct pa_frame *f, __u64 prev)
 {
-	__u32 op = w->off_previous, oe = w->off_executable, oi = w->off_instr_ptr;
-	__u32 oo = w->off_owner;
-	__u64 addr = w->frame, prev;
-	/* Words, so that the verifier sees the variable-offset reads below as 8-byte aligned. */
-	__u64 win[PA_FRAME_READ_BYTES / 8];
+	__u64 addr = w->frame;
 
-	/* For the verifier: offsets copied through the stack are unbounded scalars to it; the
-	 * program checked them before the walk. */
-	if (op > PA_FRAME_READ_BYTES - 8 || oe > PA_FRAME_READ_BYTES - 8 ||
-	    oi > PA_FRAME_READ_BYTES - 8 || oo > PA_FRAME_READ_BYTES - 1)
-		return 1;
-	if (bpf_probe_read_user(win, sizeof(win), (const void *)addr)) {
-		/* Not resident, unmapped or torn: the chain is cut here, never "complete". */
-		w->flags |= PA_SAMPLE_READ_FAILED;
-		pa_count(pa_counters_here(), PA_CNT_READ_FAIL_FRAME);
-		return 1;
-	}
-	prev = pa_word(win, op, PA_FRAME_READ_BYTES / 8);
 	f->addr = addr;
-	f->executable = pa_word(win, oe, PA_FRAME_READ_BYTES / 8) & ~w->tag_mask;
-	f->instr_ptr = pa_word(win, oi, PA_FRAME_READ_BYTES / 8);
-	f->owner = ((const __u8 *)win)[oo];
-	f->is_entry = w->entry_before_owner && oo ? ((const __u8 *)win)[oo - 1] : 0;
 	w->n++;
-
 	if (addr == w->anchor) {
 		/* Userspace holds this frame's ancestry (3.15 frame-cache protocol:
 		 * cpython-internals.md §6.3 step 3). */
@@ -141,6 +155,118 @@ static __always_inline int pa_walk_one(struct pa_walk *w, struct pa_frame *f)
 	}
 	w->frame = prev;
 	return 0;
+}
+
+/* The frame's header could not be read: the chain is cut here, never "complete". */
+static __always_inline int pa_walk_read_failed(struct pa_walk *w)
+{
+	w->flags |= PA_SAMPLE_READ_FAILED;
+	pa_count(pa_counters_here(), PA_CNT_READ_FAIL_FRAME);
+	return 1;
+}
+
+/* Records the next frame into *f, read by itself. Returns 1 when the walk ends with it (or
+ * before it). */
+static __always_inline int pa_walk_one(struct pa_walk *w, struct pa_frame *f)
+{
+	__u32 op = w->off_previous, oe = w->off_executable, oi = w->off_instr_ptr;
+	__u32 oo = w->off_owner;
+	/* Words, so that the verifier sees the variable-offset reads below as 8-byte aligned. */
+	__u64 win[PA_FRAME_READ_BYTES / 8];
+
+	/* For the verifier: offsets copied through the stack are unbounded scalars to it; the
+	 * program checked them before the walk. */
+	if (op > PA_FRAME_READ_BYTES - 8 || oe > PA_FRAME_READ_BYTES - 8 ||
+	    oi > PA_FRAME_READ_BYTES - 8 || oo > PA_FRAME_READ_BYTES - 1)
+		return 1;
+	/* Not resident, unmapped or torn. */
+	if (bpf_probe_read_user(win, sizeof(win), (const void *)w->frame))
+		return pa_walk_read_failed(w);
+	f->executable = pa_word(win, oe, PA_FRAME_READ_BYTES / 8) & ~w->tag_mask;
+	f->instr_ptr = pa_word(win, oi, PA_FRAME_READ_BYTES / 8);
+	f->owner = ((const __u8 *)win)[oo];
+	f->is_entry = w->entry_before_owner && oo ? ((const __u8 *)win)[oo - 1] : 0;
+	return pa_walk_record(w, f, pa_word(win, op, PA_FRAME_READ_BYTES / 8));
+}
+
+/* Copies into the window the bytes that end with the header of the frame at `addr`: the
+ * PA_WINDOW_BYTES below it, or if those cannot all be read, the part of its page below it.
+ * The walk's first window is the page part alone: a walk that ends a few frames past the short
+ * record (most of them) then never pays for a wide copy, nor for the failed read of one that
+ * crosses below the thread's first chunk. Returns 0 when the window holds the header. */
+static __always_inline int pa_window_fill(struct pa_walk *w, struct pa_frame_window *win,
+					  __u64 addr)
+{
+	__u64 end = addr + PA_FRAME_READ_BYTES, lo, len;
+
+	w->win_len = 0;
+	if (end < addr || end < PA_WINDOW_BYTES)
+		return -1;
+	lo = end - PA_WINDOW_BYTES;
+	if (w->fills++ &&
+	    !bpf_probe_read_user(win->bytes, PA_WINDOW_BYTES, (const void *)lo)) {
+		w->win_lo = lo;
+		w->win_len = PA_WINDOW_BYTES;
+		return 0;
+	}
+	lo = addr & ~(__u64)(PA_PAGE_BYTES - 1);
+	len = end - lo;
+	/* For the verifier (always true: len <= PA_PAGE_BYTES - 8 + PA_FRAME_READ_BYTES). */
+	if (len > PA_WINDOW_BYTES)
+		return -1;
+	if (bpf_probe_read_user(win->bytes, len, (const void *)lo))
+		return -1;
+	w->win_lo = lo;
+	w->win_len = len;
+	return 0;
+}
+
+/* Records the next frame into *f, from the window (filled first when the frame's header is not
+ * in it). Returns 1 when the walk ends with it (or before it). */
+static __always_inline int pa_walk_windowed(struct pa_walk *w, struct pa_frame *f)
+{
+	__u32 op = w->off_previous, oe = w->off_executable, oi = w->off_instr_ptr;
+	__u32 oo = w->off_owner;
+	struct pa_frame_window *win = w->win;
+	__u64 addr = w->frame, off = addr - w->win_lo;
+	const __u8 *h;
+
+	if (!win)
+		return pa_walk_one(w, f);
+	if (op > PA_FRAME_READ_BYTES - 8 || oe > PA_FRAME_READ_BYTES - 8 ||
+	    oi > PA_FRAME_READ_BYTES - 8 || oo > PA_FRAME_READ_BYTES - 1)
+		return 1;
+	if (addr < w->win_lo || w->win_len < PA_FRAME_READ_BYTES ||
+	    off > w->win_len - PA_FRAME_READ_BYTES) {
+		if (w->fills && (addr >= w->win_lo || w->win_lo - addr > PA_WINDOW_BYTES)) {
+			/* Far from the last window: a frame elsewhere (a generator's, 3.15's base
+			 * frame in the thread state, a new chunk). Read alone; a next frame right
+			 * below it starts a window. */
+			w->win_lo = addr;
+			w->win_len = 0;
+			return pa_walk_one(w, f);
+		}
+		if (pa_window_fill(w, win, addr))
+			return pa_walk_read_failed(w);
+		off = addr - w->win_lo;
+	}
+	/* For the verifier: the header lies inside the window (pa_window_fill made sure). */
+	asm volatile("" : "+r"(off));
+	if (off > PA_WINDOW_BYTES - PA_FRAME_READ_BYTES)
+		return pa_walk_read_failed(w);
+	h = win->bytes + off;
+	f->executable = *(const __u64 *)(h + oe) & ~w->tag_mask;
+	f->instr_ptr = *(const __u64 *)(h + oi);
+	f->owner = h[oo];
+	f->is_entry = 0;
+	if (w->entry_before_owner && oo) {
+		/* An index, not h - 1: the verifier does not see that oo >= 1 keeps it inside. */
+		__u64 i = off + oo - 1;
+
+		if (i < PA_WINDOW_BYTES)
+			f->is_entry = win->bytes[i];
+	}
+	return pa_walk_record(w, f, *(const __u64 *)(h + op));
 }
 
 /* The first min(max, PA_SHORT_FRAMES) frames, into a short record's slots. */
@@ -163,7 +289,7 @@ static long pa_walk_step(__u32 i, void *ctx)
 	/* For the verifier: n < PA_MAX_FRAMES (bpf_loop's bound), a power of two. */
 	asm volatile("" : "+r"(n));
 	n &= PA_MAX_FRAMES - 1;
-	return pa_walk_one(w, &w->s->rec.frames[n]);
+	return pa_walk_windowed(w, &w->s->rec.frames[n]);
 }
 
 #endif /* PA_WALK_BPF_H */

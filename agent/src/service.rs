@@ -339,6 +339,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
         cyclic,
         untracked,
         unknown_thread,
+        throttled,
         async_unsupported,
         ..
     } = p.stats();
@@ -359,6 +360,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
         (RecordLoss::CyclicChain, cyclic),
         (RecordLoss::UntrackedProcess, untracked),
         (RecordLoss::UnknownThread, unknown_thread),
+        (RecordLoss::PerfThrottled, throttled),
     ] {
         lost(LossReason::Record(reason), total);
     }

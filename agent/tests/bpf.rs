@@ -595,6 +595,169 @@ fn short_and_long_records_meet_at_the_switch() {
     }
 }
 
+/// Frames laid out as CPython lays them in a thread's data stack: each caller right below its
+/// callee, the oldest one at the bottom of a mapping whose page below is inaccessible (the edge
+/// of a data-stack chunk). One frame (`outside`) lies elsewhere, like a generator's frame.
+struct DataStack {
+    base: *mut u8,
+    len: usize,
+    /// Address of frame i (0 the top).
+    frames: Vec<u64>,
+    /// The block that holds the frame that lies elsewhere.
+    _outside: Vec<u64>,
+}
+
+impl DataStack {
+    const PAGE: usize = 4096;
+
+    fn new(layout: &'static Layout, depth: usize, outside: usize) -> DataStack {
+        let data_pages = (depth * layout.size).div_ceil(Self::PAGE);
+        let len = (1 + data_pages) * Self::PAGE;
+        // SAFETY: anonymous mapping, checked for failure, unmapped on drop.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED, "mmap");
+        // SAFETY: the first page of the mapping just made.
+        let guarded = unsafe { libc::mprotect(base, Self::PAGE, libc::PROT_NONE) };
+        assert_eq!(guarded, 0, "mprotect");
+        let top = base as u64 + len as u64;
+        let out_block = vec![0u64; layout.size / 8];
+        let frames: Vec<u64> = (0..depth)
+            .map(|i| {
+                if i == outside {
+                    out_block.as_ptr() as u64
+                } else {
+                    top - ((i + 1) * layout.size) as u64
+                }
+            })
+            .collect();
+        for (i, &addr) in frames.iter().enumerate() {
+            let prev = frames.get(i + 1).copied().unwrap_or(0);
+            // SAFETY: each frame lies inside the mapping or the block, 8-byte aligned.
+            unsafe {
+                let at = |off: usize| (addr + off as u64) as *mut u64;
+                *at(layout.previous) = prev;
+                *at(layout.executable) = Chain::executable(i);
+                *at(layout.instr_ptr) = Chain::instr_ptr(i);
+                *((addr + layout.owner as u64) as *mut u8) = Chain::owner(i);
+            }
+        }
+        DataStack {
+            base: base.cast(),
+            len,
+            frames,
+            _outside: out_block,
+        }
+    }
+
+    fn check(&self, layout: &Layout, frames: &[PaFrame]) {
+        assert_eq!(frames.len(), self.frames.len(), "frame count");
+        for (i, f) in frames.iter().enumerate() {
+            let want = PaFrame {
+                addr: self.frames[i],
+                executable: Chain::executable(i) & !layout.tag_mask,
+                instr_ptr: Chain::instr_ptr(i),
+                owner: u32::from(Chain::owner(i)),
+                is_entry: 0,
+            };
+            assert_eq!(*f, want, "frame {i} of {}", self.frames.len());
+        }
+    }
+}
+
+impl Drop for DataStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new().
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Frames below their callee, as in a CPython data stack, are read a window at a time: a walk
+/// of 1000 such frames, past a window's edge many times, down to the bottom of the mapping (the
+/// wide window would cross into the inaccessible page below: the frame's page is read instead),
+/// and through one frame elsewhere, records every frame exactly.
+#[test]
+fn frames_below_their_callee_are_read_a_window_at_a_time() {
+    for (depth, outside) in [(1000, 10), (60, 9), (12, 30)] {
+        let stack = DataStack::new(&PY315, depth, outside);
+        let mut ts = TState::new();
+        ts.set(72, stack.frames[0]);
+        let (h, frames) = first_record(&config(), &proc315(0), ts.addr());
+        assert_eq!(h.flags, SAMPLE_COMPLETE, "depth {depth}: {h:?}");
+        stack.check(&PY315, &frames);
+    }
+}
+
+const MAX_SAMPLE_RATE: &str = "/proc/sys/kernel/perf_event_max_sample_rate";
+
+/// `kernel.perf_event_max_sample_rate` set for a while, put back as it was when dropped (also
+/// when the test fails): the setting is the whole host's.
+struct MaxSampleRate(String);
+
+impl MaxSampleRate {
+    fn set(rate: u32) -> MaxSampleRate {
+        let before = std::fs::read_to_string(MAX_SAMPLE_RATE).expect("read the sysctl");
+        std::fs::write(MAX_SAMPLE_RATE, rate.to_string()).expect("write the sysctl");
+        MaxSampleRate(before.trim().to_owned())
+    }
+}
+
+impl Drop for MaxSampleRate {
+    fn drop(&mut self) {
+        let _ = std::fs::write(MAX_SAMPLE_RATE, &self.0);
+    }
+}
+
+/// The kernel throttles an event that fires more often in one scheduler tick than
+/// `perf_event_max_sample_rate / HZ`; the ticks it drops are counted from its throttle records.
+/// On these VMs (no PMU, cpu-clock events) the kernel never lowers the rate by itself, so the
+/// test lowers it below the sampler's rate for the moment it takes to see a throttle, then puts
+/// it back. Sampling at 99 Hz with the setting as it was, nothing is throttled.
+#[test]
+fn throttled_ticks_are_counted() {
+    let chain = Chain::new(&PY315, 20);
+    let mut ts = TState::new();
+    ts.set(72, chain.addr(0));
+    let spinner = Spinner::start();
+    let slow = BpfConfig {
+        rate_hz: 99,
+        ..config()
+    };
+    let (_, _, mut s) = first_record_of(&spinner, &slow, &proc315(0), ts.addr());
+    // A second of samples at 99 Hz on every CPU.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        s.drain(|_| {});
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t = s.throttling();
+    assert_eq!(t.episodes, 0, "at 99 Hz: {t:?}");
+    drop(s);
+
+    let (_, _, mut s) = first_record_of(&spinner, &config(), &proc315(0), ts.addr());
+    let throttled = {
+        // At most one interrupt per 4 ms tick (HZ 250): the sampler's 1999 Hz is 8 a tick.
+        let _lowered = MaxSampleRate::set(250);
+        wait_until(&mut s, "no throttled tick", |s| {
+            s.drain(|_| {});
+            let t = s.throttling();
+            (t.lost_ticks > 0).then_some(t)
+        })
+    };
+    assert!(throttled.episodes > 0, "{throttled:?}");
+    // A rate change opens new events and keeps the totals.
+    s.set_rate(499).expect("set_rate");
+    assert!(s.throttling().lost_ticks >= throttled.lost_ticks);
+}
+
 #[test]
 fn exact_depth_bound_is_complete() {
     let chain = Chain::new(&PY315, MAX_FRAMES as usize);

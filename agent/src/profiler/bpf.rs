@@ -154,12 +154,6 @@ impl BpfBackend {
             .collect()
     }
 
-    /// Ticks the program lost: a thread neither registered nor found in its interpreter's
-    /// thread list (`None` when its counters cannot be read).
-    pub fn unknown_thread_ticks(&self) -> Option<u64> {
-        self.sampler.counter(Counter::ThreadUnknown).ok()
-    }
-
     /// Drains and resolves the ring buffer, passes on the program's notices, and re-reads the
     /// thread lists that need it.
     pub fn collect(&mut self, scanner: &mut HostScanner, out: &mut Collected) {
@@ -169,9 +163,11 @@ impl BpfBackend {
         let sampled = self.drain_records(out);
         out.stats.drain_cpu_ns += thread_cpu_ns().saturating_sub(cpu_before);
         // A counter that cannot be read keeps its last value (a total never goes back to 0).
-        if let Some(n) = self.unknown_thread_ticks() {
-            out.stats.unknown_thread = n;
+        if let Ok(sums) = self.sampler.counter_sums() {
+            out.stats.unknown_thread = sums[Counter::ThreadUnknown.index() as usize];
+            out.stats.ring_full = sums[Counter::RingbufDropped.index() as usize];
         }
+        out.stats.throttled = self.sampler.throttling().lost_ticks;
         let mut unknown_thread = HashSet::new();
         for (pid, bits) in self.sampler.take_notices() {
             if bits & NOTICE_EXEC != 0 {

@@ -125,6 +125,12 @@ pub struct HostStats {
     pub unknown_thread: u64,
     /// records dropped: the frame chain looped back on itself
     pub cyclic: u64,
+    /// ticks the kernel throttled, so that the program never ran for them (eBPF; estimated
+    /// from the perf events' throttle records: time throttled × rate)
+    pub throttled: u64,
+    /// walks the program could not write because the ring buffer was full (eBPF): the drain
+    /// fell behind
+    pub ring_full: u64,
     /// thread-map refreshes that failed
     pub refresh_failed: u64,
     /// off-CPU records resolved into a waiting stack
@@ -159,14 +165,25 @@ impl HostStats {
         *counter += 1;
     }
 
-    /// `N dropped: a torn, b anchor misses, c incomplete, d unknown thread, e cyclic chains`:
-    /// the records that yielded no sample, by reason, for the one-line summaries.
+    /// `N dropped: a torn, b anchor misses, c incomplete, d unknown thread, e cyclic chains,
+    /// f throttled, g ring buffer full`: the ticks that yielded no sample, by reason, for the one-line summaries.
     pub fn dropped_summary(&self) -> String {
-        let dropped =
-            self.torn + self.anchor_miss + self.incomplete + self.unknown_thread + self.cyclic;
+        let dropped = self.torn
+            + self.anchor_miss
+            + self.incomplete
+            + self.unknown_thread
+            + self.cyclic
+            + self.throttled
+            + self.ring_full;
         format!(
-            "{dropped} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread, {} cyclic chains",
-            self.torn, self.anchor_miss, self.incomplete, self.unknown_thread, self.cyclic
+            "{dropped} dropped: {} torn, {} anchor misses, {} incomplete, {} unknown thread, {} cyclic chains, {} throttled by the kernel, {} ring buffer full",
+            self.torn,
+            self.anchor_miss,
+            self.incomplete,
+            self.unknown_thread,
+            self.cyclic,
+            self.throttled,
+            self.ring_full
         )
     }
 }

@@ -87,6 +87,9 @@ pub enum RecordLoss {
     BpfReadFailed,
     /// The program cut the walk at its depth bound.
     BpfTruncated,
+    /// The kernel throttled the perf event (more samples per scheduler tick than
+    /// `kernel.perf_event_max_sample_rate` allows): the program never ran for the tick.
+    PerfThrottled,
 }
 
 impl RecordLoss {
@@ -101,6 +104,7 @@ impl RecordLoss {
             RecordLoss::UnknownThread => "unknown_thread",
             RecordLoss::BpfReadFailed => "bpf_read_failed",
             RecordLoss::BpfTruncated => "bpf_truncated",
+            RecordLoss::PerfThrottled => "perf_throttled",
         }
     }
 }

@@ -58,6 +58,15 @@ pub enum BpfError {
     /// `tp_btf/sched_switch` program.
     #[error("off-CPU profiling needs the kernel's BTF at /sys/kernel/btf/vmlinux: {0}")]
     OffCpuUnavailable(String),
+    /// Opening a perf event, or attaching the program to it, failed.
+    #[error("{during} failed")]
+    PerfEvent {
+        /// What was being done.
+        during: String,
+        /// The kernel's error.
+        #[source]
+        source: io::Error,
+    },
     /// Listing CPUs from sysfs failed.
     #[error("cannot read {path}")]
     Cpus {
@@ -118,6 +127,16 @@ pub(super) fn load_error(e: EbpfError) -> BpfError {
         }
         EbpfError::ProgramError(p) => program_error("loading the program", p),
         other => BpfError::Load(Box::new(other)),
+    }
+}
+
+pub(super) fn perf_event_error(during: &str, e: io::Error) -> BpfError {
+    if is_permission(&e) {
+        return permission_denied(during, e);
+    }
+    BpfError::PerfEvent {
+        during: during.to_owned(),
+        source: e,
     }
 }
 

@@ -2,15 +2,16 @@
 //! CPU, the off-CPU and exec programs attached where the kernel allows.
 
 use aya::maps::{Array, HashMap, PerCpuArray, RingBuf};
-use aya::programs::perf_event::{
-    PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
-};
+use std::os::fd::AsFd;
+
+use aya::programs::perf_event::PerfEventScope;
 use aya::programs::{BtfTracePoint, PerfEvent, RawTracePoint};
 use aya::sys::{enable_stats, Stats};
 use aya::{Btf, Ebpf, EbpfLoader};
 use common::{MAX_FRAMES, PROC_SLOTS, THREAD_SLOTS};
 
-use super::error::{load_error, map_error, program_error, BpfError};
+use super::clock::ClockEvents;
+use super::error::{load_error, map_error, perf_event_error, program_error, BpfError};
 use super::{
     BpfConfig, BpfSampler, EXEC_PROGRAM, KNOB_MAX_FRAMES, KNOB_OFF_CPU, KNOB_OFF_CPU_MIN_GAP,
     KNOB_STOP_AFTER, KNOB_THREAD_SEARCH_MAX, KNOB_WAKEUP_BYTES, MAP_COUNTERS, MAP_NOTICES,
@@ -61,7 +62,7 @@ impl BpfSampler {
 
         let mut cpus = Vec::new();
         let mut scopes = Vec::new();
-        let mut links = Vec::new();
+        let mut clock = None;
         if attach {
             cpus = aya::util::online_cpus()
                 .map_err(|(path, source)| BpfError::Cpus { path, source })?;
@@ -75,7 +76,13 @@ impl BpfSampler {
                     .map(|&cpu| PerfEventScope::AllProcessesOneCpu { cpu })
                     .collect(),
             };
-            links = attach_clock(program, &scopes, config.rate_hz)?;
+            let fd = program
+                .fd()
+                .map_err(|e| program_error("attaching the program", e))?
+                .as_fd();
+            clock = Some(ClockEvents::open(fd, &scopes, config.rate_hz).map_err(|e| {
+                perf_event_error("attaching the program to the cpu-clock events", e)
+            })?);
         }
 
         if config.off_cpu {
@@ -131,41 +138,10 @@ impl BpfSampler {
             stats,
             cpus,
             scopes,
-            links,
+            clock,
             rate_hz: config.rate_hz,
             malformed: 0,
         })
-    }
-}
-
-/// Attaches the sampling program to a cpu-clock event of each scope, `rate_hz` samples a
-/// second, and returns the links (detaching one stops its event).
-pub(super) fn attach_clock(
-    program: &mut PerfEvent,
-    scopes: &[PerfEventScope],
-    rate_hz: u64,
-) -> Result<Vec<PerfEventLinkId>, BpfError> {
-    scopes
-        .iter()
-        .map(|&scope| {
-            program
-                .attach(
-                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                    scope,
-                    SamplePolicy::Frequency(rate_hz),
-                    false,
-                )
-                .map_err(|e| program_error(&attach_context(scope), e))
-        })
-        .collect()
-}
-
-/// What an attach failure was doing, for its error.
-fn attach_context(scope: PerfEventScope) -> String {
-    match scope {
-        PerfEventScope::OneProcess { pid, .. } => format!("attaching to thread {pid}"),
-        PerfEventScope::AllProcessesOneCpu { cpu } => format!("attaching to cpu {cpu}"),
-        other => format!("attaching to {other:?}"),
     }
 }
 

@@ -26,7 +26,7 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::perf_event::{PerfEventLinkId, PerfEventScope};
+use aya::programs::perf_event::PerfEventScope;
 use aya::programs::{BtfTracePoint, PerfEvent};
 use aya::Ebpf;
 use common::{
@@ -36,10 +36,12 @@ use common::{
 
 use super::slots::{SlotContent, SlotIndex};
 
+mod clock;
 mod error;
 mod load;
 mod walk_config;
 
+pub use clock::Throttling;
 pub use error::BpfError;
 pub use walk_config::{pa_proc_for, pa_thread_list_for, set_gil, set_trace_context};
 
@@ -162,9 +164,10 @@ pub struct BpfSampler {
     /// Keeps the kernel's run-time statistics on while it lives.
     stats: Option<OwnedFd>,
     cpus: Vec<u32>,
-    /// Where the sampling program is attached, and its links there (empty when detached).
+    /// Where the sampling program is attached, and its perf events there (none when
+    /// detached).
     scopes: Vec<PerfEventScope>,
-    links: Vec<PerfEventLinkId>,
+    clock: Option<clock::ClockEvents>,
     /// Samples per second per scope the links were attached with.
     rate_hz: u64,
     malformed: u64,
@@ -423,20 +426,33 @@ impl BpfSampler {
             self.rate_hz = rate_hz;
             return Ok(());
         }
-        let program: &mut PerfEvent = self
+        let program: &PerfEvent = self
             .ebpf
-            .program_mut(PROGRAM)
+            .program(PROGRAM)
             .ok_or(BpfError::Missing("program pa_sample"))?
             .try_into()
             .map_err(|e| error::program_error("changing the rate", e))?;
-        for link in self.links.drain(..) {
-            program
-                .detach(link)
-                .map_err(|e| error::program_error("detaching a perf event", e))?;
+        let fd = program
+            .fd()
+            .map_err(|e| error::program_error("changing the rate", e))?
+            .as_fd();
+        if let Some(clock) = &mut self.clock {
+            clock
+                .reopen(fd, &self.scopes, rate_hz)
+                .map_err(|e| error::perf_event_error("changing the rate", e))?;
         }
-        self.links = load::attach_clock(program, &self.scopes, rate_hz)?;
         self.rate_hz = rate_hz;
         Ok(())
+    }
+
+    /// What the kernel reported about the perf events since load: ticks it throttled (too many
+    /// samples per scheduler tick for `kernel.perf_event_max_sample_rate`), which no walk saw.
+    /// Reads the events' own rings: call it at each drain.
+    pub fn throttling(&mut self) -> Throttling {
+        self.clock
+            .as_mut()
+            .map(clock::ClockEvents::throttling)
+            .unwrap_or_default()
     }
 
     /// CPUs the program is attached to (empty after [`Self::load_detached`]).

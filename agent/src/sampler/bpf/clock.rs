@@ -1,0 +1,258 @@
+//! The cpu-clock perf events the sampling program runs on, opened here instead of by aya, and
+//! what the kernel says about them: the ticks it throttled.
+//!
+//! The kernel throttles a sampling event whose interrupts exceed `perf_event_max_sample_rate`
+//! per second within one scheduler tick (`perf_event_max_sample_rate / HZ`; on a PMU the kernel
+//! also lowers that rate by itself when interrupts take longer than `perf_cpu_time_max_percent`
+//! allows). A throttled event stops firing until the next tick: those ticks are never walked, and
+//! nothing in the program sees them. The kernel writes `PERF_RECORD_THROTTLE` and
+//! `PERF_RECORD_UNTHROTTLE`, with their times, into the event's own ring buffer. aya 0.14 keeps
+//! the event's descriptor to itself, so the events are opened here (`perf_event_open`, the same
+//! attributes aya uses), each with a one-page ring for those records (a program attached to the
+//! event returns 0, so the kernel writes no samples there), and the program is attached with
+//! `PERF_EVENT_IOC_SET_BPF`. Ticks lost = time throttled × rate.
+//!
+//! (Comparing the program's run count with the ticks expected from the elapsed time was the
+//! other way: it cannot tell throttling from a vCPU the host did not run, which on these VMs is a
+//! fifth of the time, and a thread-scoped event would need the thread's CPU time anyway.)
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use aya::programs::perf_event::PerfEventScope;
+use aya_obj::generated::{
+    perf_event_attr, perf_event_mmap_page, perf_event_sample_format::PERF_SAMPLE_RAW,
+    perf_event_type, perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK, perf_type_id::PERF_TYPE_SOFTWARE,
+    PERF_EVENT_IOC_DISABLE, PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_SET_BPF, PERF_FLAG_FD_CLOEXEC,
+};
+
+/// Data pages of each event's ring (a power of two): throttle records are 40 bytes and come at
+/// most once per tick and event; the ring is read at every drain (about 10 a second).
+const RING_DATA_PAGES: usize = 1;
+
+/// What the kernel reported about the events since they were opened.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Throttling {
+    /// Times an event was throttled.
+    pub episodes: u64,
+    /// Ticks lost while throttled (time throttled × rate, rounded; at least 1 per episode).
+    pub lost_ticks: u64,
+    /// Records lost from the event's own ring (its reader fell behind): the throttling they
+    /// would have reported is not counted.
+    pub lost_records: u64,
+}
+
+/// One cpu-clock event with the program attached, and its ring.
+struct ClockEvent {
+    ring: memmap2::MmapRaw,
+    fd: OwnedFd,
+    /// When the event was throttled and not yet unthrottled (perf clock, ns).
+    throttled_since: Option<u64>,
+}
+
+/// The cpu-clock events of every scope, sampling at one rate. Dropping them detaches the program.
+pub struct ClockEvents {
+    events: Vec<ClockEvent>,
+    rate_hz: u64,
+    /// Totals of events closed before (a rate change opens new ones).
+    throttling: Throttling,
+}
+
+impl ClockEvents {
+    /// Opens a cpu-clock event at `rate_hz` samples a second for each scope and attaches the
+    /// program whose descriptor is `program` to it.
+    pub fn open(
+        program: BorrowedFd<'_>,
+        scopes: &[PerfEventScope],
+        rate_hz: u64,
+    ) -> std::io::Result<Self> {
+        let events = scopes
+            .iter()
+            .map(|&scope| ClockEvent::open(program, scope, rate_hz))
+            .collect::<std::io::Result<_>>()?;
+        Ok(ClockEvents {
+            events,
+            rate_hz,
+            throttling: Throttling::default(),
+        })
+    }
+
+    /// Closes the events and opens new ones at `rate_hz`, keeping the throttling totals.
+    pub fn reopen(
+        &mut self,
+        program: BorrowedFd<'_>,
+        scopes: &[PerfEventScope],
+        rate_hz: u64,
+    ) -> std::io::Result<()> {
+        let before = self.throttling();
+        // Never two events at once: that would count a tick twice.
+        self.events.clear();
+        *self = ClockEvents::open(program, scopes, rate_hz)?;
+        self.throttling = before;
+        Ok(())
+    }
+
+    /// Reads the events' rings and returns the totals since the first events were opened.
+    pub fn throttling(&mut self) -> Throttling {
+        let rate = self.rate_hz;
+        for event in &mut self.events {
+            event.read_ring(rate, &mut self.throttling);
+        }
+        self.throttling
+    }
+}
+
+impl ClockEvent {
+    fn open(program: BorrowedFd<'_>, scope: PerfEventScope, rate_hz: u64) -> std::io::Result<Self> {
+        // SAFETY: perf_event_attr is plain data; all zeroes is its documented default.
+        let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
+        attr.type_ = PERF_TYPE_SOFTWARE as u32;
+        attr.config = PERF_COUNT_SW_CPU_CLOCK as u64;
+        attr.size = std::mem::size_of::<perf_event_attr>() as u32;
+        attr.sample_type = PERF_SAMPLE_RAW as u64;
+        attr.set_freq(1);
+        attr.__bindgen_anon_1.sample_freq = rate_hz;
+        // Enabled once the program is attached: no tick without it.
+        attr.set_disabled(1);
+        let (pid, cpu) = match scope {
+            PerfEventScope::CallingProcess { cpu } => (0, cpu.map_or(-1, |c| c as i32)),
+            PerfEventScope::OneProcess { pid, cpu } => (pid as i32, cpu.map_or(-1, |c| c as i32)),
+            PerfEventScope::AllProcessesOneCpu { cpu } => (-1, cpu as i32),
+        };
+        // SAFETY: attr is a valid perf_event_attr that outlives the call.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const perf_event_attr,
+                pid,
+                cpu,
+                -1,
+                PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+            )
+        };
+        if ret < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the kernel returned a new descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(ret as i32) };
+        let page = page_size();
+        let ring = memmap2::MmapOptions::new()
+            .len(page * (1 + RING_DATA_PAGES))
+            .map_raw(&fd)?;
+        ioctl(
+            &fd,
+            PERF_EVENT_IOC_SET_BPF,
+            program.as_raw_fd() as libc::c_ulong,
+        )?;
+        ioctl(&fd, PERF_EVENT_IOC_ENABLE, 0)?;
+        Ok(ClockEvent {
+            ring,
+            fd,
+            throttled_since: None,
+        })
+    }
+
+    /// Reads the records the kernel wrote since the last call, and frees their room.
+    fn read_ring(&mut self, rate_hz: u64, totals: &mut Throttling) {
+        let base = self.ring.as_mut_ptr();
+        let header = base.cast::<perf_event_mmap_page>();
+        // SAFETY: the first page of the mapping is the kernel's perf_event_mmap_page; data_head
+        // and data_tail are naturally aligned u64s the kernel and this reader share.
+        let (head, tail) = unsafe {
+            (
+                &*std::ptr::addr_of!((*header).data_head).cast::<AtomicU64>(),
+                &*std::ptr::addr_of!((*header).data_tail).cast::<AtomicU64>(),
+            )
+        };
+        let end = head.load(Ordering::Relaxed);
+        // Records up to `end` are complete once data_head is seen (the kernel's protocol).
+        fence(Ordering::Acquire);
+        let size = (page_size() * RING_DATA_PAGES) as u64;
+        // SAFETY: the data pages follow the first page, inside the mapping.
+        let data = unsafe { std::slice::from_raw_parts(base.add(page_size()), size as usize) };
+        let mut at = tail.load(Ordering::Relaxed);
+        while end.wrapping_sub(at) >= 8 {
+            let record = ring_bytes(data, at);
+            let kind = u32::from_ne_bytes(record[0..4].try_into().expect("4 bytes"));
+            let len = u64::from(u16::from_ne_bytes(
+                record[6..8].try_into().expect("2 bytes"),
+            ));
+            if len < 8 || end.wrapping_sub(at) < len {
+                break;
+            }
+            let word = |i: usize| u64::from_ne_bytes(record[i..i + 8].try_into().expect("8"));
+            if kind == perf_event_type::PERF_RECORD_THROTTLE as u32 && len >= 16 {
+                totals.episodes += 1;
+                self.throttled_since = Some(word(8));
+            } else if kind == perf_event_type::PERF_RECORD_UNTHROTTLE as u32 && len >= 16 {
+                if let Some(since) = self.throttled_since.take() {
+                    totals.lost_ticks += ticks_in(word(8).saturating_sub(since), rate_hz);
+                }
+            } else if kind == perf_event_type::PERF_RECORD_LOST as u32 && len >= 24 {
+                totals.lost_records += word(16);
+            }
+            at = at.wrapping_add(len);
+        }
+        // The records are read before their room is given back.
+        fence(Ordering::Release);
+        tail.store(at, Ordering::Relaxed);
+    }
+}
+
+impl Drop for ClockEvent {
+    fn drop(&mut self) {
+        // Closing the descriptor detaches the program; disabling first stops the ticks at once.
+        let _ = ioctl(&self.fd, PERF_EVENT_IOC_DISABLE, 0);
+    }
+}
+
+/// Ticks of a `rate_hz` clock in `ns` nanoseconds, at least 1 (a throttle always costs one).
+fn ticks_in(ns: u64, rate_hz: u64) -> u64 {
+    let ticks = (u128::from(ns) * u128::from(rate_hz) + 500_000_000) / 1_000_000_000;
+    u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
+}
+
+/// The 40 bytes of the ring `data` from position `at` (which wraps), copied out: enough for
+/// any record read here (the bytes past a shorter record are never looked at).
+fn ring_bytes(data: &[u8], at: u64) -> [u8; 40] {
+    let mut out = [0u8; 40];
+    let size = data.len();
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = data[(at as usize + i) % size];
+    }
+    out
+}
+
+fn ioctl(fd: &OwnedFd, request: u32, arg: libc::c_ulong) -> std::io::Result<()> {
+    // SAFETY: perf ioctls with an integer argument on a perf event descriptor.
+    let ret = unsafe { libc::ioctl(fd.as_fd().as_raw_fd(), request as libc::Ioctl, arg) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(page).unwrap_or(4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_throttle_costs_the_ticks_of_its_duration_and_at_least_one() {
+        assert_eq!(ticks_in(4_000_000, 999), 4);
+        assert_eq!(ticks_in(1_000_000_000, 99), 99);
+        assert_eq!(ticks_in(10, 99), 1);
+    }
+
+    #[test]
+    fn ring_reads_wrap_around_the_end() {
+        let data: Vec<u8> = (0..64).collect();
+        let got = ring_bytes(&data, 60);
+        assert_eq!(&got[..8], &[60, 61, 62, 63, 0, 1, 2, 3]);
+    }
+}
