@@ -822,9 +822,11 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
     );
     assert!((1.0..999.0).contains(&settled), "{what}");
     assert!(used <= 0.033, "over the 3% budget by more than 10%: {what}");
+    // Far under the budget, the governor must be using the room: raising the rate (it doubles
+    // at most per window below 70% of the budget, so it may still be on its way up here).
     assert!(
-        used >= 0.012,
-        "far under the budget at a lowered rate: {what}"
+        used >= 0.012 || rate(&m) > settled,
+        "far under the budget at a lowered rate, and not raising it: {what}"
     );
     eprintln!("cpu budget: {what}");
     // Each window's period is the rate it was sampled at.
