@@ -102,8 +102,13 @@ mod tests {
         // Kept open: the second read is a pread of the same file.
         assert!(states.is_running(me));
         assert_eq!(states.files.len(), 1);
-        // The parked thread blocks in its receive; wait until it is asleep.
+        // The parked thread blocks in its receive; wait (bounded) until it is asleep.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while states.state(other) != Some(b'S') {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the parked thread never slept"
+            );
             std::thread::yield_now();
         }
         assert!(!states.is_running(other));
