@@ -288,21 +288,23 @@ fn keep_within_budget(p: &mut HostProfiler, governor: &mut RateGovernor, metrics
     metrics.set_window_cost(cost, decision == Decision::OverAtLowestRate);
     let budget = governor.budget();
     let used = format!("{:.2}%", cost.total() * 100.0);
+    // What the decision was made on (see `RateGovernor`).
+    let recent = format!("{:.2}%", cost.recent * 100.0);
     let new_rate = match decision {
         Decision::Keep => return,
         Decision::OverAtLowestRate => {
             tracing::warn!(
-                %budget, %used, rate_hz = rate,
+                %budget, %used, %recent, rate_hz = rate,
                 "over the CPU budget at the lowest sampling rate: what does not fall with the rate (processes, threads, off-CPU records) costs more than the budget"
             );
             return;
         }
         Decision::Lower(new_rate) => {
-            tracing::info!(%budget, %used, from_hz = rate, to_hz = new_rate, "over the CPU budget: sampling less often");
+            tracing::info!(%budget, %used, %recent, from_hz = rate, to_hz = new_rate, "over the CPU budget: sampling less often");
             new_rate
         }
         Decision::Raise(new_rate) => {
-            tracing::info!(%budget, %used, from_hz = rate, to_hz = new_rate, "room in the CPU budget: sampling more often");
+            tracing::info!(%budget, %used, %recent, from_hz = rate, to_hz = new_rate, "room in the CPU budget: sampling more often");
             new_rate
         }
     };
