@@ -9,6 +9,7 @@
 //! for new threads and once a second (`thread_names`), not per sample.
 
 mod asyncio;
+mod bottoms;
 mod decode;
 mod error;
 pub mod frame_cache;
@@ -40,6 +41,7 @@ pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
 
 use asyncio::AsyncioState;
+use bottoms::ThreadBottoms;
 use record::RecordContext;
 use thread_names::ThreadNames;
 use trace_context::TraceContexts;
@@ -69,6 +71,8 @@ pub struct Unwinder {
     records: RecordContext,
     /// asyncio's table and task names (task-aware stacks)
     asyncio: AsyncioState,
+    /// where each thread's verified walks ended: what a kept moved walk must end at
+    bottoms: ThreadBottoms,
 }
 
 impl Unwinder {
@@ -89,6 +93,7 @@ impl Unwinder {
             main_interp: None,
             records: RecordContext::default(),
             asyncio: AsyncioState::default(),
+            bottoms: ThreadBottoms::default(),
         };
         if use_cache {
             u.clear_anchors();

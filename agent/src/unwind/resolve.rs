@@ -177,15 +177,18 @@ pub(in crate::unwind) fn tail_marker(
 }
 
 /// Whether a walk the target moved under still has the shape of a whole stack: it reached the
-/// part vouched for by the frame cache, hit the depth bound, or ended at a frame that starts a
-/// C-level evaluation (3.11 `is_entry`, 3.12+ an entry frame owned by the C stack; 3.15's base
-/// frame is checked for every walk). A frame read after it was popped and reused may have no
-/// caller yet: such a chain ends early, at a frame that is none of these.
+/// part vouched for by the frame cache, hit the depth bound, or ended at the thread's first
+/// evaluation: 3.15's base frame (checked for every walk), or before 3.15 a frame that starts a
+/// C-level evaluation (3.11 `is_entry`, 3.12+ an entry frame owned by the C stack) where the
+/// thread's verified walks end (`at_known_bottom`, see [`super::bottoms`]). A frame read after
+/// it was popped and reused may have no caller yet, or point into reused C stack memory: such a
+/// chain ends early, at a frame that is none of these.
 pub(in crate::unwind) fn sound_end(
     o: &Offsets,
     end: WalkEnd,
     spliced: bool,
     raw: &[RawFrame],
+    at_known_bottom: impl FnOnce(u64) -> bool,
 ) -> bool {
     match end {
         WalkEnd::Anchor => spliced,
@@ -194,7 +197,9 @@ pub(in crate::unwind) fn sound_end(
         WalkEnd::Bottom => {
             spliced
                 || o.thread_state.base_frame.is_some()
-                || raw.last().is_some_and(|f| walk::starts_evaluation(o, f))
+                || raw
+                    .last()
+                    .is_some_and(|f| walk::starts_evaluation(o, f) && at_known_bottom(f.addr))
         }
     }
 }
@@ -228,5 +233,50 @@ mod tests {
         assert_eq!(kinds(true, Some(0x10), &[0x10]), [Some(FrameKind::Gc)]);
         // A cached `<native>` already stands there.
         assert_eq!(kinds(true, None, &[0, 0x10]), [None, None]);
+    }
+    use crate::offsets::{builtin_offsets, PythonVersion};
+
+    fn frame(addr: u64, owner: u8) -> RawFrame {
+        RawFrame {
+            addr,
+            code: 0x9000,
+            ip: 0,
+            previous: 0,
+            owner,
+            is_entry: false,
+            tlbc_index: 0,
+        }
+    }
+
+    #[test]
+    fn a_moved_walk_before_3_15_is_whole_only_at_the_thread_s_known_first_evaluation() {
+        let o = builtin_offsets(PythonVersion::new(3, 12, 1)).expect("table");
+        let entry = o
+            .frame
+            .entry_owner
+            .expect("3.12 marks entry frames by owner");
+        let raw = [frame(0x10, 0), frame(0x7fff_0000, entry)];
+        let bottom = |known: u64| move |addr: u64| addr == known;
+        assert!(sound_end(
+            &o,
+            WalkEnd::Bottom,
+            false,
+            &raw,
+            bottom(0x7fff_0000)
+        ));
+        // An entry frame with no caller read from reused C stack memory: not where this
+        // thread's stack ends, so not a whole stack.
+        assert!(!sound_end(
+            &o,
+            WalkEnd::Bottom,
+            false,
+            &raw,
+            bottom(0x7ffe_0000)
+        ));
+        // A frame that starts no evaluation is never an end, known or not.
+        let raw = [frame(0x10, 0), frame(0x20, 0)];
+        assert!(!sound_end(&o, WalkEnd::Bottom, false, &raw, bottom(0x20)));
+        assert!(sound_end(&o, WalkEnd::DepthLimit, false, &raw, bottom(0)));
+        assert!(!sound_end(&o, WalkEnd::Corrupt, false, &raw, bottom(0x20)));
     }
 }

@@ -97,8 +97,11 @@ impl Unwinder {
             // that now belongs to another call chain. Reject the sample unless the top is still
             // the same frame running the same code with the same caller.
             let moved = !self.top_still_current(t, raw.first())?;
+            let bottoms = &self.bottoms;
+            let at_known_bottom = |addr| bottoms.is_bottom(key, addr);
             if moved
-                && !(self.options.keep_moved_top && sound_end(&o, end, spliced.is_some(), &raw))
+                && !(self.options.keep_moved_top
+                    && sound_end(&o, end, spliced.is_some(), &raw, at_known_bottom))
             {
                 return Err(AttemptError::Lost(StackLoss::TopMoved));
             }
@@ -134,6 +137,11 @@ impl Unwinder {
         let truncated = end == WalkEnd::DepthLimit;
         if truncated {
             self.stats.truncated += 1;
+        }
+        if !moved && end == WalkEnd::Bottom && spliced_chain.is_empty() {
+            if let Some(bottom) = self.raw.last() {
+                self.bottoms.learn(key, bottom.addr);
+            }
         }
         if moved {
             // Kept for the profile's sake, never cached: the next walk must not build on it.
