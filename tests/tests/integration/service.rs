@@ -831,8 +831,19 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
         "far under the budget at a lowered rate, and not raising it: {what}"
     );
     eprintln!("cpu budget: {what}");
-    // Each window's period is the rate it was sampled at.
-    let newest = svc.profiles().pop().expect("a profile");
+    // Each window's period is the rate it was sampled at. The newest window is the one with
+    // the latest time in its name (`SERVICE-PID-MILLIS.pb.gz`): sorted by name, the last is the
+    // highest PID's, which may be its first window, at 999 Hz.
+    let written_at = |p: &PathBuf| -> u64 {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let stem = name.strip_suffix(".pb.gz").unwrap_or(name);
+        stem.rsplit('-').next().and_then(|t| t.parse().ok()).unwrap_or(0)
+    };
+    let newest = svc
+        .profiles()
+        .into_iter()
+        .max_by_key(written_at)
+        .expect("a profile");
     let raw = go_pprof_raw(&newest);
     let period: u64 = raw
         .lines()
