@@ -4,8 +4,8 @@
 //! given its names back the ways distributions do: MiniDebugInfo (`.gnu_debugdata`), a debug
 //! file under `<debug-dir>/.build-id/`, a debug file named by `.gnu_debuglink` under
 //! `<debug-dir>/<the object's directory>/`. native_burn.py calls it through ctypes under the
-//! Python function `burn`. Stripped with none of them, the static functions must read
-//! `libfixture.so+0x…`, never a wrong name.
+//! Python function `burn`. Stripped with none of them, or with a `.gnu_debugdata` of garbage,
+//! the static functions must read `libfixture.so+0x…`, never a wrong name.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,6 +28,9 @@ enum Source {
     DebugLink,
     /// nothing: stripped only
     Stripped,
+    /// stripped, with a `.gnu_debugdata` of garbage behind a valid xz header: as `Stripped`,
+    /// the section counted as unreadable
+    CorruptMiniDebugInfo,
 }
 
 /// The C functions of the chain, caller first; only `fixture_entry` is exported.
@@ -132,6 +135,15 @@ fn build(py: &Interpreter, source: Source, tag: &str) -> Fixture {
     };
     match source {
         Source::Stripped => {}
+        Source::CorruptMiniDebugInfo => {
+            let mut garbage = b"\xfd7zXZ\0\0\x01\x69\x22\xde\x36".to_vec();
+            garbage.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+            let file = work.join("garbage");
+            std::fs::write(&file, garbage).unwrap();
+            run(Command::new("objcopy")
+                .arg(format!("--add-section=.gnu_debugdata={}", file.display()))
+                .arg(&lib_host));
+        }
         Source::MiniDebugInfo => {
             // As gdb's manual and Fedora's find-debuginfo make it: the debug file's function
             // symbols that `.dynsym` does not have, without the debug sections, xz'd.
@@ -239,11 +251,14 @@ fn check(py: &str, mode: &str, source: Source) {
         Source::BuildId | Source::DebugLink => {
             assert!(count("by a separate debug file ") >= 1, "{summary}")
         }
-        Source::Stripped => assert!(count("by .dynsym alone ") >= 1, "{summary}"),
+        Source::Stripped | Source::CorruptMiniDebugInfo => {
+            assert!(count("by .dynsym alone ") >= 1, "{summary}")
+        }
     }
+    let unreadable = number_before(summary, " MiniDebugInfo sections unreadable");
     assert_eq!(
-        number_before(summary, " MiniDebugInfo sections unreadable"),
-        0,
+        unreadable,
+        u64::from(source == Source::CorruptMiniDebugInfo),
         "{summary}"
     );
 
@@ -262,7 +277,7 @@ fn check(py: &str, mode: &str, source: Source) {
         // Named: the chain's names. Stripped: the exported entry is named by `.dynsym`, and the
         // static functions by where their code starts, never by a name (let alone a wrong one).
         let expected: Vec<String> = match source {
-            Source::Stripped => std::iter::once(CHAIN[0].to_owned())
+            Source::Stripped | Source::CorruptMiniDebugInfo => std::iter::once(CHAIN[0].to_owned())
                 .chain(fixture.unnamed.iter().cloned())
                 .collect(),
             _ => CHAIN.map(str::to_owned).to_vec(),
@@ -306,7 +321,8 @@ fn stripped_functions_are_named_from_their_symbol_source(
         Source::MiniDebugInfo,
         Source::BuildId,
         Source::DebugLink,
-        Source::Stripped
+        Source::Stripped,
+        Source::CorruptMiniDebugInfo
     )]
     source: Source,
     #[values("ebpf", "userspace")] mode: &str,

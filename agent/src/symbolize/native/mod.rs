@@ -273,7 +273,7 @@ impl ElfObject {
             .collect();
         let build_id = debug_file::build_id(&elf, &map);
         let (symbol_source, mut symbols) =
-            static_symbols(&elf, build_id.as_deref(), search, |n| section(n));
+            static_symbols(&elf, build_id.as_deref(), search, section);
         symbols.extend(functions(&elf, Table::Dynamic));
         let symbols = SymbolTable::new(symbols);
         let text = section(".text");
@@ -354,34 +354,10 @@ fn static_symbols(
         count(&SOURCE_COUNTERS.own_symtab, 1);
         return (SymbolSource::OwnSymtab, own);
     }
-    if let Some(search) = search {
-        let link = section(".gnu_debuglink").and_then(|s| debug_file::DebugLink::parse(&s.bytes));
-        let mut rejected = debug_file::Rejected::default();
-        let found = debug_file::find(search, build_id, link.as_ref(), &mut rejected);
-        count(
-            &SOURCE_COUNTERS.debug_files_rejected,
-            rejected.build_id + rejected.crc,
-        );
-        if let Some(file) = found {
-            match Elf::parse(&file.map) {
-                Ok(debug) => {
-                    let symbols: Vec<Symbol> = functions(&debug, Table::Static).collect();
-                    if !symbols.is_empty() {
-                        count(&SOURCE_COUNTERS.debug_file, 1);
-                        let source = SymbolSource::DebugFile {
-                            path: file.path,
-                            found_by: file.found_by,
-                        };
-                        return (source, symbols);
-                    }
-                }
-                Err(error) => {
-                    // Its build ID or CRC matched, so the file is the object's: damaged.
-                    count(&SOURCE_COUNTERS.debug_files_rejected, 1);
-                    tracing::debug!(path = %file.path.display(), "debug file does not parse: {error}");
-                }
-            }
-        }
+    let link = section(".gnu_debuglink").and_then(|s| debug_file::DebugLink::parse(&s.bytes));
+    if let Some(found) = search.and_then(|s| debug_file_symbols(s, build_id, link.as_ref())) {
+        count(&SOURCE_COUNTERS.debug_file, 1);
+        return found;
     }
     if let Some(data) = section(".gnu_debugdata") {
         match minidebuginfo::symbols(&data.bytes) {
@@ -392,12 +368,44 @@ fn static_symbols(
             Err(error) => {
                 count(&SOURCE_COUNTERS.mini_debug_info_errors, 1);
                 let object = search.map(|s| s.object_path.display().to_string());
-                tracing::debug!(object, "MiniDebugInfo ignored: {error:#}");
+                let cause = std::error::Error::source(&error).map(ToString::to_string);
+                tracing::debug!(object, cause, "MiniDebugInfo ignored: {error}");
             }
         }
     }
     count(&SOURCE_COUNTERS.dynsym_only, 1);
     (SymbolSource::DynsymOnly, Vec::new())
+}
+
+/// The function symbols of the debug file `search` finds for an object with `build_id` and
+/// `link`, if it has any.
+fn debug_file_symbols(
+    search: &DebugSearch<'_>,
+    build_id: Option<&str>,
+    link: Option<&debug_file::DebugLink>,
+) -> Option<(SymbolSource, Vec<Symbol>)> {
+    let mut rejected = debug_file::Rejected::default();
+    let found = debug_file::find(search, build_id, link, &mut rejected);
+    count(
+        &SOURCE_COUNTERS.debug_files_rejected,
+        rejected.build_id + rejected.crc,
+    );
+    let file = found?;
+    let debug = match Elf::parse(&file.map) {
+        Ok(debug) => debug,
+        Err(error) => {
+            // Its build ID or CRC matched, so the file is the object's: damaged.
+            count(&SOURCE_COUNTERS.debug_files_rejected, 1);
+            tracing::debug!(path = %file.path.display(), "debug file does not parse: {error}");
+            return None;
+        }
+    };
+    let symbols: Vec<Symbol> = functions(&debug, Table::Static).collect();
+    let source = SymbolSource::DebugFile {
+        path: file.path.clone(),
+        found_by: file.found_by,
+    };
+    (!symbols.is_empty()).then_some((source, symbols))
 }
 
 /// A symbol name as profiles show it: C++ and Rust names demangled, C names as they are.
