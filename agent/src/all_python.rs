@@ -14,7 +14,7 @@ use pyagent::export;
 use pyagent::export::atomic_file::write_atomically;
 use pyagent::profiler::ProcessInfo;
 
-use crate::cli::{FormatArg, FrameArgs, HostArgs, ModeArg};
+use crate::cli::{debug_dir_flags, FormatArg, FrameArgs, HostArgs, ModeArg};
 use crate::{
     host_profiler, install_stop_handlers, print_off_cpu_summary, privilege_shortfalls,
     unwind_options, OffCpu, STOP,
@@ -36,6 +36,7 @@ fn flag_layer(args: &HostArgs, log: Option<&str>) -> Result<Overrides> {
         off_cpu: args.off_cpu.then_some(true),
         // With the userspace sampler `--native` keeps meaning `<native>` markers.
         native: (args.frames.native && args.mode != Some(ModeArg::Userspace)).then_some(true),
+        debug_dirs: debug_dir_flags(&args.debug_dirs),
         async_tasks: args.frames.async_tasks.then_some(true),
         cpu_budget: args.cpu_budget,
         stall_after: args.stall_after,
@@ -137,6 +138,7 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         &frames,
         OffCpu::from_config(config.off_cpu, args.off_cpu),
         config.native || args.frames.native,
+        config.debug_dirs.clone(),
     )?;
     install_stop_handlers();
     // The first scan parses every Python binary on the host: the duration starts after it.

@@ -264,6 +264,12 @@ pub struct HostArgs {
     /// Sampler backend [default: auto].
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
+    /// Native stacks: a directory of separate debug files (`DIR/.build-id/ab/cdef….debug`, and
+    /// `.gnu_debuglink` names under `DIR/<the object's directory>/`) to name the functions of
+    /// stripped objects with, under each process's root, then the host's; repeat for more,
+    /// in order [default: /usr/lib/debug] [config: debug_dirs].
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dirs: Vec<PathBuf>,
     #[command(flatten)]
     pub frames: FrameArgs,
 }
@@ -314,8 +320,29 @@ pub struct RecordArgs {
     /// sampler's `--async-mode all` does.
     #[arg(long, value_enum, default_value_t = AsyncModeArg::Running, requires = "async_tasks")]
     pub async_mode: AsyncModeArg,
+    /// With `--native`: a directory of separate debug files (`DIR/.build-id/ab/cdef….debug`,
+    /// and `.gnu_debuglink` names under `DIR/<the object's directory>/`) to name the functions
+    /// of stripped objects with, under the process's root, then the host's; repeat for more,
+    /// in order [default: /usr/lib/debug].
+    #[arg(long = "debug-dir", value_name = "DIR", requires = "native")]
+    pub debug_dirs: Vec<PathBuf>,
     #[command(flatten)]
     pub frames: FrameArgs,
+}
+
+/// `--debug-dir` values as the library takes them: absolute (a relative one is relative to the
+/// current directory, as for any path given on the command line); `None` when none is given.
+pub fn debug_dir_flags(dirs: &[PathBuf]) -> Option<Vec<PathBuf>> {
+    if dirs.is_empty() {
+        return None;
+    }
+    // `absolute` fails only without a current directory, where the path is left as given
+    // (and refused by the configuration's validation).
+    Some(
+        dirs.iter()
+            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()))
+            .collect(),
+    )
 }
 
 /// `record --async-mode`.

@@ -18,8 +18,8 @@ use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::UnwindOptions;
 
 use all_python::{all_python, service, service_config};
-use cli::{AsyncModeArg, Cli, Command, DumpArgs, FrameArgs, ModeArg, RecordArgs};
-use pyagent::config::Mode;
+use cli::{debug_dir_flags, AsyncModeArg, Cli, Command, DumpArgs, FrameArgs, ModeArg, RecordArgs};
+use pyagent::config::{DebugDirs, Mode};
 use pyagent::profiler::{HostConfig, HostProfiler};
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -92,6 +92,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         blocking: args.blocking,
         idle: args.idle,
         native_stacks: args.frames.native,
+        debug_dirs: record_debug_dirs(args),
         unwind: UnwindOptions {
             async_mode: args.async_mode.into(),
             ..unwind_options(&args.frames)
@@ -187,8 +188,22 @@ fn record(args: &RecordArgs) -> Result<()> {
             "pyagent: native stacks (each thread stopped while read): {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone), {} not copied",
             n.merged, n.cut, n.mismatch, n.not_copied
         );
+        print_symbol_sources();
     }
     Ok(())
+}
+
+/// `pyagent: native symbols: ...`: where the names of the native objects came from.
+fn print_symbol_sources() {
+    eprintln!(
+        "pyagent: native symbols: {}",
+        pyagent::symbolize::native::symbol_source_stats()
+    );
+}
+
+/// `record --debug-dir`, or the default directory.
+fn record_debug_dirs(args: &RecordArgs) -> DebugDirs {
+    debug_dir_flags(&args.debug_dirs).map_or_else(DebugDirs::default, DebugDirs::new)
 }
 
 /// The format `record` writes: `-f`, else the one the output's extension names, else pprof. A
@@ -266,6 +281,7 @@ fn host_profiler(
     frames: &FrameArgs,
     off_cpu: OffCpu,
     native_stacks: bool,
+    debug_dirs: DebugDirs,
 ) -> Result<HostProfiler> {
     let config = HostConfig {
         mode,
@@ -275,6 +291,7 @@ fn host_profiler(
         thread_search_max: thread_search_max()?,
         off_cpu: off_cpu != OffCpu::Off,
         native_stacks,
+        debug_dirs,
         ..HostConfig::default()
     };
     let profiler = HostProfiler::new(config)?;
@@ -333,6 +350,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         &args.frames,
         OffCpu::from_config(args.off_cpu, args.off_cpu),
         args.frames.native,
+        record_debug_dirs(args),
     )?;
     install_stop_handlers();
     let until = args.duration.map(|d| std::time::Instant::now() + d);
@@ -403,6 +421,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
             s.drain_cpu_ns as f64 / 1e6,
             s.records
         );
+        print_symbol_sources();
     }
     Ok(())
 }

@@ -148,6 +148,7 @@ pub fn run(
         rate_hz: config.rate_hz,
         off_cpu: config.off_cpu,
         native_stacks: config.native,
+        debug_dirs: config.debug_dirs.clone(),
         pids: None,
         unwind,
         ..HostConfig::default()

@@ -33,6 +33,7 @@ pub fn run(
         blocking: false,
         idle,
         native_stacks: false,
+        debug_dirs: pyagent::config::DebugDirs::default(),
         unwind,
     };
     let mut sampler = UserspaceSampler::new(&[pid], config)?;

@@ -50,6 +50,8 @@ mod otlp;
 mod resolver;
 #[path = "integration/service.rs"]
 mod service;
+#[path = "integration/symbol_sources.rs"]
+mod symbol_sources;
 #[path = "integration/torn.rs"]
 mod torn;
 #[path = "integration/trace_context.rs"]

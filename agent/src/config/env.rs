@@ -35,6 +35,16 @@ impl Overrides {
                 "PYAGENT_MODE" => layer.mode = Some(value.parse().map_err(|m| invalid(key, m))?),
                 "PYAGENT_OFF_CPU" => layer.off_cpu = Some(parse_bool(value).map_err(named)?),
                 "PYAGENT_NATIVE" => layer.native = Some(parse_bool(value).map_err(named)?),
+                // `:`-separated, as gdb's debug-file-directory and PATH are.
+                "PYAGENT_DEBUG_DIRS" => {
+                    layer.debug_dirs = Some(
+                        value
+                            .split(':')
+                            .filter(|d| !d.is_empty())
+                            .map(PathBuf::from)
+                            .collect(),
+                    )
+                }
                 "PYAGENT_ASYNC" => layer.async_tasks = Some(parse_bool(value).map_err(named)?),
                 "PYAGENT_CPU_BUDGET" => {
                     layer.cpu_budget = Some(parse_cpu_budget(value).map_err(named)?)

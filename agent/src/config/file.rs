@@ -41,6 +41,7 @@ struct FileConfig {
     mode: Option<String>,
     off_cpu: Option<bool>,
     native: Option<bool>,
+    debug_dirs: Option<Vec<PathBuf>>,
     #[serde(rename = "async")]
     async_tasks: Option<bool>,
     cpu_budget: Option<NumberOrText>,
@@ -135,6 +136,7 @@ impl FileConfig {
                 .transpose()?,
             off_cpu: self.off_cpu,
             native: self.native,
+            debug_dirs: self.debug_dirs,
             async_tasks: self.async_tasks,
             cpu_budget: parse_key("cpu_budget", self.cpu_budget, parse_cpu_budget)?,
             stall_after: parse_key("stall_after", self.stall_after, parse_duration)?,

@@ -15,6 +15,7 @@
 //! | `mode` (`auto`, `ebpf`, `userspace`) | `PYAGENT_MODE` | `auto` |
 //! | `off_cpu` (`true`, `false`) | `PYAGENT_OFF_CPU` | `true` (`false` with mode `userspace`) |
 //! | `native` (`true`, `false`): native and kernel frames (eBPF) | `PYAGENT_NATIVE` | `false` |
+//! | `debug_dirs` (absolute paths): where stripped objects' debug files are looked for | `PYAGENT_DEBUG_DIRS` (`:`-separated) | `["/usr/lib/debug"]` |
 //! | `async` (`true`, `false`): asyncio task stacks (CPython 3.14+) | `PYAGENT_ASYNC` | `false` |
 //! | `cpu_budget` (`1%`, `0.5%`, `off`): the agent's CPU, BPF time included, per core | `PYAGENT_CPU_BUDGET` | `1%` |
 //! | `stall_after` (`0`: never) | `PYAGENT_STALL_AFTER` | `30s` |
@@ -52,6 +53,7 @@ use std::time::Duration;
 pub use crate::discovery::service_name::ServiceNameRule;
 use crate::export::sinks::{Auth, DirectoryLimits, Headers, UploadApi, UploadConfig};
 pub use crate::profiler::{CoreShare, CpuBudget, Mode};
+pub use crate::symbolize::native::DebugDirs;
 pub use env::ENV_PREFIX;
 pub use overrides::Overrides;
 pub use values::{ValueError, RATE_HZ};
@@ -110,6 +112,10 @@ pub struct ServiceConfig {
     /// Mixed stacks: the native and kernel frames between and below the Python ones (eBPF only;
     /// off by default).
     pub native: bool,
+    /// Native stacks: the directories separate debug files of stripped objects are looked for
+    /// in (`<dir>/.build-id/…`, and for `.gnu_debuglink`), under each process's root, then the
+    /// host's.
+    pub debug_dirs: DebugDirs,
     /// asyncio task-aware stacks and the `task_name` label for CPython 3.14+ processes (older
     /// ones are profiled without, said once per process); off by default.
     pub async_tasks: bool,
@@ -152,6 +158,7 @@ impl Default for ServiceConfig {
             mode: Mode::Auto,
             off_cpu: false,
             native: false,
+            debug_dirs: DebugDirs::default(),
             async_tasks: false,
             cpu_budget: CpuBudget::default(),
             stall_after: Duration::from_secs(30),
@@ -245,6 +252,7 @@ impl ServiceConfig {
                 .off_cpu
                 .unwrap_or(layer.mode.unwrap_or(defaults.mode) != Mode::Userspace),
             native: layer.native.unwrap_or(defaults.native),
+            debug_dirs: layer.debug_dirs.map_or(defaults.debug_dirs, DebugDirs::new),
             async_tasks: layer.async_tasks.unwrap_or(defaults.async_tasks),
             cpu_budget: layer.cpu_budget.unwrap_or(defaults.cpu_budget),
             stall_after: layer.stall_after.unwrap_or(defaults.stall_after),
@@ -499,6 +507,48 @@ mod tests {
             ..base()
         }));
         assert!(line.starts_with("native: needs mode ebpf"), "{line}");
+    }
+
+    #[test]
+    fn debug_dirs_are_set_in_every_layer_absolute_and_default_to_usr_lib_debug() {
+        let base = || Overrides {
+            output_dir: Some("/tmp/p".into()),
+            ..Overrides::default()
+        };
+        let dirs = |config: &ServiceConfig| -> Vec<PathBuf> {
+            config.debug_dirs.iter().map(Path::to_owned).collect()
+        };
+        let default = ServiceConfig::from_overrides(base()).unwrap();
+        assert_eq!(dirs(&default), [PathBuf::from("/usr/lib/debug")]);
+        let file = Overrides::from_toml(
+            "debug_dirs = [\"/srv/debug\", \"/usr/lib/debug\"]\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let config = ServiceConfig::from_overrides(file.clone().over(base())).unwrap();
+        assert_eq!(
+            dirs(&config),
+            [PathBuf::from("/srv/debug"), PathBuf::from("/usr/lib/debug")]
+        );
+        let env = Overrides::from_env([("PYAGENT_DEBUG_DIRS", "/a:/b/c")]).unwrap();
+        let config = ServiceConfig::from_overrides(env.over(file).over(base())).unwrap();
+        assert_eq!(
+            dirs(&config),
+            [PathBuf::from("/a"), PathBuf::from("/b/c")],
+            "the environment wins over the file"
+        );
+        // An empty list: no debug files are looked for.
+        let none = Overrides::from_toml("debug_dirs = []\n", Path::new("t.toml")).unwrap();
+        let config = ServiceConfig::from_overrides(none.over(base())).unwrap();
+        assert!(dirs(&config).is_empty());
+        // A relative directory would be relative to nothing in particular under a process's
+        // root: refused.
+        let relative = Overrides::from_toml("debug_dirs = [\"debug\"]\n", Path::new("t.toml"));
+        let line = err_line(relative.and_then(|r| ServiceConfig::from_overrides(r.over(base()))));
+        assert!(
+            line.starts_with("debug_dirs: must be absolute paths, not \"debug\""),
+            "{line}"
+        );
     }
 
     #[test]

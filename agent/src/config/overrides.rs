@@ -24,6 +24,8 @@ pub struct Overrides {
     pub off_cpu: Option<bool>,
     /// Native stacks (eBPF).
     pub native: Option<bool>,
+    /// Where debug files are looked for (native stacks).
+    pub debug_dirs: Option<Vec<PathBuf>>,
     /// asyncio task-aware stacks (CPython 3.14+).
     pub async_tasks: Option<bool>,
     /// The agent's CPU budget .
@@ -69,6 +71,7 @@ impl Overrides {
             mode: self.mode.or(lower.mode),
             off_cpu: self.off_cpu.or(lower.off_cpu),
             native: self.native.or(lower.native),
+            debug_dirs: self.debug_dirs.or(lower.debug_dirs),
             async_tasks: self.async_tasks.or(lower.async_tasks),
             cpu_budget: self.cpu_budget.or(lower.cpu_budget),
             stall_after: self.stall_after.or(lower.stall_after),

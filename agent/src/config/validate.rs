@@ -28,6 +28,15 @@ impl ServiceConfig {
                 "needs mode ebpf or auto (native stacks are copied by the BPF program)",
             ));
         }
+        if let Some(dir) = self.debug_dirs.iter().find(|d| !d.is_absolute()) {
+            return Err(invalid(
+                "debug_dirs",
+                format!(
+                    "must be absolute paths, not {:?}",
+                    dir.display().to_string()
+                ),
+            ));
+        }
         if let Err(err) = parse_log_filter(&self.log) {
             return Err(invalid(
                 "log",

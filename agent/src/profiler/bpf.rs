@@ -17,6 +17,7 @@ use crate::sampler::bpf::{
     pa_proc_for, pa_thread_list_for, set_gil, set_trace_context, BpfError, BpfSampler,
 };
 use crate::sampler::off_cpu::{blocked_in, monotonic_ns, wait_reason, BlockedIn};
+use crate::symbolize::native::DebugDirs;
 use crate::unwind::native::merge::{merge, Merge};
 use crate::unwind::native::NativeUnwinder;
 use crate::unwind::{
@@ -55,13 +56,16 @@ struct BpfProcess {
 pub(super) struct BpfBackend {
     pub sampler: BpfSampler,
     procs: HashMap<u32, BpfProcess>,
+    /// where the native unwinders look for stripped objects' debug files
+    debug_dirs: DebugDirs,
 }
 
 impl BpfBackend {
-    pub fn new(sampler: BpfSampler) -> BpfBackend {
+    pub fn new(sampler: BpfSampler, debug_dirs: DebugDirs) -> BpfBackend {
         BpfBackend {
             sampler,
             procs: HashMap::new(),
+            debug_dirs,
         }
     }
 
@@ -113,7 +117,7 @@ impl BpfBackend {
                 pidns: pid_namespace(pid),
                 proc_config,
                 trace_context: unwind.trace_context,
-                native: native_stacks.then(|| NativeUnwinder::new(pid)),
+                native: native_stacks.then(|| NativeUnwinder::new(pid, self.debug_dirs.clone())),
             },
         );
         Ok(())

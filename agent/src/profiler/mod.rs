@@ -29,6 +29,7 @@ use crate::discovery::host::{NotProfiled, ProcessKind};
 use crate::discovery::{HostScanner, PythonTarget};
 use crate::sampler::bpf::{BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::UserspaceSampler;
+use crate::symbolize::native::DebugDirs;
 use crate::unwind::{CacheTotals, ExternalSkip, UnwindOptions, UnwindStats, Unwinder};
 
 use bpf::BpfBackend;
@@ -79,6 +80,8 @@ pub struct HostConfig {
     pub off_cpu: bool,
     /// eBPF: mixed stacks: native and kernel frames with the Python ones (on-CPU samples)
     pub native_stacks: bool,
+    /// native stacks: where stripped objects' separate debug files are looked for
+    pub debug_dirs: DebugDirs,
 }
 
 impl Default for HostConfig {
@@ -93,6 +96,7 @@ impl Default for HostConfig {
             thread_search_max: common::THREAD_SEARCH_MAX,
             off_cpu: false,
             native_stacks: false,
+            debug_dirs: DebugDirs::default(),
         }
     }
 }
@@ -233,7 +237,8 @@ impl HostProfiler {
             }
             other => other,
         };
-        let bpf = |s: BpfSampler| Backend::Bpf(Box::new(BpfBackend::new(s)));
+        let bpf =
+            |s: BpfSampler| Backend::Bpf(Box::new(BpfBackend::new(s, config.debug_dirs.clone())));
         let backend = match config.mode {
             Mode::Userspace => Backend::Userspace(Box::new(userspace::sampler_for(&config))),
             Mode::Ebpf => bpf(load()?),

@@ -16,6 +16,7 @@ pub(super) fn sampler_for(config: &HostConfig) -> UserspaceSampler {
         blocking: false,
         idle: false,
         native_stacks: false,
+        debug_dirs: config.debug_dirs.clone(),
         unwind: config.unwind,
     })
 }

@@ -14,6 +14,7 @@ use nix::sys::ptrace;
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 
+use crate::symbolize::native::DebugDirs;
 use crate::unwind::native::merge::{merge, Merge};
 use crate::unwind::native::NativeUnwinder;
 use crate::unwind::ThreadSample;
@@ -97,14 +98,26 @@ pub struct MixStats {
 }
 
 /// The native unwinders of the sampled processes, and the copy buffer they share.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct NativeStacks {
     unwinders: HashMap<u32, NativeUnwinder>,
     buf: Vec<u8>,
     stats: MixStats,
+    /// where stripped objects' debug files are looked for
+    debug_dirs: DebugDirs,
 }
 
 impl NativeStacks {
+    /// No process yet; their unwinders will look for debug files in `debug_dirs`.
+    pub fn new(debug_dirs: DebugDirs) -> NativeStacks {
+        NativeStacks {
+            unwinders: HashMap::new(),
+            buf: Vec::new(),
+            stats: MixStats::default(),
+            debug_dirs,
+        }
+    }
+
     /// Counters.
     pub fn stats(&self) -> MixStats {
         self.stats
@@ -130,7 +143,7 @@ impl NativeStacks {
         let unwinder = self
             .unwinders
             .entry(sample.pid)
-            .or_insert_with(|| NativeUnwinder::new(sample.pid));
+            .or_insert_with(|| NativeUnwinder::new(sample.pid, self.debug_dirs.clone()));
         let (frames, how) = merge(std::mem::take(&mut sample.frames), unwinder.stack(&section));
         sample.frames = frames;
         match how {

@@ -17,6 +17,7 @@ use crate::sampler::blocking::{PausedThreads, SeizeStats};
 use crate::sampler::native_copy::{MixStats, NativeStacks};
 use crate::sampler::off_cpu::{blocked_in, wait_reason};
 use crate::sampler::run_state::RunStates;
+use crate::symbolize::native::DebugDirs;
 use crate::unwind::{
     CacheTotals, CpuState, GilState, ThreadSample, UnwindError, UnwindOptions, UnwindStats,
     Unwinder,
@@ -39,6 +40,8 @@ pub struct UserspaceConfig {
     /// `blocking`), and each thread's registers and stack copy are unwound and merged with its
     /// Python frames
     pub native_stacks: bool,
+    /// native stacks: where stripped objects' separate debug files are looked for
+    pub debug_dirs: DebugDirs,
     /// unwinder knobs
     pub unwind: UnwindOptions,
 }
@@ -89,6 +92,7 @@ pub enum SamplerError {
 impl UserspaceSampler {
     /// A sampler with no targets yet (host-wide use adds them as discovery finds them).
     pub fn empty(config: UserspaceConfig) -> UserspaceSampler {
+        let native = NativeStacks::new(config.debug_dirs.clone());
         UserspaceSampler {
             config,
             roots: Vec::new(),
@@ -99,7 +103,7 @@ impl UserspaceSampler {
             retired: Vec::new(),
             retired_caches: CacheTotals::default(),
             last_scan: None,
-            native: NativeStacks::default(),
+            native,
         }
     }
 
@@ -119,6 +123,7 @@ impl UserspaceSampler {
                 Err(e) => return Err(e.into()),
             }
         }
+        let native = NativeStacks::new(config.debug_dirs.clone());
         Ok(UserspaceSampler {
             config,
             roots: roots.to_vec(),
@@ -129,7 +134,7 @@ impl UserspaceSampler {
             retired: Vec::new(),
             retired_caches: CacheTotals::default(),
             last_scan: None,
-            native: NativeStacks::default(),
+            native,
         })
     }
 

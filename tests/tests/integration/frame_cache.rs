@@ -24,6 +24,7 @@ fn record_stacks(
         blocking,
         idle,
         native_stacks: false,
+        debug_dirs: pyagent::config::DebugDirs::default(),
         unwind: UnwindOptions {
             frame_cache,
             ..Default::default()

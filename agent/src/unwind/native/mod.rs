@@ -19,7 +19,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::Unwinder as _;
 
 use crate::symbolize::kernel::KernelSymbols;
-use crate::symbolize::native::{demangle, ObjectName};
+use crate::symbolize::native::{demangle, DebugDirs, ObjectName};
 use crate::symbolize::{CodeName, Frame, FrameKind};
 
 use modules::Modules;
@@ -83,10 +83,11 @@ impl std::fmt::Debug for NativeUnwinder {
 }
 
 impl NativeUnwinder {
-    /// An unwinder for process `pid` (its maps are read at the first capture).
-    pub fn new(pid: u32) -> NativeUnwinder {
+    /// An unwinder for process `pid` (its maps are read at the first capture), which looks
+    /// for the debug files of stripped objects in `debug_dirs`.
+    pub fn new(pid: u32, debug_dirs: DebugDirs) -> NativeUnwinder {
         NativeUnwinder {
-            modules: Modules::new(pid),
+            modules: Modules::new(pid, debug_dirs),
             cache: CacheX86_64::new(),
             named: HashMap::new(),
             stats: NativeStats::default(),

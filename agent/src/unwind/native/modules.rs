@@ -11,7 +11,9 @@ use framehop::x86_64::UnwinderX86_64;
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 
 use crate::discovery::{load_bias, open_mapped_file, read_maps, MapsEntry};
-use crate::symbolize::native::{ElfObject, ObjectCache, ObjectName, SectionBytes};
+use crate::symbolize::native::{
+    DebugDirs, DebugSearch, ElfObject, ObjectCache, ObjectName, SectionBytes,
+};
 
 /// A process's maps are read again for an unknown address at most this often: a JIT or an
 /// anonymous executable mapping would otherwise cost a maps read per sample.
@@ -38,6 +40,8 @@ impl Mapped {
 /// The objects of one process and the framehop unwinder over them.
 pub(super) struct Modules {
     pid: u32,
+    /// where stripped objects' debug files are looked for
+    debug_dirs: DebugDirs,
     pub unwinder: UnwinderX86_64<SectionBytes>,
     /// by start address
     mapped: Vec<Mapped>,
@@ -56,9 +60,10 @@ impl std::fmt::Debug for Modules {
 }
 
 impl Modules {
-    pub fn new(pid: u32) -> Modules {
+    pub fn new(pid: u32, debug_dirs: DebugDirs) -> Modules {
         Modules {
             pid,
+            debug_dirs,
             unwinder: UnwinderX86_64::new(),
             mapped: Vec::new(),
             loaded_at: None,
@@ -133,7 +138,12 @@ impl Modules {
         executable: bool,
     ) -> Option<Mapped> {
         let (opened, file) = open_mapped_file(self.pid, path, entries).ok()?;
-        let object = ObjectCache::get(&opened, &file).ok()?;
+        let search = DebugSearch {
+            pid: self.pid,
+            object_path: path,
+            dirs: &self.debug_dirs,
+        };
+        let object = ObjectCache::get(&opened, &file, &search).ok()?;
         let bias = load_bias(&object.loads, entries)?;
         let name = Arc::new(ObjectName {
             path: Arc::from(path.to_string_lossy().as_ref()),

@@ -530,7 +530,7 @@ fn measure(
     }
     let mut incomplete = 0;
     let mut native = NativeCount::default();
-    let mut native_unwinder = NativeUnwinder::new(pid);
+    let mut native_unwinder = NativeUnwinder::new(pid, pyagent::config::DebugDirs::default());
     let mut windows = Vec::new();
     let mut last = (0, 0);
     let end = Instant::now() + Duration::from_secs_f64(secs);

@@ -4,19 +4,36 @@
 //! In: an opened ELF file (the agent reads it through `/proc/PID/root`, so container and chroot
 //! interpreters work). Out: an [`ElfObject`]: its build ID, load segments, the sections framehop
 //! unwinds with (`.eh_frame`, `.eh_frame_hdr`, `.text`, `.got`, kept as slices of one shared
-//! mapping of the file), its function symbols (`.symtab` and `.dynsym`), and where CPython's
-//! eval loop lies in it. Cached by (device, inode) in [`ObjectCache`], bounded: every process
-//! that maps libc or a libpython shares one parse.
+//! mapping of the file), its function symbols, and where CPython's eval loop lies in it. Cached
+//! by (device, inode) in [`ObjectCache`], bounded: every process that maps libc or a libpython
+//! shares one parse.
+//!
+//! Function names come from the object's `.dynsym` (exported functions, kept by stripping) and
+//! from the first of these that has any: the object's own `.symtab`; else a separate debug file
+//! ([`debug_file`]: by build ID, or `.gnu_debuglink`); else MiniDebugInfo ([`minidebuginfo`],
+//! `.gnu_debugdata`). A debug file's `.symtab` is the whole one stripping removed, which holds
+//! everything MiniDebugInfo has, so it is not decompressed then. Only symbols come from a debug
+//! file: its code sections are empty (`NOBITS`), and unwinding uses the object's own tables.
+
+mod debug_file;
+mod minidebuginfo;
+mod symbols;
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::ops::{Deref, Range};
 use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use goblin::elf::{program_header::PT_LOAD, section_header::SHT_NOBITS, sym, Elf};
+use goblin::elf::{program_header::PT_LOAD, section_header::SHT_NOBITS, Elf};
 
 use super::eval_loop::{eval_ranges, fde_range, is_eval_symbol, UnwindTables};
+pub use debug_file::{DebugDirs, DebugSearch, FoundBy, DEFAULT_DEBUG_DIR};
+pub use minidebuginfo::MiniDebugInfoError;
+pub use symbols::SymbolHit;
+use symbols::{functions, Symbol, SymbolTable, Table};
 
 /// Why an object could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -84,14 +101,6 @@ pub struct Section {
     pub bytes: SectionBytes,
 }
 
-/// A function symbol: link-time range and raw (mangled) name.
-#[derive(Debug, Clone)]
-struct Symbol {
-    start: u64,
-    end: u64,
-    name: Box<str>,
-}
-
 /// What the agent keeps of one ELF object.
 #[derive(Debug)]
 pub struct ElfObject {
@@ -107,39 +116,131 @@ pub struct ElfObject {
     pub eh_frame_hdr: Option<Section>,
     /// `.got` (address range only matters)
     pub got: Option<Range<u64>>,
+    /// where the names beyond `.dynsym` came from
+    pub symbol_source: SymbolSource,
     /// function symbols by start address
-    symbols: Vec<Symbol>,
+    symbols: SymbolTable,
     /// link-time ranges of CPython's eval loop (`_PyEval_EvalFrameDefault` and its `.cold`
     /// parts): a native frame in there runs Python frames
     eval_ranges: Vec<Range<u64>>,
 }
 
-/// The symbol whose code holds an address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SymbolHit<'a> {
-    /// raw (possibly mangled) name
-    pub name: &'a str,
-    /// offset of the address from the symbol's start
-    pub offset: u64,
+/// Where an object's names beyond its `.dynsym` came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SymbolSource {
+    /// its own `.symtab` (not stripped)
+    OwnSymtab,
+    /// a separate debug file's `.symtab`
+    DebugFile {
+        /// the file as opened (under `/proc/PID/root` or the host's root)
+        path: PathBuf,
+        /// how it was found
+        found_by: FoundBy,
+    },
+    /// the `.symtab` of its `.gnu_debugdata`
+    MiniDebugInfo,
+    /// nowhere: stripped, with no debug file found and no MiniDebugInfo (or unreadable
+    /// MiniDebugInfo); its other functions are named `object+offset`
+    DynsymOnly,
+}
+
+/// Counters of where names came from, over every object parsed by this process.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SymbolSourceStats {
+    /// objects named by their own `.symtab`
+    pub own_symtab: u64,
+    /// objects named by a separate debug file
+    pub debug_file: u64,
+    /// objects named by MiniDebugInfo
+    pub mini_debug_info: u64,
+    /// stripped objects with `.dynsym` alone
+    pub dynsym_only: u64,
+    /// `.gnu_debugdata` sections that could not be read (bad xz, too large, not ELF)
+    pub mini_debug_info_errors: u64,
+    /// files where a debug file was looked for that were not the object's (another build ID,
+    /// another CRC-32, not ELF)
+    pub debug_files_rejected: u64,
+}
+
+impl std::fmt::Display for SymbolSourceStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "objects named by their own .symtab {}, by a separate debug file {}, by MiniDebugInfo {}, by .dynsym alone {}; {} MiniDebugInfo sections unreadable, {} debug files rejected (another build ID or CRC)",
+            self.own_symtab,
+            self.debug_file,
+            self.mini_debug_info,
+            self.dynsym_only,
+            self.mini_debug_info_errors,
+            self.debug_files_rejected
+        )
+    }
+}
+
+/// [`SymbolSourceStats`] as they are counted, process-wide like the [`ObjectCache`].
+#[derive(Debug, Default)]
+struct SourceCounters {
+    own_symtab: AtomicU64,
+    debug_file: AtomicU64,
+    mini_debug_info: AtomicU64,
+    dynsym_only: AtomicU64,
+    mini_debug_info_errors: AtomicU64,
+    debug_files_rejected: AtomicU64,
+}
+
+static SOURCE_COUNTERS: SourceCounters = SourceCounters {
+    own_symtab: AtomicU64::new(0),
+    debug_file: AtomicU64::new(0),
+    mini_debug_info: AtomicU64::new(0),
+    dynsym_only: AtomicU64::new(0),
+    mini_debug_info_errors: AtomicU64::new(0),
+    debug_files_rejected: AtomicU64::new(0),
+};
+
+/// Where the names of the objects this process parsed came from.
+pub fn symbol_source_stats() -> SymbolSourceStats {
+    let c = &SOURCE_COUNTERS;
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    SymbolSourceStats {
+        own_symtab: get(&c.own_symtab),
+        debug_file: get(&c.debug_file),
+        mini_debug_info: get(&c.mini_debug_info),
+        dynsym_only: get(&c.dynsym_only),
+        mini_debug_info_errors: get(&c.mini_debug_info_errors),
+        debug_files_rejected: get(&c.debug_files_rejected),
+    }
+}
+
+fn count(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
 }
 
 impl ElfObject {
-    /// Parses the object in `file` (opened as `path`).
-    pub fn read(path: &str, file: &File) -> Result<ElfObject, NativeObjectError> {
+    /// Parses the object in `file` (opened as `path`), looking for its debug file as `search`
+    /// says if it is stripped.
+    pub fn read(
+        path: &str,
+        file: &File,
+        search: Option<&DebugSearch<'_>>,
+    ) -> Result<ElfObject, NativeObjectError> {
         // SAFETY: a read-only private mapping; a file truncated under us can fault a read, the
         // risk every profiler that reads mapped objects takes (the discovery stage does too).
         let map = unsafe { memmap2::Mmap::map(file) }.map_err(|error| NativeObjectError::Io {
             path: path.to_owned(),
             error,
         })?;
-        Self::parse(Arc::new(map)).map_err(|error| NativeObjectError::Parse {
+        Self::parse(Arc::new(map), search).map_err(|error| NativeObjectError::Parse {
             path: path.to_owned(),
             error,
         })
     }
 
-    /// Parses an ELF image.
-    pub fn parse(map: Arc<memmap2::Mmap>) -> Result<ElfObject, goblin::error::Error> {
+    /// Parses an ELF image; a stripped one's debug file is looked for as `search` says (`None`:
+    /// not looked for).
+    pub fn parse(
+        map: Arc<memmap2::Mmap>,
+        search: Option<&DebugSearch<'_>>,
+    ) -> Result<ElfObject, goblin::error::Error> {
         let elf = Elf::parse(&map)?;
         let section = |name: &str| -> Option<Section> {
             let sh = elf
@@ -170,38 +271,11 @@ impl ElfObject {
             .filter(|ph| ph.p_type == PT_LOAD)
             .map(|ph| (ph.p_offset, ph.p_vaddr))
             .collect();
-        let build_id = elf
-            .iter_note_headers(&map)
-            .into_iter()
-            .flatten()
-            .filter_map(Result::ok)
-            .find(|n| n.n_type == goblin::elf::note::NT_GNU_BUILD_ID && n.name == "GNU")
-            .map(|n| Arc::from(hex(n.desc)));
-
-        let mut symbols = Vec::new();
-        let tables = [(&elf.syms, &elf.strtab), (&elf.dynsyms, &elf.dynstrtab)];
-        for (syms, strtab) in tables {
-            for s in syms.iter() {
-                let kind = s.st_type();
-                if !(kind == sym::STT_FUNC || kind == sym::STT_GNU_IFUNC)
-                    || s.st_shndx == 0
-                    || s.st_value == 0
-                {
-                    continue;
-                }
-                let Some(name) = strtab.get_at(s.st_name).filter(|n| !n.is_empty()) else {
-                    continue;
-                };
-                symbols.push(Symbol {
-                    start: s.st_value,
-                    end: s.st_value.saturating_add(s.st_size),
-                    name: name.into(),
-                });
-            }
-        }
-        symbols.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
-        // .symtab and .dynsym name most functions twice.
-        symbols.dedup_by(|b, a| a.start == b.start);
+        let build_id = debug_file::build_id(&elf, &map);
+        let (symbol_source, mut symbols) =
+            static_symbols(&elf, build_id.as_deref(), search, section);
+        symbols.extend(functions(&elf, Table::Dynamic));
+        let symbols = SymbolTable::new(symbols);
         let text = section(".text");
         let eh_frame = section(".eh_frame");
         let eh_frame_hdr = section(".eh_frame_hdr");
@@ -220,12 +294,13 @@ impl ElfObject {
                 });
         let eval_ranges = eval_ranges(named_eval, text.as_ref(), unwind);
         Ok(ElfObject {
-            build_id,
+            build_id: build_id.map(Arc::from),
             loads,
             text,
             eh_frame,
             eh_frame_hdr,
             got: section(".got").map(|s| s.svma),
+            symbol_source,
             symbols,
             eval_ranges,
         })
@@ -235,12 +310,12 @@ impl ElfObject {
     /// beyond its first byte: naming an address after it would guess, and a wrong name is
     /// worse than `object+offset`.
     pub fn symbol(&self, svma: u64) -> Option<SymbolHit<'_>> {
-        let i = self.symbols.partition_point(|s| s.start <= svma);
-        let s = self.symbols.get(i.checked_sub(1)?)?;
-        (svma < s.end || svma == s.start).then(|| SymbolHit {
-            name: &s.name,
-            offset: svma - s.start,
-        })
+        self.symbols.lookup(svma)
+    }
+
+    /// How many function symbols the object has, from all its sources.
+    pub fn symbol_count(&self) -> usize {
+        self.symbols.len()
     }
 
     /// The start of the code (function, or a part the compiler split off one) that holds
@@ -265,14 +340,72 @@ impl ElfObject {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+/// The function symbols of `elf` beyond its `.dynsym`, and where they came from: its own
+/// `.symtab`, else its debug file's (looked for as `search` says), else its MiniDebugInfo's.
+/// `section` gives a section of `elf` by name.
+fn static_symbols(
+    elf: &Elf<'_>,
+    build_id: Option<&str>,
+    search: Option<&DebugSearch<'_>>,
+    section: impl Fn(&str) -> Option<Section>,
+) -> (SymbolSource, Vec<Symbol>) {
+    let own: Vec<Symbol> = functions(elf, Table::Static).collect();
+    if !own.is_empty() {
+        count(&SOURCE_COUNTERS.own_symtab, 1);
+        return (SymbolSource::OwnSymtab, own);
+    }
+    let link = section(".gnu_debuglink").and_then(|s| debug_file::DebugLink::parse(&s.bytes));
+    if let Some(found) = search.and_then(|s| debug_file_symbols(s, build_id, link.as_ref())) {
+        count(&SOURCE_COUNTERS.debug_file, 1);
+        return found;
+    }
+    if let Some(data) = section(".gnu_debugdata") {
+        match minidebuginfo::symbols(&data.bytes) {
+            Ok(symbols) => {
+                count(&SOURCE_COUNTERS.mini_debug_info, 1);
+                return (SymbolSource::MiniDebugInfo, symbols);
+            }
+            Err(error) => {
+                count(&SOURCE_COUNTERS.mini_debug_info_errors, 1);
+                let object = search.map(|s| s.object_path.display().to_string());
+                let cause = std::error::Error::source(&error).map(ToString::to_string);
+                tracing::debug!(object, cause, "MiniDebugInfo ignored: {error}");
+            }
+        }
+    }
+    count(&SOURCE_COUNTERS.dynsym_only, 1);
+    (SymbolSource::DynsymOnly, Vec::new())
+}
+
+/// The function symbols of the debug file `search` finds for an object with `build_id` and
+/// `link`, if it has any.
+fn debug_file_symbols(
+    search: &DebugSearch<'_>,
+    build_id: Option<&str>,
+    link: Option<&debug_file::DebugLink>,
+) -> Option<(SymbolSource, Vec<Symbol>)> {
+    let mut rejected = debug_file::Rejected::default();
+    let found = debug_file::find(search, build_id, link, &mut rejected);
+    count(
+        &SOURCE_COUNTERS.debug_files_rejected,
+        rejected.build_id + rejected.crc,
+    );
+    let file = found?;
+    let debug = match Elf::parse(&file.map) {
+        Ok(debug) => debug,
+        Err(error) => {
+            // Its build ID or CRC matched, so the file is the object's: damaged.
+            count(&SOURCE_COUNTERS.debug_files_rejected, 1);
+            tracing::debug!(path = %file.path.display(), "debug file does not parse: {error}");
+            return None;
+        }
+    };
+    let symbols: Vec<Symbol> = functions(&debug, Table::Static).collect();
+    let source = SymbolSource::DebugFile {
+        path: file.path.clone(),
+        found_by: file.found_by,
+    };
+    (!symbols.is_empty()).then_some((source, symbols))
 }
 
 /// A symbol name as profiles show it: C++ and Rust names demangled, C names as they are.
@@ -310,8 +443,15 @@ const MAX_OBJECTS: usize = 512;
 static OBJECTS: LazyLock<Mutex<ObjectCache>> = LazyLock::new(Mutex::default);
 
 impl ObjectCache {
-    /// The object in `file` (opened as `path`), parsed once per (device, inode).
-    pub fn get(path: &str, file: &File) -> Result<Arc<ElfObject>, NativeObjectError> {
+    /// The object in `file` (opened as `path`), parsed once per (device, inode); a stripped
+    /// one's debug file is looked for as `search` says at that parse. The first process to map
+    /// an object decides where its debug file is found: the same file in another container
+    /// shares the parse.
+    pub fn get(
+        path: &str,
+        file: &File,
+        search: &DebugSearch<'_>,
+    ) -> Result<Arc<ElfObject>, NativeObjectError> {
         let meta = file.metadata().map_err(|error| NativeObjectError::Io {
             path: path.to_owned(),
             error,
@@ -320,7 +460,7 @@ impl ObjectCache {
         if let Some(o) = Self::lock().objects.get(&key) {
             return Ok(Arc::clone(o));
         }
-        let object = Arc::new(ElfObject::read(path, file)?);
+        let object = Arc::new(ElfObject::read(path, file, Some(search))?);
         let mut cache = Self::lock();
         if cache.objects.len() >= MAX_OBJECTS {
             if let Some(old) = cache.order.pop_front() {
@@ -357,7 +497,14 @@ mod tests {
     fn reads_this_test_binary_with_symbols_and_unwind_sections() {
         let exe = std::env::current_exe().unwrap();
         let file = File::open(&exe).unwrap();
-        let o = ObjectCache::get(&exe.to_string_lossy(), &file).unwrap();
+        let dirs = DebugDirs::default();
+        let search = DebugSearch {
+            pid: std::process::id(),
+            object_path: &exe,
+            dirs: &dirs,
+        };
+        let o = ObjectCache::get(&exe.to_string_lossy(), &file, &search).unwrap();
+        assert_eq!(o.symbol_source, SymbolSource::OwnSymtab);
         assert!(o.eh_frame.is_some() && o.eh_frame_hdr.is_some() && o.text.is_some());
         assert!(!o.loads.is_empty());
         assert!(!o.has_eval_loop());
@@ -390,7 +537,7 @@ mod tests {
             inside.len()
         );
         // The second lookup is the same parse.
-        let again = ObjectCache::get(&exe.to_string_lossy(), &file).unwrap();
+        let again = ObjectCache::get(&exe.to_string_lossy(), &file, &search).unwrap();
         assert!(Arc::ptr_eq(&o, &again));
     }
 }
