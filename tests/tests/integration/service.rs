@@ -837,7 +837,10 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
     let written_at = |p: &PathBuf| -> u64 {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let stem = name.strip_suffix(".pb.gz").unwrap_or(name);
-        stem.rsplit('-').next().and_then(|t| t.parse().ok()).unwrap_or(0)
+        stem.rsplit('-')
+            .next()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0)
     };
     let newest = svc
         .profiles()
