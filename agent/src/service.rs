@@ -114,6 +114,10 @@ enum Total {
     TaskSamples(&'static str),
     /// Processes profiled without task stacks (before 3.14).
     AsyncUnsupported,
+    /// Native objects named from one source.
+    NativeObjects(&'static str),
+    /// Symbol sources of one kind refused.
+    SymbolFilesRefused(&'static str),
 }
 
 /// Runs the service until `stop` is set.
@@ -396,6 +400,19 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
         let h = deltas.delta(Total::CacheHits(cache), hits);
         let m = deltas.delta(Total::CacheMisses(cache), misses);
         metrics.add_cache(cache, h, m);
+    }
+    let symbols = crate::symbolize::native::symbol_source_stats();
+    for (source, total) in symbols.objects_by_source() {
+        let d = deltas.delta(Total::NativeObjects(source), total);
+        if d > 0 {
+            metrics.add_native_objects(source, d);
+        }
+    }
+    for (kind, total) in symbols.refused_by_kind() {
+        let d = deltas.delta(Total::SymbolFilesRefused(kind), total);
+        if d > 0 {
+            metrics.add_symbol_files_refused(kind, d);
+        }
     }
     let u = p.unwind_stats();
     for (result, total) in [

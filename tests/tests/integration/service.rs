@@ -12,9 +12,9 @@ use pyagent_tests::scratch::{fresh_dir, fresh_path};
 use pyagent_tests::wait::wait_for;
 use pyagent_tests::PythonProcess;
 
-struct Service {
+pub(crate) struct Service {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     dir: PathBuf,
 }
 
@@ -24,7 +24,7 @@ impl Service {
     }
 
     /// [`Service::start`] with other arguments than `--mode ebpf`.
-    fn start_with(tag: &str, interval: &str, args: &[&str]) -> Service {
+    pub(crate) fn start_with(tag: &str, interval: &str, args: &[&str]) -> Service {
         Service::start_by(Command::new(pyagent_bin()), tag, interval, args)
     }
 
@@ -77,7 +77,7 @@ impl Service {
     }
 
     /// SIGTERM; the service must exit successfully. Returns its stderr.
-    fn stop(mut self) -> String {
+    pub(crate) fn stop(mut self) -> String {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let out = std::mem::replace(&mut self.child, Command::new("true").spawn().expect("true"));
@@ -182,7 +182,7 @@ fn samples_lost(metrics: &str, reason: &str) -> f64 {
 }
 
 /// The value of one series (name and labels as exposed), 0 if absent.
-fn series_value(metrics: &str, series: &str) -> f64 {
+pub(crate) fn series_value(metrics: &str, series: &str) -> f64 {
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))

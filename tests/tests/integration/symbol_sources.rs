@@ -10,12 +10,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use pyagent_tests::agent::{host_wide_lock, number_before, pyagent_bin, record_collapsed};
+use pyagent_tests::http::get as http_get;
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::stacks::script;
+use pyagent_tests::wait::wait_for;
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
+
+use crate::service::{series_value, Service};
 
 /// How the test library's static functions are named once it is stripped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -337,4 +342,48 @@ fn debug_files_are_found_under_the_process_root(
     #[values(Source::BuildId, Source::DebugLink)] source: Source,
 ) {
     check("py315", "ebpf", source);
+}
+
+/// The service says where native names came from: `pyagent_native_objects_total{source}`
+/// counts the objects each source named, `pyagent_native_symbol_files_refused_total{kind}` the
+/// symbol sources it refused (here a library whose `.gnu_debugdata` is garbage).
+#[test]
+fn the_service_counts_where_native_names_came_from() {
+    pyagent_bin();
+    let py = Interpreter::by_name("py312");
+    let named = build(py, Source::MiniDebugInfo, "service-named");
+    let refused = build(py, Source::CorruptMiniDebugInfo, "service-refused");
+    let _serial = host_wide_lock();
+    let _targets =
+        [&named, &refused].map(|f| PythonProcess::ready("py312", "native_burn.py", &[&f.lib]));
+    let svc = Service::start_with(
+        "native-symbols",
+        "5s",
+        &["--mode", "ebpf", "--native", "--log", "warn"],
+    );
+    let metrics = || http_get(svc.port, "/metrics").expect("metrics").1;
+    let m = wait_for(
+        "native objects named by MiniDebugInfo and one refused",
+        Duration::from_secs(60),
+        || {
+            let m = metrics();
+            let named = series_value(
+                &m,
+                "pyagent_native_objects_total{source=\"mini_debug_info\"}",
+            );
+            let refused = series_value(
+                &m,
+                "pyagent_native_symbol_files_refused_total{kind=\"mini_debug_info\"}",
+            );
+            (named >= 1.0 && refused >= 1.0).then_some(m)
+        },
+    );
+    // Every other object of the two processes (the interpreter, libc, ...) is counted too.
+    assert!(
+        series_value(&m, "pyagent_native_objects_total{source=\"own_symtab\"}")
+            + series_value(&m, "pyagent_native_objects_total{source=\"dynsym_only\"}")
+            >= 2.0,
+        "{m}"
+    );
+    svc.stop();
 }

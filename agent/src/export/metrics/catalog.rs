@@ -56,6 +56,18 @@ impl AgentMetrics {
                 "asyncio task-aware samples (async = true), by result: attributed to the task the thread ran; unattributed (the thread ran a task that could not be placed, its plain stack kept); waiting (userspace --async-mode all: samples of waiting tasks).",
                 &["result"],
             ),
+            native_objects: counter_vec(
+                &registry,
+                "pyagent_native_objects_total",
+                "Native objects (executables, shared libraries) parsed for native stacks, by where their function names came from: own_symtab, debug_file (a separate debug file found by build ID or .gnu_debuglink), mini_debug_info (.gnu_debugdata), dynsym_only (stripped: other functions show as object+offset).",
+                &["source"],
+            ),
+            symbol_files_refused: counter_vec(
+                &registry,
+                "pyagent_native_symbol_files_refused_total",
+                "Symbol sources refused while naming native objects, by kind: mini_debug_info (a .gnu_debugdata section that is not valid xz or ELF, or too large), debug_file (a candidate debug file of another build ID or CRC-32).",
+                &["kind"],
+            ),
             async_unsupported: counter(
                 &registry,
                 "pyagent_async_unsupported_processes_total",

@@ -76,6 +76,8 @@ pub struct AgentMetrics {
     samples_lost: IntCounterVec,
     samples_unverified: IntCounter,
     task_samples: IntCounterVec,
+    native_objects: IntCounterVec,
+    symbol_files_refused: IntCounterVec,
     async_unsupported: IntCounter,
     bpf_run_time: Counter,
     bpf_runs: IntCounter,
@@ -170,6 +172,20 @@ impl AgentMetrics {
     /// see `pyagent_task_samples_total`).
     pub fn add_task_samples(&self, result: &str, n: u64) {
         self.task_samples.with_label_values(&[result]).inc_by(n);
+    }
+
+    /// Counts `n` more native objects named from `source` (see
+    /// `pyagent_native_objects_total`).
+    pub fn add_native_objects(&self, source: &str, n: u64) {
+        self.native_objects.with_label_values(&[source]).inc_by(n);
+    }
+
+    /// Counts `n` more refused symbol sources of `kind` (see
+    /// `pyagent_native_symbol_files_refused_total`).
+    pub fn add_symbol_files_refused(&self, kind: &str, n: u64) {
+        self.symbol_files_refused
+            .with_label_values(&[kind])
+            .inc_by(n);
     }
 
     /// Counts `n` processes profiled without task stacks, asked for but unsupported there.

@@ -162,6 +162,26 @@ pub struct SymbolSourceStats {
     pub debug_files_rejected: u64,
 }
 
+impl SymbolSourceStats {
+    /// Objects by where their names came from, with the metric's `source` label values.
+    pub fn objects_by_source(&self) -> [(&'static str, u64); 4] {
+        [
+            ("own_symtab", self.own_symtab),
+            ("debug_file", self.debug_file),
+            ("mini_debug_info", self.mini_debug_info),
+            ("dynsym_only", self.dynsym_only),
+        ]
+    }
+
+    /// Symbol files refused, with the metric's `kind` label values.
+    pub fn refused_by_kind(&self) -> [(&'static str, u64); 2] {
+        [
+            ("mini_debug_info", self.mini_debug_info_errors),
+            ("debug_file", self.debug_files_rejected),
+        ]
+    }
+}
+
 impl std::fmt::Display for SymbolSourceStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
