@@ -24,10 +24,29 @@ const MAX_DICT_LOG2: u8 = 16;
 /// Bytes of a `PyDictValues` header read for its `capacity` and `valid` bytes (3.13+).
 const VALUES_HEADER: usize = 8;
 
-/// Where keys were found: (keys object, key) → (entry index, key object). Finding a key in a
-/// big dict (`sys.modules`) means reading every key; the next read checks the remembered entry
-/// first.
-pub(super) type KeyHints = HashMap<(u64, &'static str), (u64, u64)>;
+/// What the last search of a keys object for a key found: (keys object, key) → [`KeyHint`].
+/// Finding a key in a big dict (`sys.modules`) means reading every key; the next read checks
+/// the remembered entry first, or skips the search where nothing was added since it failed.
+pub(super) type KeyHints = HashMap<(u64, &'static str), KeyHint>;
+
+/// What a search of one keys object for one key found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeyHint {
+    /// the key object at entry `index`
+    At {
+        /// entry index
+        index: u64,
+        /// the key object found there
+        key: u64,
+    },
+    /// not there among its first `nentries` entries: a program that never imports
+    /// `threading` would otherwise have all of `sys.modules` read every second, and entries
+    /// are only ever appended (an insertion makes `dk_nentries` grow)
+    Absent {
+        /// `dk_nentries` when it was searched
+        nentries: u64,
+    },
+}
 
 /// A dict's entries, located: enough to read entry `i`'s key and value.
 #[derive(Debug, Clone, Copy)]
@@ -252,10 +271,17 @@ impl<'a, M: ProcessMemory> Reader<'a, M> {
     /// The index of the entry whose key is the str `name`: the remembered one if it still is,
     /// else found by reading the keys in order.
     fn find_str(&mut self, table: &Table, name: &'static str) -> Result<Option<u64>, ObjectError> {
-        if let Some(&(i, key)) = self.hints.get(&(table.keys, name)) {
-            if i < table.nentries && self.key(table, i)? == key && self.key_is(key, name)? {
-                return Ok(Some(i));
+        match self.hints.get(&(table.keys, name)) {
+            Some(&KeyHint::At { index, key }) => {
+                if index < table.nentries
+                    && self.key(table, index)? == key
+                    && self.key_is(key, name)?
+                {
+                    return Ok(Some(index));
+                }
             }
+            Some(&KeyHint::Absent { nentries }) if nentries == table.nentries => return Ok(None),
+            Some(KeyHint::Absent { .. }) | None => {}
         }
         let size = self.entry_size(table);
         let bytes = self
@@ -265,10 +291,15 @@ impl<'a, M: ProcessMemory> Reader<'a, M> {
         for (i, e) in bytes.chunks_exact(size as usize).enumerate() {
             let key = e.u64_at(key_at);
             if key != 0 && self.key_is(key, name)? {
-                self.hints.insert((table.keys, name), (i as u64, key));
-                return Ok(Some(i as u64));
+                let index = i as u64;
+                self.hints
+                    .insert((table.keys, name), KeyHint::At { index, key });
+                return Ok(Some(index));
             }
         }
+        let nentries = table.nentries;
+        self.hints
+            .insert((table.keys, name), KeyHint::Absent { nentries });
         Ok(None)
     }
 

@@ -6,6 +6,7 @@ mod image;
 use super::*;
 use crate::memory::FakeMemory;
 use image::{offsets, Image, BASE};
+use objects::KeyHint;
 
 fn names(read: &PythonThreadNames) -> Vec<(u32, &str)> {
     let mut v: Vec<(u32, &str)> = read.names.iter().map(|(t, n)| (*t, &**n)).collect();
@@ -78,6 +79,26 @@ fn a_second_read_checks_remembered_keys_instead_of_scanning() {
     let second = read_python_names(&mut mem, &o, runtime, &mut hints).expect("readable");
     assert_eq!(first, second);
     assert!(mem.1 < scanned, "{} reads, then {}", scanned, mem.1);
+}
+
+#[test]
+fn a_key_not_found_is_not_searched_again_until_the_dict_grows() {
+    // A program that never imports `threading`: `sys.modules` has no such key.
+    let mut img = Image::new(offsets(12));
+    let runtime = img.process(&[(0x7f00_0000_1000, 100, None)], false);
+    let o = img.o;
+    let mut hints = KeyHints::new();
+    let mut mem = Counting(&mut img.mem, 0);
+    let first = read_python_names(&mut mem, &o, runtime, &mut hints).expect("readable");
+    assert!(first.names.is_empty());
+    let searched = std::mem::take(&mut mem.1);
+    let second = read_python_names(&mut mem, &o, runtime, &mut hints).expect("readable");
+    assert_eq!(first, second);
+    assert!(mem.1 < searched, "{searched} reads, then {}", mem.1);
+    assert!(
+        hints.values().any(|h| matches!(h, KeyHint::Absent { .. })),
+        "{hints:?}"
+    );
 }
 
 #[test]
