@@ -77,7 +77,10 @@ impl ClockEvents {
         })
     }
 
-    /// Closes the events and opens new ones at `rate_hz`, keeping the throttling totals.
+    /// Closes the events and opens new ones at `rate_hz`, keeping the throttling totals. If
+    /// the new ones cannot be opened, the events are opened again at the old rate before the
+    /// error is returned: a failed rate change must not leave the program without events (the
+    /// sampler would go quiet while its rate still reads as before).
     pub fn reopen(
         &mut self,
         program: BorrowedFd<'_>,
@@ -85,11 +88,21 @@ impl ClockEvents {
         rate_hz: u64,
     ) -> std::io::Result<()> {
         let before = self.throttling();
+        let old_rate = self.rate_hz;
         // Never two events at once: that would count a tick twice.
         self.events.clear();
-        *self = ClockEvents::open(program, scopes, rate_hz)?;
+        let result = match ClockEvents::open(program, scopes, rate_hz) {
+            Ok(events) => {
+                *self = events;
+                Ok(())
+            }
+            Err(e) => {
+                *self = ClockEvents::open(program, scopes, old_rate)?;
+                Err(e)
+            }
+        };
         self.throttling = before;
-        Ok(())
+        result
     }
 
     /// Reads the events' rings and returns the totals since the first events were opened.
