@@ -1,5 +1,6 @@
 use std::sync::Arc;
 
+use crate::symbolize::native::hex;
 use crate::symbolize::Frame;
 
 /// The stack of one thread at one instant: what the unwinder hands to aggregation.
@@ -51,16 +52,6 @@ impl TraceContext {
     pub fn span_id_hex(&self) -> String {
         hex(&self.span_id)
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 /// A sampled thread and the GIL: the `gil` label.

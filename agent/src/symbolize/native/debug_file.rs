@@ -262,7 +262,8 @@ pub(super) fn build_id(elf: &Elf<'_>, bytes: &[u8]) -> Option<String> {
     })
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` as lowercase hex digits (build IDs, trace and span ids).
+pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes
         .iter()

@@ -30,7 +30,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use goblin::elf::{program_header::PT_LOAD, section_header::SHT_NOBITS, Elf};
 
 use super::eval_loop::{eval_ranges, fde_range, is_eval_symbol, UnwindTables};
-pub use debug_file::{DebugDirs, DebugSearch, FoundBy, DEFAULT_DEBUG_DIR};
+pub use debug_file::{hex, DebugDirs, DebugSearch, FoundBy, DEFAULT_DEBUG_DIR};
 pub use minidebuginfo::MiniDebugInfoError;
 pub use symbols::SymbolHit;
 use symbols::{functions, Symbol, SymbolTable, Table};
