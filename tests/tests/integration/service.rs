@@ -810,6 +810,7 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
         std::time::Instant::now(),
         cpu_time_of(agent),
         series_value(&metrics(), "pyagent_bpf_run_time_seconds_total"),
+        series_value(&metrics(), "pyagent_samples_total"),
     );
     // A measurement span, not a synchronization: ten windows' worth of cost.
     std::thread::sleep(Duration::from_secs(50));
@@ -819,20 +820,16 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
     let bpf_cores =
         (series_value(&m, "pyagent_bpf_run_time_seconds_total") - start.2).max(0.0) / wall;
     let used = agent_cores + bpf_cores;
+    let rate_at_end = rate(&m);
+    // Samples taken over the span tell a program that did not run from statistics that did
+    // not count its runs.
+    let samples = series_value(&m, "pyagent_samples_total") - start.3;
     let what = format!(
-        "settled at {settled} Hz, now {} Hz: agent {:.3}% + bpf {:.3}% of a core over {wall:.0} s",
-        rate(&m),
+        "settled at {settled} Hz, now {} Hz: agent {:.3}% + bpf {:.3}% of a core over {wall:.0} s, {samples} samples",
+        rate_at_end,
         agent_cores * 100.0,
         bpf_cores * 100.0
     );
-    assert!((1.0..999.0).contains(&settled), "{what}");
-    assert!(used <= 0.033, "over the 3% budget by more than 10%: {what}");
-    // No lower bound yet. The governor now decides on the mean of its last three windows, but
-    // CI's debug build once stayed at 81 Hz for 65 s at 0.8% of a 3% budget with the BPF
-    // program's run time not moving at all ("bpf 0.000%"): the program did not run, which
-    // points at a rate change whose perf events failed to open (the events were closed
-    // first; they are now reopened at the old rate when that happens). Until that run is
-    // understood only the budget itself is asserted, which is what operators are promised.
     eprintln!("cpu budget: {what}");
     // Each window's period is the rate it was sampled at: the last window written before the
     // rate was seen settled has the settled rate's period (the rate may have risen since, in
@@ -858,19 +855,35 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
         .find_map(|l| l.strip_prefix("Period: "))
         .and_then(|p| p.trim().parse().ok())
         .unwrap_or_else(|| panic!("no period in {raw}"));
-    assert!(period > 1_000_000_000 / 999, "period {period} ns: {what}");
     // The work goes away: the rate rises again.
     targets.truncate(2);
-    wait_for("the rate to rise", Duration::from_secs(120), || {
+    let rose = pyagent_tests::wait::poll_until(Duration::from_secs(120), || {
         (rate(&metrics()) > settled).then_some(())
     });
+    // Every check is made after the service stopped, so that a failure shows what the
+    // service said (its rate changes and warnings: the log level keeps it to those).
     let stderr = svc.stop();
+    let log = format!("{what}\nservice log:\n{stderr}");
+    assert!((1.0..999.0).contains(&settled), "{log}");
+    assert!(used <= 0.033, "over the 3% budget by more than 10%: {log}");
+    // Not far under it either: a governor that settles at a tenth of its budget samples
+    // less than it may. Only when the rate is the configured one (the release build may
+    // fit 999 Hz in 3%) is a lower cost what the work costs.
+    assert!(
+        used >= 0.012 || rate_at_end >= 999.0,
+        "under 40% of the 3% budget at a lowered rate: {log}"
+    );
+    assert!(period > 1_000_000_000 / 999, "period {period} ns: {log}");
+    assert!(
+        rose.is_some(),
+        "the rate did not rise with 2 processes left: {log}"
+    );
     assert!(
         stderr.contains("over the CPU budget: sampling less often"),
-        "{stderr}"
+        "{log}"
     );
     assert!(
         stderr.contains("room in the CPU budget: sampling more often"),
-        "{stderr}"
+        "{log}"
     );
 }
