@@ -766,6 +766,14 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
     for p in &mut targets {
         p.wait_for_line("ready", Duration::from_secs(120));
     }
+    // The budget is the build's: the debug build's fixed costs with 200 processes alone are
+    // 1.2% of a core at 1 Hz, and the release build samples 200 processes at 999 Hz for under
+    // 2% (so a 3% budget would never lower its rate).
+    let (budget_arg, budget) = if cfg!(debug_assertions) {
+        ("3%", 0.03)
+    } else {
+        ("1.5%", 0.015)
+    };
     let svc = Service::start_with(
         "budget",
         "5s",
@@ -775,9 +783,7 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
             "--rate",
             "999",
             "--cpu-budget",
-            // 3%: CI runs the debug build, whose fixed costs with 200 processes alone are
-            // 1.2% of a core at 1 Hz (release: under 0.8% at 6-12 Hz).
-            "3%",
+            budget_arg,
             // The rate changes only: a line per process found would fill the unread pipe.
             "--log",
             "warn,pyagent::service=info",
@@ -787,7 +793,7 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
     let metrics = || http_get(svc.port, "/metrics").expect("metrics").1;
     let rate = |m: &str| series_value(m, "pyagent_sample_rate_hz");
     wait_for("the budget in the metrics", Duration::from_secs(60), || {
-        (series_value(&metrics(), "pyagent_cpu_budget_cores") == 0.03).then_some(())
+        (series_value(&metrics(), "pyagent_cpu_budget_cores") == budget).then_some(())
     });
     wait_for("the rate to fall", Duration::from_secs(60), || {
         (rate(&metrics()) < 999.0).then_some(())
@@ -865,13 +871,16 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
     let stderr = svc.stop();
     let log = format!("{what}\nservice log:\n{stderr}");
     assert!((1.0..999.0).contains(&settled), "{log}");
-    assert!(used <= 0.033, "over the 3% budget by more than 10%: {log}");
-    // Not far under it either: a governor that settles at a tenth of its budget samples
-    // less than it may. Only when the rate is the configured one (the release build may
-    // fit 999 Hz in 3%) is a lower cost what the work costs.
     assert!(
-        used >= 0.012 || rate_at_end >= 999.0,
-        "under 40% of the 3% budget at a lowered rate: {log}"
+        used <= budget * 1.1,
+        "over the {budget_arg} budget by more than 10%: {log}"
+    );
+    // Not far under it either: a governor that settles at a tenth of its budget samples
+    // less than it may. Only when the rate is the configured one (the work may fit the
+    // budget at 999 Hz) is a lower cost what the work costs.
+    assert!(
+        used >= budget * 0.4 || rate_at_end >= 999.0,
+        "under 40% of the {budget_arg} budget at a lowered rate: {log}"
     );
     assert!(period > 1_000_000_000 / 999, "period {period} ns: {log}");
     assert!(

@@ -32,8 +32,11 @@ use crate::symbolize::ObjectError;
 use objects::{KeyHints, Reader};
 
 /// How long Python names are used before they are read again, for threads renamed after they
-/// started (`thread.name = ...`).
-const MAX_AGE: Duration = Duration::from_secs(1);
+/// started (`thread.name = ...`). Renames are rare (pools name their threads before they start,
+/// and a new thread is read at once, see [`MIN_REREAD`]), while each read costs a dozen page
+/// reads per process: at 1 s, with 50 processes, these reads were 15% of the agent's CPU. One
+/// default profile window: a rename shows in the next window at the latest.
+const MAX_AGE: Duration = Duration::from_secs(10);
 /// Shortest time between two reads made for a thread the last one did not see: bounds the cost
 /// when threads come and go faster than that.
 const MIN_REREAD: Duration = Duration::from_millis(20);

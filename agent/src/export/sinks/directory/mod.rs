@@ -152,16 +152,20 @@ impl DirectorySink {
 
     /// Writes `profile` atomically, counts the attempt and applies the limits; returns the file's path.
     pub fn write(&self, profile: &EncodedProfile) -> Result<PathBuf, SinkError> {
+        self.write_with(profile, DirSync::Now)
+    }
+
+    fn write_with(&self, profile: &EncodedProfile, sync: DirSync) -> Result<PathBuf, SinkError> {
         self.metrics.submitted();
         let path = self.path_for(&profile.meta);
         let name = DirectorySink::file_name(&profile.meta);
         let started = Instant::now();
         let mut index = self.lock();
-        let result = match write_atomically(&path, &profile.bytes) {
+        let result = match write_file(&path, &profile.bytes, sync) {
             // Someone deleted the directory (a cleanup script, a hand): make it again and retry once.
             Err(err) if err.kind() == io::ErrorKind::NotFound && !self.dir.is_dir() => self
                 .recreate(&mut index)
-                .and_then(|()| write_atomically(&path, &profile.bytes)),
+                .and_then(|()| write_file(&path, &profile.bytes, sync)),
             result => result,
         };
         match result {
@@ -202,6 +206,29 @@ impl DirectorySink {
         if let Err(err) = self.write(profile) {
             self.metrics.drop_profile(DropReason::WriteFailed);
             self.warn_once(&err);
+        }
+    }
+
+    /// Archives `profiles` as [`submit`](Self::submit) does each, syncing the directory once for
+    /// all of them (see [`atomic_file`]).
+    pub(crate) fn submit_batch(&self, profiles: &[EncodedProfile]) {
+        let mut renamed = false;
+        for profile in profiles {
+            match self.write_with(profile, DirSync::Deferred) {
+                Ok(_) => renamed = true,
+                Err(err) => {
+                    self.metrics.drop_profile(DropReason::WriteFailed);
+                    self.warn_once(&err);
+                }
+            }
+        }
+        if renamed {
+            if let Err(source) = atomic_file::sync_dir(&self.dir) {
+                self.warn_once(&SinkError::Write {
+                    path: self.dir.clone(),
+                    source,
+                });
+            }
         }
     }
 
@@ -279,10 +306,21 @@ fn remove(path: &Path) -> bool {
     }
 }
 
+/// Whether a write makes its rename durable itself or leaves that to one directory sync after a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DirSync {
+    Now,
+    Deferred,
+}
+
 /// Writes `bytes` to `path` atomically; returns its size and modification time (from the file itself,
 /// not the directory).
-fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<IndexedFile> {
-    let meta = atomic_file::write_atomically(path, |out| out.write_all(bytes))?;
+fn write_file(path: &Path, bytes: &[u8], sync: DirSync) -> io::Result<IndexedFile> {
+    let fill = |out: &mut dyn Write| out.write_all(bytes);
+    let meta = match sync {
+        DirSync::Now => atomic_file::write_atomically(path, fill)?,
+        DirSync::Deferred => atomic_file::write_renamed(path, fill)?,
+    };
     Ok(IndexedFile {
         len: meta.len(),
         modified: meta.modified()?,

@@ -14,6 +14,8 @@ use crate::export::sinks::EncodedProfile;
 
 /// Profiles queued for the writer: a few windows of a few hundred processes.
 const QUEUE: usize = 1024;
+/// Profiles written before the directory is synced, at most.
+const BATCH: usize = 256;
 
 /// The writer thread of one archive directory.
 #[derive(Debug)]
@@ -32,8 +34,19 @@ impl ArchiveWriter {
         let worker = std::thread::Builder::new()
             .name("pyagent-archive".into())
             .spawn(move || {
-                for profile in profiles {
-                    thread_sink.submit(&profile);
+                // What is queued when the thread wakes (a window's profiles, handed over
+                // together) is written as one batch: one directory sync for all.
+                let mut batch = Vec::new();
+                while let Ok(first) = profiles.recv() {
+                    batch.push(first);
+                    while batch.len() < BATCH {
+                        match profiles.try_recv() {
+                            Ok(p) => batch.push(p),
+                            Err(_) => break,
+                        }
+                    }
+                    thread_sink.submit_batch(&batch);
+                    batch.clear();
                 }
             })
             .inspect_err(|e| tracing::warn!("profiles are written in the sampling loop: {e}"))
