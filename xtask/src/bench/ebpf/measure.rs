@@ -786,6 +786,7 @@ fn flag_overhead(
     let mut t = Table::new(&[
         flag.arg(),
         "samples",
+        "agent CPU % (sampling, second half)",
         "agent CPU % (sampling only)",
         "agent CPU % (after first scan)",
         "peak RSS MiB (after first scan)",
@@ -803,6 +804,7 @@ fn flag_overhead(
         let r = run_agent(agent, "ebpf", secs, extra)?;
         let pct = |cpu: f64, wall: f64| 100.0 * cpu / wall.max(1e-9);
         let sampling = r.sampling.map(|(cpu, wall)| pct(cpu, wall));
+        let second_half = r.second_half.map(|(cpu, wall)| pct(cpu, wall));
         let steady = r.steady.map(|(cpu, wall)| pct(cpu, wall));
         let wall = r.bpf.map(|(_, w)| w);
         let of_core = |ns: Option<u64>| match (ns, wall) {
@@ -816,6 +818,7 @@ fn flag_overhead(
         t.row(vec![
             if on { "on" } else { "off" }.to_owned(),
             r.samples.map_or("?".to_owned(), |s| s.to_string()),
+            second_half.map_or("?".to_owned(), |s| format!("{s:.2}")),
             sampling.map_or("?".to_owned(), |s| format!("{s:.2}")),
             steady.map_or("?".to_owned(), |s| format!("{s:.2}")),
             r.steady_rss.map_or("?".to_owned(), |b| {
@@ -826,16 +829,24 @@ fn flag_overhead(
             summary,
         ]);
         if on {
-            let cpu = sampling.or(steady).unwrap_or(f64::NAN);
-            verdicts.push(format!(
-                "- {n} {} processes, {} on: agent {cpu:.2}% of one core while sampling ({})",
-                flag.what(),
-                flag.arg(),
+            // The target is a service's: judged on the second half, the whole span shown too.
+            let verdict = |cpu: f64| {
                 if cpu <= 1.0 {
                     "met: ≤ 1%"
                 } else {
                     "MISSED: > 1%"
                 }
+            };
+            let cpu = second_half.or(sampling).or(steady).unwrap_or(f64::NAN);
+            let whole = sampling.or(steady).unwrap_or(f64::NAN);
+            verdicts.push(format!(
+                "- {n} {} processes, {} on: agent {cpu:.2}% of one core over the second half of \
+                 the sampling ({}); {whole:.2}% over all of it, the first objects parsed included \
+                 ({})",
+                flag.what(),
+                flag.arg(),
+                verdict(cpu),
+                verdict(whole),
             ));
         }
     }
@@ -856,7 +867,7 @@ fn flag_overhead(
         util::load_average()
     );
     t.print();
-    println!("\nBPF columns: each program's kernel run time over the run, as % of one core (charged to the tasks it runs in). Targets:\n");
+    println!("\nAgent CPU: its threads' run time (`/proc/PID/task/*/schedstat`) over its wall time; \"sampling only\" from its first scan to 0.5 s before sampling stops, \"second half\" over the second half of that span (a service's steady cost, after the one-time work for new processes). BPF columns: each program's kernel run time over the run, as % of one core (charged to the tasks it runs in). Targets:\n");
     for v in verdicts {
         println!("{v}");
     }
@@ -870,6 +881,10 @@ struct AgentRun {
     /// CPU seconds and wall seconds from the end of the first scan to the last reading before
     /// the run's end (sampling only: no profile writing, no teardown)
     sampling: Option<(f64, f64)>,
+    /// the same over the sampling span's second half: what a long-running service costs, once
+    /// the one-time work of a new process (its objects parsed, with `--native` its unwind
+    /// tables and the kernel's symbols) is done
+    second_half: Option<(f64, f64)>,
     /// highest VmRSS seen after the first scan
     steady_rss: Option<u64>,
     /// BPF program run time (ns) and the wall seconds it was observed over
@@ -923,6 +938,10 @@ fn run_agent(agent: &Path, mode: &str, secs: f64, extra: &[&str]) -> Result<Agen
         .as_ref()
         .map(|s| s.0 + Duration::from_secs_f64((secs - 0.5).max(0.0)));
     let mut last_sampling: Option<(Instant, f64)> = None;
+    let mut halfway: Option<(Instant, f64)> = None;
+    let half = scanned
+        .as_ref()
+        .map(|s| s.0 + Duration::from_secs_f64((secs - 0.5).max(0.0) / 2.0));
     let mut bpf: Option<(u64, Instant, Instant)> = None;
     let mut switch_ns: Option<u64> = None;
     let mut steady_rss: Option<u64> = None;
@@ -943,6 +962,9 @@ fn run_agent(agent: &Path, mode: &str, secs: f64, extra: &[&str]) -> Result<Agen
         if sampling_end.is_some_and(|end| Instant::now() < end) {
             if let Some(cpu) = util::proc_cpu_secs_precise(pid) {
                 last_sampling = Some((Instant::now(), cpu));
+                if halfway.is_none() && half.is_some_and(|h| Instant::now() >= h) {
+                    halfway = last_sampling;
+                }
             }
         }
         if let Some(done) = p.try_wait()? {
@@ -980,10 +1002,15 @@ fn run_agent(agent: &Path, mode: &str, secs: f64, extra: &[&str]) -> Result<Agen
         (Some((at, _, Some(cpu0))), Some((t, cpu))) => Some((cpu - cpu0, (t - at).as_secs_f64())),
         _ => None,
     };
+    let second_half = match (halfway, last_sampling) {
+        (Some((t0, cpu0)), Some((t, cpu))) if t > t0 => Some((cpu - cpu0, (t - t0).as_secs_f64())),
+        _ => None,
+    };
     Ok(AgentRun {
         usage,
         steady,
         sampling,
+        second_half,
         steady_rss,
         bpf: bpf.map(|(ns, first, last)| (ns, (last - first).as_secs_f64().max(1e-3))),
         switch_ns,
