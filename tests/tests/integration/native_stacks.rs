@@ -29,18 +29,28 @@ fn native(f: &str) -> bool {
     f.ends_with(']') && !f.ends_with(" [kernel]")
 }
 
-/// Whether the interpreter names its static functions: Debian's 3.14 and 3.15 are stripped of
-/// `.symtab` (their `list_sort` and built-in zlib module are `python3.15+0x…`), and their eval
-/// loop's body is found from the exported entry's jumps (`symbolize/eval_loop.rs`).
+/// Whether the interpreter names its static functions: Debian's 3.11, 3.14 and 3.15 are
+/// stripped of `.symtab` (their `list_sort` and built-in zlib module are `python3.15+0x…`), and
+/// their eval loop's body is found from the exported entry's jumps (`symbolize/eval_loop.rs`).
 fn names_static_functions(py: &str) -> bool {
-    !matches!(py, "py314" | "py315")
+    !matches!(py, "py311-debian" | "py314" | "py315")
 }
 
 /// In both modes: the program's copy (`ebpf`), or the agent's own, taken with each thread
 /// stopped by ptrace (`userspace`, which has no kernel frames).
 #[rstest]
 fn native_frames_sit_between_and_above_the_python_ones(
-    #[values("py311", "py312", "py313", "py313-static", "py314", "py315")] py: &str,
+    #[values(
+        "py311-debian",
+        "py311",
+        "py312",
+        "py313",
+        "py313-static",
+        "py313t",
+        "py314",
+        "py315"
+    )]
+    py: &str,
     #[values("ebpf", "userspace")] mode: &str,
 ) {
     let named = names_static_functions(py);
