@@ -185,8 +185,8 @@ fn record(args: &RecordArgs) -> Result<()> {
     if args.frames.native {
         let n = sampler.native_stats();
         eprintln!(
-            "pyagent: native stacks (each thread stopped while read): {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone), {} not copied",
-            n.merged, n.cut, n.mismatch, n.not_copied
+            "pyagent: native stacks (each thread stopped while read): {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone), {} not copied; {} frames outside every mapped object",
+            n.merged, n.cut, n.mismatch, n.not_copied, n.unmapped_frames
         );
         print_symbol_sources();
     }
@@ -413,11 +413,12 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     }
     if args.frames.native && profiler.bpf().is_some() {
         eprintln!(
-            "pyagent: native stacks: {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone); {} stack copies cut at an unreadable page; {:.1} ms of agent CPU resolving {} records (the first parse of each object and of kallsyms included)",
+            "pyagent: native stacks: {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone); {} stack copies cut at an unreadable page; {} frames outside every mapped object; {:.1} ms of agent CPU resolving {} records (the first parse of each object and of kallsyms included)",
             s.native_merged,
             s.native_cut,
             s.native_mismatch,
             bpf_counter(common::Counter::NativeStackShort),
+            s.native_unmapped,
             s.drain_cpu_ns as f64 / 1e6,
             s.records
         );

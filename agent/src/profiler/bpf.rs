@@ -407,6 +407,7 @@ fn resolve(
         Ok(mut sample) => {
             if let Some((n, section)) = native {
                 let stack = n.stack(section);
+                stats.native_unmapped += u64::from(stack.unmapped_frames);
                 let (merged, how) = merge(std::mem::take(&mut sample.frames), stack);
                 sample.frames = merged;
                 match how {

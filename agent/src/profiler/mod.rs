@@ -149,6 +149,9 @@ pub struct HostStats {
     pub native_cut: u64,
     /// native stacks: more eval-loop frames than Python evaluations; the Python stack kept alone
     pub native_mismatch: u64,
+    /// native stacks: frames outside every object their process maps (a library unloaded
+    /// since the maps were read, a JIT), named `[unknown]`
+    pub native_unmapped: u64,
     /// task-aware stacks asked for: processes tracked without them (CPython before 3.14)
     pub async_unsupported: u64,
     /// CPU time (of the draining thread, ns) spent draining and resolving records: what a

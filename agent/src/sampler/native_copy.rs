@@ -95,6 +95,9 @@ pub struct MixStats {
     pub mismatch: u64,
     /// no copy could be taken (the thread was not stopped, or is gone): Python frames alone
     pub not_copied: u64,
+    /// frames outside every object the process maps (a library unloaded since the maps were
+    /// read, a JIT), named `[unknown]`
+    pub unmapped_frames: u64,
 }
 
 /// The native unwinders of the sampled processes, and the copy buffer they share.
@@ -144,7 +147,9 @@ impl NativeStacks {
             .unwinders
             .entry(sample.pid)
             .or_insert_with(|| NativeUnwinder::new(sample.pid, self.debug_dirs.clone()));
-        let (frames, how) = merge(std::mem::take(&mut sample.frames), unwinder.stack(&section));
+        let stack = unwinder.stack(&section);
+        self.stats.unmapped_frames += u64::from(stack.unmapped_frames);
+        let (frames, how) = merge(std::mem::take(&mut sample.frames), stack);
         sample.frames = frames;
         match how {
             Merge::Whole => self.stats.merged += 1,

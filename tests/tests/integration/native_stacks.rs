@@ -182,3 +182,108 @@ fn without_native_the_stacks_are_python_only() {
         );
     }
 }
+
+/// A library unloaded and loaded again while it is sampled (`dlclose_loop.py`: libbz2 through
+/// ctypes, `dlclose`d after each use): the agent goes on, its frames in libbz2 are named from
+/// libbz2 (`BZ2_*`, or `libbz2.so…+0x…` for its stripped static functions), never from another
+/// object, and what falls outside every mapped object is counted and printed (`[unknown]`).
+#[rstest]
+fn a_library_unloaded_while_sampled_is_named_right_or_counted_unknown(
+    #[values("ebpf", "userspace")] mode: &str,
+) {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = PythonProcess::ready("py312", "dlclose_loop.py", &[]);
+    let dir = fresh_dir(&format!("native-dlclose-{mode}"));
+    let (text, err) = record_collapsed(
+        p.pid(),
+        &["--mode", mode, "--native", "-d", "3"],
+        &dir.join("dlclose.txt"),
+    );
+    let samples = number_before(&err, " samples,");
+    assert!(samples > 100, "too few samples: {err}");
+    // The count is printed, whatever it is (the loader usually maps the library at the same
+    // address again, where the names stay right).
+    let unknown = number_before(&err, " frames outside every mapped object");
+    let mut in_libbz2 = 0;
+    let mut unknown_seen = 0;
+    for line in text.lines() {
+        let (frames, n) = stack(line);
+        unknown_seen += frames.iter().filter(|f| f.starts_with("[unknown]")).count() as u64 * n;
+        let Some(c) = position(&frames, |f| {
+            f.starts_with("compress_loop (") && f.contains("dlclose_loop.py:")
+        }) else {
+            continue;
+        };
+        let bz2: Vec<&&str> = frames[c + 1..]
+            .iter()
+            .filter(|f| f.contains("[libbz2"))
+            .collect();
+        for f in &bz2 {
+            assert!(
+                f.starts_with("BZ2_") || f.starts_with("libbz2.so"),
+                "a libbz2 frame named from elsewhere: {f} in {line}"
+            );
+        }
+        if !bz2.is_empty() {
+            in_libbz2 += n;
+        }
+    }
+    assert!(
+        in_libbz2 > 20,
+        "{in_libbz2} samples in libbz2:\n{text}\n{err}"
+    );
+    assert!(
+        unknown_seen <= unknown,
+        "{unknown_seen} `[unknown]` frames in the profile, {unknown} counted: {err}"
+    );
+}
+
+/// libc's `qsort` called through ctypes with a Python comparison function (`qsort_loop.py`):
+/// `sort_loop` (Python) → ctypes and libffi → qsort (libc) → the callback → `comparator`
+/// (Python), in that order, with only C between the two Python functions.
+#[rstest]
+fn qsort_through_ctypes_calls_the_python_comparator_between_libc_frames(
+    #[values("py311-debian", "py312", "py313t", "py315")] py: &str,
+    #[values("ebpf", "userspace")] mode: &str,
+) {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = PythonProcess::ready(py, "qsort_loop.py", &[]);
+    let dir = fresh_dir(&format!("native-qsort-{py}-{mode}"));
+    let (text, err) = record_collapsed(
+        p.pid(),
+        &["--mode", mode, "--native", "-d", "3"],
+        &dir.join("qsort.txt"),
+    );
+    let samples = number_before(&err, " samples,");
+    assert!(samples > 100, "{py}: too few samples: {err}");
+    let in_script = |name: &'static str| {
+        move |f: &str| f.starts_with(&format!("{name} (")) && f.contains("qsort_loop.py:")
+    };
+    let mut ordered = 0;
+    for line in text.lines() {
+        let (frames, n) = stack(line);
+        let (Some(s), Some(k)) = (
+            position(&frames, in_script("sort_loop")),
+            position(&frames, in_script("comparator")),
+        ) else {
+            continue;
+        };
+        assert!(s < k, "{py}: comparator under sort_loop: {line}");
+        assert!(
+            frames[s + 1..k].iter().all(|f| native(f)),
+            "{py}: only C between sort_loop and comparator: {line}"
+        );
+        let q = position(&frames[s + 1..k], |f| {
+            f.contains("qsort") && f.contains("[libc.so")
+        });
+        if q.is_some() {
+            ordered += n;
+        }
+    }
+    assert!(
+        ordered > 20,
+        "{py}: {ordered} samples with sort_loop → qsort (libc) → comparator:\n{text}\n{err}"
+    );
+}

@@ -98,6 +98,7 @@ mod tests {
         NativeStack {
             frames: frames.to_vec(),
             reached_root,
+            unmapped_frames: 0,
         }
     }
 

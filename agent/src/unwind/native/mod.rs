@@ -37,6 +37,9 @@ pub struct NativeStack {
     /// the unwind reached the thread's first frame (framehop found no caller), rather than
     /// stopping at the copy's end or at code it could not unwind
     pub reached_root: bool,
+    /// frames outside every object the process maps, as of the last read of its maps (a
+    /// library unloaded since, a JIT): named `[unknown]`
+    pub unmapped_frames: u32,
 }
 
 /// One native frame of a sample.
@@ -106,6 +109,7 @@ impl NativeUnwinder {
     /// Valid until the next call.
     pub fn stack(&mut self, n: &NativeSection<'_>) -> &NativeStack {
         self.stats.stacks += 1;
+        let unmapped_before = self.stats.unmapped_frames;
         let mut addrs = std::mem::take(&mut self.addrs);
         let reached_root = self.unwind(n, &mut addrs);
         let mut frames = std::mem::take(&mut self.stack.frames);
@@ -128,6 +132,7 @@ impl NativeUnwinder {
         self.stack = NativeStack {
             frames,
             reached_root,
+            unmapped_frames: (self.stats.unmapped_frames - unmapped_before) as u32,
         };
         &self.stack
     }
