@@ -8,6 +8,9 @@ use pyagent_tests::agent::{host_wide_lock, number_before, pyagent_bin, record_co
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::PythonProcess;
 use rstest::rstest;
+use rstest_reuse::apply;
+
+use crate::matrix;
 
 /// The frames of one collapsed line (root first, the thread label dropped) and its count.
 fn stack(line: &str) -> (Vec<&str>, u64) {
@@ -20,8 +23,31 @@ fn position(frames: &[&str], pred: impl Fn(&str) -> bool) -> Option<usize> {
     frames.iter().position(|f| pred(f))
 }
 
+/// The Python function `name` of the test script `script`.
+fn in_script<'a>(script: &'a str, name: &'a str) -> impl Fn(&str) -> bool + 'a {
+    move |f: &str| f.starts_with(&format!("{name} (")) && f.contains(&format!("{script}:"))
+}
+
 fn python(name: &str) -> impl Fn(&str) -> bool + '_ {
-    move |f: &str| f.starts_with(&format!("{name} (")) && f.contains("native_mix.py:")
+    in_script("native_mix.py", name)
+}
+
+/// `record --native -d 3` in `mode` of `py` running `script`: its collapsed stacks and
+/// pyagent's summary, checked to hold more than 100 samples.
+fn record_native(py: &str, script: &str, mode: &str) -> (String, String) {
+    pyagent_bin(); // built before the target starts: a slow build must not outlive it
+    let _serial = host_wide_lock();
+    let p = PythonProcess::ready(py, script, &[]);
+    let tag = script.trim_end_matches(".py");
+    let dir = fresh_dir(&format!("native-{tag}-{py}-{mode}"));
+    let (text, err) = record_collapsed(
+        p.pid(),
+        &["--mode", mode, "--native", "-d", "3"],
+        &dir.join("stacks.txt"),
+    );
+    let samples = number_before(&err, " samples,");
+    assert!(samples > 100, "{py}: too few samples: {err}");
+    (text, err)
 }
 
 /// A native frame of a loaded object (`name [object]`).
@@ -38,31 +64,13 @@ fn names_static_functions(py: &str) -> bool {
 
 /// In both modes: the program's copy (`ebpf`), or the agent's own, taken with each thread
 /// stopped by ptrace (`userspace`, which has no kernel frames).
-#[rstest]
+#[apply(matrix)]
 fn native_frames_sit_between_and_above_the_python_ones(
-    #[values(
-        "py311-debian",
-        "py311",
-        "py312",
-        "py313",
-        "py313-static",
-        "py313t",
-        "py314",
-        "py315"
-    )]
     py: &str,
     #[values("ebpf", "userspace")] mode: &str,
 ) {
     let named = names_static_functions(py);
-    pyagent_bin(); // built before the target starts: a slow build must not outlive it
-    let _serial = host_wide_lock();
-    let p = PythonProcess::ready(py, "native_mix.py", &[]);
-    let dir = fresh_dir(&format!("native-{py}-{mode}"));
-    let (text, err) = record_collapsed(
-        p.pid(),
-        &["--mode", mode, "--native", "-d", "3"],
-        &dir.join("mixed.txt"),
-    );
+    let (text, err) = record_native(py, "native_mix.py", mode);
     if mode == "userspace" {
         assert!(
             !text.contains(" [kernel]"),
@@ -71,7 +79,6 @@ fn native_frames_sit_between_and_above_the_python_ones(
     }
     let samples = number_before(&err, " samples,");
     let mismatched = number_before(&err, " mismatched");
-    assert!(samples > 100, "{py}: too few samples: {err}");
     assert!(mismatched * 10 <= samples, "{py}: merges failed: {err}");
 
     let (mut compress, mut compress_in_libz, mut key, mut key_in_libz) = (0, 0, 0, 0);
@@ -191,17 +198,7 @@ fn without_native_the_stacks_are_python_only() {
 fn a_library_unloaded_while_sampled_is_named_right_or_counted_unknown(
     #[values("ebpf", "userspace")] mode: &str,
 ) {
-    pyagent_bin();
-    let _serial = host_wide_lock();
-    let p = PythonProcess::ready("py312", "dlclose_loop.py", &[]);
-    let dir = fresh_dir(&format!("native-dlclose-{mode}"));
-    let (text, err) = record_collapsed(
-        p.pid(),
-        &["--mode", mode, "--native", "-d", "3"],
-        &dir.join("dlclose.txt"),
-    );
-    let samples = number_before(&err, " samples,");
-    assert!(samples > 100, "too few samples: {err}");
+    let (text, err) = record_native("py312", "dlclose_loop.py", mode);
     // The count is printed, whatever it is (the loader usually maps the library at the same
     // address again, where the names stay right).
     let unknown = number_before(&err, " frames outside every mapped object");
@@ -210,9 +207,7 @@ fn a_library_unloaded_while_sampled_is_named_right_or_counted_unknown(
     for line in text.lines() {
         let (frames, n) = stack(line);
         unknown_seen += frames.iter().filter(|f| f.starts_with("[unknown]")).count() as u64 * n;
-        let Some(c) = position(&frames, |f| {
-            f.starts_with("compress_loop (") && f.contains("dlclose_loop.py:")
-        }) else {
+        let Some(c) = position(&frames, in_script("dlclose_loop.py", "compress_loop")) else {
             continue;
         };
         let bz2: Vec<&&str> = frames[c + 1..]
@@ -247,26 +242,14 @@ fn qsort_through_ctypes_calls_the_python_comparator_between_libc_frames(
     #[values("py311-debian", "py312", "py313t", "py315")] py: &str,
     #[values("ebpf", "userspace")] mode: &str,
 ) {
-    pyagent_bin();
-    let _serial = host_wide_lock();
-    let p = PythonProcess::ready(py, "qsort_loop.py", &[]);
-    let dir = fresh_dir(&format!("native-qsort-{py}-{mode}"));
-    let (text, err) = record_collapsed(
-        p.pid(),
-        &["--mode", mode, "--native", "-d", "3"],
-        &dir.join("qsort.txt"),
-    );
-    let samples = number_before(&err, " samples,");
-    assert!(samples > 100, "{py}: too few samples: {err}");
-    let in_script = |name: &'static str| {
-        move |f: &str| f.starts_with(&format!("{name} (")) && f.contains("qsort_loop.py:")
-    };
+    let (text, err) = record_native(py, "qsort_loop.py", mode);
+    let script_fn = |name| in_script("qsort_loop.py", name);
     let mut ordered = 0;
     for line in text.lines() {
         let (frames, n) = stack(line);
         let (Some(s), Some(k)) = (
-            position(&frames, in_script("sort_loop")),
-            position(&frames, in_script("comparator")),
+            position(&frames, script_fn("sort_loop")),
+            position(&frames, script_fn("comparator")),
         ) else {
             continue;
         };
