@@ -21,8 +21,7 @@ use crate::export::metrics::{
 };
 use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
 use crate::profiler::{
-    CostReading, CpuBudget, Decision, HostConfig, HostError, HostProfiler, HostStats, ProcessInfo,
-    RateGovernor,
+    CpuBudget, Decision, HostConfig, HostError, HostProfiler, HostStats, ProcessInfo, RateGovernor,
 };
 use crate::unwind::{LossReason, RecordLoss, StackLoss, UnwindOptions};
 
@@ -286,8 +285,7 @@ pub fn run(
 /// [`RateGovernor`]). Every change is logged; the rate is a metric and each window's period.
 fn keep_within_budget(p: &mut HostProfiler, governor: &mut RateGovernor, metrics: &AgentMetrics) {
     let rate = p.rate_hz();
-    let Some((cost, decision)) = governor.end_window(CostReading::now(p.bpf_run_time()), rate)
-    else {
+    let Some((cost, decision)) = governor.end_window(p.cost_reading(), rate) else {
         return;
     };
     metrics.set_window_cost(cost, decision == Decision::OverAtLowestRate);
@@ -295,21 +293,22 @@ fn keep_within_budget(p: &mut HostProfiler, governor: &mut RateGovernor, metrics
     let used = format!("{:.2}%", cost.total() * 100.0);
     // What the decision was made on (see `RateGovernor`).
     let recent = format!("{:.2}%", cost.recent * 100.0);
+    let samples = format!("{:.2}%", cost.per_sample * 100.0);
     let new_rate = match decision {
         Decision::Keep => return,
         Decision::OverAtLowestRate => {
             tracing::warn!(
-                %budget, %used, %recent, rate_hz = rate,
+                %budget, %used, %samples, %recent, rate_hz = rate,
                 "over the CPU budget at the lowest sampling rate: what does not fall with the rate (processes, threads, off-CPU records) costs more than the budget"
             );
             return;
         }
         Decision::Lower(new_rate) => {
-            tracing::info!(%budget, %used, %recent, from_hz = rate, to_hz = new_rate, "over the CPU budget: sampling less often");
+            tracing::info!(%budget, %used, %samples, %recent, from_hz = rate, to_hz = new_rate, "over the CPU budget: sampling less often");
             new_rate
         }
         Decision::Raise(new_rate) => {
-            tracing::info!(%budget, %used, %recent, from_hz = rate, to_hz = new_rate, "room in the CPU budget: sampling more often");
+            tracing::info!(%budget, %used, %samples, %recent, from_hz = rate, to_hz = new_rate, "room in the CPU budget: sampling more often");
             new_rate
         }
     };
@@ -318,7 +317,7 @@ fn keep_within_budget(p: &mut HostProfiler, governor: &mut RateGovernor, metrics
         Err(e) => tracing::warn!("cannot change the sampling rate to {new_rate} Hz: {e:#}"),
     }
     // The change itself cost something: the next window is measured from after it.
-    governor.start(CostReading::now(p.bpf_run_time()));
+    governor.start(p.cost_reading());
 }
 
 /// The names the sinks count under (see [`SinkSet::start`]).

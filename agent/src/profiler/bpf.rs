@@ -163,9 +163,9 @@ impl BpfBackend {
     pub fn collect(&mut self, scanner: &mut HostScanner, out: &mut Collected) {
         // Records first: on 3.15 they were walked against the anchors and cached stacks of the
         // last refresh, which the next refresh replaces.
-        let cpu_before = thread_cpu_ns();
+        let cpu_before = super::thread_cpu_ns();
         let sampled = self.drain_records(out);
-        out.stats.drain_cpu_ns += thread_cpu_ns().saturating_sub(cpu_before);
+        out.stats.drain_cpu_ns += super::thread_cpu_ns().saturating_sub(cpu_before);
         // A counter that cannot be read keeps its last value (a total never goes back to 0).
         if let Ok(sums) = self.sampler.counter_sums() {
             out.stats.unknown_thread = sums[Counter::ThreadUnknown.index() as usize];
@@ -364,14 +364,6 @@ impl BpfBackend {
                 .found_blocked(host_tid, Waiting::new(sample, wait, now, Some(b.nr)));
         }
     }
-}
-
-/// This thread's CPU time in ns (0 if the clock cannot be read).
-fn thread_cpu_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
-        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
-            + u64::try_from(t.tv_nsec()).unwrap_or(0)
-    })
 }
 
 /// A wake-up record: the thread's recorded wait ends, and its time goes to the profile.

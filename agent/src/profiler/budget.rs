@@ -4,16 +4,22 @@
 //! What counts is the agent's own CPU time (every thread: sampling, resolving, encoding,
 //! uploading) plus, in eBPF mode, the time the BPF programs run in the kernel on behalf of the
 //! profiled processes (the kernel's run-time statistics). At every profile window's end the
-//! [`RateGovernor`] compares the recent cost with the budget: the mean of the last
-//! [`HISTORY`] windows, each scaled to the current rate (a window at twice the rate counts
-//! half its cost). One window alone decides nothing on its own: with many processes part of
-//! the cost comes in bursts (a scan finding a batch of processes, a thread-list refresh), and a
-//! governor that followed each window would halve the rate after one burst while the average
-//! stays far under the budget. A lasting overload still moves the rate within one window
-//! (it dominates the mean) and fully within [`HISTORY`].
-//! - over the budget, the rate drops in proportion (to 90% of what the budget allows, so that
+//! [`RateGovernor`] compares the recent cost with the budget. Part of the cost falls with the
+//! rate (the sampling program, the agent's handling of each record or tick) and part does not
+//! (discovery, thread lists, one profile per process and window, off-CPU records). The agent
+//! measures the first part itself, as CPU time of the code that handles samples, so each
+//! window splits into the two ([`CostModel`]): with 200 processes whose fixed part is most of
+//! the budget, the rate falls to where the samples fit in what is left, not ten times further
+//! as it did when the whole cost was taken to scale. The decision looks at the last
+//! [`HISTORY`] windows (see [`RateGovernor::model`]): with many processes part of the cost comes in bursts
+//! (a scan finding a batch of processes, a thread-list refresh), and a governor that followed
+//! each window would halve the rate after one burst while the average stays far under the
+//! budget. A lasting overload still moves the rate within one window (it dominates the mean)
+//! and fully within [`HISTORY`].
+//! - over the budget, the rate drops to where the predicted cost is 90% of the budget (so that
 //!   the next window lands under it, not on it);
-//! - under 70% of the budget, the rate rises in proportion, at most doubling per window and
+//! - when that rate is well above the current one (where, were all of the cost per sample, the
+//!   cost is under 70% of the budget), the rate rises to it, at most doubling per window and
 //!   never past the configured rate;
 //! - in between, it stays: the band keeps noise from moving the rate every window.
 //!
@@ -85,7 +91,8 @@ impl fmt::Display for CpuBudget {
 /// The lowest rate the governor goes to: one sample a second per CPU (or per process).
 pub const LOWEST_RATE_HZ: u32 = 1;
 
-/// Rates below this share of the budget are raised.
+/// A rate is raised when the budget allows [`AIM`] / this times it: when all of the cost is per
+/// sample, when the cost is under this share of the budget.
 const RAISE_BELOW: f64 = 0.7;
 /// A change aims at this share of the budget.
 const AIM: f64 = 0.9;
@@ -103,11 +110,15 @@ pub struct CostReading {
     pub agent: Duration,
     /// Run time of the BPF programs (zero in userspace mode, or without statistics).
     pub bpf: Duration,
+    /// Of `agent` and `bpf`, what samples cost: the sampling program's run time and the
+    /// agent's handling of records (eBPF), the sampling ticks (userspace).
+    pub per_sample: Duration,
 }
 
 impl CostReading {
-    /// The agent's CPU time now (`getrusage(RUSAGE_SELF)`), with the BPF programs' `bpf`.
-    pub fn now(bpf: Duration) -> CostReading {
+    /// The agent's CPU time now (`getrusage(RUSAGE_SELF)`), with the BPF programs' `bpf` and
+    /// the part of both that samples cost.
+    pub fn now(bpf: Duration, per_sample: Duration) -> CostReading {
         let agent = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
             .map(|u| {
                 let tv = |t: nix::sys::time::TimeVal| {
@@ -121,6 +132,7 @@ impl CostReading {
             at: Instant::now(),
             agent,
             bpf,
+            per_sample,
         }
     }
 }
@@ -132,8 +144,11 @@ pub struct WindowCost {
     pub agent: f64,
     /// The BPF programs' share.
     pub bpf: f64,
-    /// What the decision was made on: the mean share of the last [`HISTORY`] windows, this one
-    /// included, each scaled to this window's rate.
+    /// Of both, the share samples cost (the rest does not depend on the rate).
+    pub per_sample: f64,
+    /// What the decision was made on: the cost of this window's rate as the last [`HISTORY`]
+    /// windows, this one included, predict it (their fixed part, and their cost per sample at
+    /// this rate).
     pub recent: f64,
 }
 
@@ -173,10 +188,10 @@ pub struct RateGovernor {
 struct PastWindow {
     /// Its length, in seconds: longer windows weigh more.
     wall: f64,
-    /// Its cost (agent and BPF), as a share of one core.
-    cost: f64,
-    /// The rate it was sampled at.
-    rate_hz: u32,
+    /// What of its cost (agent and BPF, share of one core) did not depend on the rate.
+    fixed: f64,
+    /// What the rest cost per hertz of its rate.
+    per_hz: f64,
 }
 
 impl RateGovernor {
@@ -226,58 +241,98 @@ impl RateGovernor {
             share(reading.agent, last.agent),
             share(reading.bpf, last.bpf),
         );
+        // The per-sample part is measured inside the total; clocks read at slightly different
+        // instants cannot make it more than the whole.
+        let per_sample = share(reading.per_sample, last.per_sample).min(agent + bpf);
         if self.history.len() == HISTORY {
             self.history.pop_front();
         }
         self.history.push_back(PastWindow {
             wall,
-            cost: agent + bpf,
-            rate_hz: rate_hz.max(LOWEST_RATE_HZ),
+            fixed: agent + bpf - per_sample,
+            per_hz: per_sample / f64::from(rate_hz.max(LOWEST_RATE_HZ)),
         });
         let recent = self.recent_cost_at(rate_hz);
-        let cost = WindowCost { agent, bpf, recent };
+        let cost = WindowCost {
+            agent,
+            bpf,
+            per_sample,
+            recent,
+        };
         Some((cost, self.decide(recent, rate_hz)))
     }
 
-    /// The remembered windows' mean cost, weighted by their length, each scaled from its own
-    /// rate to `rate_hz` (the cost that falls with the rate is most of it; what does not is
-    /// why the rate aims under the budget).
-    fn recent_cost_at(&self, rate_hz: u32) -> f64 {
-        let rate = f64::from(rate_hz.max(LOWEST_RATE_HZ));
-        let (cost, wall) = self.history.iter().fold((0.0, 0.0), |(cost, wall), w| {
-            (
-                cost + w.cost * w.wall * rate / f64::from(w.rate_hz),
-                wall + w.wall,
-            )
-        });
-        if wall > 0.0 {
-            cost / wall
+    /// What the remembered windows say a rate costs: the median of their fixed parts (one
+    /// window of bursts, a scan finding a batch of new processes, does not move it; a lasting
+    /// change moves it from its second window) and their length-weighted mean cost per hertz
+    /// (where a lasting overload of samples shows in its first window).
+    fn model(&self) -> CostModel {
+        let weight: f64 = self.history.iter().map(|w| w.wall).sum();
+        let per_hz = if weight > 0.0 {
+            self.history.iter().map(|w| w.wall * w.per_hz).sum::<f64>() / weight
         } else {
             0.0
-        }
+        };
+        let mut fixed: Vec<f64> = self.history.iter().map(|w| w.fixed).collect();
+        fixed.sort_by(f64::total_cmp);
+        let fixed = match fixed.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => fixed[n / 2],
+            n => (fixed[n / 2 - 1] + fixed[n / 2]) / 2.0,
+        };
+        CostModel { fixed, per_hz }
     }
 
-    /// The rate for the next window, given that `rate_hz` cost `used` of a core.
+    /// The remembered windows' cost, as it would be at `rate_hz`.
+    fn recent_cost_at(&self, rate_hz: u32) -> f64 {
+        self.model().at(f64::from(rate_hz.max(LOWEST_RATE_HZ)))
+    }
+
+    /// The rate for the next window, given that `rate_hz` costs `used` of a core.
     fn decide(&self, used: f64, rate_hz: u32) -> Decision {
         let budget = self.budget.fraction();
         let rate = f64::from(rate_hz.max(LOWEST_RATE_HZ));
+        // The rate whose predicted cost is the aim (as high as wanted when samples cost
+        // nothing measurable; zero when the fixed part alone is over it).
+        let fits = self.model().rate_for(AIM * budget);
         if used > budget {
             if rate_hz <= LOWEST_RATE_HZ {
                 return Decision::OverAtLowestRate;
             }
-            let lower = (rate * AIM * budget / used).floor() as u32;
-            return Decision::Lower(lower.clamp(LOWEST_RATE_HZ, rate_hz - 1));
+            return Decision::Lower((fits.floor() as u32).clamp(LOWEST_RATE_HZ, rate_hz - 1));
         }
-        if used < RAISE_BELOW * budget && rate_hz < self.configured_hz {
-            let factor = if used > 0.0 {
-                (AIM * budget / used).min(MAX_RAISE)
-            } else {
-                MAX_RAISE
-            };
-            let higher = (rate * factor).floor() as u32;
-            return Decision::Raise(higher.clamp(rate_hz + 1, self.configured_hz));
+        if fits > rate * AIM / RAISE_BELOW && rate_hz < self.configured_hz {
+            let higher = fits.min(rate * MAX_RAISE);
+            return Decision::Raise((higher.floor() as u32).clamp(rate_hz + 1, self.configured_hz));
         }
         Decision::Keep
+    }
+}
+
+/// What a sampling rate costs, as shares of one core: a part that does not depend on the rate
+/// and a part per hertz, both measured (see [`CostReading::per_sample`]). Splitting them by
+/// fitting a line through windows at different rates would need no measurement, but on a host
+/// with many processes the fixed part of a 5 s window varies by a third of the budget from one
+/// window to the next, more than the samples of a few hundred hertz cost: the line's slope
+/// would be noise.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct CostModel {
+    fixed: f64,
+    per_hz: f64,
+}
+
+impl CostModel {
+    /// The cost at `rate_hz`.
+    fn at(&self, rate_hz: f64) -> f64 {
+        self.fixed + self.per_hz * rate_hz
+    }
+
+    /// The rate that costs `cost`.
+    fn rate_for(&self, cost: f64) -> f64 {
+        if self.per_hz <= 0.0 {
+            return f64::MAX;
+        }
+        ((cost - self.fixed) / self.per_hz).max(0.0)
     }
 }
 
@@ -293,19 +348,34 @@ mod tests {
         )
     }
 
-    /// A window of 10 s whose agent and BPF cost were `agent` and `bpf` shares of a core.
+    /// A window of 10 s whose agent and BPF cost were `agent` and `bpf` shares of a core, all
+    /// of it spent on samples.
     fn window(g: &mut RateGovernor, agent: f64, bpf: f64, rate: u32) -> (WindowCost, Decision) {
+        split_window(g, agent, bpf, agent + bpf, rate)
+    }
+
+    /// A window of 10 s: `agent` and `bpf` shares of a core, of which `per_sample` on samples.
+    fn split_window(
+        g: &mut RateGovernor,
+        agent: f64,
+        bpf: f64,
+        per_sample: f64,
+        rate: u32,
+    ) -> (WindowCost, Decision) {
         let start = Instant::now();
+        let seconds = |share: f64| Duration::from_secs_f64(share * 10.0);
         g.start(CostReading {
             at: start,
             agent: Duration::ZERO,
             bpf: Duration::ZERO,
+            per_sample: Duration::ZERO,
         });
         g.end_window(
             CostReading {
                 at: start + Duration::from_secs(10),
-                agent: Duration::from_secs_f64(agent * 10.0),
-                bpf: Duration::from_secs_f64(bpf * 10.0),
+                agent: seconds(agent),
+                bpf: seconds(bpf),
+                per_sample: seconds(per_sample),
             },
             rate,
         )
@@ -357,11 +427,11 @@ mod tests {
         // of bursts (a scan finding processes, thread-list refreshes) at 4.5%. Deciding on that
         // window alone cut the rate by a third.
         let mut g = governor(3.0, 999);
-        assert_eq!(window(&mut g, 0.021, 0.0, 54).1, Decision::Keep);
-        assert_eq!(window(&mut g, 0.021, 0.0, 54).1, Decision::Keep);
+        assert_eq!(window(&mut g, 0.022, 0.0, 54).1, Decision::Keep);
+        assert_eq!(window(&mut g, 0.022, 0.0, 54).1, Decision::Keep);
         let (cost, decision) = window(&mut g, 0.045, 0.0, 54);
         assert_eq!(decision, Decision::Keep, "{cost:?}");
-        assert!((cost.recent - 0.029).abs() < 1e-9, "{cost:?}");
+        assert!((cost.recent - 0.089 / 3.0).abs() < 1e-9, "{cost:?}");
         // Alone, that window lowers the rate.
         assert!(matches!(
             window(&mut governor(3.0, 999), 0.045, 0.0, 54).1,
@@ -388,6 +458,75 @@ mod tests {
         );
     }
 
+    /// Runs the governor over `windows` windows from `rate`, applying each decision; a window
+    /// at a rate costs `fixed` plus `per_hz` for each hertz. The rates it sampled at.
+    fn run(
+        g: &mut RateGovernor,
+        mut rate: u32,
+        windows: usize,
+        fixed: f64,
+        per_hz: f64,
+    ) -> Vec<u32> {
+        let mut rates = vec![rate];
+        for _ in 0..windows {
+            let samples = per_hz * f64::from(rate);
+            match split_window(g, fixed + samples, 0.0, samples, rate).1 {
+                Decision::Lower(r) | Decision::Raise(r) => rate = r,
+                Decision::Keep | Decision::OverAtLowestRate => {}
+            }
+            rates.push(rate);
+        }
+        rates
+    }
+
+    #[test]
+    fn a_large_fixed_part_leaves_the_rate_where_the_samples_fit_in_the_rest() {
+        // The release agent with 200 processes: 1.1% of a core whatever the rate, 0.7% more
+        // at 999 Hz, on a 1.5% budget. Scaling the whole cost with the rate settled at 39 Hz;
+        // 90% of the budget is 357 Hz.
+        let rates = run(&mut governor(1.5, 999), 999, 6, 0.011, 0.007 / 999.0);
+        assert_eq!(rates, [999, 356, 356, 356, 356, 356, 356]);
+    }
+
+    #[test]
+    fn bursts_of_fixed_cost_are_averaged_and_a_lasting_one_lowers_to_the_lowest_rate() {
+        let mut g = governor(1.5, 999);
+        let per_hz = 0.007 / 999.0;
+        let samples = per_hz * 356.0;
+        // Settled at 356 Hz; one window whose fixed part doubles (a batch of new processes).
+        assert_eq!(run(&mut g, 356, 3, 0.011, per_hz).last(), Some(&356));
+        let (cost, decision) = split_window(&mut g, 0.022 + samples, 0.0, samples, 356);
+        assert_eq!(decision, Decision::Keep, "{cost:?}");
+        // A start-up with 200 processes at once: 4% of a core for discovery alone. No rate
+        // fits; the samples are cut to the lowest, and the rate comes back when it passes.
+        let mut g = governor(1.5, 999);
+        assert_eq!(run(&mut g, 999, 3, 0.04, per_hz), [999, 1, 1, 1]);
+        let rates = run(&mut g, 1, 12, 0.011, per_hz);
+        assert_eq!(rates.last(), Some(&356), "{rates:?}");
+    }
+
+    #[test]
+    fn with_the_fixed_part_measured_the_rate_rises_when_the_work_goes_away() {
+        let mut g = governor(1.5, 999);
+        let rates = run(&mut g, 999, 4, 0.011, 0.007 / 999.0);
+        assert_eq!(rates.last(), Some(&356), "{rates:?}");
+        // Two processes left: a tenth of a percent in all.
+        let rates = run(&mut g, 356, 3, 0.0005, 0.0005 / 999.0);
+        assert_eq!(
+            rates,
+            [356, 516, 999, 999],
+            "the fixed part follows from the second light window"
+        );
+    }
+
+    #[test]
+    fn a_per_sample_reading_above_the_whole_counts_as_the_whole() {
+        // Two clocks read a moment apart: the part must not exceed the total.
+        let (cost, decision) = split_window(&mut governor(1.0, 999), 0.02, 0.0, 0.021, 999);
+        assert!((cost.recent - 0.02).abs() < 1e-9, "{cost:?}");
+        assert_eq!(decision, Decision::Lower(449));
+    }
+
     #[test]
     fn fixed_costs_over_the_budget_at_the_lowest_rate_are_said() {
         let mut g = governor(0.5, 19);
@@ -406,6 +545,7 @@ mod tests {
             at: now,
             agent: Duration::from_secs(1),
             bpf: Duration::ZERO,
+            per_sample: Duration::ZERO,
         };
         assert_eq!(g.end_window(reading, 99), None);
         assert_eq!(g.end_window(reading, 99), None, "no wall time passed");
@@ -441,14 +581,14 @@ mod tests {
 
     #[test]
     fn the_agent_s_own_cpu_time_is_read() {
-        let before = CostReading::now(Duration::ZERO);
+        let before = CostReading::now(Duration::ZERO, Duration::ZERO);
         let mut x = 0u64;
         let until = Instant::now() + Duration::from_millis(30);
         while Instant::now() < until {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
         }
         std::hint::black_box(x);
-        let after = CostReading::now(Duration::ZERO);
+        let after = CostReading::now(Duration::ZERO, Duration::ZERO);
         assert!(after.agent > before.agent, "{before:?} {after:?}");
     }
 }

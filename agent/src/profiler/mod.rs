@@ -154,8 +154,8 @@ pub struct HostStats {
     pub native_unmapped: u64,
     /// task-aware stacks asked for: processes tracked without them (CPython before 3.14)
     pub async_unsupported: u64,
-    /// CPU time (of the draining thread, ns) spent draining and resolving records: what a
-    /// record costs the agent, whatever else runs on the host
+    /// CPU time (of the collecting thread, ns) spent draining and resolving records (eBPF) or
+    /// taking samples (userspace): what samples cost the agent, whatever else runs on the host
     pub drain_cpu_ns: u64,
 }
 
@@ -373,6 +373,20 @@ impl HostProfiler {
         let on_cpu = b.sampler.run_stats().map_or(0, |(ns, _)| ns);
         let off_cpu = b.sampler.off_cpu_run_stats().map_or(0, |(ns, _)| ns);
         Duration::from_nanos(on_cpu.saturating_add(off_cpu))
+    }
+
+    /// What the agent and its BPF programs have cost so far, and the part of it samples cost
+    /// (the sampling program, and the agent's collecting: see [`HostStats::drain_cpu_ns`]),
+    /// for the CPU budget.
+    pub fn cost_reading(&self) -> CostReading {
+        let sampling_program = match &self.backend {
+            Backend::Bpf(b) => b.sampler.run_stats().map_or(0, |(ns, _)| ns),
+            Backend::Userspace(_) => 0,
+        };
+        let per_sample = Duration::from_nanos(
+            sampling_program.saturating_add(self.collected.stats.drain_cpu_ns),
+        );
+        CostReading::now(self.bpf_run_time(), per_sample)
     }
 
     /// Scans for new and exited processes.
@@ -601,4 +615,12 @@ impl HostProfiler {
             }
         }
     }
+}
+
+/// This thread's CPU time in ns (0 if the clock cannot be read).
+fn thread_cpu_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(t.tv_nsec()).unwrap_or(0)
+    })
 }

@@ -23,5 +23,7 @@ pub(super) fn sampler_for(config: &HostConfig) -> UserspaceSampler {
 
 /// One sample of every tracked process, into its profile.
 pub(super) fn collect(sampler: &mut UserspaceSampler, out: &mut Collected) {
+    let cpu_before = super::thread_cpu_ns();
     sampler.sample_once(&mut |sample| out.add(sample));
+    out.stats.drain_cpu_ns += super::thread_cpu_ns().saturating_sub(cpu_before);
 }

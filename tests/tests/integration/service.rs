@@ -830,11 +830,18 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
     // Samples taken over the span tell a program that did not run from statistics that did
     // not count its runs.
     let samples = series_value(&m, "pyagent_samples_total") - start.3;
+    // The last window's cost, and the part of it its samples took (which the governor
+    // predicts a rate's cost from).
+    let window_cost = series_value(&m, "pyagent_cpu_used_cores{part=\"agent\"}")
+        + series_value(&m, "pyagent_cpu_used_cores{part=\"bpf\"}");
+    let window_samples = series_value(&m, "pyagent_cpu_used_by_samples_cores");
     let what = format!(
-        "settled at {settled} Hz, now {} Hz: agent {:.3}% + bpf {:.3}% of a core over {wall:.0} s, {samples} samples",
+        "settled at {settled} Hz, now {} Hz: agent {:.3}% + bpf {:.3}% of a core over {wall:.0} s, {samples} samples; last window {:.3}%, its samples {:.3}%",
         rate_at_end,
         agent_cores * 100.0,
-        bpf_cores * 100.0
+        bpf_cores * 100.0,
+        window_cost * 100.0,
+        window_samples * 100.0
     );
     eprintln!("cpu budget: {what}");
     // Each window's period is the rate it was sampled at: the last window written before the
@@ -870,6 +877,8 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
     // service said (its rate changes and warnings: the log level keeps it to those).
     let stderr = svc.stop();
     let log = format!("{what}\nservice log:\n{stderr}");
+    // The rate's path, with the cost each step was decided on, for the record of a passing run.
+    eprintln!("{log}");
     assert!((1.0..999.0).contains(&settled), "{log}");
     assert!(
         used <= budget * 1.1,
@@ -883,6 +892,10 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
         "under 40% of the {budget_arg} budget at a lowered rate: {log}"
     );
     assert!(period > 1_000_000_000 / 999, "period {period} ns: {log}");
+    assert!(
+        window_samples > 0.0 && window_samples <= window_cost,
+        "the samples' part of a window's cost: {log}"
+    );
     assert!(
         rose.is_some(),
         "the rate did not rise with 2 processes left: {log}"

@@ -183,6 +183,14 @@ impl AgentMetrics {
                     )
                     .expect("valid gauge vec"),
                 ),
+                used_by_samples: register(
+                    &registry,
+                    Gauge::new(
+                        "pyagent_cpu_used_by_samples_cores",
+                        "Of pyagent_cpu_used_cores (both parts), what the last window's samples cost, in cores: the sampling program and the agent's handling of its records (eBPF), the sampling ticks (userspace). The rest does not depend on the rate.",
+                    )
+                    .expect("valid gauge name"),
+                ),
                 over_at_lowest_rate: counter(
                     &registry,
                     "pyagent_cpu_budget_exceeded_total",

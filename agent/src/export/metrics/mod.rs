@@ -105,6 +105,7 @@ struct BudgetGauges {
     rate: IntGauge,
     limit: Gauge,
     used: GaugeVec,
+    used_by_samples: Gauge,
     over_at_lowest_rate: IntCounter,
 }
 
@@ -275,6 +276,7 @@ impl AgentMetrics {
             .with_label_values(&["agent"])
             .set(cost.agent);
         self.budget.used.with_label_values(&["bpf"]).set(cost.bpf);
+        self.budget.used_by_samples.set(cost.per_sample);
         if over_at_lowest_rate {
             self.budget.over_at_lowest_rate.inc();
         }
