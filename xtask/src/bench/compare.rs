@@ -22,6 +22,7 @@
 mod measure;
 mod profiler;
 mod report;
+mod toggled;
 
 use super::util;
 
@@ -48,6 +49,13 @@ pub struct Args {
     /// left out.
     #[arg(long)]
     slowdown_only: bool,
+    /// Seconds of paused-and-resumed pairs in each toggled slowdown run, one run per profiler
+    /// and rate [default: 60, 4 with --quick; 0: none].
+    #[arg(long)]
+    toggle_seconds: Option<f64>,
+    /// Only the toggled slowdown runs.
+    #[arg(long)]
+    toggled_only: bool,
     /// One repetition, 1 s windows, one depth and rate for throughput: checks that every
     /// profiler runs (the smoke test); the numbers mean little.
     #[arg(long)]
@@ -123,12 +131,17 @@ pub fn run(args: &Args) -> Result<()> {
         "compare_slowdown.py",
         "compare_accuracy.py",
         "compare_deep.py",
+        "compare_toggle.py",
     ] {
         if !script(name).exists() {
             bail!("{} is missing", script(name).display());
         }
     }
-    let plan = Plan::new(args.quick, args.reps, args.window, args.slowdown_only);
+    let mut plan = Plan::new(args.quick, args.reps, args.window, args.slowdown_only);
+    plan.toggled_only = args.toggled_only;
+    if let Some(s) = args.toggle_seconds {
+        plan.toggle_s = s.max(0.0);
+    }
     let suites = [
         Suite {
             interp: main,

@@ -51,6 +51,14 @@ pub struct Plan {
     pub sustain_share: f64,
     /// Only the slowdown runs.
     pub slowdown_only: bool,
+    /// Only the toggled slowdown runs (no paired runs, so no cost per sample either).
+    pub toggled_only: bool,
+    /// Seconds of pairs in each toggled slowdown run (one run per configuration; 0: none).
+    pub toggle_s: f64,
+    /// Seconds of each half of a toggled pair.
+    pub toggle_window_s: f64,
+    /// Seconds between attaching and the first toggled pair.
+    pub toggle_lead_s: f64,
     /// The CPU every target is pinned to, so that a profiled run and the unprofiled runs it is
     /// paired with run on the same CPU (`None` on a single-CPU machine).
     pub target_cpu: Option<usize>,
@@ -91,6 +99,10 @@ impl Plan {
                 throughput_s: 1,
                 sustain_share: 0.9,
                 slowdown_only: false,
+                toggled_only: false,
+                toggle_s: 4.0,
+                toggle_window_s: 0.5,
+                toggle_lead_s: 2.0,
                 target_cpu: None,
             }
         } else {
@@ -106,6 +118,10 @@ impl Plan {
                 throughput_s: 2,
                 sustain_share: 0.9,
                 slowdown_only: false,
+                toggled_only: false,
+                toggle_s: 60.0,
+                toggle_window_s: 0.5,
+                toggle_lead_s: 2.0,
                 target_cpu: None,
             }
         }
@@ -127,6 +143,8 @@ pub struct Results {
     pub accuracy: Vec<AccuracyRow>,
     /// One row per suite, profiler and depth.
     pub throughput: Vec<ThroughputRow>,
+    /// Toggled slowdown: one row per suite, profiler and rate (rate 0 for none).
+    pub toggled: Vec<super::toggled::ToggledRow>,
     /// `kernel.perf_event_max_sample_rate` before and after the throughput runs.
     pub perf_max_rate: (Option<u64>, Option<u64>),
 }
@@ -142,6 +160,7 @@ impl Results {
                 .flat_map(|r| &r.steps)
                 .filter(|s| matches!(s.outcome, Outcome::Failed(_)))
                 .count()
+            + self.toggled.iter().filter(|r| r.error.is_some()).count()
     }
 }
 
@@ -363,12 +382,22 @@ struct AccuracyReport {
 
 /// Runs everything in `plan`.
 pub fn run(tools: &Tools, suites: &[Suite], plan: &Plan) -> Result<Results> {
-    let slowdown = slowdown(tools, suites, plan);
-    if plan.slowdown_only {
+    let slowdown = if plan.toggled_only {
+        Vec::new()
+    } else {
+        slowdown(tools, suites, plan)
+    };
+    let toggled = if plan.toggle_s > 0.0 {
+        super::toggled::measure(tools, suites, plan)
+    } else {
+        Vec::new()
+    };
+    if plan.slowdown_only || plan.toggled_only {
         return Ok(Results {
             slowdown,
             accuracy: Vec::new(),
             throughput: Vec::new(),
+            toggled,
             perf_max_rate: (None, None),
         });
     }
@@ -379,6 +408,7 @@ pub fn run(tools: &Tools, suites: &[Suite], plan: &Plan) -> Result<Results> {
         slowdown,
         accuracy,
         throughput,
+        toggled,
         perf_max_rate: (before, perf_max_sample_rate()),
     })
 }
@@ -392,15 +422,23 @@ pub fn perf_max_sample_rate() -> Option<u64> {
         .ok()
 }
 
+/// The slowdown configurations of a suite: none (rate 0), then each profiler at each rate.
+pub(super) fn configurations<'a>(
+    suite: &'a Suite,
+    plan: &'a Plan,
+) -> impl Iterator<Item = (Profiler, u32)> + 'a {
+    std::iter::once((Profiler::None, 0)).chain(
+        suite
+            .profilers
+            .iter()
+            .flat_map(|&p| plan.slowdown_rates_hz.iter().map(move |&r| (p, r))),
+    )
+}
+
 fn slowdown(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<SlowRow> {
     let mut rows = Vec::new();
     for (suite, s) in suites.iter().enumerate() {
-        let configs = std::iter::once((Profiler::None, 0)).chain(
-            s.profilers
-                .iter()
-                .flat_map(|&p| plan.slowdown_rates_hz.iter().map(move |&r| (p, r))),
-        );
-        for (profiler, rate_hz) in configs {
+        for (profiler, rate_hz) in configurations(s, plan) {
             rows.push(SlowRow {
                 suite,
                 profiler,
@@ -509,7 +547,7 @@ fn slowdown_run(
     plan: &Plan,
 ) -> Result<SlowRun> {
     let args = [plan.lead_s.to_string(), plan.window_s.to_string()];
-    let (json, sampled) = profiled_run(
+    let (json, sampled) = ProfiledRun::start(
         tools,
         interp,
         "compare_slowdown.py",
@@ -517,9 +555,9 @@ fn slowdown_run(
         profiler,
         rate_hz,
         plan.attached_secs(plan.window_s),
-        plan.lead_s + plan.window_s,
         plan.target_cpu,
-    )?;
+    )?
+    .finish(plan.lead_s + plan.window_s)?;
     let r: SlowdownReport = serde_json::from_str(&json)
         .with_context(|| format!("compare_slowdown.py printed {json:?}"))?;
     Ok(SlowRun {
@@ -530,54 +568,80 @@ fn slowdown_run(
     })
 }
 
-/// Starts `script ARGS` on `interp`, attaches `profiler` (unless none) once it is ready, waits for
-/// the JSON line it prints before exiting, then for the profiler. Returns both.
-#[allow(clippy::too_many_arguments)]
-fn profiled_run(
-    tools: &Tools,
-    interp: &Interpreter,
-    script_name: &str,
-    args: &[String],
-    profiler: Profiler,
-    rate_hz: u32,
+/// A target script running, with its profiler attached (unless none).
+pub(super) struct ProfiledRun {
+    script_name: String,
+    target: Proc,
+    attached: Option<profiler::Attached>,
     attached_secs: u32,
-    target_secs: f64,
-    target_cpu: Option<usize>,
-) -> Result<(String, Option<Sampled>)> {
-    let mut cmd = interp.script_command(&script(script_name), args)?;
-    if let Some(cpu) = target_cpu {
-        pin_to_cpu(&mut cmd, cpu);
-    }
-    let mut target = Proc::spawn(&mut cmd, format!("{} {script_name}", interp.name))?;
-    target.wait_line(|l| l.starts_with("ready"), READY)?;
-    let attached = match profiler {
-        Profiler::None => None,
-        p => Some(profiler::attach(
-            tools,
-            p,
-            interp,
-            target.pid(),
-            rate_hz,
+}
+
+impl ProfiledRun {
+    /// Starts `script ARGS` on `interp` (pinned to `target_cpu`) and attaches `profiler` for
+    /// `attached_secs` once it is ready.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start(
+        tools: &Tools,
+        interp: &Interpreter,
+        script_name: &str,
+        args: &[String],
+        profiler: Profiler,
+        rate_hz: u32,
+        attached_secs: u32,
+        target_cpu: Option<usize>,
+    ) -> Result<ProfiledRun> {
+        let mut cmd = interp.script_command(&script(script_name), args)?;
+        if let Some(cpu) = target_cpu {
+            pin_to_cpu(&mut cmd, cpu);
+        }
+        let mut target = Proc::spawn(&mut cmd, format!("{} {script_name}", interp.name))?;
+        target.wait_line(|l| l.starts_with("ready"), READY)?;
+        let attached = match profiler {
+            Profiler::None => None,
+            p => Some(profiler::attach(
+                tools,
+                p,
+                interp,
+                target.pid(),
+                rate_hz,
+                attached_secs,
+            )?),
+        };
+        Ok(ProfiledRun {
+            script_name: script_name.to_owned(),
+            target,
+            attached,
             attached_secs,
-        )?),
-    };
-    let json = target.wait_line(
-        |l| l.starts_with('{'),
-        Duration::from_secs_f64(target_secs) + SLACK,
-    )?;
-    let (usage, stderr) = target.wait(SLACK)?;
-    if !usage.success() {
-        bail!("{script_name} failed: {}", stderr.trim());
+        })
     }
-    let sampled = attached
-        .map(|a| a.finish(Duration::from_secs(attached_secs.into()) + SLACK))
-        .transpose()?;
-    Ok((json, sampled))
+
+    /// The profiler's process id (`None` without a profiler).
+    pub(super) fn profiler_pid(&self) -> Option<u32> {
+        self.attached.as_ref().map(profiler::Attached::pid)
+    }
+
+    /// Waits (up to `target_secs` and some slack) for the JSON line the target prints before
+    /// exiting, then for the profiler. Returns both.
+    pub(super) fn finish(mut self, target_secs: f64) -> Result<(String, Option<Sampled>)> {
+        let json = self.target.wait_line(
+            |l| l.starts_with('{'),
+            Duration::from_secs_f64(target_secs) + SLACK,
+        )?;
+        let (usage, stderr) = self.target.wait(SLACK)?;
+        if !usage.success() {
+            bail!("{} failed: {}", self.script_name, stderr.trim());
+        }
+        let sampled = self
+            .attached
+            .map(|a| a.finish(Duration::from_secs(self.attached_secs.into()) + SLACK))
+            .transpose()?;
+        Ok((json, sampled))
+    }
 }
 
 /// Runs the command's process (and what it executes, a chroot's interpreter included) on `cpu`
 /// alone. The profilers are not pinned: on the other CPUs they take nothing from the target.
-fn pin_to_cpu(cmd: &mut std::process::Command, cpu: usize) {
+pub(super) fn pin_to_cpu(cmd: &mut std::process::Command, cpu: usize) {
     use std::os::unix::process::CommandExt;
     // SAFETY: between fork and exec the closure only calls sched_setaffinity(2) on a set built
     // on its own stack: no allocation, no lock.
@@ -631,7 +695,7 @@ fn accuracy_run(
     plan: &Plan,
 ) -> Result<Accuracy> {
     let args = [plan.lead_s.to_string(), plan.accuracy_window_s.to_string()];
-    let (json, sampled) = profiled_run(
+    let (json, sampled) = ProfiledRun::start(
         tools,
         interp,
         "compare_accuracy.py",
@@ -639,9 +703,9 @@ fn accuracy_run(
         profiler,
         plan.accuracy_rate_hz,
         plan.attached_secs(plan.accuracy_window_s),
-        plan.lead_s + plan.accuracy_window_s,
         plan.target_cpu,
-    )?;
+    )?
+    .finish(plan.lead_s + plan.accuracy_window_s)?;
     let report: AccuracyReport = serde_json::from_str(&json)
         .with_context(|| format!("compare_accuracy.py printed {json:?}"))?;
     let sampled = sampled.ok_or_else(|| anyhow!("no profiler"))?;

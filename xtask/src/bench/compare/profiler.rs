@@ -222,6 +222,11 @@ pub fn attach(
 }
 
 impl Attached {
+    /// The profiler's process id.
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
     /// Waits (at most `timeout`, then kills it) for the profiler to exit, and reads its output.
     pub fn finish(mut self, timeout: Duration) -> Result<Sampled> {
         let (usage, stderr) = self.proc.wait(timeout)?;

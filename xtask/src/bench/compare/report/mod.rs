@@ -176,10 +176,14 @@ pub(super) const RESOLVED_PP: f64 = 0.5;
 
 impl Paired {
     fn of(row: &SlowRow) -> Option<Paired> {
-        let v = slowdowns(row, true);
-        let (lo, hi) = median_ci95(&v)?;
+        Paired::of_values(&slowdowns(row, true))
+    }
+
+    /// The median of `v` with its 95% confidence interval (`None` with fewer than 6 values).
+    fn of_values(v: &[f64]) -> Option<Paired> {
+        let (lo, hi) = median_ci95(v)?;
         Some(Paired {
-            median: median(&v),
+            median: median(v),
             lo,
             hi,
             n: v.len(),
@@ -249,6 +253,15 @@ pub(super) fn median_ci95(v: &[f64]) -> Option<(f64, f64)> {
     }
     // k values lie below the interval on each side; k ≥ 1 for n ≥ 6.
     Some((s[k.max(1) - 1], s[n - k.max(1)]))
+}
+
+/// The toggled slowdown of a configuration (see `toggled`), if it has enough pairs.
+fn toggled_of(results: &Results, suite: usize, profiler: Profiler, rate_hz: u32) -> Option<Paired> {
+    results
+        .toggled
+        .iter()
+        .find(|r| r.suite == suite && r.profiler == profiler && r.rate_hz == rate_hz)
+        .and_then(|r| Paired::of_values(&r.pairs))
 }
 
 /// Median slowdown of a configuration, per CPU-second of the target (the paired measure).
@@ -327,8 +340,13 @@ fn markdown(
     };
     let mut md = String::new();
     report.header(&mut md);
-    report.slowdown(&mut md);
-    report.cost(&mut md);
+    if !results.slowdown.is_empty() {
+        report.slowdown(&mut md);
+        report.cost(&mut md);
+    }
+    if !results.toggled.is_empty() {
+        report.toggled(&mut md);
+    }
     if !plan.slowdown_only {
         report.accuracy(&mut md);
         report.throughput(&mut md);
@@ -369,7 +387,8 @@ fn failed(row: &SlowRow) -> String {
 /// What a ranking metric measures (for the explanation of a loss).
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Kind {
-    Slowdown,
+    /// At this rate.
+    Slowdown(u32),
     Cost(u32),
     MarginalCost,
     AccuracyError,

@@ -21,10 +21,7 @@ pub(super) fn ranking(suites: &[Suite], plan: &Plan, results: &Results) -> Vec<S
     for (si, suite) in suites.iter().enumerate() {
         let (ours, peers): (Vec<Profiler>, Vec<Profiler>) =
             suite.profilers.iter().partition(|p| p.is_pyagent());
-        let noise = noise_pp(
-            slow_row(results, si, Profiler::None, 0).expect("baseline row"),
-            plan.reps,
-        );
+        let noise = slow_row(results, si, Profiler::None, 0).and_then(|r| noise_pp(r, plan.reps));
         let accuracy = move |p: Profiler| {
             results
                 .accuracy
@@ -43,10 +40,15 @@ pub(super) fn ranking(suites: &[Suite], plan: &Plan, results: &Results) -> Vec<S
             let at = measure::rate_label(rate);
             metrics.push(Metric {
                 name: format!("slowdown at {at} (%)"),
-                kind: Kind::Slowdown,
+                kind: Kind::Slowdown(rate),
                 higher_is_better: false,
                 decimals: 2,
-                value: Box::new(move |p| slowdown_of(results, si, p, rate).map(|s| s.median)),
+                // The toggled measure where it was taken: it resolves what paired runs do not.
+                value: Box::new(move |p| {
+                    toggled_of(results, si, p, rate)
+                        .map(|t| t.median)
+                        .or_else(|| slowdown_of(results, si, p, rate).map(|s| s.median))
+                }),
             });
             metrics.push(Metric {
                 name: format!("CPU s per 1000 samples at {at}"),
@@ -92,7 +94,21 @@ pub(super) fn ranking(suites: &[Suite], plan: &Plan, results: &Results) -> Vec<S
         // the measurements tell.
         let why = |m: &Metric, ours: Profiler, peer: Profiler, mine: f64, theirs: f64| -> String {
             match m.kind {
-                Kind::Slowdown => match noise {
+                Kind::Slowdown(rate) if toggled_of(results, si, ours, rate).is_some() => {
+                    match (
+                        toggled_of(results, si, ours, rate),
+                        toggled_of(results, si, peer, rate),
+                    ) {
+                        (Some(a), Some(b)) if a.lo <= b.hi && b.lo <= a.hi => {
+                            format!("their 95% intervals overlap: {} and {}", a.pct(), b.pct())
+                        }
+                        (Some(a), Some(b)) => {
+                            format!("beyond both 95% intervals: {} and {}", a.pct(), b.pct())
+                        }
+                        _ => "measured".into(),
+                    }
+                }
+                Kind::Slowdown(_) => match noise {
                     Some(n) if (mine - theirs).abs() <= n => {
                         format!("within the noise, ±{n:.1} points")
                     }

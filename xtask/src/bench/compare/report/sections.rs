@@ -6,6 +6,32 @@ use super::ranking;
 use super::targets::{self, Target};
 use super::*;
 
+/// The first columns of a slowdown table: profiler, Python, and per rate the median with its
+/// interval and the verdict against the target.
+fn slowdown_header(rates: &[u32]) -> Vec<String> {
+    let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
+    for r in rates {
+        let at = measure::rate_label(*r);
+        header.push(format!("{at}: per CPU-s [95% CI]"));
+        header.push(format!("{at}: target"));
+    }
+    header
+}
+
+/// `≤ 2%: met (±0.31, resolved)`.
+fn verdict_cell(p: &Paired, max_pct: f64) -> String {
+    let resolved = if p.half_width() <= RESOLVED_PP {
+        "resolved"
+    } else {
+        "not resolved"
+    };
+    format!(
+        "≤ {max_pct}%: {} (±{:.2}, {resolved})",
+        p.verdict(max_pct),
+        p.half_width()
+    )
+}
+
 /// What every section reads.
 #[derive(Clone, Copy)]
 pub(super) struct Report<'a> {
@@ -105,12 +131,7 @@ impl<'a> Report<'a> {
             plan.window_s,
         );
         let rates = &plan.slowdown_rates_hz;
-        let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
-        for r in rates {
-            let at = measure::rate_label(*r);
-            header.push(format!("{at}: per CPU-s [95% CI]"));
-            header.push(format!("{at}: target"));
-        }
+        let mut header = slowdown_header(rates);
         header.extend(
             rates
                 .iter()
@@ -124,18 +145,7 @@ impl<'a> Report<'a> {
         let paired = |row: &SlowRow, max_pct: Option<f64>| -> [String; 2] {
             match Paired::of(row) {
                 Some(p) => {
-                    let verdict = match max_pct {
-                        Some(max) => {
-                            let v = p.verdict(max);
-                            let resolved = if p.half_width() <= RESOLVED_PP {
-                                "resolved"
-                            } else {
-                                "not resolved"
-                            };
-                            format!("≤ {max}%: {v} (±{:.2}, {resolved})", p.half_width())
-                        }
-                        None => String::new(),
-                    };
+                    let verdict = max_pct.map_or_else(String::new, |max| verdict_cell(&p, max));
                     [format!("{} n={}", p.pct(), p.n), verdict]
                 }
                 None => [failed(row), "too few pairs".to_owned()],
@@ -170,6 +180,76 @@ impl<'a> Report<'a> {
                     cells.push(wall(slow_row(results, si, p, rate).expect("row per rate")));
                 }
                 t.row(cells);
+            }
+        }
+        let _ = writeln!(w, "{}", t.render());
+    }
+
+    /// 1b. Target slowdown with the profiler paused and resumed within one run.
+    pub(super) fn toggled(&self, w: &mut String) {
+        let (suites, plan, results) = self.measured();
+        let _ = writeln!(
+            w,
+            "## 1b. Target slowdown, the profiler paused and resumed within one run\n\nOne run per \
+             profiler and rate: the profiler stays attached for {:.0} s while the harness pauses \
+             and resumes it in alternate {} s windows (SIGSTOP and SIGCONT to its processes; \
+             pyagent's eBPF mode also has its perf events disabled and enabled), the order within \
+             each pair drawn at random; the first {} ms of each window are left out. Each pair \
+             gives the slowdown of the profiled half against the paused half in calls per \
+             CPU-second of `compare_toggle.py` (positive = slower): median with its 95% \
+             confidence interval (order statistics). The `none` row pairs windows of an \
+             unprofiled run: the method's own spread. Resolved: half-width ≤ {RESOLVED_PP} points. \
+             A pair is left out when a half saw the target stopped (py-spy paused while it held \
+             the target).\n",
+            plan.toggle_s,
+            plan.toggle_window_s,
+            super::super::toggled::GUARD.as_millis(),
+        );
+        let rates = &plan.slowdown_rates_hz;
+        let header = slowdown_header(rates);
+        let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
+        let mut t = Table::new(&hdr);
+        let cells = |si: usize, p: Profiler, rate: u32| -> [String; 2] {
+            let row = results
+                .toggled
+                .iter()
+                .find(|r| r.suite == si && r.profiler == p && r.rate_hz == rate);
+            let Some(row) = row else {
+                return ["-".into(), String::new()];
+            };
+            if let Some(e) = &row.error {
+                return [format!("failed: {}", one_line(e)), String::new()];
+            }
+            let Some(paired) = Paired::of_values(&row.pairs) else {
+                return [format!("{} pairs", row.pairs.len()), "too few pairs".into()];
+            };
+            let left_out = if row.left_out > 0 {
+                format!(", {} left out", row.left_out)
+            } else {
+                String::new()
+            };
+            let verdict = targets::slowdown_target(rate)
+                .map_or_else(String::new, |max| verdict_cell(&paired, max));
+            [
+                format!("{} n={}{left_out}", paired.pct(), paired.n),
+                verdict,
+            ]
+        };
+        for (si, suite) in suites.iter().enumerate() {
+            let mut none = vec!["none".to_owned(), python(suites, si)];
+            none.extend(cells(si, Profiler::None, 0).into_iter().take(1));
+            none.push(String::new());
+            none.extend(std::iter::repeat_n(
+                String::new(),
+                2 * rates.len().saturating_sub(1),
+            ));
+            t.row(none);
+            for &p in &suite.profilers {
+                let mut row = vec![p.label().to_owned(), python(suites, si)];
+                for &rate in rates {
+                    row.extend(cells(si, p, rate));
+                }
+                t.row(row);
             }
         }
         let _ = writeln!(w, "{}", t.render());
@@ -424,10 +504,8 @@ impl<'a> Report<'a> {
         for (si, suite) in suites.iter().enumerate() {
             for &p in suite.profilers.iter().filter(|p| p.is_pyagent()) {
                 let mut parts = Vec::new();
-                let noise = noise_pp(
-                    slow_row(results, si, Profiler::None, 0).expect("baseline row"),
-                    plan.reps,
-                );
+                let noise =
+                    slow_row(results, si, Profiler::None, 0).and_then(|r| noise_pp(r, plan.reps));
                 for target in targets::TARGETS {
                     parts.extend(self.against(target, si, p, noise));
                 }
@@ -473,8 +551,15 @@ impl<'a> Report<'a> {
     ) -> Option<String> {
         match *target {
             Target::Slowdown { rate_hz, max_pct } => {
-                let row = slow_row(self.results, suite, p, rate_hz)?;
-                let verdict = match Paired::of(row) {
+                // The toggled measure where it was taken (it resolves what paired runs do not).
+                let (method, paired) = match toggled_of(self.results, suite, p, rate_hz) {
+                    Some(t) => ("toggled", Some(t)),
+                    None => (
+                        "paired runs",
+                        Paired::of(slow_row(self.results, suite, p, rate_hz)?),
+                    ),
+                };
+                let verdict = match paired {
                     Some(s) if s.half_width() <= RESOLVED_PP => format!(
                         "{} {} (95% CI, half-width {:.2} points)",
                         s.pct(),
@@ -493,7 +578,7 @@ impl<'a> Report<'a> {
                     ),
                 };
                 Some(format!(
-                    "slowdown at {} per CPU-s (target ≤ {max_pct}%): {verdict}",
+                    "slowdown at {} per CPU-s, {method} (target ≤ {max_pct}%): {verdict}",
                     measure::rate_label(rate_hz),
                 ))
             }
