@@ -33,8 +33,9 @@ const BARS: &[&str] = &[
     "tachyon (py315)",
 ];
 
-/// The report's sections with a row per profiler: slowdown, cost, accuracy, throughput.
-const SECTIONS_WITH_ROWS: usize = 4;
+/// The report's sections with a row per profiler: slowdown, cost, toggled slowdown, accuracy,
+/// throughput.
+const SECTIONS_WITH_ROWS: usize = 5;
 
 /// Table rows of `md` as trimmed cells.
 fn rows(md: &str) -> Vec<Vec<&str>> {

@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long)]
     slowdown_only: bool,
     /// Seconds of paused-and-resumed pairs in each toggled slowdown run, one run per profiler
-    /// and rate [default: 60, 4 with --quick; 0: none].
+    /// and rate [default: 60, 2 with --quick; 0: none].
     #[arg(long)]
     toggle_seconds: Option<f64>,
     /// Only the toggled slowdown runs.

@@ -100,7 +100,7 @@ impl Plan {
                 sustain_share: 0.9,
                 slowdown_only: false,
                 toggled_only: false,
-                toggle_s: 4.0,
+                toggle_s: 2.0,
                 toggle_window_s: 0.5,
                 toggle_lead_s: 2.0,
                 target_cpu: None,
