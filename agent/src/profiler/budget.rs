@@ -11,11 +11,11 @@
 //! window splits into the two ([`CostModel`]): with 200 processes whose fixed part is most of
 //! the budget, the rate falls to where the samples fit in what is left, not ten times further
 //! as it did when the whole cost was taken to scale. The decision looks at the last
-//! [`HISTORY`] windows (see [`RateGovernor::model`]): with many processes part of the cost comes in bursts
-//! (a scan finding a batch of processes, a thread-list refresh), and a governor that followed
-//! each window would halve the rate after one burst while the average stays far under the
-//! budget. A lasting overload still moves the rate within one window (it dominates the mean)
-//! and fully within [`HISTORY`].
+//! [`HISTORY`] windows (median fixed part, mean cost per hertz): with many processes part of
+//! the cost comes in bursts (a scan finding a batch of processes, a thread-list refresh), and a
+//! governor that followed each window would halve the rate after one burst while the average
+//! stays far under the budget. A lasting overload of samples still moves the rate within one
+//! window (it dominates the mean), a lasting rise of the fixed part within two.
 //! - over the budget, the rate drops to where the predicted cost is 90% of the budget (so that
 //!   the next window lands under it, not on it);
 //! - when that rate is well above the current one (where, were all of the cost per sample, the
