@@ -86,6 +86,21 @@ impl<'a> Report<'a> {
             plan.throughput_s,
             plan.sustain_share * 100.0
         );
+        if plan.toggle_s > 0.0 {
+            let _ = writeln!(
+                w,
+                "- toggled slowdown: {} s of pairs of {} s windows per configuration, after a {} s \
+                 lead{}",
+                plan.toggle_s,
+                plan.toggle_window_s,
+                plan.toggle_lead_s,
+                if plan.toggled_only {
+                    " (`--toggled-only`: nothing else was run)"
+                } else {
+                    ""
+                }
+            );
+        }
         let _ = writeln!(
             w,
             "- profilers: pyagent `{}`, py-spy 0.4.3 `{}`, Austin 3.7.0 `{}`, Tachyon = `python3.15 \
