@@ -252,14 +252,15 @@ impl RateGovernor {
             fixed: agent + bpf - per_sample,
             per_hz: per_sample / f64::from(rate_hz.max(LOWEST_RATE_HZ)),
         });
-        let recent = self.recent_cost_at(rate_hz);
+        let model = self.model();
+        let recent = model.at(f64::from(rate_hz.max(LOWEST_RATE_HZ)));
         let cost = WindowCost {
             agent,
             bpf,
             per_sample,
             recent,
         };
-        Some((cost, self.decide(recent, rate_hz)))
+        Some((cost, self.decide(&model, recent, rate_hz)))
     }
 
     /// What the remembered windows say a rate costs: the median of their fixed parts (one
@@ -283,18 +284,14 @@ impl RateGovernor {
         CostModel { fixed, per_hz }
     }
 
-    /// The remembered windows' cost, as it would be at `rate_hz`.
-    fn recent_cost_at(&self, rate_hz: u32) -> f64 {
-        self.model().at(f64::from(rate_hz.max(LOWEST_RATE_HZ)))
-    }
-
-    /// The rate for the next window, given that `rate_hz` costs `used` of a core.
-    fn decide(&self, used: f64, rate_hz: u32) -> Decision {
+    /// The rate for the next window, given that `rate_hz` costs `used` of a core as `model`
+    /// predicts it.
+    fn decide(&self, model: &CostModel, used: f64, rate_hz: u32) -> Decision {
         let budget = self.budget.fraction();
         let rate = f64::from(rate_hz.max(LOWEST_RATE_HZ));
         // The rate whose predicted cost is the aim (as high as wanted when samples cost
         // nothing measurable; zero when the fixed part alone is over it).
-        let fits = self.model().rate_for(AIM * budget);
+        let fits = model.rate_for(AIM * budget);
         if used > budget {
             if rate_hz <= LOWEST_RATE_HZ {
                 return Decision::OverAtLowestRate;

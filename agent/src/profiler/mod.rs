@@ -155,7 +155,8 @@ pub struct HostStats {
     /// task-aware stacks asked for: processes tracked without them (CPython before 3.14)
     pub async_unsupported: u64,
     /// CPU time (of the collecting thread, ns) spent draining and resolving records (eBPF) or
-    /// taking samples (userspace): what samples cost the agent, whatever else runs on the host
+    /// taking samples (userspace, timed on one tick in eight): what samples cost the agent,
+    /// whatever else runs on the host
     pub drain_cpu_ns: u64,
 }
 
@@ -367,26 +368,32 @@ impl HostProfiler {
     /// Time the BPF programs have run since they were loaded (the sampling program and the
     /// off-CPU one), from the kernel's statistics; zero in userspace mode or without them.
     pub fn bpf_run_time(&self) -> Duration {
-        let Backend::Bpf(b) = &self.backend else {
-            return Duration::ZERO;
-        };
-        let on_cpu = b.sampler.run_stats().map_or(0, |(ns, _)| ns);
-        let off_cpu = b.sampler.off_cpu_run_stats().map_or(0, |(ns, _)| ns);
+        let (on_cpu, off_cpu) = self.bpf_run_times();
         Duration::from_nanos(on_cpu.saturating_add(off_cpu))
+    }
+
+    /// Run time in ns of the sampling program and of the off-CPU one.
+    fn bpf_run_times(&self) -> (u64, u64) {
+        let Backend::Bpf(b) = &self.backend else {
+            return (0, 0);
+        };
+        (
+            b.sampler.run_stats().map_or(0, |(ns, _)| ns),
+            b.sampler.off_cpu_run_stats().map_or(0, |(ns, _)| ns),
+        )
     }
 
     /// What the agent and its BPF programs have cost so far, and the part of it samples cost
     /// (the sampling program, and the agent's collecting: see [`HostStats::drain_cpu_ns`]),
     /// for the CPU budget.
     pub fn cost_reading(&self) -> CostReading {
-        let sampling_program = match &self.backend {
-            Backend::Bpf(b) => b.sampler.run_stats().map_or(0, |(ns, _)| ns),
-            Backend::Userspace(_) => 0,
-        };
-        let per_sample = Duration::from_nanos(
-            sampling_program.saturating_add(self.collected.stats.drain_cpu_ns),
-        );
-        CostReading::now(self.bpf_run_time(), per_sample)
+        let (on_cpu, off_cpu) = self.bpf_run_times();
+        let per_sample =
+            Duration::from_nanos(on_cpu.saturating_add(self.collected.stats.drain_cpu_ns));
+        CostReading::now(
+            Duration::from_nanos(on_cpu.saturating_add(off_cpu)),
+            per_sample,
+        )
     }
 
     /// Scans for new and exited processes.

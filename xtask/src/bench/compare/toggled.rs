@@ -135,7 +135,8 @@ fn run(
         target_secs.ceil() as u32 + 5,
         plan.target_cpu,
     )?;
-    // Attached and warmed up (pyagent's eBPF program loaded, Tachyon's interpreter started).
+    // The lead is the warm-up all profilers get (Tachyon's interpreter starts, the target's
+    // caches settle with the profiler on); pyagent's eBPF attach is also waited for, below.
     std::thread::sleep(lead);
     let pause = match run.profiler_pid() {
         Some(pid) => Some(Pause::of(profiler, pid)?),
@@ -239,11 +240,7 @@ impl Pause {
     fn of(profiler: Profiler, pid: u32) -> Result<Pause> {
         let pids = with_descendants(pid as i32);
         let perf_events = if profiler == Profiler::PyagentEbpf {
-            let fds = perf_event_fds(pid as i32)?;
-            if fds.is_empty() {
-                bail!("pyagent (pid {pid}) holds no perf event: its program is not attached");
-            }
-            fds
+            attached_perf_events(pid as i32)?
         } else {
             Vec::new()
         };
@@ -296,6 +293,25 @@ fn with_descendants(pid: i32) -> Vec<i32> {
         i += 1;
     }
     out
+}
+
+/// Copies of pyagent's perf event descriptors once it has opened them all: their number
+/// unchanged over three looks 100 ms apart (one per CPU, opened one after the other).
+fn attached_perf_events(pid: i32) -> Result<Vec<OwnedFd>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (mut last, mut same) = (0, 0);
+    loop {
+        let fds = perf_event_fds(pid)?;
+        same = if fds.len() == last { same + 1 } else { 0 };
+        last = fds.len();
+        if last > 0 && same >= 2 {
+            return Ok(fds);
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!("pyagent (pid {pid}) holds {last} perf events after 30 s: not attached");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Copies of the perf event descriptors `pid` holds.
