@@ -155,6 +155,11 @@ static __always_inline __u64 pa_search_thread(__u32 tgid)
 	return s.found;
 }
 
+/* The last run of a walk may start at the last frame slot: it ends inside the native area. */
+_Static_assert(sizeof(struct pa_scratch) >=
+		       sizeof(struct pa_record) + sizeof(struct pa_frame_run) - sizeof(struct pa_frame),
+	       "a run of frames from the last slot stays inside the scratch record");
+
 /* A walk longer than a short record, or one that gets a native section (`native`: its
  * PA_NATIVE_FROM_*, what `native_ctx` is): the frames so far move to this CPU's scratch record, the walk goes on there,
  * the native section is appended, and the record is output with its exact length. Returns 1 if
@@ -165,6 +170,7 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	__u32 native_len = 0, zero = 0;
 	__u32 cpu = r->hdr.cpu, n;
 	struct pa_scratch *s = bpf_map_lookup_elem(&pa_scratch, &cpu);
+	struct pa_walk_loop loop = { .w = w, .max = max };
 	__u64 len;
 
 	if (!s) {
@@ -174,14 +180,14 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	}
 	__builtin_memcpy(&s->rec, r, sizeof(*r));
 	bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
-	w->s = s;
-	w->win = bpf_map_lookup_elem(&pa_frame_windows, &zero);
+	loop.s = s;
+	loop.win = bpf_map_lookup_elem(&pa_frame_windows, &zero);
 	/* Called even when the walk is over (a native record of a short walk: the step returns at
 	 * once). Only the knob decides: a reachable bpf_loop whose count the verifier knows to be 0
 	 * (or too large) leaves its callback unverified, and 6.18's verifier then fails with "No
 	 * program to jit"; a call it can prove dead is removed together with the callback. */
 	if (max > PA_SHORT_FRAMES)
-		bpf_loop(max - PA_SHORT_FRAMES, pa_walk_step, w, 0);
+		bpf_loop((max - 1) / PA_SHORT_FRAMES, pa_walk_step, &loop, 0);
 
 	n = w->n;
 	/* For the verifier: bounds the record length below. */
@@ -442,7 +448,7 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	max = pa_max_frames;
 	if (max == 0 || max > PA_MAX_FRAMES)
 		max = PA_MAX_FRAMES;
-	pa_walk_short(&w, r->frames, max);
+	pa_walk_short(&w, (struct pa_frame_run *)r->frames, max);
 	if (pa_stop_after == PA_STAGE_SHORT_WALK) {
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return 0;

@@ -49,9 +49,19 @@ impl BpfSampler {
             .ok_or(BpfError::Missing("program pa_sample"))?
             .try_into()
             .map_err(|e| program_error("loading the program", e))?;
+        // Verification is most of a short `record`'s start-up cost: say what it took.
+        let verifying = std::time::Instant::now();
         program
             .load()
             .map_err(|e| program_error("loading the program", e))?;
+        tracing::debug!(
+            took_ms = verifying.elapsed().as_secs_f64() * 1e3,
+            verified_instructions = program
+                .info()
+                .ok()
+                .and_then(|info| info.verified_instruction_count()),
+            "pa_sample loaded"
+        );
 
         // Statistics must be on before the first run to count it; optional (CAP_SYS_ADMIN).
         let stats = if config.enable_stats {
