@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use pyagent::config::values::{
     parse_cpu_budget, parse_duration, parse_rate_hz, parse_socket_addr, parse_whole_number,
     ValueError,
@@ -22,12 +23,7 @@ use pyagent::export::Format;
 /// `pyagent --all-python` profiles every CPython process on the host (eBPF, or the userspace
 /// sampler where eBPF is unavailable); the subcommands work on one process.
 #[derive(Debug, Parser)]
-#[command(
-    name = "pyagent",
-    version,
-    about,
-    args_conflicts_with_subcommands = true
-)]
+#[command(name = "pyagent", version, about)]
 pub struct Cli {
     /// What to do (or `--all-python`).
     #[command(subcommand)]
@@ -45,13 +41,44 @@ impl Cli {
     /// line on stderr and exit status 1, like all bad input; other usage errors and `--help` are
     /// clap's own.
     pub fn parse_args() -> Cli {
-        Cli::try_parse().unwrap_or_else(|err| match bad_value_line(&err) {
-            Some(line) => {
-                eprintln!("pyagent: {line}");
-                std::process::exit(1);
+        Cli::try_parse_from_args(std::env::args_os()).unwrap_or_else(|err| {
+            match bad_value_line(&err) {
+                Some(line) => {
+                    eprintln!("pyagent: {line}");
+                    std::process::exit(1);
+                }
+                None => err.exit(),
             }
-            None => err.exit(),
         })
+    }
+
+    /// Parses `args`. The service's flags do not go with a subcommand (`pyagent --all-python
+    /// record` is refused), but `--log`, which both take, goes before or after one: clap's
+    /// `args_conflicts_with_subcommands` would refuse `pyagent --log debug record`, so the
+    /// conflict is checked here, on the flags given on the command line.
+    fn try_parse_from_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut command = Cli::command();
+        let matches = command.try_get_matches_from_mut(args)?;
+        if let Some((name, _)) = matches.subcommand() {
+            let host = HostArgs::augment_args(clap::Command::new("host"));
+            let given = host.get_arguments().find(|arg| {
+                matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine)
+            });
+            if let Some(arg) = given {
+                let flag = arg
+                    .get_long()
+                    .map_or_else(|| arg.get_id().to_string(), |long| format!("--{long}"));
+                return Err(command.error(
+                    ErrorKind::ArgumentConflict,
+                    format!("the subcommand '{name}' cannot be used with '{flag}'"),
+                ));
+            }
+        }
+        Cli::from_arg_matches(&matches)
     }
 }
 

@@ -463,6 +463,25 @@ fn duration_flags_take_seconds_and_units() {
     );
 }
 
+/// `--log` goes before a subcommand as well as after it; the service's own flags do not go with
+/// one.
+#[test]
+fn log_goes_before_a_subcommand_and_service_flags_do_not() {
+    for args in [
+        &["--log", "warn", "dump", "--pid", "4194305"][..],
+        &["dump", "--log", "warn", "--pid", "4194305"],
+    ] {
+        assert_one_line_error(&run_pyagent(args), "does not exist");
+    }
+    let out = run_pyagent(&["--all-python", "dump", "--pid", "4194305"]);
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("the subcommand 'dump' cannot be used with '--all-python'"),
+        "{err}"
+    );
+}
+
 #[test]
 fn bad_flag_values_are_one_line() {
     for args in [
