@@ -151,6 +151,7 @@ pub fn run(args: &Args) -> Result<()> {
                 Profiler::PySpy,
                 Profiler::PySpyNonblocking,
                 Profiler::Austin,
+                Profiler::AustinCpu,
             ],
         },
         Suite {

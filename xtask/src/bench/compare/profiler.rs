@@ -23,8 +23,11 @@ pub enum Profiler {
     PySpy,
     /// `py-spy record --nonblocking`.
     PySpyNonblocking,
-    /// `austin` (never stops the target).
+    /// `austin` (never stops the target): wall-clock mode, every thread sampled.
     Austin,
+    /// `austin -s`: CPU mode, idle threads left out (each thread's state read every sample),
+    /// the mode pyagent's `record` samples in by default.
+    AustinCpu,
     /// `python3.15 -m profiling.sampling attach` (CPython's own sampler).
     Tachyon,
 }
@@ -39,6 +42,7 @@ impl Profiler {
             Profiler::PySpy => "py-spy",
             Profiler::PySpyNonblocking => "py-spy --nonblocking",
             Profiler::Austin => "austin",
+            Profiler::AustinCpu => "austin -s",
             Profiler::Tachyon => "tachyon",
         }
     }
@@ -52,8 +56,14 @@ impl Profiler {
             Profiler::PySpy => "py-spy",
             Profiler::PySpyNonblocking => "py-spy nb",
             Profiler::Austin => "austin",
+            Profiler::AustinCpu => "austin -s",
             Profiler::Tachyon => "tachyon",
         }
+    }
+
+    /// Austin, in either mode.
+    pub fn is_austin(self) -> bool {
+        matches!(self, Profiler::Austin | Profiler::AustinCpu)
     }
 
     /// Ours.
@@ -188,10 +198,13 @@ pub fn attach(
             }
             c
         }
-        Profiler::Austin => {
+        Profiler::Austin | Profiler::AustinCpu => {
             // Austin takes an interval in microseconds.
             let interval_us = (1_000_000 / rate_hz.max(1)).max(1).to_string();
             let mut c = Command::new(&tools.austin);
+            if profiler == Profiler::AustinCpu {
+                c.arg("-s");
+            }
             c.args(["-i", &interval_us, "-p", &pid, "-x", &secs, "-o"])
                 .arg(&out);
             c
@@ -298,16 +311,12 @@ pub fn parse(profiler: Profiler, text: &str) -> Vec<Stack> {
         let Ok(count) = count.parse::<u64>() else {
             continue;
         };
-        let count = if profiler == Profiler::Austin {
-            1
-        } else {
-            count
-        };
+        let count = if profiler.is_austin() { 1 } else { count };
         let frames = stack
             .split(';')
             .filter(|e| !is_thread_element(profiler, e))
             .map(|e| match profiler {
-                Profiler::Austin | Profiler::Tachyon => colon_frame(e),
+                Profiler::Austin | Profiler::AustinCpu | Profiler::Tachyon => colon_frame(e),
                 _ => paren_frame(e),
             })
             .collect();
@@ -327,7 +336,7 @@ fn is_thread_element(profiler: Profiler, e: &str) -> bool {
         Profiler::PyagentEbpf | Profiler::PyagentUserspace => {
             e.starts_with("thread ") || e.starts_with("process ")
         }
-        Profiler::Austin => tagged('P') || tagged('T'),
+        Profiler::Austin | Profiler::AustinCpu => tagged('P') || tagged('T'),
         Profiler::Tachyon => e.starts_with("tid:"),
         _ => false,
     }
