@@ -90,53 +90,67 @@ impl RunStates {
     fn read(&mut self, tid: u32) -> Option<&[u8]> {
         let kept = match self.files.get_mut(&tid) {
             Some((file, read_at)) => match read_whole(file, &mut self.buf) {
-                Some(n) => {
+                Ok(n) => {
                     *read_at = self.tick;
                     Some(n)
                 }
-                None => None,
+                Err(e) => {
+                    self.refused(&e);
+                    None
+                }
             },
             None => None,
         };
         if let Some(n) = kept {
             return Some(&self.buf[..n]);
         }
-        // Exited, or its ID now names another thread: open again.
+        // Exited, or its ID now names another thread (or the source changed): open again,
+        // and once more from `stat` if `syscall` is refused.
         self.files.remove(&tid);
-        let file = self.open(tid)?;
-        let n = read_whole(&file, &mut self.buf)?;
+        let mut opened = None;
+        for _ in 0..2 {
+            let path = format!("/proc/{}/task/{tid}/{}", self.pid, self.source.name());
+            match File::open(path).and_then(|file| Ok((read_whole(&file, &mut self.buf)?, file))) {
+                Ok(read) => {
+                    opened = Some(read);
+                    break;
+                }
+                Err(e) if self.refused(&e) => continue,
+                Err(_) => return None,
+            }
+        }
+        let (n, file) = opened?;
         if self.files.len() < MAX_OPEN {
             self.files.insert(tid, (file, self.tick));
         }
         Some(&self.buf[..n])
     }
 
-    /// Opens the thread's state file; a `syscall` file refused for want of access moves the
-    /// process to `stat` for good.
-    fn open(&mut self, tid: u32) -> Option<File> {
-        let path = |source: StateFile| format!("/proc/{}/task/{tid}/{}", self.pid, source.name());
-        match File::open(path(self.source)) {
-            Ok(file) => Some(file),
-            Err(e)
-                if self.source == StateFile::Syscall && e.kind() == ErrorKind::PermissionDenied =>
-            {
-                tracing::debug!(
-                    pid = self.pid,
-                    "thread states from stat: syscall refused ({e})"
-                );
-                self.source = StateFile::Stat;
-                self.files.clear();
-                File::open(path(StateFile::Stat)).ok()
-            }
-            Err(_) => None,
+    /// Whether `e` is the kernel refusing a `syscall` file (at open, or at read, where it checks
+    /// ptrace access): then the process's states come from `stat` from now on. A read refused
+    /// must not pass for a thread that exited: the thread would never be sampled.
+    fn refused(&mut self, e: &std::io::Error) -> bool {
+        let refused = self.source == StateFile::Syscall
+            && (e.kind() == ErrorKind::PermissionDenied
+                || e.raw_os_error() == Some(nix::libc::EPERM));
+        if refused {
+            tracing::debug!(
+                pid = self.pid,
+                "thread states from stat: syscall refused ({e})"
+            );
+            self.source = StateFile::Stat;
+            self.files.clear();
         }
+        refused
     }
 }
 
-/// Reads a state file whole from its start; `None` when the thread is gone (or the file
-/// refused, which a `syscall` file may be at read time).
-fn read_whole(file: &File, buf: &mut [u8]) -> Option<usize> {
-    file.read_at(buf, 0).ok().filter(|&n| n > 0)
+/// Reads a state file whole from its start (an error, or nothing read: the thread is gone).
+fn read_whole(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
+    match file.read_at(buf, 0)? {
+        0 => Err(ErrorKind::UnexpectedEof.into()),
+        n => Ok(n),
+    }
 }
 
 /// The state letter of a `stat` line: the field after the command name, which is in
@@ -222,6 +236,23 @@ mod tests {
     #[test]
     fn reads_thread_states_from_stat() {
         reads_states_through_open_files(StateFile::Stat);
+    }
+
+    /// A `syscall` file refused (EACCES at open, EPERM at read) moves the process to `stat`; a
+    /// thread that is gone does not.
+    #[test]
+    fn a_refused_syscall_file_moves_the_process_to_stat() {
+        let mut states = RunStates::new(std::process::id());
+        assert!(!states.refused(&ErrorKind::NotFound.into()));
+        assert!(!states.refused(&ErrorKind::UnexpectedEof.into()));
+        assert_eq!(states.source, StateFile::Syscall);
+        assert!(states.refused(&std::io::Error::from_raw_os_error(nix::libc::EPERM)));
+        assert_eq!(states.source, StateFile::Stat);
+        // Stat is never refused for access: a second refusal changes nothing.
+        assert!(!states.refused(&std::io::Error::from_raw_os_error(nix::libc::EACCES)));
+        let mut states = RunStates::new(std::process::id());
+        assert!(states.refused(&std::io::Error::from_raw_os_error(nix::libc::EACCES)));
+        assert_eq!(states.source, StateFile::Stat);
     }
 
     #[test]
