@@ -155,7 +155,8 @@ static __always_inline __u64 pa_search_thread(__u32 tgid)
 	return s.found;
 }
 
-/* The last run of a walk may start at the last frame slot: it ends inside the native area. */
+/* To the verifier a run of frames may start at the last frame slot (pa_walk_step): it ends
+ * inside the native area. */
 _Static_assert(sizeof(struct pa_scratch) >=
 		       sizeof(struct pa_record) + sizeof(struct pa_frame_run) - sizeof(struct pa_frame),
 	       "a run of frames from the last slot stays inside the scratch record");

@@ -282,7 +282,8 @@ struct pa_frame_run {
 };
 
 /* The first min(max, PA_SHORT_FRAMES) frames, each read alone, into a short record's slots.
- * Global (verified once: see the top of this file). Returns 1 when the walk ends. */
+ * Global (verified once: see the top of this file). Returns 1 when the walk ended (complete,
+ * cut, anchored, looping), 0 when it may go on (at `max` frames the caller stops it). */
 __attribute__((noinline)) int pa_walk_short(struct pa_walk *w, struct pa_frame_run *run, __u32 max)
 {
 	if (!w || !run)
@@ -295,7 +296,8 @@ __attribute__((noinline)) int pa_walk_short(struct pa_walk *w, struct pa_frame_r
 
 /* The next PA_SHORT_FRAMES frames at most, from this CPU's window (`win`; NULL: each read
  * alone), into `run`, the slots from frame w->n; the walk stops at `max` frames. Global, like
- * pa_walk_short. Returns 1 when the walk ends. */
+ * pa_walk_short. Returns 1 to stop the loop (the walk ended, or reached `max`), 0 after eight
+ * frames. */
 __attribute__((noinline)) int pa_walk_run(struct pa_walk *w, struct pa_frame_run *run,
 					  struct pa_frame_window *win, __u32 max)
 {
@@ -321,8 +323,9 @@ struct pa_walk_loop {
 	__u32 max;
 };
 
-/* One bpf_loop step past the short record: a run of frames from w->n, into the scratch record
- * (whose native area leaves room for a run that starts at its last frame slot). */
+/* One bpf_loop step past the short record: a run of frames from w->n, into the scratch record.
+ * Runs start at frames 8, 16, ... 1016; to the verifier, which sees n only as masked below, a
+ * run may start at the last slot: the scratch record's native area leaves room for it. */
 static long pa_walk_step(__u32 i, void *ctx)
 {
 	struct pa_walk_loop *l = ctx;
