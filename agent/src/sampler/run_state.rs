@@ -133,9 +133,7 @@ impl RunStates {
             && e.kind() == ErrorKind::NotFound
             && std::path::Path::new(&format!("/proc/{}/task/{tid}/stat", self.pid)).exists();
         if missing {
-            tracing::debug!(pid = self.pid, "thread states from stat: no syscall file");
-            self.source = StateFile::Stat;
-            self.files.clear();
+            self.use_stat(e);
         }
         missing
     }
@@ -148,14 +146,16 @@ impl RunStates {
             && (e.kind() == ErrorKind::PermissionDenied
                 || e.raw_os_error() == Some(nix::libc::EPERM));
         if refused {
-            tracing::debug!(
-                pid = self.pid,
-                "thread states from stat: syscall refused ({e})"
-            );
-            self.source = StateFile::Stat;
-            self.files.clear();
+            self.use_stat(e);
         }
         refused
+    }
+
+    /// Moves the process to `stat`, its `syscall` files closed.
+    fn use_stat(&mut self, why: &std::io::Error) {
+        tracing::debug!(pid = self.pid, "thread states from stat: syscall ({why})");
+        self.source = StateFile::Stat;
+        self.files.clear();
     }
 }
 
