@@ -59,7 +59,7 @@ pub fn blocked_in(pid: u32, tid: u32) -> Option<BlockedIn> {
 
 /// `NR ARG0 ARG1 ... SP PC` (hex arguments); `running` and `-1 SP PC` (blocked outside any
 /// system call) say nothing.
-fn parse_syscall(text: &str) -> Option<BlockedIn> {
+pub(crate) fn parse_syscall(text: &str) -> Option<BlockedIn> {
     let mut fields = text.split_whitespace();
     let nr: i64 = fields.next()?.parse().ok()?;
     if nr < 0 {

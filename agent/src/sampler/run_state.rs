@@ -20,6 +20,8 @@ use std::fs::File;
 use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
 
+use crate::sampler::off_cpu::{parse_syscall, BlockedIn};
+
 /// Most files kept open per process: beyond, a thread's file is opened and closed each time.
 const MAX_OPEN: usize = 256;
 
@@ -84,6 +86,17 @@ impl RunStates {
     pub fn is_running(&mut self, tid: u32) -> bool {
         let source = self.source;
         self.read(tid).is_some_and(|text| source.says_running(text))
+    }
+
+    /// What thread `tid` is blocked in: its `syscall` file, kept open, read again (the text of
+    /// this tick's read is gone, the buffer serves every thread). `None` when it runs, has
+    /// exited, or the process's states come from `stat` (its `syscall` refused or missing).
+    pub fn blocked_in(&mut self, tid: u32) -> Option<BlockedIn> {
+        if self.source != StateFile::Syscall {
+            return None;
+        }
+        let text = self.read(tid)?;
+        parse_syscall(std::str::from_utf8(text).ok()?)
     }
 
     /// The text of the thread's state file, `None` if it cannot be read (exited).
@@ -251,6 +264,48 @@ mod tests {
     #[test]
     fn reads_thread_states_from_syscall() {
         reads_states_through_open_files(StateFile::Syscall);
+    }
+
+    /// A thread parked on a channel is blocked in a futex, read from its open `syscall` file; a
+    /// spinning thread is blocked in nothing; with states from `stat` nothing is known.
+    #[test]
+    fn a_parked_thread_is_blocked_in_a_futex() {
+        let (spinning, stop, spin) = spinner();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let parked = std::thread::spawn(move || {
+            tid_tx
+                .send(nix::unistd::gettid().as_raw() as u32)
+                .expect("send");
+            go_rx.recv().ok();
+        });
+        let other = tid_rx.recv().expect("the thread's id");
+        let mut states = RunStates::new(std::process::id());
+        states.begin_tick();
+        until(&mut states, other, false, "the parked thread never slept");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while states.blocked_in(other).map(|b| b.class) != Some(common::WAIT_FUTEX) {
+            assert!(
+                Instant::now() < deadline,
+                "the parked thread never waited on a futex"
+            );
+            std::thread::yield_now();
+        }
+        until(&mut states, spinning, true, "the spinning thread never ran");
+        // A thread read as running may be preempted before the second read: ask until it runs.
+        while states.blocked_in(spinning).is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "the spinning thread stayed blocked"
+            );
+            std::thread::yield_now();
+        }
+        states.source = StateFile::Stat;
+        assert_eq!(states.blocked_in(other), None);
+        go_tx.send(()).expect("send");
+        parked.join().expect("join");
+        stop.store(true, Ordering::Relaxed);
+        spin.join().expect("join");
     }
 
     #[test]

@@ -291,8 +291,10 @@ impl UserspaceSampler {
             match result {
                 Ok(mut samples) => {
                     if idle {
+                        // Threads not stopped had their `syscall` files opened this tick.
+                        let mut states = (!stop).then(|| self.run_states.get_mut(&pid)).flatten();
                         for s in &mut samples {
-                            label_wall_state(pid, unwinder, &on_cpu, s);
+                            label_wall_state(pid, unwinder, &on_cpu, states.as_deref_mut(), s);
                         }
                     }
                     if self.config.native_stacks {
@@ -368,11 +370,13 @@ impl UserspaceSampler {
 
 /// Labels a wall-clock (`--idle`) sample on or off the CPU, and a thread off the CPU without
 /// the GIL as waiting for it when it is blocked on the GIL's futex (one read of its system call:
-/// only threads that are off the CPU and not holding the GIL pay it).
+/// only threads that are off the CPU and not holding the GIL pay it). `states`: the process's
+/// open state files, read this tick (none when its threads were stopped around the sample).
 fn label_wall_state(
     pid: u32,
     unwinder: &mut Unwinder,
     on_cpu: &HashSet<u32>,
+    states: Option<&mut RunStates>,
     s: &mut ThreadSample,
 ) {
     let host_tid = unwinder.host_tid(s.tid);
@@ -386,7 +390,10 @@ fn label_wall_state(
         return;
     }
     let waits_for_gil = host_tid
-        .and_then(|tid| blocked_in(pid, tid))
+        .and_then(|tid| match states {
+            Some(states) => states.blocked_in(tid),
+            None => blocked_in(pid, tid),
+        })
         .is_some_and(|b| {
             wait_reason(b.class, b.wait_addr, unwinder.main_gil_words()) == WaitReason::Gil
         });
