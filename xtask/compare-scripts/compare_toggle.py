@@ -3,7 +3,7 @@
 Usage: compare_toggle.py SECONDS
 
 Prints `ready PID` at once, then calls a fixed function for SECONDS and cuts its time into
-slices of about 10 ms of wall-clock time: for each, the monotonic clock at its start and end
+slices of about 2 ms of wall-clock time: for each, the monotonic clock at its start and end
 (`CLOCK_MONOTONIC`, the clock the harness stamps its pauses and resumes with), the calls made and
 the CPU time this thread used. At exit it prints one JSON line, `{"slices": [[start_ns, end_ns,
 calls, cpu_ns], ...]}`: the harness sums the slices inside each of its windows.
@@ -26,7 +26,7 @@ def main():
     secs = float(sys.argv[1])
     print("ready", os.getpid(), flush=True)
     mono, cpu = time.monotonic_ns, time.thread_time_ns
-    slice_ns = 10_000_000
+    slice_ns = 2_000_000
     start, cpu_start = mono(), cpu()
     end = start + int(secs * 1e9)
     cut = start + slice_ns

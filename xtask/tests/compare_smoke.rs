@@ -112,6 +112,16 @@ fn compare_quick_reports_every_profiler() {
             "no accuracy truth row for {python}:\n{md}"
         );
     }
+    // The toggled slowdown's control: the perf events alone, beside pyagent's eBPF mode.
+    for python in ["py313", "py315"] {
+        let control = table.iter().find(|r| {
+            r[0] == "cpu-clock events only (control)" && r[1].ends_with(&format!("({python})"))
+        });
+        assert!(
+            control.is_some_and(|r| r[2..].iter().all(|c| !c.starts_with("failed"))),
+            "no measured control row for {python} in the toggled slowdown:\n{md}"
+        );
+    }
     assert!(
         md.contains("load average") && md.contains("--quick"),
         "the report must name the load and the command:\n{md}"

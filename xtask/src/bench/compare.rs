@@ -53,9 +53,16 @@ pub struct Args {
     /// and rate [default: 60, 2 with --quick; 0: none].
     #[arg(long)]
     toggle_seconds: Option<f64>,
+    /// Seconds of each half of a toggled pair [default: 0.05]: the host's noise drifts, so
+    /// halves close together differ less.
+    #[arg(long)]
+    toggle_window: Option<f64>,
     /// Only the toggled slowdown runs.
     #[arg(long)]
     toggled_only: bool,
+    /// Only these profilers (the unprofiled baseline always runs) [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    profilers: Vec<Profiler>,
     /// One repetition, 1 s windows, one depth and rate for throughput: checks that every
     /// profiler runs (the smoke test); the numbers mean little.
     #[arg(long)]
@@ -142,7 +149,13 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(s) = args.toggle_seconds {
         plan.toggle_s = s.max(0.0);
     }
-    let suites = [
+    if let Some(w) = args.toggle_window {
+        if !(0.01..=5.0).contains(&w) {
+            bail!("--toggle-window {w}: give 0.01 to 5 seconds");
+        }
+        plan.toggle_window_s = w;
+    }
+    let mut suites = [
         Suite {
             interp: main,
             profilers: vec![
@@ -163,6 +176,16 @@ pub fn run(args: &Args) -> Result<()> {
             ],
         },
     ];
+    if !args.profilers.is_empty() {
+        for s in &mut suites {
+            s.profilers.retain(|p| args.profilers.contains(p));
+        }
+    }
+    if suites.iter().all(|s| s.profilers.is_empty()) {
+        bail!(
+            "--profilers: none of them runs here (Tachyon runs only on 3.15, the others on both)"
+        );
+    }
     let machine = report::Machine::probe(command);
     eprintln!(
         "compare: {} mode, {} reps; {}",

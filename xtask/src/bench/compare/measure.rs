@@ -101,7 +101,7 @@ impl Plan {
                 slowdown_only: false,
                 toggled_only: false,
                 toggle_s: 2.0,
-                toggle_window_s: 0.5,
+                toggle_window_s: 0.05,
                 toggle_lead_s: 2.0,
                 target_cpu: None,
             }
@@ -120,7 +120,7 @@ impl Plan {
                 slowdown_only: false,
                 toggled_only: false,
                 toggle_s: 60.0,
-                toggle_window_s: 0.5,
+                toggle_window_s: 0.05,
                 toggle_lead_s: 2.0,
                 target_cpu: None,
             }
@@ -422,12 +422,14 @@ pub fn perf_max_sample_rate() -> Option<u64> {
         .ok()
 }
 
-/// The slowdown configurations of a suite: none (rate 0), then each profiler at each rate.
+/// The slowdown configurations of a suite: none (rate 0), then each profiler at each rate;
+/// nothing for a suite whose profilers were all left out (`--profilers`).
 pub(super) fn configurations<'a>(
     suite: &'a Suite,
     plan: &'a Plan,
 ) -> impl Iterator<Item = (Profiler, u32)> + 'a {
-    std::iter::once((Profiler::None, 0)).chain(
+    let baseline = (!suite.profilers.is_empty()).then_some((Profiler::None, 0));
+    baseline.into_iter().chain(
         suite
             .profilers
             .iter()

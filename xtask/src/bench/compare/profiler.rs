@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use super::util::{Interpreter, Proc, Usage};
 
 /// One profiler configuration (a row of the tables).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Profiler {
     /// No profiler: the baseline.
     None,
@@ -25,11 +25,18 @@ pub enum Profiler {
     PySpyNonblocking,
     /// `austin` (never stops the target): wall-clock mode, every thread sampled.
     Austin,
+    #[value(name = "austin-cpu")]
     /// `austin -s`: CPU mode, idle threads left out (each thread's state read every sample),
     /// the mode pyagent's `record` samples in by default.
     AustinCpu,
     /// `python3.15 -m profiling.sampling attach` (CPython's own sampler).
     Tachyon,
+    /// A control of the toggled slowdown, no profiler: a `cpu-clock` perf event on every CPU at
+    /// the rate, no program attached and no buffer (each overflow is dropped at once), opened by
+    /// the harness. What any perf-event sampler pays before its own work (pyagent's eBPF mode,
+    /// the eBPF agents).
+    #[value(name = "timer-only")]
+    TimerOnly,
 }
 
 impl Profiler {
@@ -44,6 +51,7 @@ impl Profiler {
             Profiler::Austin => "austin",
             Profiler::AustinCpu => "austin -s",
             Profiler::Tachyon => "tachyon",
+            Profiler::TimerOnly => "cpu-clock events only (control)",
         }
     }
 
@@ -58,6 +66,7 @@ impl Profiler {
             Profiler::Austin => "austin",
             Profiler::AustinCpu => "austin -s",
             Profiler::Tachyon => "tachyon",
+            Profiler::TimerOnly => "timer only",
         }
     }
 
@@ -172,7 +181,7 @@ pub fn attach(
     let _ = std::fs::remove_file(&out);
     let (pid, rate, secs) = (pid.to_string(), rate_hz.to_string(), secs.to_string());
     let mut cmd = match profiler {
-        Profiler::None => bail!("no profiler to attach"),
+        Profiler::None | Profiler::TimerOnly => bail!("no profiler to attach"),
         Profiler::PyagentEbpf | Profiler::PyagentUserspace => {
             let mode = if profiler == Profiler::PyagentEbpf {
                 "ebpf"

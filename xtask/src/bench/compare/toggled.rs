@@ -1,20 +1,24 @@
 //! Target slowdown measured within one run: the profiler stays attached, and the harness pauses
-//! and resumes it in alternate windows of half a second while the target counts its work.
+//! and resumes it in alternate windows of 50 ms while the target counts its work.
 //!
 //! Separate runs (a process started, attached to, measured and ended for every pair) leave a
 //! spread of about 3 points between two unprofiled runs on these VMs: resolving ±0.5 points took
-//! some 300 pairs per configuration. Within one run the two halves of a pair are a second apart
-//! on the same process, CPU and warmed-up interpreter, so what drifts (the host's load, the
-//! VM's steal time, the CPU's caches) drifts for both.
+//! some 300 pairs per configuration. Within one run the two halves of a pair are on the same
+//! process, CPU and warmed-up interpreter. How far apart they may be is set by how the host's
+//! noise moves: on these VMs the target's calls per CPU-second wander by some 27% (a 60 s
+//! unprofiled run, 10 ms slices), slowly (the rate 10 ms later correlates 0.9 with this one,
+//! 100 ms later 0.6, 1 s later 0.14). Two adjacent halves of 500 ms then differ by 13 points
+//! (robust spread), two of 50 ms by 5, of 10 ms by 3: short windows cancel what drifts, and give
+//! ten times the pairs in the same time.
 //!
 //! Pausing a profiler: every process of it gets SIGSTOP (a sampler that is stopped reads
 //! nothing), and for pyagent's eBPF mode, whose cost is the BPF program run in the target's own
 //! context, its perf events are disabled too (the harness takes copies of the agent's perf event
 //! descriptors with `pidfd_getfd` and sends `PERF_EVENT_IOC_DISABLE`). A profiler that catches up
-//! on missed samples when resumed (Tachyon does, in a burst) does so in the first
-//! [`GUARD`] of a window, which is left out; so is the same time after a pause.
+//! on missed samples when resumed (Tachyon does, in a burst) does so in the first fifth of a
+//! window ([`guard`]), which is left out; so is the same time after a pause.
 //!
-//! `compare_toggle.py` records slices of about 10 ms (start and end on `CLOCK_MONOTONIC`, calls,
+//! `compare_toggle.py` records slices of about 2 ms (start and end on `CLOCK_MONOTONIC`, calls,
 //! its thread's CPU time); each window sums the slices inside it, and each pair gives the
 //! slowdown of the profiled half against the paused half in calls per CPU-second of the target.
 //! The order within a pair is drawn at random so that a trend inside a pair cancels.
@@ -30,9 +34,12 @@ use super::measure::{Plan, ProfiledRun, Suite};
 use super::profiler::{Profiler, Tools};
 use super::util::Interpreter;
 
-/// Left out at the start of every window: the change of state takes effect (signals delivered,
-/// a resumed profiler's catch-up burst).
-pub(super) const GUARD: Duration = Duration::from_millis(100);
+/// Left out at the start of every window of `window_s` seconds: the change of state takes effect
+/// (signals delivered, a resumed profiler's catch-up burst). A fifth of the window: 10 ms of
+/// 50 ms, in which a profiler resumed after 50 ms catches up on at most 50 samples.
+pub(super) fn guard(window_s: f64) -> Duration {
+    Duration::from_secs_f64(window_s / 5.0)
+}
 /// A window whose target used less CPU than this share of it is left out: the target was
 /// stopped (a blocking profiler paused while it held the target).
 const MIN_CPU_SHARE: f64 = 0.5;
@@ -65,7 +72,15 @@ struct Slices {
 pub fn measure(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ToggledRow> {
     let mut rows = Vec::new();
     for (suite, s) in suites.iter().enumerate() {
-        for (profiler, rate_hz) in super::measure::configurations(s, plan) {
+        // Beside pyagent's eBPF mode, the perf events alone: what of its slowdown is the timer.
+        let control = s.profilers.contains(&Profiler::PyagentEbpf).then(|| {
+            plan.slowdown_rates_hz
+                .iter()
+                .map(|&r| (Profiler::TimerOnly, r))
+        });
+        let configurations =
+            super::measure::configurations(s, plan).chain(control.into_iter().flatten());
+        for (profiler, rate_hz) in configurations {
             let what = format!(
                 "toggled slowdown {} {} {}",
                 s.interp.name,
@@ -125,22 +140,26 @@ fn run(
     let span = Duration::from_secs_f64(plan.toggle_s);
     let window = Duration::from_secs_f64(plan.toggle_window_s);
     let target_secs = (lead + span + Duration::from_secs(1)).as_secs_f64();
+    let timer_only = profiler == Profiler::TimerOnly;
     let run = ProfiledRun::start(
         tools,
         interp,
         "compare_toggle.py",
         &[target_secs.to_string()],
-        profiler,
+        if timer_only { Profiler::None } else { profiler },
         rate_hz,
         target_secs.ceil() as u32 + 5,
         plan.target_cpu,
     )?;
+    // Opened before the lead, as a profiler attaches before it.
+    let timers = timer_only.then(|| Pause::timers(rate_hz)).transpose()?;
     // The lead is the warm-up all profilers get (Tachyon's interpreter starts, the target's
     // caches settle with the profiler on); pyagent's eBPF attach is also waited for, below.
     std::thread::sleep(lead);
-    let pause = match run.profiler_pid() {
-        Some(pid) => Some(Pause::of(profiler, pid)?),
-        None => None,
+    let pause = match (timers, run.profiler_pid()) {
+        (Some(timers), _) => Some(timers),
+        (None, Some(pid)) => Some(Pause::of(profiler, pid)?),
+        (None, None) => None,
     };
     let mut windows = Vec::new();
     let mut order = Order::new(u64::from(rate_hz) ^ (profiler as u64) << 32);
@@ -166,13 +185,17 @@ fn run(
     let (json, _) = run.finish(target_secs)?;
     let slices: Slices = serde_json::from_str(&json)
         .with_context(|| format!("compare_toggle.py printed {:.200}", json))?;
-    Ok(pair_slowdowns(&windows, &slices.slices))
+    Ok(pair_slowdowns(
+        &windows,
+        &slices.slices,
+        guard(plan.toggle_window_s),
+    ))
 }
 
 /// The slowdown of each pair of `windows` (profiled against not) from the target's slices, and
 /// the number of pairs left out.
-fn pair_slowdowns(windows: &[Window], slices: &[[u64; 4]]) -> (Vec<f64>, usize) {
-    let guard = GUARD.as_nanos() as u64;
+fn pair_slowdowns(windows: &[Window], slices: &[[u64; 4]], guard: Duration) -> (Vec<f64>, usize) {
+    let guard = guard.as_nanos() as u64;
     // Calls per CPU-second inside a window, past its guard; None when the target hardly ran.
     let rate = |w: &Window| -> Option<f64> {
         let from = w.start_ns + guard;
@@ -247,6 +270,21 @@ impl Pause {
         Ok(Pause { pids, perf_events })
     }
 
+    /// The control [`Profiler::TimerOnly`]: a `cpu-clock` event on every online CPU sampling at
+    /// `rate_hz`, enabled, with no buffer and no program (each overflow is dropped).
+    fn timers(rate_hz: u32) -> Result<Pause> {
+        // SAFETY: sysconf(3).
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as i32;
+        let period_ns = 1_000_000_000 / u64::from(rate_hz.max(1));
+        let perf_events = (0..cpus)
+            .map(|cpu| cpu_clock_event(-1, cpu, period_ns, false))
+            .collect::<Result<_>>()?;
+        Ok(Pause {
+            pids: Vec::new(),
+            perf_events,
+        })
+    }
+
     /// Pauses (`true`) or resumes the profiler.
     fn set(&self, paused: bool) -> Result<()> {
         let request = if paused {
@@ -270,6 +308,39 @@ impl Pause {
         }
         Ok(())
     }
+}
+
+/// A `cpu-clock` perf event (`perf_event_open`) of `pid` (-1: every process) on `cpu` (-1: any),
+/// sampling every `period_ns` when that is not 0, and created disabled or not.
+fn cpu_clock_event(pid: i32, cpu: i32, period_ns: u64, disabled: bool) -> Result<OwnedFd> {
+    // perf_event_attr, its first 64 bytes (PERF_ATTR_SIZE_VER0): type PERF_TYPE_SOFTWARE (1) and
+    // size; config PERF_COUNT_SW_CPU_CLOCK (0); sample_period; sample_type PERF_SAMPLE_IP |
+    // PERF_SAMPLE_TID; flags, bit 0 `disabled`.
+    let mut attr = [0u64; 8];
+    attr[0] = 1 | (64 << 32);
+    attr[2] = period_ns;
+    attr[3] = if period_ns > 0 { 0x1 | 0x2 } else { 0 };
+    attr[5] = u64::from(disabled);
+    const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+    // SAFETY: perf_event_open(2) with a valid attr of the size it states; result checked.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            pid,
+            cpu,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        bail!(
+            "perf_event_open(cpu-clock, cpu {cpu}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: a descriptor perf_event_open just returned, owned here alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// `pid` and every process below it.
@@ -396,7 +467,7 @@ mod tests {
                 (false, _) => 100,
             }
         });
-        let (pairs, left_out) = pair_slowdowns(&windows, &s);
+        let (pairs, left_out) = pair_slowdowns(&windows, &s, guard(0.5));
         assert_eq!(left_out, 0);
         assert_eq!(pairs.len(), 2);
         for p in pairs {
@@ -416,25 +487,12 @@ mod tests {
         for slice in s.iter_mut().filter(|s| s[0] >= 500_000_000) {
             slice[3] = 1_000_000;
         }
-        assert_eq!(pair_slowdowns(&windows, &s), (Vec::new(), 1));
+        assert_eq!(pair_slowdowns(&windows, &s, guard(0.5)), (Vec::new(), 1));
     }
 
-    /// A disabled software counter of this process's CPU clock (`perf_event_open`).
+    /// A disabled software counter of this process's CPU clock.
     fn cpu_clock_counter() -> OwnedFd {
-        // perf_event_attr, first 64 bytes (PERF_ATTR_SIZE_VER0): type PERF_TYPE_SOFTWARE (1),
-        // size, config PERF_COUNT_SW_CPU_CLOCK (0), flags with `disabled` (bit 0).
-        let mut attr = [0u64; 8];
-        attr[0] = 1 | (64 << 32);
-        attr[5] = 1;
-        // SAFETY: perf_event_open(2) with a valid attr of the size it states; result checked.
-        let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 0) };
-        assert!(
-            fd >= 0,
-            "perf_event_open: {}",
-            std::io::Error::last_os_error()
-        );
-        // SAFETY: a descriptor perf_event_open just returned.
-        unsafe { OwnedFd::from_raw_fd(fd as i32) }
+        cpu_clock_event(0, -1, 0, true).expect("perf_event_open")
     }
 
     fn count(fd: &OwnedFd) -> u64 {
@@ -453,8 +511,30 @@ mod tests {
         }
     }
 
+    /// The tests that open perf events in this process: one at a time (the other counts them).
+    static PERF_EVENTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// The control's events count on every CPU while resumed, and stop while paused.
+    #[test]
+    fn the_timer_only_control_counts_while_resumed_and_stops_while_paused() {
+        let _one = PERF_EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+        let timers = Pause::timers(1000).expect("cpu-clock events on every CPU");
+        let total = |p: &Pause| p.perf_events.iter().map(count).sum::<u64>();
+        let before = total(&timers);
+        spin(20);
+        assert!(total(&timers) > before, "enabled at once, they count");
+        timers.set(true).expect("pause");
+        let paused = total(&timers);
+        spin(20);
+        assert_eq!(total(&timers), paused, "paused, they stand still");
+        timers.set(false).expect("resume");
+        spin(20);
+        assert!(total(&timers) > paused, "resumed, they count again");
+    }
+
     #[test]
     fn the_perf_events_a_process_holds_are_found_and_paused_through_their_copies() {
+        let _one = PERF_EVENTS.lock().unwrap_or_else(|e| e.into_inner());
         let counter = cpu_clock_counter();
         let copies = perf_event_fds(std::process::id() as i32).expect("our own descriptors");
         assert_eq!(copies.len(), 1, "the one perf event this test opened");

@@ -215,10 +215,12 @@ impl<'a> Report<'a> {
              confidence interval (order statistics). The `none` row pairs windows of an \
              unprofiled run: the method's own spread. Resolved: half-width ≤ {RESOLVED_PP} points. \
              A pair is left out when a half saw the target stopped (py-spy paused while it held \
-             the target).\n",
+             the target). `cpu-clock events only (control)`: no profiler, a `cpu-clock` perf \
+             event on every CPU at the rate with no program and no buffer, opened and toggled by \
+             the harness: what any perf-event sampler pays before its own work.\n",
             plan.toggle_s,
             plan.toggle_window_s,
-            super::super::toggled::GUARD.as_millis(),
+            super::super::toggled::guard(plan.toggle_window_s).as_millis(),
         );
         let rates = &plan.slowdown_rates_hz;
         let header = slowdown_header(rates);
@@ -259,7 +261,12 @@ impl<'a> Report<'a> {
                 2 * rates.len().saturating_sub(1),
             ));
             t.row(none);
-            for &p in &suite.profilers {
+            let control = results
+                .toggled
+                .iter()
+                .any(|r| r.suite == si && r.profiler == Profiler::TimerOnly)
+                .then_some(Profiler::TimerOnly);
+            for p in suite.profilers.iter().copied().chain(control) {
                 let mut row = vec![p.label().to_owned(), python(suites, si)];
                 for &rate in rates {
                     row.extend(cells(si, p, rate));
