@@ -7,9 +7,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
-use goblin::elf::program_header::PT_LOAD;
-use goblin::elf::Elf;
-
+pub(super) use super::elf_headers::DefinedSymbol;
+use super::elf_headers::{ElfHeaders, SymbolTable};
 use super::MapsEntry;
 
 /// Reading or parsing an object failed. The cause is part of the message (discovery lists these
@@ -70,20 +69,11 @@ pub(crate) fn load_bias(loads: &[(u64, u64)], entries: &[MapsEntry]) -> Option<u
     })
 }
 
-/// A defined dynamic symbol: its value and type (`STT_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct DynamicSymbol {
-    /// `st_value`: a link-time address, or an offset in the TLS block for `STT_TLS`
-    pub value: u64,
-    /// `st_type`
-    pub kind: u8,
-}
-
 /// What an object mapped in a process exports, among the names asked for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct ExportedSymbols {
     /// name → symbol, for the asked names the object defines in `.dynsym`
-    pub symbols: HashMap<&'static str, DynamicSymbol>,
+    pub symbols: HashMap<&'static str, DefinedSymbol>,
     /// PT_LOAD segments: (p_offset, p_vaddr)
     pub loads: Vec<(u64, u64)>,
 }
@@ -112,40 +102,11 @@ pub(super) fn parse_exported(
     bytes: &[u8],
     wanted: &[&'static str],
 ) -> Result<ExportedSymbols, goblin::error::Error> {
-    let elf = Elf::parse(bytes)?;
-    let mut symbols = HashMap::new();
-    for sym in elf.dynsyms.iter() {
-        // Undefined entries are imports: the definition is in another object.
-        if sym.st_shndx == 0 {
-            continue;
-        }
-        let Some(name) = elf.dynstrtab.get_at(sym.st_name) else {
-            continue;
-        };
-        if let Some(&w) = wanted.iter().find(|&&w| w == name) {
-            symbols.insert(
-                w,
-                DynamicSymbol {
-                    value: sym.st_value,
-                    kind: sym.st_type(),
-                },
-            );
-        }
-    }
+    let elf = ElfHeaders::parse(bytes)?;
     Ok(ExportedSymbols {
-        symbols,
-        loads: load_segments(&elf),
+        symbols: elf.defined(SymbolTable::Dynamic, wanted)?,
+        loads: elf.load_segments(),
     })
-}
-
-/// (file offset, virtual address) of each loadable segment: what maps a mapping's file offset
-/// to the addresses the object was linked at.
-fn load_segments(elf: &goblin::elf::Elf<'_>) -> Vec<(u64, u64)> {
-    elf.program_headers
-        .iter()
-        .filter(|p| p.p_type == PT_LOAD)
-        .map(|p| (p.p_offset, p.p_vaddr))
-        .collect()
 }
 
 /// Identity of a file's contents: device, inode, size, modification time.
@@ -217,42 +178,11 @@ pub(super) fn section_address(
         path: opened.clone(),
         error,
     };
-    // Headers only: the symbol tables of a big executable are not needed for a section.
-    let header = Elf::parse_header(&map).map_err(parse)?;
-    let mut elf = Elf::lazy_parse(header).map_err(parse)?;
-    let ctx = goblin::container::Ctx::new(
-        header.container().map_err(parse)?,
-        header.endianness().map_err(parse)?,
-    );
-    elf.section_headers = goblin::elf::SectionHeader::parse(
-        &map,
-        header.e_shoff as usize,
-        header.e_shnum as usize,
-        ctx,
-    )
-    .map_err(parse)?;
-    elf.program_headers = goblin::elf::ProgramHeader::parse(
-        &map,
-        header.e_phoff as usize,
-        header.e_phnum as usize,
-        ctx,
-    )
-    .map_err(parse)?;
-    let Some(strtab) = elf.section_headers.get(header.e_shstrndx as usize) else {
+    let elf = ElfHeaders::parse(&map).map_err(parse)?;
+    let Some(vaddr) = elf.section_address(name) else {
         return Ok(None);
     };
-    let names =
-        goblin::strtab::Strtab::parse(&map, strtab.sh_offset as usize, strtab.sh_size as usize, 0)
-            .map_err(parse)?;
-    let Some(vaddr) = elf
-        .section_headers
-        .iter()
-        .find(|s| names.get_at(s.sh_name) == Some(name))
-        .map(|s| s.sh_addr)
-    else {
-        return Ok(None);
-    };
-    Ok(load_bias(&load_segments(&elf), entries).map(|bias| bias.wrapping_add(vaddr)))
+    Ok(load_bias(&elf.load_segments(), entries).map(|bias| bias.wrapping_add(vaddr)))
 }
 
 /// Parses the object mapped at `path` in process `pid`. `Ok(None)` when it holds no CPython
@@ -292,25 +222,18 @@ pub fn load_facts(
 
 /// The facts of an ELF image in memory.
 pub fn parse_facts(bytes: &[u8]) -> Result<Option<ElfFacts>, goblin::error::Error> {
-    let elf = Elf::parse(bytes)?;
-    let find = |name: &str| -> Option<u64> {
-        let dyn_hit = elf
-            .dynsyms
-            .iter()
-            .find(|s| elf.dynstrtab.get_at(s.st_name) == Some(name));
-        let hit = dyn_hit.or_else(|| {
-            elf.syms
-                .iter()
-                .find(|s| elf.strtab.get_at(s.st_name) == Some(name))
-        });
-        hit.map(|s| s.st_value).filter(|&v| v != 0)
-    };
-    let section = elf
-        .section_headers
-        .iter()
-        .find(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(".PyRuntime"))
-        .map(|s| s.sh_addr);
-    let Some(runtime_vaddr) = find("_PyRuntime").or(section) else {
+    const NAMES: [&str; 3] = ["_PyRuntime", "PyCode_Type", "Py_Version"];
+    let elf = ElfHeaders::parse(bytes)?;
+    // Exported first; the full table (when not stripped) only for what is not.
+    let mut found = elf.defined(SymbolTable::Dynamic, &NAMES)?;
+    if NAMES.iter().any(|n| !found.contains_key(n)) {
+        for (name, sym) in elf.defined(SymbolTable::Full, &NAMES)? {
+            found.entry(name).or_insert(sym);
+        }
+    }
+    let find = |name: &str| found.get(name).map(|s| s.value).filter(|&v| v != 0);
+    let Some(runtime_vaddr) = find("_PyRuntime").or_else(|| elf.section_address(".PyRuntime"))
+    else {
         return Ok(None);
     };
     let Some(code_type_vaddr) = find("PyCode_Type") else {
@@ -321,7 +244,7 @@ pub fn parse_facts(bytes: &[u8]) -> Result<Option<ElfFacts>, goblin::error::Erro
         code_type_vaddr,
         py_version_vaddr: find("Py_Version"),
         is_shared_object: elf.header.e_type == goblin::elf::header::ET_DYN,
-        loads: load_segments(&elf),
+        loads: elf.load_segments(),
     }))
 }
 

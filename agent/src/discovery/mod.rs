@@ -10,6 +10,7 @@
 pub mod asyncio_section;
 pub mod container;
 mod elf;
+mod elf_headers;
 pub mod host;
 pub mod look_again;
 pub mod privileges;

@@ -244,7 +244,7 @@ fn read_field(mem: &mut impl ProcessMemory, base: u64, field: Descriptor) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discovery::elf::DynamicSymbol;
+    use crate::discovery::elf::DefinedSymbol;
     use crate::memory::FakeMemory;
 
     const BASE: u64 = 0x10_000;
@@ -266,7 +266,7 @@ mod tests {
             exports: ExportedSymbols {
                 symbols: symbols
                     .iter()
-                    .map(|&(n, value, kind)| (n, DynamicSymbol { value, kind }))
+                    .map(|&(n, value, kind)| (n, DefinedSymbol { value, kind }))
                     .collect(),
                 loads: vec![],
             },
