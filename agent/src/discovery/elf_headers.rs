@@ -2,12 +2,13 @@
 //! without what `goblin::elf::Elf::parse` also does: split every string of `.strtab` into a
 //! sorted table (hundreds of KB in an unstripped libpython, the bulk of its cost) and walk every
 //! relocation. Discovery asks for three names in libpython and seven in each object a process
-//! maps (the OpenTelemetry thread context): a `record` started half of its 7 ms of CPU there.
+//! maps (the OpenTelemetry thread context): a 10 ms `record` took 6.2 ms of CPU with the full
+//! parse, 4.0 with this.
 
 use std::collections::HashMap;
 
 use goblin::container::Ctx;
-use goblin::elf::program_header::PT_LOAD;
+use goblin::elf::program_header::{PT_DYNAMIC, PT_LOAD};
 use goblin::elf::section_header::{SHT_DYNSYM, SHT_NOBITS, SHT_SYMTAB};
 use goblin::elf::sym::Symtab;
 use goblin::elf::{Elf, Header, ProgramHeader, SectionHeader};
@@ -88,9 +89,9 @@ impl<'a> ElfHeaders<'a> {
             .map(|s| s.sh_addr)
     }
 
-    /// The defined symbols of `table` named in `wanted` (the first of each name). An image
-    /// without section headers has its dynamic symbols found through its dynamic segment, by
-    /// goblin's full parse.
+    /// The defined symbols of `table` named in `wanted` (the first of each name). An image with
+    /// a dynamic segment but no `.dynsym` section (its section headers stripped) has its dynamic
+    /// symbols found through that segment, by goblin's full parse.
     pub fn defined(
         &self,
         table: SymbolTable,
@@ -127,7 +128,9 @@ impl<'a> ElfHeaders<'a> {
                     keep(c_str_at(names, sym.st_name), &sym);
                 }
             }
-            None if table == SymbolTable::Dynamic && self.sections.is_empty() => {
+            None if table == SymbolTable::Dynamic
+                && self.program_headers.iter().any(|p| p.p_type == PT_DYNAMIC) =>
+            {
                 let elf = Elf::parse(self.bytes)?;
                 for sym in elf.dynsyms.iter() {
                     let name = elf.dynstrtab.get_at(sym.st_name).map(str::as_bytes);
@@ -225,6 +228,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Garbage and cut images fail or find nothing; they never panic.
+    #[test]
+    fn garbage_and_truncated_images_are_errors_not_panics() {
+        let libc = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").expect("libc");
+        for cut in [0, 16, 64, 65, 1000, 4096, libc.len() / 2, libc.len() - 1] {
+            if let Ok(h) = ElfHeaders::parse(&libc[..cut]) {
+                for table in [SymbolTable::Dynamic, SymbolTable::Full] {
+                    let _ = h.defined(table, &NAMES);
+                }
+                let _ = h.section_address(".text");
+            }
+        }
+        let mut scrambled = libc.clone();
+        for (i, b) in scrambled.iter_mut().enumerate().skip(64).step_by(7) {
+            *b ^= (i % 251) as u8;
+        }
+        if let Ok(h) = ElfHeaders::parse(&scrambled) {
+            let _ = h.defined(SymbolTable::Dynamic, &NAMES);
+            let _ = h.defined(SymbolTable::Full, &NAMES);
+        }
+        assert!(ElfHeaders::parse(b"not an ELF file at all, just text").is_err());
     }
 
     #[test]

@@ -291,7 +291,7 @@ impl UserspaceSampler {
             match result {
                 Ok(mut samples) => {
                     if idle {
-                        // Threads not stopped had their `syscall` files opened this tick.
+                        // Threads not stopped had their state files read this tick.
                         let mut states = (!stop).then(|| self.run_states.get_mut(&pid)).flatten();
                         for s in &mut samples {
                             label_wall_state(pid, unwinder, &on_cpu, states.as_deref_mut(), s);

@@ -60,7 +60,9 @@ pub struct Args {
     /// Only the toggled slowdown runs.
     #[arg(long)]
     toggled_only: bool,
-    /// Only these profilers (the unprofiled baseline always runs) [default: all].
+    /// Only these profilers [default: all]. The unprofiled baseline runs for each Python that
+    /// keeps one (Tachyon runs on 3.15 only, Austin and py-spy on 3.13 only), and the toggled
+    /// slowdown's timer-only control beside pyagent-ebpf.
     #[arg(long, value_enum, value_delimiter = ',')]
     profilers: Vec<Profiler>,
     /// One repetition, 1 s windows, one depth and rate for throughput: checks that every
@@ -183,7 +185,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
     if suites.iter().all(|s| s.profilers.is_empty()) {
         bail!(
-            "--profilers: none of them runs here (Tachyon runs only on 3.15, the others on both)"
+            "--profilers: none of them runs here (Tachyon runs on 3.15 only, Austin and py-spy on 3.13 only)"
         );
     }
     let machine = report::Machine::probe(command);

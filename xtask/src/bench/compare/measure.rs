@@ -451,14 +451,18 @@ fn slowdown(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<SlowRow> {
         }
     }
     let profiled = rows.iter().filter(|r| r.profiler != Profiler::None).count();
-    let total = (2 * profiled + suites.len()) * plan.reps;
+    let baselines = rows.iter().filter(|r| r.profiler == Profiler::None).count();
+    let total = (2 * profiled + baselines) * plan.reps;
     let mut done = 0;
     for rep in 0..plan.reps {
         for (suite, s) in suites.iter().enumerate() {
-            let base = rows
+            // A suite whose profilers `--profilers` left out has no rows at all.
+            let Some(base) = rows
                 .iter()
                 .position(|r| r.suite == suite && r.profiler == Profiler::None)
-                .expect("a baseline row per suite");
+            else {
+                continue;
+            };
             let mut order: Vec<usize> = (0..rows.len())
                 .filter(|&i| rows[i].suite == suite && i != base)
                 .collect();

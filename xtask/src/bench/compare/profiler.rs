@@ -13,7 +13,8 @@ use super::util::{Interpreter, Proc, Usage};
 /// One profiler configuration (a row of the tables).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Profiler {
-    /// No profiler: the baseline.
+    /// No profiler: the baseline (always measured, not a `--profilers` value).
+    #[value(skip)]
     None,
     /// `pyagent record --mode ebpf`.
     PyagentEbpf,
@@ -25,7 +26,6 @@ pub enum Profiler {
     PySpyNonblocking,
     /// `austin` (never stops the target): wall-clock mode, every thread sampled.
     Austin,
-    #[value(name = "austin-cpu")]
     /// `austin -s`: CPU mode, idle threads left out (each thread's state read every sample),
     /// the mode pyagent's `record` samples in by default.
     AustinCpu,
@@ -34,8 +34,8 @@ pub enum Profiler {
     /// A control of the toggled slowdown, no profiler: a `cpu-clock` perf event on every CPU at
     /// the rate, no program attached and no buffer (each overflow is dropped at once), opened by
     /// the harness. What any perf-event sampler pays before its own work (pyagent's eBPF mode,
-    /// the eBPF agents).
-    #[value(name = "timer-only")]
+    /// the eBPF agents). Measured beside pyagent's eBPF mode, not a `--profilers` value.
+    #[value(skip)]
     TimerOnly,
 }
 

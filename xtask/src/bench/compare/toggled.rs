@@ -68,7 +68,7 @@ struct Slices {
 }
 
 /// Every configuration of every suite, none included (its two halves are both unpaused: the
-/// noise floor of the method).
+/// noise floor of the method), and beside pyagent's eBPF mode the timer-only control.
 pub fn measure(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ToggledRow> {
     let mut rows = Vec::new();
     for (suite, s) in suites.iter().enumerate() {
@@ -139,7 +139,9 @@ fn run(
     let lead = Duration::from_secs_f64(plan.toggle_lead_s);
     let span = Duration::from_secs_f64(plan.toggle_s);
     let window = Duration::from_secs_f64(plan.toggle_window_s);
-    let target_secs = (lead + span + Duration::from_secs(1)).as_secs_f64();
+    // Each half also costs its signals, ioctls and the sleep's overshoot (well under a
+    // millisecond): a tenth more than the span keeps the last halves within the target's run.
+    let target_secs = (lead + span.mul_f64(1.1) + Duration::from_secs(1)).as_secs_f64();
     let timer_only = profiler == Profiler::TimerOnly;
     let run = ProfiledRun::start(
         tools,
@@ -273,10 +275,12 @@ impl Pause {
     /// The control [`Profiler::TimerOnly`]: a `cpu-clock` event on every online CPU sampling at
     /// `rate_hz`, enabled, with no buffer and no program (each overflow is dropped).
     fn timers(rate_hz: u32) -> Result<Pause> {
-        // SAFETY: sysconf(3).
-        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as i32;
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .context("cannot read /sys/devices/system/cpu/online")?;
         let period_ns = 1_000_000_000 / u64::from(rate_hz.max(1));
-        let perf_events = (0..cpus)
+        let perf_events = cpu_list(&online)
+            .with_context(|| format!("/sys/devices/system/cpu/online: {online:?}"))?
+            .into_iter()
             .map(|cpu| cpu_clock_event(-1, cpu, period_ns, false))
             .collect::<Result<_>>()?;
         Ok(Pause {
@@ -308,6 +312,20 @@ impl Pause {
         }
         Ok(())
     }
+}
+
+/// The CPUs of a kernel CPU list (`0-1,3`).
+fn cpu_list(text: &str) -> Result<Vec<i32>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        let (first, last): (i32, i32) = (first.parse()?, last.parse()?);
+        cpus.extend(first..=last);
+    }
+    if cpus.is_empty() {
+        bail!("no CPU listed");
+    }
+    Ok(cpus)
 }
 
 /// A `cpu-clock` perf event (`perf_event_open`) of `pid` (-1: every process) on `cpu` (-1: any),
@@ -475,6 +493,29 @@ mod tests {
         }
     }
 
+    /// The default geometry: halves of 50 ms, a guard of 10 ms, slices of 2 ms. A slice that
+    /// straddles the guard's end or the window's is left out; the rest gives the slowdown.
+    #[test]
+    fn fifty_ms_halves_of_two_ms_slices() {
+        assert_eq!(guard(0.05), Duration::from_millis(10));
+        let windows = [(false, 1_000_000), (true, 51_000_000)].map(|(profiled, start_ns)| Window {
+            profiled,
+            start_ns,
+            end_ns: start_ns + 50_000_000,
+        });
+        let s: Vec<[u64; 4]> = (0..60)
+            .map(|i| {
+                let start = i * 2_000_000;
+                let calls = if start >= 51_000_000 { 49 } else { 50 };
+                [start, start + 2_000_000, calls, 2_000_000]
+            })
+            .collect();
+        let (pairs, left_out) = pair_slowdowns(&windows, &s, guard(0.05));
+        assert_eq!(left_out, 0);
+        assert_eq!(pairs.len(), 1);
+        assert!((pairs[0] - 2.0).abs() < 1e-9, "{pairs:?}");
+    }
+
     #[test]
     fn a_half_with_the_target_stopped_leaves_its_pair_out() {
         let windows = [(true, 0), (false, 500_000_000)].map(|(profiled, start_ns)| Window {
@@ -509,6 +550,14 @@ mod tests {
         while std::time::Instant::now() < until {
             x = std::hint::black_box(x.wrapping_add(1));
         }
+    }
+
+    #[test]
+    fn cpu_lists_are_read_with_their_ranges() {
+        assert_eq!(cpu_list("0-1\n").expect("list"), [0, 1]);
+        assert_eq!(cpu_list("0,2-3,7").expect("list"), [0, 2, 3, 7]);
+        assert!(cpu_list("\n").is_err());
+        assert!(cpu_list("0-x").is_err());
     }
 
     /// The tests that open perf events in this process: one at a time (the other counts them).

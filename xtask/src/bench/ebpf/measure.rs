@@ -678,7 +678,7 @@ fn agent_overhead(
                 // looks again at every new process's maps have backed off.
                 let steady_sampling = second_half.map_or("?".to_owned(), |s| {
                     format!(
-                        "{s:.2}% over the second half of the sampling ({} ≤ 0.25%)",
+                        "{s:.2}% over the second half of the sampling (≤ 0.25%: {})",
                         verdict(s <= 0.25)
                     )
                 });

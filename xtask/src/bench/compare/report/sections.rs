@@ -167,7 +167,10 @@ impl<'a> Report<'a> {
             }
         };
         for (si, suite) in suites.iter().enumerate() {
-            let base = slow_row(results, si, Profiler::None, 0).expect("baseline row");
+            // A suite whose profilers `--profilers` left out was not measured.
+            let Some(base) = slow_row(results, si, Profiler::None, 0) else {
+                continue;
+            };
             let calls: Vec<f64> = base.runs.iter().map(|r| r.per_cpu_sec).collect();
             let mut cells = vec![
                 format!(
@@ -252,7 +255,11 @@ impl<'a> Report<'a> {
                 verdict,
             ]
         };
-        for (si, suite) in suites.iter().enumerate() {
+        for (si, suite) in suites
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.profilers.is_empty())
+        {
             let mut none = vec!["none".to_owned(), python(suites, si)];
             none.extend(cells(si, Profiler::None, 0).into_iter().take(1));
             none.push(String::new());
