@@ -704,17 +704,23 @@ fn service_with_async_gives_task_stacks_on_3_14_and_later_and_says_so_for_older_
     let old_raw = svc.profile_where(old.pid(), |_| true);
     assert!(old_raw.contains("crunch"), "{old_raw}");
     assert!(!old_raw.contains("<task "), "{old_raw}");
-    let (_, metrics) = http_get(svc.port, "/metrics").expect("metrics");
+    // Metrics are published once a second, apart from the profiles: the task samples of the
+    // profile just read may show a second later.
+    let metrics = wait_for(
+        "task samples counted in the metrics",
+        Duration::from_secs(30),
+        || {
+            let (_, metrics) = http_get(svc.port, "/metrics")?;
+            let attributed = series_value(
+                &metrics,
+                "pyagent_task_samples_total{result=\"attributed\"}",
+            );
+            (attributed > 0.0).then_some(metrics)
+        },
+    );
     promtool_check_metrics(&metrics);
     assert!(
         series_value(&metrics, "pyagent_async_unsupported_processes_total") >= 1.0,
-        "{metrics}"
-    );
-    assert!(
-        series_value(
-            &metrics,
-            "pyagent_task_samples_total{result=\"attributed\"}"
-        ) > 0.0,
         "{metrics}"
     );
     let log = svc.stop();
