@@ -210,6 +210,23 @@ mod tests {
         (tid_rx.recv().expect("the thread's id"), stop, handle)
     }
 
+    /// A thread parked on a channel until told to go, its host TID, and the sender that frees it.
+    fn parked() -> (
+        u32,
+        std::sync::mpsc::Sender<()>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::spawn(move || {
+            tid_tx
+                .send(nix::unistd::gettid().as_raw() as u32)
+                .expect("send");
+            go_rx.recv().ok();
+        });
+        (tid_rx.recv().expect("the thread's id"), go_tx, handle)
+    }
+
     /// Waits (bounded) until `tid` reads as `running`.
     fn until(states: &mut RunStates, tid: u32, running: bool, what: &str) {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -226,15 +243,7 @@ mod tests {
     fn reads_states_through_open_files(source: StateFile) {
         let pid = std::process::id();
         let (spinning, stop, spin) = spinner();
-        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-        let parked = std::thread::spawn(move || {
-            tid_tx
-                .send(nix::unistd::gettid().as_raw() as u32)
-                .expect("send");
-            go_rx.recv().ok();
-        });
-        let other = tid_rx.recv().expect("the thread's id");
+        let (other, go_tx, parked) = parked();
         let mut states = RunStates::new(pid);
         states.source = source;
         states.begin_tick();
@@ -271,15 +280,7 @@ mod tests {
     #[test]
     fn a_parked_thread_is_blocked_in_a_futex() {
         let (spinning, stop, spin) = spinner();
-        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-        let parked = std::thread::spawn(move || {
-            tid_tx
-                .send(nix::unistd::gettid().as_raw() as u32)
-                .expect("send");
-            go_rx.recv().ok();
-        });
-        let other = tid_rx.recv().expect("the thread's id");
+        let (other, go_tx, parked) = parked();
         let mut states = RunStates::new(std::process::id());
         states.begin_tick();
         until(&mut states, other, false, "the parked thread never slept");
