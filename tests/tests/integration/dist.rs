@@ -158,9 +158,22 @@ fn deb_installs_into_a_fresh_root_and_dumps_a_host_python() {
 
     let target = PythonProcess::ready("py312", "busy.py", &["60"]);
     let pid = target.pid().to_string();
-    let dump = run(&mut root.chroot(&["/usr/bin/pyagent", "dump", "--pid", &pid]));
-    let dump = String::from_utf8_lossy(&dump.stdout);
-    assert!(dump.contains("warm") && dump.contains("busy.py"), "{dump}");
+    // Every dump must succeed; one may legitimately catch the main thread between two calls of
+    // `warm` (at module level) or report it unread under load, so up to five are taken, and the
+    // failure shows all of them.
+    let mut dumps = Vec::new();
+    let found = (0..5).any(|_| {
+        let dump = run(&mut root.chroot(&["/usr/bin/pyagent", "dump", "--pid", &pid]));
+        let dump = String::from_utf8_lossy(&dump.stdout).into_owned();
+        let shows_warm = dump.contains("warm") && dump.contains("busy.py");
+        dumps.push(dump);
+        shows_warm
+    });
+    assert!(
+        found,
+        "no dump of five showed warm in busy.py:\n{}",
+        dumps.join("\n---\n")
+    );
 }
 
 /// `podman run` with what these machines need: runc (crun refuses their hybrid cgroup v1/v2
