@@ -31,6 +31,7 @@ struct thread_struct {
 
 struct task_struct {
 	int pid;
+	int tgid;
 	struct thread_struct thread;
 } __attribute__((preserve_access_index));
 

@@ -382,6 +382,11 @@ _Static_assert(sizeof(struct pa_off_cpu_thread) == 48, "struct pa_off_cpu_thread
 #define PA_NOTICE_UNKNOWN_THREAD (1u << 0)
 /* The process called execve: it may run another program now (sched_process_exec). */
 #define PA_NOTICE_EXEC (1u << 1)
+/* A new process forked by a tracked one (sched_process_fork): a Python process that did not
+ * exec, like a pre-forked worker. The notice is the child's. */
+#define PA_NOTICE_FORK (1u << 2)
+/* A tracked process's main thread exited (sched_process_exit). */
+#define PA_NOTICE_EXIT (1u << 3)
 
 /* ---- pa_counters: PERCPU_ARRAY, one entry of __u64[PA_CNT__COUNT] by enum pa_counter ---- */
 

@@ -59,6 +59,10 @@ pub const OTEL_READ_BYTES: u32 = 25;
 pub const NOTICE_UNKNOWN_THREAD: u32 = 1 << 0;
 /// `pa_notices` value bit: the process called execve.
 pub const NOTICE_EXEC: u32 = 1 << 1;
+/// `pa_notices` value bit: a tracked process forked this one (the notice is the child's).
+pub const NOTICE_FORK: u32 = 1 << 2;
+/// `pa_notices` value bit: the tracked process's main thread exited.
+pub const NOTICE_EXIT: u32 = 1 << 3;
 
 /// [`PaSampleHdr::flags`]: the walk reached a frame whose `previous` is 0.
 pub const SAMPLE_COMPLETE: u32 = 1 << 0;

@@ -147,19 +147,39 @@ pub struct HostScanner {
     pending_timeout: Duration,
     /// our own pid: never profiled
     own_pid: u32,
-    /// execs are reported ([`HostScanner::notice_exec`]): known processes are re-read only when
-    /// they exec'd, and all of them every [`FULL_CHECK_EVERY`] scans
-    exec_notices: bool,
-    /// pids that exec'd since the last scan
-    exec_noticed: HashSet<u32>,
+    /// what is reported with [`HostScanner::notice`], which decides what a scan reads
+    notices: ProcessNotices,
+    /// pids noticed since the last scan
+    noticed: HashSet<u32>,
     scans_since_full_check: u32,
+    scans_since_listing: u32,
     /// denied processes at the last warning: it is repeated only when more are denied
     denied_reported: usize,
 }
 
-/// With exec notices, every this many scans all known processes are re-read anyway: a notice
-/// can be lost, and a PID reused by a fork without exec between two scans sends none.
+/// With notices, every this many scans all known processes are re-read anyway: a notice can be
+/// lost, and a PID reused by a fork without exec between two scans sends none.
 const FULL_CHECK_EVERY: u32 = 20;
+
+/// With [`ProcessNotices::Lifetimes`], /proc is listed every this many scans (5 s at the
+/// agent's 500 ms): for what no notice covers (a lost notice, a process that loads libpython
+/// without exec, a process whose last thread outlived its main thread).
+const LIST_EVERY: u32 = 10;
+
+/// What the BPF programs report of processes' lives ([`HostScanner::notice`]), which decides
+/// how much of /proc each scan reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessNotices {
+    /// Nothing: every scan lists /proc and re-reads every known process's identity.
+    None,
+    /// Every exec on the host: every scan lists /proc (new processes, exits); known processes
+    /// are re-read when they exec'd, and all every [`FULL_CHECK_EVERY`] scans.
+    Execs,
+    /// Every exec, and tracked processes' forks and exits: a new Python process always sends
+    /// one (it execs, or a Python process forked it), so /proc is listed every
+    /// [`LIST_EVERY`] scans; the scans between look at the noticed and pending processes only.
+    Lifetimes,
+}
 
 /// What /proc/PID/stat tells about which program a process runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,23 +241,26 @@ impl HostScanner {
             only: only.map(|p| p.iter().copied().collect()),
             pending_timeout: Duration::from_secs(30),
             own_pid: std::process::id(),
-            exec_notices: false,
-            exec_noticed: HashSet::new(),
+            notices: ProcessNotices::None,
+            noticed: HashSet::new(),
             scans_since_full_check: 0,
+            // The first scan lists /proc whatever the notices.
+            scans_since_listing: LIST_EVERY,
             denied_reported: 0,
         }
     }
 
-    /// From now on execs are reported with [`HostScanner::notice_exec`] (the BPF exec
-    /// tracepoint): scans stop re-reading /proc for every known process each time.
-    pub fn use_exec_notices(&mut self) {
-        self.exec_notices = true;
+    /// From now on what `notices` says is reported with [`HostScanner::notice`] (the BPF
+    /// tracepoint programs): scans read less of /proc.
+    pub fn use_notices(&mut self, notices: ProcessNotices) {
+        self.notices = notices;
     }
 
-    /// Process `pid` called execve: the next scan looks at it again.
-    pub fn notice_exec(&mut self, pid: u32) {
-        if self.exec_notices {
-            self.exec_noticed.insert(pid);
+    /// Process `pid` exec'd, was forked by a tracked process, or exited: the next scan looks at
+    /// it (again).
+    pub fn notice(&mut self, pid: u32) {
+        if self.notices != ProcessNotices::None {
+            self.noticed.insert(pid);
         }
     }
 
@@ -299,25 +322,36 @@ impl HostScanner {
             .collect()
     }
 
-    /// One pass over /proc: new processes are located, exited or exec'd ones reported gone.
+    /// One pass over /proc (or over the noticed processes, see [`ProcessNotices`]): new
+    /// processes are located, exited or exec'd ones reported gone.
     pub fn scan(&mut self) -> ScanChanges {
         let mut changes = ScanChanges::default();
-        let live: HashSet<u32> = self
-            .pids()
-            .into_iter()
-            .filter(|&p| p != self.own_pid)
-            .collect();
+        let listing = self.notices != ProcessNotices::Lifetimes
+            || self.only.is_some()
+            || self.scans_since_listing + 1 >= LIST_EVERY;
+        self.scans_since_listing = if listing {
+            0
+        } else {
+            self.scans_since_listing + 1
+        };
+        let live: Option<HashSet<u32>> = listing.then(|| {
+            self.pids()
+                .into_iter()
+                .filter(|&p| p != self.own_pid)
+                .collect()
+        });
         // Exits (and PID reuse: a different start time is a different process).
-        let full_check = !self.exec_notices || self.scans_since_full_check + 1 >= FULL_CHECK_EVERY;
+        let full_check = self.notices == ProcessNotices::None
+            || self.scans_since_full_check + 1 >= FULL_CHECK_EVERY;
         self.scans_since_full_check = if full_check {
             0
         } else {
             self.scans_since_full_check + 1
         };
-        let noticed = std::mem::take(&mut self.exec_noticed);
+        let noticed = std::mem::take(&mut self.noticed);
         let mut dropped = Vec::new();
         for (&pid, k) in &self.known {
-            if !live.contains(&pid) {
+            if live.as_ref().is_some_and(|live| !live.contains(&pid)) {
                 dropped.push(pid);
                 continue;
             }
@@ -336,11 +370,29 @@ impl HostScanner {
         for pid in dropped {
             if let Some(k) = self.known.remove(&pid) {
                 if k.state == ProcessState::Ready {
+                    tracing::info!(
+                        pid,
+                        by_notice = noticed.contains(&pid),
+                        "profiled process gone"
+                    );
                     changes.gone.push(pid);
                 }
             }
         }
-        for pid in live {
+        // Without a listing, the candidates are the noticed processes and the pending ones (an
+        // interpreter not initialized yet when last looked at).
+        let candidates = live.unwrap_or_else(|| {
+            let mut c = noticed.clone();
+            c.extend(
+                self.known
+                    .iter()
+                    .filter(|(_, k)| k.state == ProcessState::Pending)
+                    .map(|(&pid, _)| pid),
+            );
+            c.remove(&self.own_pid);
+            c
+        });
+        for pid in candidates {
             let retry = match self.known.get(&pid) {
                 None => true,
                 Some(k) => k.state == ProcessState::Pending,
@@ -385,7 +437,7 @@ impl HostScanner {
             let exe = super::procfs_util::exe_path(pid);
             let state = match locate_runtime(pid) {
                 Ok(target) => {
-                    tracing::info!(pid, version = %target.version(), object = %target.object_path.display(), "profiling CPython process");
+                    tracing::info!(pid, version = %target.version(), object = %target.object_path.display(), by_notice = noticed.contains(&pid), "profiling CPython process");
                     changes.ready.push(target);
                     ProcessState::Ready
                 }

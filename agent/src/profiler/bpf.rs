@@ -9,7 +9,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use common::{Counter, NativeSection, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD};
+use common::{
+    Counter, NativeSection, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_EXIT, NOTICE_FORK,
+    NOTICE_UNKNOWN_THREAD,
+};
 
 use crate::aggregate::WaitReason;
 use crate::discovery::{host_tids, HostScanner, PythonTarget};
@@ -174,8 +177,8 @@ impl BpfBackend {
         out.stats.throttled = self.sampler.throttling().lost_ticks;
         let mut unknown_thread = HashSet::new();
         for (pid, bits) in self.sampler.take_notices() {
-            if bits & NOTICE_EXEC != 0 {
-                scanner.notice_exec(pid);
+            if bits & (NOTICE_EXEC | NOTICE_FORK | NOTICE_EXIT) != 0 {
+                scanner.notice(pid);
             }
             if bits & NOTICE_UNKNOWN_THREAD != 0 {
                 unknown_thread.insert(pid);

@@ -25,7 +25,7 @@ pub use process::ProcessInfo;
 pub use waits::Stall;
 
 use crate::aggregate::ProfileWindow;
-use crate::discovery::host::{NotProfiled, ProcessKind};
+use crate::discovery::host::{NotProfiled, ProcessKind, ProcessNotices};
 use crate::discovery::{HostScanner, PythonTarget};
 use crate::sampler::bpf::{BpfConfig, BpfError, BpfSampler};
 use crate::sampler::userspace::UserspaceSampler;
@@ -260,9 +260,13 @@ impl HostProfiler {
         };
         let mut scanner = HostScanner::new(config.pids.as_deref());
         if let Backend::Bpf(b) = &backend {
-            if b.sampler.notices_execs() {
-                scanner.use_exec_notices();
-            }
+            scanner.use_notices(if b.sampler.notices_lifetimes() {
+                ProcessNotices::Lifetimes
+            } else if b.sampler.notices_execs() {
+                ProcessNotices::Execs
+            } else {
+                ProcessNotices::None
+            });
         }
         Ok(HostProfiler {
             scanner,

@@ -23,14 +23,19 @@ struct Agent {
 
 impl Agent {
     /// Waits until the agent logs a line containing `needle`.
-    fn wait_for_log(&self, needle: &str, timeout: Duration) {
+    fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
+        self.wait_for_log_with(&[needle], timeout)
+    }
+
+    /// Waits for a line of the agent's log that holds every one of `needles`; returns it.
+    fn wait_for_log_with(&self, needles: &[&str], timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return,
+                Ok(line) if needles.iter().all(|n| line.contains(n)) => return line,
                 Ok(_) => {}
-                Err(e) => panic!("the agent never logged `{needle}` ({e:?})"),
+                Err(e) => panic!("the agent never logged a line with {needles:?} ({e:?})"),
             }
         }
     }
@@ -183,6 +188,70 @@ fn process_started_later_and_process_exiting_midway() {
         &go_pprof_raw(&profile_of(&dir, late.pid(), &log)),
         "late process",
     );
+}
+
+/// A worker forked without exec by a profiled process (a pre-forking server's) is found from
+/// the fork's notice, and its exit from the exit's notice: not from a /proc listing, which the
+/// agent makes every 5 s only while notices flow.
+#[test]
+fn forked_worker_is_found_and_seen_gone_by_notices() {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
+    let _serial = host_wide_lock();
+    let dir = fresh_dir("ebpf-fork");
+    let mut parent = PythonProcess::ready("py312", "forks.py", &["60"]);
+    // Started after the parent: its first scan (done when it says it is profiling) found it.
+    let agent = start_agent(&dir, "20", &["--log", "pyagent::discovery=info"]);
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(parent.pid() as i32, libc::SIGUSR1) };
+    let forked = parent.wait_for_line("forked", Duration::from_secs(10));
+    let worker: i32 = forked
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("a worker pid: {forked}"));
+    let worker_pid = format!("pid={worker}");
+    let found = agent.wait_for_log_with(
+        &["profiling CPython process", &worker_pid],
+        Duration::from_secs(10),
+    );
+    // The worker runs until the test ends it: stopped whatever happens below.
+    struct Kill(i32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: signalling a process this test forked (through its parent).
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+    let kill = Kill(worker);
+    assert!(
+        found.contains("by_notice=true"),
+        "found by a listing: {found}"
+    );
+    // Its samples reach its own profile: wait until the agent has resolved some.
+    wait_for("the worker's samples", Duration::from_secs(10), || {
+        let stat = std::fs::read_to_string(format!("/proc/{worker}/stat")).ok()?;
+        // At least a second of CPU time: sampled at 99 Hz by then.
+        let utime: u64 = stat
+            .rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(11)?
+            .parse()
+            .ok()?;
+        (utime >= 100).then_some(())
+    });
+    drop(kill);
+    let gone = agent.wait_for_log_with(
+        &["profiled process gone", &worker_pid],
+        Duration::from_secs(10),
+    );
+    assert!(
+        gone.contains("by_notice=true"),
+        "seen gone by a listing: {gone}"
+    );
+    let log = agent.finish();
+    let raw = go_pprof_raw(&profile_of(&dir, worker as u32, &log));
+    assert!(raw.contains("worker_hot"), "the worker's profile: {raw}");
 }
 
 #[test]

@@ -13,10 +13,10 @@ use common::{MAX_FRAMES, PROC_SLOTS, THREAD_SLOTS};
 use super::clock::ClockEvents;
 use super::error::{load_error, map_error, perf_event_error, program_error, BpfError};
 use super::{
-    BpfConfig, BpfSampler, EXEC_PROGRAM, KNOB_MAX_FRAMES, KNOB_OFF_CPU, KNOB_OFF_CPU_MIN_GAP,
-    KNOB_STOP_AFTER, KNOB_THREAD_SEARCH_MAX, KNOB_WAKEUP_BYTES, MAP_COUNTERS, MAP_NOTICES,
-    MAP_OFF_CPU_THREADS, MAP_PROCS, MAP_PROC_SLOTS, MAP_SAMPLES, MAP_SCRATCH, MAP_THREADS,
-    MAP_THREAD_LISTS, MAP_THREAD_SLOTS, OFF_CPU_PROGRAM, PROGRAM, SAMPLER_OBJ,
+    BpfConfig, BpfSampler, EXEC_PROGRAM, EXIT_PROGRAM, FORK_PROGRAM, KNOB_MAX_FRAMES, KNOB_OFF_CPU,
+    KNOB_OFF_CPU_MIN_GAP, KNOB_STOP_AFTER, KNOB_THREAD_SEARCH_MAX, KNOB_WAKEUP_BYTES, MAP_COUNTERS,
+    MAP_NOTICES, MAP_OFF_CPU_THREADS, MAP_PROCS, MAP_PROC_SLOTS, MAP_SAMPLES, MAP_SCRATCH,
+    MAP_THREADS, MAP_THREAD_LISTS, MAP_THREAD_SLOTS, OFF_CPU_PROGRAM, PROGRAM, SAMPLER_OBJ,
 };
 use crate::sampler::slots::SlotIndex;
 
@@ -99,19 +99,11 @@ impl BpfSampler {
             attach_off_cpu(&mut ebpf, attach)?;
         }
 
-        let exec: &mut RawTracePoint = ebpf
-            .program_mut(EXEC_PROGRAM)
-            .ok_or(BpfError::Missing("program pa_exec"))?
-            .try_into()
-            .map_err(|e| program_error("loading the exec program", e))?;
-        exec.load()
-            .map_err(|e| program_error("loading the exec program", e))?;
-        // Without it the caller polls /proc for execs as before: worth a warning, not a failure.
-        let exec_notices = attach
-            && exec
-                .attach("sched_process_exec")
-                .inspect_err(|e| tracing::warn!("no exec notices (polling /proc instead): {e}"))
-                .is_ok();
+        // Without them the caller polls /proc as before: worth a warning, not a failure.
+        let exec_notices = attach_notices(&mut ebpf, EXEC_PROGRAM, "sched_process_exec", attach)?;
+        let lifetime_notices = exec_notices
+            && attach_notices(&mut ebpf, FORK_PROGRAM, "sched_process_fork", attach)?
+            && attach_notices(&mut ebpf, EXIT_PROGRAM, "sched_process_exit", attach)?;
 
         let procs =
             HashMap::try_from(take_map(&mut ebpf, MAP_PROCS)?).map_err(map_error(MAP_PROCS))?;
@@ -144,6 +136,7 @@ impl BpfSampler {
             notices,
             off_cpu_threads,
             exec_notices,
+            lifetime_notices,
             ebpf,
             stats,
             cpus,
@@ -153,6 +146,28 @@ impl BpfSampler {
             malformed: 0,
         })
     }
+}
+
+/// Loads the notice program `name` and attaches it to raw tracepoint `tracepoint`; whether it
+/// is attached (a kernel that refuses it is logged, not an error: the caller lists /proc).
+fn attach_notices(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    tracepoint: &str,
+    attach: bool,
+) -> Result<bool, BpfError> {
+    let during = || format!("loading the {tracepoint} notice program");
+    let program: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or(BpfError::Missing(name))?
+        .try_into()
+        .map_err(|e| program_error(&during(), e))?;
+    program.load().map_err(|e| program_error(&during(), e))?;
+    Ok(attach
+        && program
+            .attach(tracepoint)
+            .inspect_err(|e| tracing::warn!("no {tracepoint} notices (polling /proc instead): {e}"))
+            .is_ok())
 }
 
 /// Loads the off-CPU program against the kernel's BTF and attaches it to `sched_switch`.

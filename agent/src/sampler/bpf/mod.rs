@@ -9,9 +9,10 @@
 //! its cost from the kernel's BPF statistics. Caches nothing: the maps are the state.
 //!
 //! The program also leaves notices ([`BpfSampler::take_notices`]): processes that ran a thread
-//! the caller has not registered, and, from a second program on the `sched_process_exec`
-//! tracepoint, every process that called execve. The caller re-reads just those instead of
-//! polling every process.
+//! the caller has not registered, and, from programs on raw tracepoints, every process that
+//! called execve (`sched_process_exec`), every new process forked by a tracked one
+//! (`sched_process_fork`) and every tracked process whose main thread exited
+//! (`sched_process_exit`). The caller re-reads just those instead of polling every process.
 //!
 //! [`pa_proc_for`] builds the [`PaProc`] of a process from its [`Offsets`]. The program reads
 //! the 3.15 frame-cache anchor but never writes it: `bpf_probe_write_user` is refused under
@@ -52,6 +53,8 @@ static SAMPLER_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 
 const PROGRAM: &str = "pa_sample";
 const EXEC_PROGRAM: &str = "pa_exec";
+const FORK_PROGRAM: &str = "pa_fork";
+const EXIT_PROGRAM: &str = "pa_exit";
 const MAP_NOTICES: &str = "pa_notices";
 const MAP_PROCS: &str = "pa_procs";
 const MAP_THREADS: &str = "pa_threads";
@@ -159,6 +162,8 @@ pub struct BpfSampler {
     off_cpu_threads: HashMap<MapData, u32, PaOffCpuThread>,
     /// the exec program is attached
     exec_notices: bool,
+    /// the fork and exit programs are attached too
+    lifetime_notices: bool,
     /// Holds the program and its perf-event links: dropping it detaches.
     ebpf: Ebpf,
     /// Keeps the kernel's run-time statistics on while it lives.
@@ -300,6 +305,13 @@ impl BpfSampler {
     /// Whether execs are noticed (the `sched_process_exec` program is attached).
     pub fn notices_execs(&self) -> bool {
         self.exec_notices
+    }
+
+    /// Whether, besides execs, tracked processes' forks and exits are noticed (the
+    /// `sched_process_fork` and `sched_process_exit` programs are attached): every new Python
+    /// process then sends a notice (it execs, or a Python process forked it).
+    pub fn notices_lifetimes(&self) -> bool {
+        self.lifetime_notices
     }
 
     /// Takes the notices left since the last call: (host tgid, `NOTICE_*` bits) for each process
