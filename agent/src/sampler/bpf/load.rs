@@ -123,6 +123,7 @@ impl BpfSampler {
             HashMap::try_from(take_map(&mut ebpf, MAP_NOTICES)?).map_err(map_error(MAP_NOTICES))?;
         let off_cpu_threads = HashMap::try_from(take_map(&mut ebpf, MAP_OFF_CPU_THREADS)?)
             .map_err(map_error(MAP_OFF_CPU_THREADS))?;
+        let ring_wakeups = super::ring_wakeups(&ring);
         Ok(BpfSampler {
             procs,
             threads,
@@ -132,6 +133,7 @@ impl BpfSampler {
             proc_index: SlotIndex::new(PROC_SLOTS),
             thread_index: SlotIndex::new(THREAD_SLOTS),
             ring,
+            ring_wakeups,
             counters,
             notices,
             off_cpu_threads,

@@ -20,11 +20,13 @@
 //! `PA_PROC_ANCHOR` in `pyagent.h`).
 //!
 //! The program writes records without waking the reader (a wakeup costs 2–3 µs on our VMs), so
-//! the caller drains on a timer (every ~100 ms). A reader blocked on [`BpfSampler::ring_fd`]
-//! (poll, epoll, tokio's `AsyncFd`) is woken only when the buffer fills past
-//! [`BpfConfig::wakeup_bytes`]: use both, the timer for latency, the descriptor against drops.
+//! the caller drains on a timer (every 100 ms). A reader blocked on [`BpfSampler::ring_fd`]
+//! (epoll, tokio's `AsyncFd`) or in [`BpfSampler::wait_for_wakeup`] is woken only when the
+//! buffer fills past [`BpfConfig::wakeup_bytes`]: use both, the timer for latency, the wakeup
+//! against drops.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::time::Duration;
 
 use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::perf_event::PerfEventScope;
@@ -34,6 +36,7 @@ use common::{
     Counter, CounterInfo, PaOffCpuThread, PaProc, PaProcSlot, PaThreadList, PaThreadSlot,
     SampleRecord, COUNTERS, COUNTER_COUNT, MAX_FRAMES, OFF_CPU_RECORDED, THREAD_SEARCH_MAX,
 };
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
 use super::slots::{SlotContent, SlotIndex};
 
@@ -47,6 +50,25 @@ pub use error::BpfError;
 pub use walk_config::{pa_proc_for, pa_thread_list_for, set_gil, set_trace_context};
 
 use error::{ignore_absent, map_error};
+
+/// An epoll instance with the ring buffer's descriptor registered edge-triggered, so that a wait
+/// returns on the program's forced wakeups only, not whenever records are waiting; `None` (and
+/// a debug line) where it cannot be set up.
+fn ring_wakeups(ring: &RingBuf<MapData>) -> Option<Epoll> {
+    let setup = || -> nix::Result<Epoll> {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        epoll.add(
+            ring.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, 0),
+        )?;
+        Ok(epoll)
+    };
+    setup()
+        .inspect_err(|e| {
+            tracing::debug!("no ring-buffer wakeups (draining on the timer only): {e}")
+        })
+        .ok()
+}
 
 /// The compiled sampler (`ebpf/sampler.bpf.c`), built by `build.rs`.
 static SAMPLER_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
@@ -157,6 +179,9 @@ pub struct BpfSampler {
     proc_index: SlotIndex<PaProc>,
     thread_index: SlotIndex<u64>,
     ring: RingBuf<MapData>,
+    /// the ring's descriptor registered edge-triggered: woken by the program's forced wakeups
+    /// only (`None` where epoll cannot be set up: the caller's timer alone then)
+    ring_wakeups: Option<Epoll>,
     counters: PerCpuArray<MapData, [u64; COUNTER_COUNT]>,
     notices: HashMap<MapData, u32, u32>,
     off_cpu_threads: HashMap<MapData, u32, PaOffCpuThread>,
@@ -351,6 +376,23 @@ impl BpfSampler {
     /// Records that failed to parse since load.
     pub fn malformed_records(&self) -> u64 {
         self.malformed
+    }
+
+    /// Waits up to `timeout` for the program to force a wakeup (the ring filled past
+    /// [`BpfConfig::wakeup_bytes`]); whether it did. Records written without one wake nothing:
+    /// the caller drains them on its timer. Without epoll this just sleeps.
+    pub fn wait_for_wakeup(&self, timeout: Duration) -> bool {
+        let Some(epoll) = &self.ring_wakeups else {
+            std::thread::sleep(timeout);
+            return false;
+        };
+        // Rounded up: a wait of less than a millisecond must not become a poll that returns at
+        // once, over and over, until the caller's deadline.
+        let ms = u16::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(u16::MAX);
+        let mut events = [EpollEvent::empty()];
+        // An interrupted wait (a signal: the caller checks its stop flag) is a wait without
+        // a wakeup.
+        matches!(epoll.wait(&mut events, ms), Ok(n) if n > 0)
     }
 
     /// The ring buffer's descriptor. `poll` reports it readable whenever records are waiting,
