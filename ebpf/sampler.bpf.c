@@ -9,7 +9,8 @@
  * Out: one pa_samples record per walk (struct pa_sample_hdr + nframes x struct pa_frame, raw
  * addresses for userspace to symbolize; a short record when the walk fits one), pa_counters
  * (one counter per exit, the program's log), pa_notices (processes to look at again: a thread
- * the agent has not registered, an execve).
+ * the agent has not registered; from the tracepoint programs at the end, an execve, a tracked
+ * process's fork and its main thread's exit).
  * Layouts: common/include/pyagent.h. GPL: bpf_probe_read_user is GPL-only.
  */
 #include <linux/bpf.h>

@@ -1,5 +1,6 @@
 # A pre-forking parent: on SIGUSR1 it forks a worker (os.fork, no exec) that spends its time in
-# `worker_hot` until SIGTERM or argv[1] s, and prints "forked PID". Waits for its workers.
+# `worker_hot` until killed or for argv[1] s, and prints "forked PID". Never reaps them (an
+# exited worker stays a zombie until the parent ends).
 import os
 import signal
 import sys

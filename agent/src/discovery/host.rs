@@ -158,12 +158,12 @@ pub struct HostScanner {
 }
 
 /// With notices, every this many scans all known processes are re-read anyway: a notice can be
-/// lost, and a PID reused by a fork without exec between two scans sends none.
+/// lost, and a PID reused by a fork without exec of an untracked process sends none.
 const FULL_CHECK_EVERY: u32 = 20;
 
 /// With [`ProcessNotices::Lifetimes`], /proc is listed every this many scans (5 s at the
-/// agent's 500 ms): for what no notice covers (a lost notice, a process that loads libpython
-/// without exec, a process whose last thread outlived its main thread).
+/// agent's 500 ms), for what no notice covers: a lost notice, a process that loads libpython
+/// without exec, a process that exits while its main thread's exit left it looking alive.
 const LIST_EVERY: u32 = 10;
 
 /// What the BPF programs report of processes' lives ([`HostScanner::notice`]), which decides
@@ -175,9 +175,10 @@ pub enum ProcessNotices {
     /// Every exec on the host: every scan lists /proc (new processes, exits); known processes
     /// are re-read when they exec'd, and all every [`FULL_CHECK_EVERY`] scans.
     Execs,
-    /// Every exec, and tracked processes' forks and exits: a new Python process always sends
-    /// one (it execs, or a Python process forked it), so /proc is listed every
-    /// [`LIST_EVERY`] scans; the scans between look at the noticed and pending processes only.
+    /// Every exec, and tracked processes' forks and exits: a new Python process sends one (it
+    /// execs, or a tracked Python process forked it), so /proc is listed every [`LIST_EVERY`]
+    /// scans, and on the scan after one that found a process ready (for children it forked
+    /// before it was tracked); the scans between look at the noticed and pending ones only.
     Lifetimes,
 }
 
@@ -476,6 +477,10 @@ impl HostScanner {
             );
         }
         self.denied_reported = denied;
+        if !changes.ready.is_empty() {
+            // Children forked before their parent was tracked sent no notice.
+            self.scans_since_listing = LIST_EVERY;
+        }
         changes
     }
 

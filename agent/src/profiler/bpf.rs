@@ -59,6 +59,8 @@ struct BpfProcess {
 pub(super) struct BpfBackend {
     pub sampler: BpfSampler,
     procs: HashMap<u32, BpfProcess>,
+    /// processes that ran an unregistered thread, noticed since the last collection
+    unknown_thread: HashSet<u32>,
     /// where the native unwinders look for stripped objects' debug files
     debug_dirs: DebugDirs,
 }
@@ -68,6 +70,7 @@ impl BpfBackend {
         BpfBackend {
             sampler,
             procs: HashMap::new(),
+            unknown_thread: HashSet::new(),
             debug_dirs,
         }
     }
@@ -175,15 +178,8 @@ impl BpfBackend {
             out.stats.ring_full = sums[Counter::RingbufDropped.index() as usize];
         }
         out.stats.throttled = self.sampler.throttling().lost_ticks;
-        let mut unknown_thread = HashSet::new();
-        for (pid, bits) in self.sampler.take_notices() {
-            if bits & (NOTICE_EXEC | NOTICE_FORK | NOTICE_EXIT) != 0 {
-                scanner.notice(pid);
-            }
-            if bits & NOTICE_UNKNOWN_THREAD != 0 {
-                unknown_thread.insert(pid);
-            }
-        }
+        self.take_notices(scanner);
+        let unknown_thread = std::mem::take(&mut self.unknown_thread);
         // Re-read a thread list only when it matters: the program met a thread it cannot walk;
         // a 3.15 process was sampled (its anchors move the next BPF walks' stopping points up
         // to now); or the slow pass is due.
@@ -199,6 +195,19 @@ impl BpfBackend {
             .collect();
         for (pid, full) in due {
             self.refresh_threads(pid, full, out);
+        }
+    }
+
+    /// Takes the program's notices: execs, forks and exits go to the scanner, unregistered
+    /// threads wait for the next collection.
+    pub fn take_notices(&mut self, scanner: &mut HostScanner) {
+        for (pid, bits) in self.sampler.take_notices() {
+            if bits & (NOTICE_EXEC | NOTICE_FORK | NOTICE_EXIT) != 0 {
+                scanner.notice(pid);
+            }
+            if bits & NOTICE_UNKNOWN_THREAD != 0 {
+                self.unknown_thread.insert(pid);
+            }
         }
     }
 

@@ -410,6 +410,11 @@ impl HostProfiler {
 
     /// Scans for new and exited processes.
     pub fn scan(&mut self) {
+        // The notices left since the last drain first: a listing must not find a process
+        // before its notice says how it came (and a drain is up to 100 ms away).
+        if let Backend::Bpf(b) = &mut self.backend {
+            b.take_notices(&mut self.scanner);
+        }
         let changes = self.scanner.scan();
         if !changes.gone.is_empty() {
             // Records of an exited process may still sit in the ring buffer: keep them.

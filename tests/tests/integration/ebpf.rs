@@ -209,7 +209,8 @@ fn forked_worker_is_found_and_seen_gone_by_notices() {
         .nth(1)
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("a worker pid: {forked}"));
-    let worker_pid = format!("pid={worker}");
+    // The space ends the number: pid=123 is not pid=1234.
+    let worker_pid = format!("pid={worker} ");
     let found = agent.wait_for_log_with(
         &["profiling CPython process", &worker_pid],
         Duration::from_secs(10),

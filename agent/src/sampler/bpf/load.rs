@@ -101,7 +101,10 @@ impl BpfSampler {
 
         // Without them the caller polls /proc as before: worth a warning, not a failure.
         let exec_notices = attach_notices(&mut ebpf, EXEC_PROGRAM, "sched_process_exec", attach)?;
+        // The fork program reads the child's tgid where the kernel's BTF says it is: without
+        // BTF (no CO-RE relocation) it would read the wrong field and notice nothing.
         let lifetime_notices = exec_notices
+            && kernel_btf_present()
             && attach_notices(&mut ebpf, FORK_PROGRAM, "sched_process_fork", attach)?
             && attach_notices(&mut ebpf, EXIT_PROGRAM, "sched_process_exit", attach)?;
 
@@ -164,12 +167,21 @@ fn attach_notices(
         .ok_or(BpfError::Missing(name))?
         .try_into()
         .map_err(|e| program_error(&during(), e))?;
-    program.load().map_err(|e| program_error(&during(), e))?;
+    if let Err(e) = program.load() {
+        tracing::warn!("no {tracepoint} notices (polling /proc instead): {e}");
+        return Ok(false);
+    }
     Ok(attach
         && program
             .attach(tracepoint)
             .inspect_err(|e| tracing::warn!("no {tracepoint} notices (polling /proc instead): {e}"))
             .is_ok())
+}
+
+/// Whether the kernel publishes its BTF, against which aya relocates the programs' reads of
+/// kernel structures (without it they keep the layout they were compiled with).
+fn kernel_btf_present() -> bool {
+    std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
 }
 
 /// Loads the off-CPU program against the kernel's BTF and attaches it to `sched_switch`.

@@ -340,7 +340,8 @@ impl BpfSampler {
     }
 
     /// Takes the notices left since the last call: (host tgid, `NOTICE_*` bits) for each process
-    /// that ran an unregistered thread or called execve.
+    /// that ran an unregistered thread, called execve, was forked by a tracked process, or
+    /// whose main thread exited.
     pub fn take_notices(&mut self) -> Vec<(u32, u32)> {
         let pids: Vec<u32> = self.notices.keys().filter_map(Result::ok).collect();
         pids.into_iter()
