@@ -107,20 +107,6 @@ struct {
 	__type(value, __u32);
 } pa_notices SEC(".maps");
 
-/* Sets `bits` in the notice of `tgid`. Not atomic: two CPUs racing on one entry may lose a bit,
- * and a full map drops the notice; the agent's slow periodic pass covers both. */
-static __always_inline void pa_notice(__u32 tgid, __u32 bits)
-{
-	__u32 *v = bpf_map_lookup_elem(&pa_notices, &tgid);
-
-	if (v) {
-		if ((*v & bits) != bits)
-			*v |= bits;
-		return;
-	}
-	bpf_map_update_elem(&pa_notices, &tgid, &bits, BPF_NOEXIST);
-}
-
 /* host tid -> the off-CPU state of a tracked thread (pyagent.h says how it is kept). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -169,6 +155,27 @@ static __always_inline void pa_count_add(__u64 *cnt, enum pa_counter id, __u64 n
 static __always_inline void pa_count(__u64 *cnt, enum pa_counter id)
 {
 	pa_count_add(cnt, id, 1);
+}
+
+/* Sets `bits` in the notice of `tgid`, and counts it when that changed the map (the agent reads
+ * the map only when the count moved). Not atomic: two CPUs racing on one entry may lose a bit,
+ * and a full map drops the notice; the agent's slow periodic pass covers both. The count is an
+ * atomic add: a tracepoint program here can be interrupted by the sampler on the same CPU. */
+static __always_inline void pa_notice(__u32 tgid, __u32 bits)
+{
+	__u32 *v = bpf_map_lookup_elem(&pa_notices, &tgid);
+	__u64 *cnt;
+
+	if (v) {
+		if ((*v & bits) == bits)
+			return;
+		*v |= bits;
+	} else if (bpf_map_update_elem(&pa_notices, &tgid, &bits, BPF_NOEXIST)) {
+		return;
+	}
+	cnt = pa_counters_here();
+	if (cnt)
+		__sync_fetch_and_add(&cnt[PA_CNT_NOTICES], 1);
 }
 
 #endif /* PA_MAPS_BPF_H */

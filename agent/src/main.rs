@@ -382,11 +382,16 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         .get("frame")
         .copied()
         .unwrap_or((0, 0));
+    let (repeated, resolved) = profiler
+        .cache_stats()
+        .get("record")
+        .copied()
+        .unwrap_or((0, 0));
     let bpf_counter = |c| profiler.bpf().and_then(|b| b.counter(c).ok()).unwrap_or(0);
     let anchor_hits = bpf_counter(common::Counter::AnchorHit);
     let threads_found = bpf_counter(common::Counter::ThreadFound);
     eprintln!(
-        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {}; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF)",
+        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {}; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF; {} records repeated their thread's last stack below the top frame, {} resolved whole)",
         profiler.mode_name(),
         args.output.display(),
         window.total_samples(),
@@ -396,7 +401,9 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         threads_found,
         cache_hits,
         cache_misses,
-        profiler.frame_cache_bypassed()
+        profiler.frame_cache_bypassed(),
+        repeated,
+        resolved
     );
     if let Some(n) = without_gil {
         eprintln!("pyagent: --gil left out {n} samples of threads that did not hold the GIL");

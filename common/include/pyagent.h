@@ -456,7 +456,10 @@ enum pa_counter {
 	PA_CNT_NATIVE_STACK_SHORT = 27,
 	/* A native process's tick without user registers (no task pt_regs): Python frames only. */
 	PA_CNT_NATIVE_NO_REGS = 28,
-	PA_CNT__COUNT = 29,
+	/* Notices set in pa_notices (a new entry or a new bit): the agent looks the map through
+	 * only when this moved, since walking an empty hash map scans all its buckets. */
+	PA_CNT_NOTICES = 29,
+	PA_CNT__COUNT = 30,
 };
 
 #endif /* PYAGENT_H */

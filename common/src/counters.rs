@@ -2,7 +2,7 @@
 //! Prometheus name and help string.
 
 /// Number of counters (`PA_CNT__COUNT`), the length of the `pa_counters` array.
-pub const COUNTER_COUNT: usize = 29;
+pub const COUNTER_COUNT: usize = 30;
 
 /// One counter id (`enum pa_counter`); the discriminant is the `pa_counters` index.
 #[repr(u32)]
@@ -66,6 +66,8 @@ pub enum Counter {
     NativeStackShort = 27,
     /// `PA_CNT_NATIVE_NO_REGS`
     NativeNoRegs = 28,
+    /// `PA_CNT_NOTICES`
+    Notices = 29,
 }
 
 /// What a counter means, for metrics export.
@@ -256,6 +258,12 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
         "PA_CNT_NATIVE_NO_REGS",
         "pyagent_bpf_native_no_regs_total",
         "Ticks of a native-stack process without user registers: recorded with Python frames only.",
+    ),
+    info(
+        Counter::Notices,
+        "PA_CNT_NOTICES",
+        "pyagent_bpf_notices_total",
+        "Notices set for the agent: a process that exec'd, forked from or exited as a tracked one, or ran a thread the program could not walk.",
     ),
 ];
 

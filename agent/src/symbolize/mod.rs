@@ -132,6 +132,12 @@ impl Symbolizer {
         ]
     }
 
+    /// The code object at `addr` as last read, without validating it: for a stack resolved
+    /// through [`Symbolizer::code_info`] a moment ago.
+    pub fn cached_code_info(&self, addr: u64) -> Option<Arc<CodeInfo>> {
+        self.cache.get(&addr).map(|entry| entry.info.clone())
+    }
+
     /// The code object at `addr`, or `Ok(None)` if `addr` is not a code object (an entry
     /// frame's `None`, a torn read).
     pub fn code_info(

@@ -79,6 +79,11 @@ pub struct UnwindStats {
     pub cache_partial_hits: u64,
     /// frame cache: anchor found but the sequence check failed, walked on
     pub cache_misses: u64,
+    /// BPF records walked whole (no anchor) that repeated their thread's last stack but for the
+    /// top frame's instruction: only its line was looked up
+    pub records_repeated: u64,
+    /// BPF records walked whole (no anchor) whose every frame was resolved
+    pub records_resolved: u64,
     /// stacks cut at the depth bound
     pub truncated: u64,
     /// external (BPF) walks dropped because a read failed or the chain was inconsistent
@@ -127,6 +132,8 @@ impl std::ops::AddAssign for UnwindStats {
             cache_full_hits,
             cache_partial_hits,
             cache_misses,
+            records_repeated,
+            records_resolved,
             truncated,
             torn,
             lost,
@@ -149,6 +156,8 @@ impl std::ops::AddAssign for UnwindStats {
         self.cache_full_hits += cache_full_hits;
         self.cache_partial_hits += cache_partial_hits;
         self.cache_misses += cache_misses;
+        self.records_repeated += records_repeated;
+        self.records_resolved += records_resolved;
         self.truncated += truncated;
         self.torn += torn;
         self.lost.merge(&lost);
@@ -195,6 +204,8 @@ impl CacheTotals {
             w.cache_full_hits + w.cache_partial_hits,
             w.cache_misses,
         );
+        // BPF records that repeated their thread's last stack, against those resolved whole.
+        add("record", w.records_repeated, w.records_resolved);
         self.frame_cache_bypassed += w.uncached_walks;
     }
 }

@@ -6,12 +6,14 @@
 //! and when that and the code-object cache were last validated against the process.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
     CachedFrame, InterpreterInfo, RawFrame, ThreadInfo, ThreadKey, ThreadSample, UnwindError,
     Unwinder,
 };
+use crate::symbolize::{bytecode_base, CodeInfo, Frame, FrameKind};
 
 /// A process's records are resolved against interpreter state and a code-object cache validated
 /// at most this long ago. Re-validating every drain cost one remote read per process per drain:
@@ -19,6 +21,9 @@ use super::{
 /// its address within this window is shown under the old name until then (py-spy never
 /// re-validates).
 const RECORD_VALIDATE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Threads whose last stack is kept, at most (pruned to the live ones at each validation).
+const MAX_LAST_STACKS: usize = 4096;
 
 /// What the records of one process are resolved against, kept between batches.
 #[derive(Debug)]
@@ -30,6 +35,10 @@ pub(super) struct RecordContext {
     searched: Option<InterpreterInfo>,
     /// when the interpreter state and code-object cache were last validated
     last_validated: Instant,
+    /// how many times they were: a stack resolved before a validation is not reused after it
+    validations: u64,
+    /// host TID → the thread's last stack resolved from a whole walk
+    last_stacks: HashMap<u32, LastStack>,
 }
 
 impl Default for RecordContext {
@@ -38,6 +47,8 @@ impl Default for RecordContext {
             interp_of: HashMap::new(),
             searched: None,
             last_validated: Instant::now(),
+            validations: 0,
+            last_stacks: HashMap::new(),
         }
     }
 }
@@ -50,6 +61,45 @@ impl RecordContext {
             self.interp_of
                 .extend(threads.iter().map(|t| (t.addr, *interp)));
         }
+        self.validations += 1;
+        // Only threads still there keep a stack, and it is not reused past this validation.
+        let interp_of = &self.interp_of;
+        self.last_stacks
+            .retain(|_, last| interp_of.contains_key(&last.tstate));
+    }
+}
+
+/// A thread's last stack resolved from a whole walk (no anchor), kept for the next record whose
+/// walk differs from it at most in the top frame's instruction: a thread looping in its leaf
+/// sends such records most of the time, and each would otherwise resolve every frame again
+/// (a code-object lookup and a line lookup per frame, most of the agent's work per record).
+#[derive(Debug)]
+struct LastStack {
+    /// [`RecordContext::validations`] when it was resolved
+    validation: u64,
+    tstate: u64,
+    /// the walk's shape: how it ended
+    ended: (bool, bool, bool),
+    raw: Vec<RawFrame>,
+    frames: Vec<Frame>,
+    /// the top raw frame's code, when the top resolved frame is that frame's (no `<GC>` or
+    /// shim in between): its line is all a repeat must look up
+    top: Option<Arc<CodeInfo>>,
+}
+
+impl LastStack {
+    /// Whether a walk of `raw` repeats this stack but for the top frame's instruction.
+    fn repeated_by(&self, validation: u64, walk: &ExternalWalk, raw: &[RawFrame]) -> bool {
+        let (Some(top), Some(last_top)) = (raw.first(), self.raw.first()) else {
+            return false;
+        };
+        self.validation == validation
+            && self.top.is_some()
+            && self.tstate == walk.tstate
+            && self.ended == (walk.complete, walk.reached_base, walk.truncated)
+            && raw.len() == self.raw.len()
+            && RawFrame { ip: 0, ..*top } == RawFrame { ip: 0, ..*last_top }
+            && raw[1..] == self.raw[1..]
     }
 }
 
@@ -210,6 +260,14 @@ impl Unwinder {
             self.stats.torn += 1;
             return Err(ExternalSkip::Incomplete);
         }
+        // Task attribution reads memory for each record: no shortcut for it.
+        let reusable = !walk.anchor_hit && !self.options.async_tasks;
+        if reusable {
+            if let Some(frames) = self.repeat_last_stack(walk, raw) {
+                self.stats.records_repeated += 1;
+                return Ok(self.record_sample(walk, ns_tid, frames, None));
+            }
+        }
         let mut resolved: Vec<CachedFrame> = Vec::with_capacity(raw.len() + 4);
         let pending_native = match self.resolve(raw, interp, &mut resolved) {
             Ok(pending) => pending,
@@ -273,12 +331,88 @@ impl Unwinder {
             task = self.attribute_record(walk.tstate, raw, &mut resolved);
             frames = resolved.into_iter().map(|c| c.frame).collect();
         }
+        if reusable {
+            self.keep_last_stack(walk, raw, &frames);
+        }
+        Ok(self.record_sample(walk, ns_tid, frames, task))
+    }
+
+    /// The frames of a record that repeats its thread's last stack but for the top frame's
+    /// instruction: the last frames with the top one's line looked up again.
+    fn repeat_last_stack(&mut self, walk: &ExternalWalk, raw: &[RawFrame]) -> Option<Vec<Frame>> {
+        let validation = self.records.validations;
+        let last = self.records.last_stacks.get(&walk.host_tid)?;
+        if !last.repeated_by(validation, walk, raw) {
+            return None;
+        }
+        let (info, mut frames) = (last.top.clone()?, last.frames.clone());
+        let top = raw[0];
+        if top.ip != last.raw[0].ip {
+            let base = bytecode_base(
+                &mut self.mem,
+                &self.target.offsets.code_object,
+                top.code,
+                top.tlbc_index,
+            )
+            .ok()?;
+            frames[0] = self.symbolizer.frame(&info, top.ip, base);
+            if let Some(last) = self.records.last_stacks.get_mut(&walk.host_tid) {
+                last.raw[0].ip = top.ip;
+                last.frames[0] = frames[0].clone();
+            }
+        }
+        self.stats.frames_read += raw.len() as u64;
+        if walk.truncated {
+            self.stats.truncated += 1;
+        }
+        Some(frames)
+    }
+
+    /// Keeps a record's resolved stack as its thread's last, for [`Unwinder::repeat_last_stack`].
+    fn keep_last_stack(&mut self, walk: &ExternalWalk, raw: &[RawFrame], frames: &[Frame]) {
+        // The top frame's line can be looked up again only when the top resolved frame is the
+        // top raw frame's own: a Python frame of that code, with nothing put before it.
+        // (A `<GC>` marker or a skipped entry or shim frame makes the top resolved frame another
+        // kind or another code's.)
+        let entry_owner = self.target.offsets.frame.entry_owner;
+        let top = raw.first().and_then(|f| {
+            let plain = frames.first()?;
+            if plain.kind != FrameKind::Python || entry_owner == Some(f.owner) {
+                return None;
+            }
+            let info = self.symbolizer.cached_code_info(f.code)?;
+            Arc::ptr_eq(&info.name, &plain.code).then_some(info)
+        });
+        self.stats.records_resolved += 1;
+        if self.records.last_stacks.len() >= MAX_LAST_STACKS {
+            // Threads that came and went while no validation pruned them.
+            self.records.last_stacks.clear();
+        }
+        let last = LastStack {
+            validation: self.records.validations,
+            tstate: walk.tstate,
+            ended: (walk.complete, walk.reached_base, walk.truncated),
+            raw: raw.to_vec(),
+            frames: frames.to_vec(),
+            top,
+        };
+        self.records.last_stacks.insert(walk.host_tid, last);
+    }
+
+    /// A record's sample: its frames, with the thread's name and what the walk read with them.
+    fn record_sample(
+        &mut self,
+        walk: &ExternalWalk,
+        ns_tid: u32,
+        frames: Vec<Frame>,
+        task: Option<Arc<str>>,
+    ) -> ThreadSample {
         let name = self.thread_name(ns_tid);
         // The span comes with the walk, read at the same tick. Read here instead, it would be
         // the thread's context at the drain, up to one drain interval after the stack was
         // taken: with spans of 50 ms, only 48% of such samples carried the span they ran under.
         let trace = walk.trace;
-        Ok(ThreadSample {
+        ThreadSample {
             pid: self.target.pid,
             tid: ns_tid,
             host_tid: walk.host_tid,
@@ -289,6 +423,6 @@ impl Unwinder {
             task,
             frames,
             truncated: walk.truncated,
-        })
+        }
     }
 }

@@ -429,6 +429,11 @@ fn ebpf_frame_cache_never_mixes_chains() {
         text.contains("a_leaf") && text.contains("b_leaf"),
         "both chains sampled:\n{text}"
     );
+    assert_chains_never_mix(&text);
+}
+
+/// Every stack of an `alternate.py` profile is one of its two chains (or a part of one).
+fn assert_chains_never_mix(text: &str) {
     for line in text.lines() {
         let names: Vec<&str> = line
             .rsplit_once(' ')
@@ -448,6 +453,65 @@ fn ebpf_frame_cache_never_mixes_chains() {
         );
         assert!(ok, "impossible stack {names:?} in:\n{text}");
     }
+}
+
+/// Before 3.15 every record is a whole walk. One that repeats its thread's last stack but for
+/// the top frame's instruction (a loop in the leaf) reuses that stack and looks up the top
+/// line alone: the line must still be the one of the record's moment (`two_phases.py` moves
+/// between two loops every 200 ms under an unchanging caller), and chains that swap every
+/// microsecond over the same frame addresses (`alternate.py`) must never mix.
+#[rstest]
+fn ebpf_records_repeating_a_stack_keep_their_own_top_line(#[values("py312", "py313")] py: &str) {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
+    let _serial = host_wide_lock();
+    let dir = fresh_dir(&format!("ebpf-repeat-{py}"));
+
+    let p = PythonProcess::ready(py, "two_phases.py", &[]);
+    let file = dir.join("phases.txt");
+    let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "3", "-r", "199"], &file);
+    let repeated = number_before(&err, " records repeated");
+    let samples = number_before(&err, " samples,");
+    assert!(
+        samples >= 100 && repeated * 2 >= samples,
+        "{py}: most records repeat the stack below the leaf: {err}"
+    );
+    // Samples whose top frame is `leaf` at one of `markers`' lines, under `caller`.
+    let lines = |markers: [&str; 2]| -> u64 {
+        let ends = markers.map(|m| format!("two_phases.py:{})", marker_line("two_phases.py", m)));
+        text.lines()
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter(|(stack, _)| {
+                let top = stack.rsplit(';').next().unwrap_or(stack);
+                stack.contains(";caller (")
+                    && top.starts_with("leaf (")
+                    && ends.iter().any(|e| top.ends_with(e.as_str()))
+            })
+            .filter_map(|(_, n)| n.parse::<u64>().ok())
+            .sum()
+    };
+    let (one, two) = (
+        lines(["one-loop", "one-body"]),
+        lines(["two-loop", "two-body"]),
+    );
+    let leaf = one + two;
+    assert!(
+        leaf * 10 >= samples * 8 && one * 4 >= leaf && two * 4 >= leaf,
+        "{py}: both phases' lines, about half each ({one} and {two} of {samples}):\n{text}"
+    );
+    drop(p);
+
+    let p = PythonProcess::ready(py, "alternate.py", &[]);
+    let file = dir.join("alt.txt");
+    let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "2", "-r", "499"], &file);
+    assert!(
+        number_before(&err, " records repeated") > 0,
+        "{py}: leaf loops repeat their stacks: {err}"
+    );
+    assert!(
+        text.contains("a_leaf") && text.contains("b_leaf"),
+        "both chains sampled:\n{text}"
+    );
+    assert_chains_never_mix(&text);
 }
 
 /// Samples of a collapsed-stacks profile on the main thread (`thread PID (..)`) and in

@@ -93,7 +93,7 @@ impl AgentMetrics {
             cache_lookups: counter_vec(
                 &registry,
                 "pyagent_cache_lookups_total",
-                "Lookups in the agent's caches (page, frame, code), by cache and result (hit, miss; bypassed: frame-cache walks beyond its bounds, done whole).",
+                "Lookups in the agent's caches (page, frame, code; record: BPF records that repeated their thread's last stack below the top frame, against those resolved whole), by cache and result (hit, miss; bypassed: frame-cache walks beyond its bounds, done whole).",
                 &["cache", "result"],
             ),
             processes: gauge_vec(

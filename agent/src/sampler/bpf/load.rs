@@ -142,6 +142,7 @@ impl BpfSampler {
             off_cpu_threads,
             exec_notices,
             lifetime_notices,
+            notices_taken: 0,
             ebpf,
             stats,
             cpus,

@@ -189,6 +189,9 @@ pub struct BpfSampler {
     exec_notices: bool,
     /// the fork and exit programs are attached too
     lifetime_notices: bool,
+    /// [`Counter::Notices`] when the notices were last taken: the map is looked through only
+    /// when it moved (walking an empty hash map makes the kernel scan its 4,096 buckets)
+    notices_taken: u64,
     /// Holds the program and its perf-event links: dropping it detaches.
     ebpf: Ebpf,
     /// Keeps the kernel's run-time statistics on while it lives.
@@ -343,6 +346,14 @@ impl BpfSampler {
     /// that ran an unregistered thread, called execve, was forked by a tracked process, or
     /// whose main thread exited.
     pub fn take_notices(&mut self) -> Vec<(u32, u32)> {
+        // Counted after the map changed: a notice set after this read moves the count again.
+        if let Ok(sums) = self.counter_sums() {
+            let posted = sums[Counter::Notices.index() as usize];
+            if posted == self.notices_taken {
+                return Vec::new();
+            }
+            self.notices_taken = posted;
+        }
         let pids: Vec<u32> = self.notices.keys().filter_map(Result::ok).collect();
         pids.into_iter()
             .filter_map(|pid| {
