@@ -10,7 +10,7 @@
  * addresses for userspace to symbolize; a short record when the walk fits one), pa_counters
  * (one counter per exit, the program's log), pa_notices (processes to look at again: a thread
  * the agent has not registered; from the tracepoint programs at the end, an execve, a tracked
- * process's fork and its main thread's exit).
+ * process's fork and its threads' exits, the main one's told apart).
  * Layouts: common/include/pyagent.h. GPL: bpf_probe_read_user is GPL-only.
  */
 #include <linux/bpf.h>
@@ -698,15 +698,16 @@ int pa_fork(struct bpf_raw_tracepoint_args *ctx)
 }
 
 /* Every task's exit on the host: a tracked process's main thread exiting is noticed (its last
- * thread may still run: the agent checks, and its periodic /proc pass covers the rest). */
+ * thread may still run: the agent checks, and its periodic /proc pass covers the rest), and so
+ * is any other of its threads exiting (the agent drops the thread's stale entry). */
 SEC("raw_tracepoint/sched_process_exit")
 int pa_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
 
-	if ((__u32)id != tgid || !pa_find_proc(tgid))
+	if (!pa_find_proc(tgid))
 		return 0;
-	pa_notice(tgid, PA_NOTICE_EXIT);
+	pa_notice(tgid, (__u32)id == tgid ? PA_NOTICE_EXIT : PA_NOTICE_THREAD_EXIT);
 	return 0;
 }

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use common::{
     Counter, PaFrame, PaOtelCtx, PaProc, PaSampleHdr, PaThreadList, GIL_HOLDER, GIL_THREAD_FLAG,
-    MAX_FRAMES, NOTICE_EXEC, NOTICE_UNKNOWN_THREAD, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
-    PROC_SLOTS, PROC_TRACE_CONTEXT, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC,
-    SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED, SAMPLE_SPAN,
-    SAMPLE_TRUNCATED, SHORT_FRAMES, THREAD_SLOTS,
+    MAX_FRAMES, NOTICE_EXEC, NOTICE_THREAD_EXIT, NOTICE_UNKNOWN_THREAD, PROC_ANCHOR,
+    PROC_BASE_FRAME, PROC_CFRAME, PROC_SLOTS, PROC_TRACE_CONTEXT, SAMPLE_ANCHOR_HIT,
+    SAMPLE_COMPLETE, SAMPLE_CYCLIC, SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN, SAMPLE_REACHED_BASE,
+    SAMPLE_READ_FAILED, SAMPLE_SPAN, SAMPLE_TRUNCATED, SHORT_FRAMES, THREAD_SLOTS,
 };
 use pyagent::sampler::bpf::{BpfConfig, BpfSampler};
 
@@ -422,7 +422,7 @@ fn shared_slots_fall_back_to_the_hash_maps() {
 
     // Gone from the slot and the hash map: the program reports a thread it does not know.
     s.remove_thread(spinner.tid).expect("remove thread");
-    let _ = s.take_notices();
+    let _ = s.take_notices(None);
     wait_for_notice(&mut s, pid, NOTICE_UNKNOWN_THREAD);
 }
 
@@ -1067,7 +1067,7 @@ fn unregistered_thread_is_found_in_the_thread_list() {
 /// Polls the notices until one for `pid` has `bit`.
 fn wait_for_notice(s: &mut BpfSampler, pid: u32, bit: u32) {
     wait_until(s, &format!("no notice {bit:#x} for pid {pid}"), |s| {
-        s.take_notices()
+        s.take_notices(None)
             .iter()
             .any(|&(p, bits)| p == pid && bits & bit != 0)
             .then_some(())
@@ -1075,7 +1075,7 @@ fn wait_for_notice(s: &mut BpfSampler, pid: u32, bit: u32) {
 }
 
 #[test]
-fn notices_name_unregistered_threads_and_execs() {
+fn notices_name_unregistered_threads_execs_and_thread_exits() {
     let mut s = load(&config());
     assert!(s.notices_execs(), "the exec tracepoint attached");
     // A tracked process running a thread the agent has not registered.
@@ -1090,8 +1090,15 @@ fn notices_name_unregistered_threads_and_execs() {
     let child_pid = child.id();
     child.wait().expect("wait for true");
     wait_for_notice(&mut s, child_pid, NOTICE_EXEC);
+    // A thread of a tracked process, not its main one, exiting (this machine has the kernel's
+    // BTF, which the lifetime programs need).
+    assert!(s.notices_lifetimes(), "the fork and exit programs attached");
+    std::thread::spawn(|| {})
+        .join()
+        .expect("a thread that exits");
+    wait_for_notice(&mut s, pid, NOTICE_THREAD_EXIT);
     // Taken notices are gone.
-    let left = s.take_notices();
+    let left = s.take_notices(None);
     assert!(
         left.iter().all(|&(p, _)| p != child_pid),
         "taken twice: {left:?}"

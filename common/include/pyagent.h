@@ -387,6 +387,9 @@ _Static_assert(sizeof(struct pa_off_cpu_thread) == 48, "struct pa_off_cpu_thread
 #define PA_NOTICE_FORK (1u << 2)
 /* A tracked process's main thread exited (sched_process_exit). */
 #define PA_NOTICE_EXIT (1u << 3)
+/* Another thread of a tracked process exited (sched_process_exit): its pa_threads entry is
+ * stale, and the agent re-reads the thread list. */
+#define PA_NOTICE_THREAD_EXIT (1u << 4)
 
 /* ---- pa_counters: PERCPU_ARRAY, one entry of __u64[PA_CNT__COUNT] by enum pa_counter ---- */
 

@@ -63,6 +63,8 @@ pub const NOTICE_EXEC: u32 = 1 << 1;
 pub const NOTICE_FORK: u32 = 1 << 2;
 /// `pa_notices` value bit: the tracked process's main thread exited.
 pub const NOTICE_EXIT: u32 = 1 << 3;
+/// `pa_notices` value bit: another thread of the tracked process exited.
+pub const NOTICE_THREAD_EXIT: u32 = 1 << 4;
 
 /// [`PaSampleHdr::flags`]: the walk reached a frame whose `previous` is 0.
 pub const SAMPLE_COMPLETE: u32 = 1 << 0;

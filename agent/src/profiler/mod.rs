@@ -162,6 +162,11 @@ pub struct HostStats {
     pub native_unmapped: u64,
     /// task-aware stacks asked for: processes tracked without them (CPython before 3.14)
     pub async_unsupported: u64,
+    /// eBPF: whole re-reads of a process's thread list (its tasks registered again)
+    pub thread_list_reads: u64,
+    /// eBPF: notices of a tracked process's thread (not its main one) exiting, each followed by
+    /// a re-read of its thread list
+    pub thread_exits_noticed: u64,
     /// CPU time (of the collecting thread, ns) spent draining and resolving records (eBPF) or
     /// taking samples (userspace, timed on one tick in eight): what samples cost the agent,
     /// whatever else runs on the host
@@ -413,7 +418,7 @@ impl HostProfiler {
         // The notices left since the last drain first: a listing must not find a process
         // before its notice says how it came (and a drain is up to 100 ms away).
         if let Backend::Bpf(b) = &mut self.backend {
-            b.take_notices(&mut self.scanner);
+            b.take_notices(&mut self.scanner, None);
         }
         let changes = self.scanner.scan();
         if !changes.gone.is_empty() {

@@ -576,6 +576,13 @@ fn ebpf_samples_short_lived_threads() {
         unknown * 10 <= short + main,
         "few ticks lost to unknown threads: {err}"
     );
+    // Their exits are noticed (each notice has the thread list read again): what lets a process
+    // whose threads stay put be re-read every 30 s instead of every 5 s.
+    assert!(
+        number_before(&err, " threads' exits noticed") > 0
+            && number_before(&err, " thread lists read") > 0,
+        "thread exits noticed: {err}"
+    );
 }
 
 /// Issue 17, item 4: records the BPF program walked carry the threads' Python names, whole

@@ -11,8 +11,9 @@
 //! The program also leaves notices ([`BpfSampler::take_notices`]): processes that ran a thread
 //! the caller has not registered, and, from programs on raw tracepoints, every process that
 //! called execve (`sched_process_exec`), every new process forked by a tracked one
-//! (`sched_process_fork`) and every tracked process whose main thread exited
-//! (`sched_process_exit`). The caller re-reads just those instead of polling every process.
+//! (`sched_process_fork`) and every tracked process whose main thread, or another of its
+//! threads, exited (`sched_process_exit`). The caller re-reads just those instead of polling
+//! every process.
 //!
 //! [`pa_proc_for`] builds the [`PaProc`] of a process from its [`Offsets`]. The program reads
 //! the 3.15 frame-cache anchor but never writes it: `bpf_probe_write_user` is refused under
@@ -345,10 +346,15 @@ impl BpfSampler {
     /// Takes the notices left since the last call: (host tgid, `NOTICE_*` bits) for each process
     /// that ran an unregistered thread, called execve, was forked by a tracked process, or
     /// whose main thread exited.
-    pub fn take_notices(&mut self) -> Vec<(u32, u32)> {
+    ///
+    /// `posted` is [`Counter::Notices`] if the caller just read the counters, else it is read.
+    pub fn take_notices(&mut self, posted: Option<u64>) -> Vec<(u32, u32)> {
         // Counted after the map changed: a notice set after this read moves the count again.
-        if let Ok(sums) = self.counter_sums() {
-            let posted = sums[Counter::Notices.index() as usize];
+        let posted = posted.or_else(|| {
+            let sums = self.counter_sums().ok()?;
+            Some(sums[Counter::Notices.index() as usize])
+        });
+        if let Some(posted) = posted {
             if posted == self.notices_taken {
                 return Vec::new();
             }

@@ -710,7 +710,7 @@ fn agent_overhead(
          only\" ends at the last reading 0.5 s before its sampling stops, from the run time of its \
          threads (`/proc/PID/task/*/schedstat`, to the nanosecond); \"second half\" is the second \
          half of that span (a service's steady cost: a new process's maps are read again at 2, 6, \
-         14 s … after it is found, for a tracer loaded late, then at most once a minute). BPF in targets: the program's kernel run time over the run \
+         14 s … after it is found, for a tracer loaded late, then at most every 5 minutes). BPF in targets: the program's kernel run time over the run \
          (spent in the interrupted processes, not charged to the agent). Peak RSS: `ru_maxrss` over the \
          whole run, and the highest `VmRSS` polled every 200 ms after the first scan."
     );
