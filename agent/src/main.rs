@@ -391,7 +391,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     let anchor_hits = bpf_counter(common::Counter::AnchorHit);
     let threads_found = bpf_counter(common::Counter::ThreadFound);
     eprintln!(
-        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {}; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF; {} records repeated their thread's last stack below the top frame, {} resolved whole; {} thread lists read, {} threads' exits noticed)",
+        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {}; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF; {} records repeated their thread's last stack below the top frame, {} resolved whole; {} thread lists read, {} thread-exit notices)",
         profiler.mode_name(),
         args.output.display(),
         window.total_samples(),
@@ -405,7 +405,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         repeated,
         resolved,
         s.thread_list_reads,
-        s.thread_exits_noticed
+        s.thread_exit_notices
     );
     if let Some(n) = without_gil {
         eprintln!("pyagent: --gil left out {n} samples of threads that did not hold the GIL");

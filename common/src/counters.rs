@@ -263,7 +263,7 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
         Counter::Notices,
         "PA_CNT_NOTICES",
         "pyagent_bpf_notices_total",
-        "Notices set for the agent: a process that exec'd, forked from or exited as a tracked one, or ran a thread the program could not walk.",
+        "Changes to the notice map (a new entry or a new bit): a process that exec'd, was forked by a tracked one, or whose threads exited, or one that ran a thread the program could not walk.",
     ),
 ];
 

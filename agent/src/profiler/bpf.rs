@@ -41,6 +41,9 @@ const THREAD_REFRESH_INTERVAL: Duration = Duration::from_secs(5);
 /// which a steady process has not been seen doing. These re-reads were a tenth of the agent's
 /// CPU with 50 processes at 5 s.
 const THREAD_REFRESH_WHEN_STEADY: Duration = Duration::from_secs(30);
+/// A thread's exit has its process's thread list read again at most this often: a process that
+/// runs a thread per request would otherwise be read at every collection.
+const EXIT_REREAD_EVERY: Duration = Duration::from_secs(1);
 
 /// A process the program samples.
 struct BpfProcess {
@@ -69,11 +72,14 @@ struct BpfProcess {
 pub(super) struct BpfBackend {
     pub sampler: BpfSampler,
     procs: HashMap<u32, BpfProcess>,
-    /// processes that ran an unregistered thread or saw one of their threads exit, noticed
-    /// since the last collection: their thread lists are re-read
-    threads_changed: HashSet<u32>,
+    /// processes that ran an unregistered thread, noticed since the last collection: their
+    /// thread lists are re-read at once
+    unknown_thread: HashSet<u32>,
+    /// processes one of whose threads exited since their thread list was last read: it is
+    /// read again, at most every [`EXIT_REREAD_EVERY`]
+    thread_exited: HashSet<u32>,
     /// thread-exit notices taken so far
-    thread_exits_noticed: u64,
+    thread_exit_notices: u64,
     /// where the native unwinders look for stripped objects' debug files
     debug_dirs: DebugDirs,
 }
@@ -83,8 +89,9 @@ impl BpfBackend {
         BpfBackend {
             sampler,
             procs: HashMap::new(),
-            threads_changed: HashSet::new(),
-            thread_exits_noticed: 0,
+            unknown_thread: HashSet::new(),
+            thread_exited: HashSet::new(),
+            thread_exit_notices: 0,
             debug_dirs,
         }
     }
@@ -195,13 +202,16 @@ impl BpfBackend {
         }
         out.stats.throttled = self.sampler.throttling().lost_ticks;
         self.take_notices(scanner, sums.map(|s| s[Counter::Notices.index() as usize]));
-        out.stats.thread_exits_noticed = self.thread_exits_noticed;
-        let threads_changed = std::mem::take(&mut self.threads_changed);
-        // Re-read a thread list only when it matters: the program met a thread it cannot walk,
-        // or one of the process's threads exited; a 3.15 process was sampled (its anchors move
-        // the next BPF walks' stopping points up to now); or the slow pass is due.
+        out.stats.thread_exit_notices = self.thread_exit_notices;
+        let unknown_thread = std::mem::take(&mut self.unknown_thread);
+        // Re-read a thread list only when it matters: the program met a thread it cannot walk;
+        // one of the process's threads exited (at most every EXIT_REREAD_EVERY); the process's
+        // OpenTelemetry thread context is due to be looked for (the look is part of the read);
+        // a 3.15 process was sampled (its anchors move the next BPF walks' stopping points up to
+        // now); or the slow pass is due.
         let exits_noticed = self.sampler.notices_lifetimes();
         let now = Instant::now();
+        let thread_exited = &self.thread_exited;
         let due: Vec<(u32, bool)> = self
             .procs
             .iter()
@@ -211,12 +221,20 @@ impl BpfBackend {
                 } else {
                     THREAD_REFRESH_INTERVAL
                 };
-                let full = threads_changed.contains(pid)
-                    || now.duration_since(p.last_refresh) >= slow_pass;
+                let since = now.duration_since(p.last_refresh);
+                let full = unknown_thread.contains(pid)
+                    || (thread_exited.contains(pid) && since >= EXIT_REREAD_EVERY)
+                    || (p.trace_context && p.unwinder.thread_context_look_due())
+                    || since >= slow_pass;
                 let anchors = p.unwinder.frame_cache_enabled() && sampled.contains(pid);
                 (full || anchors).then_some((*pid, full))
             })
             .collect();
+        for (pid, full) in &due {
+            if *full {
+                self.thread_exited.remove(pid);
+            }
+        }
         for (pid, full) in due {
             self.refresh_threads(pid, full, out);
         }
@@ -231,11 +249,13 @@ impl BpfBackend {
             if bits & (NOTICE_EXEC | NOTICE_FORK | NOTICE_EXIT) != 0 {
                 scanner.notice(pid);
             }
-            if bits & NOTICE_THREAD_EXIT != 0 {
-                self.thread_exits_noticed += 1;
+            if bits & NOTICE_UNKNOWN_THREAD != 0 {
+                self.unknown_thread.insert(pid);
             }
-            if bits & (NOTICE_UNKNOWN_THREAD | NOTICE_THREAD_EXIT) != 0 {
-                self.threads_changed.insert(pid);
+            // A process whose main thread exited too is about to be dropped: no re-read.
+            if bits & NOTICE_THREAD_EXIT != 0 && bits & NOTICE_EXIT == 0 {
+                self.thread_exit_notices += 1;
+                self.thread_exited.insert(pid);
             }
         }
     }
@@ -248,7 +268,6 @@ impl BpfBackend {
         };
         if all_tasks {
             p.last_refresh = Instant::now();
-            out.stats.thread_list_reads += 1;
         }
         let interpreters = match p.unwinder.refresh_for_records() {
             Ok(i) => i,
@@ -258,6 +277,9 @@ impl BpfBackend {
                 return;
             }
         };
+        if all_tasks {
+            out.stats.thread_list_reads += 1;
+        }
         let sampler = &mut self.sampler;
         set_thread_list(sampler, pid, p, &interpreters);
         let mut now = HashMap::new();
@@ -299,9 +321,12 @@ impl BpfBackend {
             out.waits.forget_thread(*gone);
         }
         if all_tasks {
-            p.steady = now
-                .iter()
-                .all(|(tid, &ts)| ts != 0 && p.threads.get(tid).is_none_or(|&before| before == ts));
+            // Two reads at least, the same thread states in both where a thread is in both.
+            p.steady = !now.is_empty()
+                && !p.threads.is_empty()
+                && now.iter().all(|(tid, &ts)| {
+                    ts != 0 && p.threads.get(tid).is_none_or(|&before| before == ts)
+                });
         }
         p.threads = now;
     }

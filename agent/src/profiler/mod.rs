@@ -164,9 +164,9 @@ pub struct HostStats {
     pub async_unsupported: u64,
     /// eBPF: whole re-reads of a process's thread list (its tasks registered again)
     pub thread_list_reads: u64,
-    /// eBPF: notices of a tracked process's thread (not its main one) exiting, each followed by
-    /// a re-read of its thread list
-    pub thread_exits_noticed: u64,
+    /// eBPF: notices of a tracked process's threads (not its main one) exiting, one per process
+    /// per take however many exited; each has the thread list read again
+    pub thread_exit_notices: u64,
     /// CPU time (of the collecting thread, ns) spent draining and resolving records (eBPF) or
     /// taking samples (userspace, timed on one tick in eight): what samples cost the agent,
     /// whatever else runs on the host

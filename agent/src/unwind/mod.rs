@@ -253,6 +253,12 @@ impl Unwinder {
         self.traces.layout(self.target.pid)
     }
 
+    /// Whether [`Unwinder::thread_context_layout`] would look for the context now: none found
+    /// yet, and the next look is due.
+    pub fn thread_context_look_due(&self) -> bool {
+        self.traces.look_due()
+    }
+
     /// The trace context of the thread whose `pthread_t` is `pthread`, read through the
     /// sample's page cache: the same pages every sample, so they join its prefetch.
     fn trace_context(&mut self, pthread: u64) -> Option<TraceContext> {

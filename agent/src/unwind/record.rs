@@ -22,7 +22,7 @@ use crate::symbolize::{bytecode_base, CodeInfo, Frame, FrameKind};
 /// re-validates).
 const RECORD_VALIDATE_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Threads whose last stack is kept, at most (pruned to the live ones at each validation).
+/// Threads whose last stack is kept, at most (all are dropped at each validation).
 const MAX_LAST_STACKS: usize = 4096;
 
 /// What the records of one process are resolved against, kept between batches.
@@ -35,9 +35,7 @@ pub(super) struct RecordContext {
     searched: Option<InterpreterInfo>,
     /// when the interpreter state and code-object cache were last validated
     last_validated: Instant,
-    /// how many times they were: a stack resolved before a validation is not reused after it
-    validations: u64,
-    /// host TID → the thread's last stack resolved from a whole walk
+    /// host TID → the thread's last stack resolved from a whole walk since the last validation
     last_stacks: HashMap<u32, LastStack>,
 }
 
@@ -47,7 +45,6 @@ impl Default for RecordContext {
             interp_of: HashMap::new(),
             searched: None,
             last_validated: Instant::now(),
-            validations: 0,
             last_stacks: HashMap::new(),
         }
     }
@@ -61,11 +58,8 @@ impl RecordContext {
             self.interp_of
                 .extend(threads.iter().map(|t| (t.addr, *interp)));
         }
-        self.validations += 1;
-        // Only threads still there keep a stack, and it is not reused past this validation.
-        let interp_of = &self.interp_of;
-        self.last_stacks
-            .retain(|_, last| interp_of.contains_key(&last.tstate));
+        // A stack resolved against the code objects as validated before is not reused after.
+        self.last_stacks.clear();
     }
 }
 
@@ -75,28 +69,43 @@ impl RecordContext {
 /// (a code-object lookup and a line lookup per frame, most of the agent's work per record).
 #[derive(Debug)]
 struct LastStack {
-    /// [`RecordContext::validations`] when it was resolved
-    validation: u64,
     tstate: u64,
-    /// the walk's shape: how it ended
-    ended: (bool, bool, bool),
+    ended: WalkEnding,
     raw: Vec<RawFrame>,
     frames: Vec<Frame>,
-    /// the top raw frame's code, when the top resolved frame is that frame's (no `<GC>` or
-    /// shim in between): its line is all a repeat must look up
-    top: Option<Arc<CodeInfo>>,
+    /// the top raw frame's code and where its bytecode starts, when the top resolved frame is
+    /// that frame's (no `<GC>`, entry or shim frame before it): its line is all a repeat must
+    /// look up
+    top_code: Option<(Arc<CodeInfo>, u64)>,
+}
+
+/// How a walk ended, as far as its resolved stack depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WalkEnding {
+    complete: bool,
+    reached_base: bool,
+    truncated: bool,
+}
+
+impl WalkEnding {
+    fn of(walk: &ExternalWalk) -> WalkEnding {
+        WalkEnding {
+            complete: walk.complete,
+            reached_base: walk.reached_base,
+            truncated: walk.truncated,
+        }
+    }
 }
 
 impl LastStack {
     /// Whether a walk of `raw` repeats this stack but for the top frame's instruction.
-    fn repeated_by(&self, validation: u64, walk: &ExternalWalk, raw: &[RawFrame]) -> bool {
+    fn repeated_by(&self, walk: &ExternalWalk, raw: &[RawFrame]) -> bool {
         let (Some(top), Some(last_top)) = (raw.first(), self.raw.first()) else {
             return false;
         };
-        self.validation == validation
-            && self.top.is_some()
+        self.top_code.is_some()
             && self.tstate == walk.tstate
-            && self.ended == (walk.complete, walk.reached_base, walk.truncated)
+            && self.ended == WalkEnding::of(walk)
             && raw.len() == self.raw.len()
             && RawFrame { ip: 0, ..*top } == RawFrame { ip: 0, ..*last_top }
             && raw[1..] == self.raw[1..]
@@ -332,6 +341,7 @@ impl Unwinder {
             frames = resolved.into_iter().map(|c| c.frame).collect();
         }
         if reusable {
+            self.stats.records_resolved += 1;
             self.keep_last_stack(walk, raw, &frames);
         }
         Ok(self.record_sample(walk, ns_tid, frames, task))
@@ -340,27 +350,17 @@ impl Unwinder {
     /// The frames of a record that repeats its thread's last stack but for the top frame's
     /// instruction: the last frames with the top one's line looked up again.
     fn repeat_last_stack(&mut self, walk: &ExternalWalk, raw: &[RawFrame]) -> Option<Vec<Frame>> {
-        let validation = self.records.validations;
-        let last = self.records.last_stacks.get(&walk.host_tid)?;
-        if !last.repeated_by(validation, walk, raw) {
+        let last = self.records.last_stacks.get_mut(&walk.host_tid)?;
+        if !last.repeated_by(walk, raw) {
             return None;
         }
-        let (info, mut frames) = (last.top.clone()?, last.frames.clone());
-        let top = raw[0];
-        if top.ip != last.raw[0].ip {
-            let base = bytecode_base(
-                &mut self.mem,
-                &self.target.offsets.code_object,
-                top.code,
-                top.tlbc_index,
-            )
-            .ok()?;
-            frames[0] = self.symbolizer.frame(&info, top.ip, base);
-            if let Some(last) = self.records.last_stacks.get_mut(&walk.host_tid) {
-                last.raw[0].ip = top.ip;
-                last.frames[0] = frames[0].clone();
-            }
+        let ip = raw[0].ip;
+        if ip != last.raw[0].ip {
+            let (info, base) = last.top_code.as_ref()?;
+            last.frames[0] = self.symbolizer.frame(info, ip, *base);
+            last.raw[0].ip = ip;
         }
+        let frames = last.frames.clone();
         self.stats.frames_read += raw.len() as u64;
         if walk.truncated {
             self.stats.truncated += 1;
@@ -375,26 +375,29 @@ impl Unwinder {
         // (A `<GC>` marker or a skipped entry or shim frame makes the top resolved frame another
         // kind or another code's.)
         let entry_owner = self.target.offsets.frame.entry_owner;
-        let top = raw.first().and_then(|f| {
-            let plain = frames.first()?;
-            if plain.kind != FrameKind::Python || entry_owner == Some(f.owner) {
+        let top_code = raw.first().and_then(|f| {
+            let top_frame = frames.first()?;
+            if top_frame.kind != FrameKind::Python || entry_owner == Some(f.owner) {
                 return None;
             }
             let info = self.symbolizer.cached_code_info(f.code)?;
-            Arc::ptr_eq(&info.name, &plain.code).then_some(info)
+            if !Arc::ptr_eq(&info.name, &top_frame.code) {
+                return None;
+            }
+            let o = &self.target.offsets.code_object;
+            let base = bytecode_base(&mut self.mem, o, f.code, f.tlbc_index).ok()?;
+            Some((info, base))
         });
-        self.stats.records_resolved += 1;
         if self.records.last_stacks.len() >= MAX_LAST_STACKS {
-            // Threads that came and went while no validation pruned them.
+            // Threads that came and went while no validation cleared them.
             self.records.last_stacks.clear();
         }
         let last = LastStack {
-            validation: self.records.validations,
             tstate: walk.tstate,
-            ended: (walk.complete, walk.reached_base, walk.truncated),
+            ended: WalkEnding::of(walk),
             raw: raw.to_vec(),
             frames: frames.to_vec(),
-            top,
+            top_code,
         };
         self.records.last_stacks.insert(walk.host_tid, last);
     }

@@ -74,6 +74,11 @@ impl TraceContexts {
         read_context(mem, &layout, pthread)
     }
 
+    /// Whether [`TraceContexts::layout`] would look now.
+    pub(super) fn look_due(&self) -> bool {
+        self.layout.is_none() && self.look.due(Instant::now())
+    }
+
     /// Where process `pid` publishes its threads' contexts, looking again when the last look
     /// is old enough (`None`: it publishes none, as far as the last look saw).
     pub(super) fn layout(&mut self, pid: u32) -> Option<ThreadContextLayout> {

@@ -344,8 +344,8 @@ impl BpfSampler {
     }
 
     /// Takes the notices left since the last call: (host tgid, `NOTICE_*` bits) for each process
-    /// that ran an unregistered thread, called execve, was forked by a tracked process, or
-    /// whose main thread exited.
+    /// that ran an unregistered thread, called execve, was forked by a tracked process, or one
+    /// of whose threads (the main one or another) exited.
     ///
     /// `posted` is [`Counter::Notices`] if the caller just read the counters, else it is read.
     pub fn take_notices(&mut self, posted: Option<u64>) -> Vec<(u32, u32)> {
@@ -354,22 +354,35 @@ impl BpfSampler {
             let sums = self.counter_sums().ok()?;
             Some(sums[Counter::Notices.index() as usize])
         });
-        if let Some(posted) = posted {
-            if posted == self.notices_taken {
-                return Vec::new();
-            }
-            self.notices_taken = posted;
+        if posted.is_some_and(|posted| posted == self.notices_taken) {
+            return Vec::new();
         }
-        let pids: Vec<u32> = self.notices.keys().filter_map(Result::ok).collect();
-        pids.into_iter()
+        let mut whole = true;
+        let mut pids = Vec::new();
+        for key in self.notices.keys() {
+            match key {
+                Ok(pid) => pids.push(pid),
+                Err(_) => whole = false,
+            }
+        }
+        let taken = pids
+            .into_iter()
             .filter_map(|pid| {
                 // Read, then delete: a bit set in between is lost, and the caller's slow
                 // periodic pass covers it.
-                let bits = self.notices.get(&pid, 0).ok()?;
+                let Ok(bits) = self.notices.get(&pid, 0) else {
+                    whole = false;
+                    return None;
+                };
                 let _ = self.notices.remove(&pid);
                 Some((pid, bits))
             })
-            .collect()
+            .collect();
+        // An entry left in the map is looked for again at the next call, whatever the count.
+        if let (true, Some(posted)) = (whole, posted) {
+            self.notices_taken = posted;
+        }
+        taken
     }
 
     /// Hands every record now in the ring buffer to `f`, oldest first; returns how many. A
