@@ -41,9 +41,10 @@ const THREAD_REFRESH_INTERVAL: Duration = Duration::from_secs(5);
 /// which a steady process has not been seen doing. These re-reads were a tenth of the agent's
 /// CPU with 50 processes at 5 s.
 const THREAD_REFRESH_WHEN_STEADY: Duration = Duration::from_secs(30);
-/// A thread's exit has its process's thread list read again at most this often: a process that
-/// runs a thread per request would otherwise be read at every collection.
-const EXIT_REREAD_EVERY: Duration = Duration::from_secs(1);
+/// A thread's exit, or a due OpenTelemetry context look, has the process's thread list read
+/// again at most this often: a process that runs a thread per request (or whose reads keep
+/// failing, so the look stays due) would otherwise be read at every collection.
+const REREAD_GAP: Duration = Duration::from_secs(1);
 
 /// A process the program samples.
 struct BpfProcess {
@@ -76,7 +77,7 @@ pub(super) struct BpfBackend {
     /// thread lists are re-read at once
     unknown_thread: HashSet<u32>,
     /// processes one of whose threads exited since their thread list was last read: it is
-    /// read again, at most every [`EXIT_REREAD_EVERY`]
+    /// read again, at most every [`REREAD_GAP`]
     thread_exited: HashSet<u32>,
     /// thread-exit notices taken so far
     thread_exit_notices: u64,
@@ -205,12 +206,15 @@ impl BpfBackend {
         out.stats.thread_exit_notices = self.thread_exit_notices;
         let unknown_thread = std::mem::take(&mut self.unknown_thread);
         // Re-read a thread list only when it matters: the program met a thread it cannot walk;
-        // one of the process's threads exited (at most every EXIT_REREAD_EVERY); the process's
-        // OpenTelemetry thread context is due to be looked for (the look is part of the read);
-        // a 3.15 process was sampled (its anchors move the next BPF walks' stopping points up to
+        // one of the process's threads exited, or its OpenTelemetry thread context is due to be
+        // looked for (the look is part of the read), at most every REREAD_GAP; a 3.15 process
+        // was sampled (its anchors move the next BPF walks' stopping points up to
         // now); or the slow pass is due.
         let exits_noticed = self.sampler.notices_lifetimes();
         let now = Instant::now();
+        // Only tracked processes' exits wait for a read.
+        let procs = &self.procs;
+        self.thread_exited.retain(|pid| procs.contains_key(pid));
         let thread_exited = &self.thread_exited;
         let due: Vec<(u32, bool)> = self
             .procs
@@ -222,9 +226,10 @@ impl BpfBackend {
                     THREAD_REFRESH_INTERVAL
                 };
                 let since = now.duration_since(p.last_refresh);
+                let noticed = thread_exited.contains(pid)
+                    || (p.trace_context && p.unwinder.thread_context_look_due());
                 let full = unknown_thread.contains(pid)
-                    || (thread_exited.contains(pid) && since >= EXIT_REREAD_EVERY)
-                    || (p.trace_context && p.unwinder.thread_context_look_due())
+                    || (noticed && since >= REREAD_GAP)
                     || since >= slow_pass;
                 let anchors = p.unwinder.frame_cache_enabled() && sampled.contains(pid);
                 (full || anchors).then_some((*pid, full))
