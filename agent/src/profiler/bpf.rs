@@ -227,7 +227,7 @@ impl BpfBackend {
                 };
                 let since = now.duration_since(p.last_refresh);
                 let noticed = thread_exited.contains(pid)
-                    || (p.trace_context && p.unwinder.thread_context_look_due());
+                    || (p.trace_context && p.unwinder.thread_context_look_due(now));
                 let full = unknown_thread.contains(pid)
                     || (noticed && since >= REREAD_GAP)
                     || since >= slow_pass;

@@ -253,10 +253,10 @@ impl Unwinder {
         self.traces.layout(self.target.pid)
     }
 
-    /// Whether [`Unwinder::thread_context_layout`] would look for the context now: none found
-    /// yet, and the next look is due.
-    pub fn thread_context_look_due(&self) -> bool {
-        self.traces.look_due()
+    /// Whether [`Unwinder::thread_context_layout`] would look for the context at `now`: none
+    /// found yet, and the next look is due.
+    pub fn thread_context_look_due(&self, now: std::time::Instant) -> bool {
+        self.traces.look_due(now)
     }
 
     /// The trace context of the thread whose `pthread_t` is `pthread`, read through the

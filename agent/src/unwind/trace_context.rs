@@ -74,9 +74,9 @@ impl TraceContexts {
         read_context(mem, &layout, pthread)
     }
 
-    /// Whether [`TraceContexts::layout`] would look now.
-    pub(super) fn look_due(&self) -> bool {
-        self.layout.is_none() && self.look.due(Instant::now())
+    /// Whether [`TraceContexts::layout`] would look at `now`.
+    pub(super) fn look_due(&self, now: Instant) -> bool {
+        self.layout.is_none() && self.look.due(now)
     }
 
     /// Where process `pid` publishes its threads' contexts, looking again when the last look
