@@ -9,6 +9,7 @@
 //! the labels and the interned thread names.
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 
 // foldhash: every sample hashes its whole stack here.
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
@@ -26,7 +27,7 @@ pub use wait::WaitReason;
 pub const DEFAULT_MAX_STACKS: usize = 65_536;
 
 /// What makes two samples the same: the thread they came from and their frames.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct StackKey {
     /// Host PID of the process.
     pub pid: u32,
@@ -50,6 +51,69 @@ pub struct StackKey {
     pub frames: Vec<Frame>,
 }
 
+/// Hashed through [`KeyView`], as a sample not yet counted is: a lookup finds the key
+/// without building one.
+impl Hash for StackKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        KeyView::of_key(self).hash(state);
+    }
+}
+
+/// A stack key's parts, borrowed from a kept key or from a sample. Counting a sample whose
+/// stack was seen before in the window (nearly every sample) then copies nothing: no frame
+/// vector, no reference count per frame.
+#[derive(PartialEq, Hash)]
+struct KeyView<'a> {
+    pid: u32,
+    tid: u32,
+    ns_tid: Option<u32>,
+    thread_name: Option<&'a str>,
+    gil: Option<GilState>,
+    cpu: Option<CpuState>,
+    trace: Option<TraceContext>,
+    task: Option<&'a str>,
+    frames: &'a [Frame],
+}
+
+impl<'a> KeyView<'a> {
+    fn of_key(key: &'a StackKey) -> KeyView<'a> {
+        KeyView {
+            pid: key.pid,
+            tid: key.tid,
+            ns_tid: key.ns_tid,
+            thread_name: key.thread_name.as_deref(),
+            gil: key.gil,
+            cpu: key.cpu,
+            trace: key.trace,
+            task: key.task.as_deref(),
+            frames: &key.frames,
+        }
+    }
+
+    fn of_sample(sample: &'a ThreadSample) -> KeyView<'a> {
+        KeyView {
+            pid: sample.pid,
+            tid: sample.host_tid,
+            ns_tid: (sample.tid != sample.host_tid).then_some(sample.tid),
+            thread_name: sample.thread_name.as_deref(),
+            gil: sample.gil,
+            cpu: sample.cpu,
+            trace: sample.trace,
+            task: sample.task.as_deref(),
+            frames: &sample.frames,
+        }
+    }
+}
+
+impl hashbrown::Equivalent<StackKey> for KeyView<'_> {
+    fn equivalent(&self, key: &StackKey) -> bool {
+        *self == KeyView::of_key(key)
+    }
+}
+
+/// Samples per distinct stack.
+pub type StackCounts = hashbrown::HashMap<StackKey, u64>;
+
 /// The samples counted between two cuts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProfileWindow {
@@ -60,7 +124,7 @@ pub struct ProfileWindow {
     /// Sampling period: one sample stands for this many nanoseconds of thread time.
     pub period_ns: u64,
     /// Samples per distinct stack.
-    pub counts: HashMap<StackKey, u64>,
+    pub counts: StackCounts,
     /// Process-level labels (`pid`, `python_version`, `service`, ...).
     pub labels: BTreeMap<String, String>,
     /// Samples lost in this window: reported by the caller, or refused because the stack map was full.
@@ -145,7 +209,7 @@ impl ProfileWindow {
 pub struct Aggregator {
     period_ns: u64,
     max_stacks: usize,
-    counts: HashMap<StackKey, u64>,
+    counts: StackCounts,
     off_cpu: HashMap<(StackKey, WaitReason), u64>,
     labels: BTreeMap<String, String>,
     dropped: u64,
@@ -161,7 +225,7 @@ impl Aggregator {
         Aggregator {
             period_ns,
             max_stacks: DEFAULT_MAX_STACKS,
-            counts: HashMap::new(),
+            counts: StackCounts::default(),
             off_cpu: HashMap::new(),
             labels: BTreeMap::new(),
             dropped: 0,
@@ -229,10 +293,10 @@ impl Aggregator {
         if n == 0 {
             return;
         }
-        let key = self.key(sample);
-        if let Some(count) = self.counts.get_mut(&key) {
+        if let Some(count) = self.counts.get_mut(&KeyView::of_sample(sample)) {
             *count = count.saturating_add(n);
         } else if self.counts.len() + self.off_cpu.len() < self.max_stacks {
+            let key = self.key(sample);
             self.counts.insert(key, n);
         } else {
             self.dropped = self.dropped.saturating_add(n);
@@ -379,6 +443,40 @@ pub(crate) mod tests {
         assert_eq!(stacks[1].1, 5);
         assert_eq!(stacks[1].0.thread_name.as_deref(), Some("MainThread"));
         assert_eq!(window.pids(), vec![100]);
+    }
+
+    #[test]
+    fn equal_stacks_made_apart_share_one_entry() {
+        // Equal names in separate allocations, as two code-object reads make them: the lookup
+        // by a sample's borrowed parts must hash and compare them as the kept key does.
+        let made = || {
+            sample(
+                100,
+                100,
+                Some("MainThread"),
+                vec![
+                    frame("work", "app.py", 5, 4),
+                    frame("main", "app.py", 10, 1),
+                ],
+            )
+        };
+        let (a, b) = (made(), made());
+        assert!(!Arc::ptr_eq(&a.frames[0].code, &b.frames[0].code));
+        let mut agg = Aggregator::new(1);
+        agg.add(&a);
+        agg.add_count(&b, 2);
+        let mut moved = made();
+        moved.frames[0].line = Some(6);
+        agg.add(&moved);
+        let window = agg.cut();
+        assert_eq!(window.counts.len(), 2, "{:?}", window.counts);
+        assert_eq!(window.counts.get(&agg_key(&a)), Some(&3));
+        assert_eq!(window.counts.get(&agg_key(&moved)), Some(&1));
+    }
+
+    /// The key `sample` is counted under, made as the aggregator makes it.
+    fn agg_key(sample: &ThreadSample) -> StackKey {
+        Aggregator::new(1).key(sample)
     }
 
     #[test]

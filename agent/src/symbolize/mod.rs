@@ -176,12 +176,12 @@ impl Symbolizer {
         let first_line = header.u32_at(c.firstlineno);
         let table = read_bytes(mem, o, header.u64_at(c.linetable))?;
         let info = Arc::new(CodeInfo {
-            name: Arc::new(CodeName {
-                function: read_str(mem, o, header.u64_at(c.qualname))?.into(),
-                file: read_str(mem, o, header.u64_at(c.filename))?.into(),
+            name: Arc::new(CodeName::from_parts(
+                read_str(mem, o, header.u64_at(c.qualname))?.into(),
+                read_str(mem, o, header.u64_at(c.filename))?.into(),
                 first_line,
-                object: None,
-            }),
+                None,
+            )),
             len_units: header.u64_at(c.ob_size),
             lines: LineTable::decode(&table, first_line),
         });

@@ -6,7 +6,7 @@
 //! frames pushed since the last one; writing that anchor is the only write pyagent makes into a
 //! target, and only into a runtime validated as 3.15+.
 //! Thread names (`threading.Thread.name`, else the OS name) are cached per thread and read again
-//! for new threads and once a second (`thread_names`), not per sample.
+//! for new threads and every 10 s (`thread_names`), not per sample.
 
 mod asyncio;
 mod bottoms;
@@ -137,9 +137,10 @@ impl Unwinder {
     }
 
     /// The name of the thread `ns_tid`: its `threading.Thread.name`, or the OS one when
-    /// `threading` does not know it (cached: read again for a new thread and once a second).
+    /// `threading` does not know it (cached: read again for a new thread and every 10 s).
     pub fn thread_name(&mut self, ns_tid: u32) -> Option<Arc<str>> {
-        self.names.name(&self.target, ns_tid)
+        self.names
+            .name(&self.target, ns_tid, std::time::Instant::now())
     }
 
     /// Reads of the `threading` names made so far (they are cached, not read per sample).

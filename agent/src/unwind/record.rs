@@ -35,6 +35,9 @@ pub(super) struct RecordContext {
     searched: Option<InterpreterInfo>,
     /// when the interpreter state and code-object cache were last validated
     last_validated: Instant,
+    /// when the batch being resolved began: the clock its records' thread names are checked
+    /// against (one reading per batch, not one per record)
+    batch_began: Instant,
     /// host TID → the thread's last stack resolved from a whole walk since the last validation
     last_stacks: HashMap<u32, LastStack>,
 }
@@ -45,6 +48,7 @@ impl Default for RecordContext {
             interp_of: HashMap::new(),
             searched: None,
             last_validated: Instant::now(),
+            batch_began: Instant::now(),
             last_stacks: HashMap::new(),
         }
     }
@@ -191,10 +195,12 @@ impl Unwinder {
     /// state and the code-object cache are validated again (one read on a steady process); in
     /// between nothing is read up front. An error means the old interpreters are kept.
     pub fn begin_records(&mut self) -> Result<(), UnwindError> {
-        if self.records.last_validated.elapsed() < RECORD_VALIDATE_INTERVAL {
+        let now = Instant::now();
+        self.records.batch_began = now;
+        if now.saturating_duration_since(self.records.last_validated) < RECORD_VALIDATE_INTERVAL {
             self.begin_cached_batch();
         } else {
-            self.records.last_validated = Instant::now();
+            self.records.last_validated = now;
             let interpreters = self.begin_batch()?;
             self.records.set_interpreters(&interpreters);
         }
@@ -410,7 +416,9 @@ impl Unwinder {
         frames: Vec<Frame>,
         task: Option<Arc<str>>,
     ) -> ThreadSample {
-        let name = self.thread_name(ns_tid);
+        let name = self
+            .names
+            .name(&self.target, ns_tid, self.records.batch_began);
         // The span comes with the walk, read at the same tick. Read here instead, it would be
         // the thread's context at the drain, up to one drain interval after the stack was
         // taken: with spans of 50 ms, only 48% of such samples carried the span they ran under.

@@ -71,9 +71,15 @@ impl ThreadNames {
         self.lookup(pid, ns_tid).map(|(host, _)| *host)
     }
 
-    /// The name of thread `ns_tid`: its `threading` name, else the OS one.
-    pub(super) fn name(&mut self, target: &PythonTarget, ns_tid: u32) -> Option<Arc<str>> {
-        if let Some(name) = self.python.name(target, ns_tid) {
+    /// The name of thread `ns_tid`: its `threading` name, else the OS one; `now` is when the
+    /// caller's batch began, what the names' age is measured at.
+    pub(super) fn name(
+        &mut self,
+        target: &PythonTarget,
+        ns_tid: u32,
+        now: Instant,
+    ) -> Option<Arc<str>> {
+        if let Some(name) = self.python.name(target, ns_tid, now) {
             return Some(name);
         }
         self.lookup(target.pid, ns_tid).and_then(|(_, n)| n.clone())
@@ -124,10 +130,9 @@ struct PythonNames {
 }
 
 impl PythonNames {
-    fn name(&mut self, target: &PythonTarget, ns_tid: u32) -> Option<Arc<str>> {
+    fn name(&mut self, target: &PythonTarget, ns_tid: u32, now: Instant) -> Option<Arc<str>> {
         // No layout for them: /proc names only.
         target.offsets.thread_names?;
-        let now = Instant::now();
         if needs_read(self.read_at, now, || self.seen.contains(&ns_tid)) {
             self.refresh(target, now);
             // Asked for and still unseen: not worth another read before the names age.
