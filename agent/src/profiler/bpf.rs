@@ -193,7 +193,7 @@ impl BpfBackend {
         // Records first: on 3.15 they were walked against the anchors and cached stacks of the
         // last refresh, which the next refresh replaces.
         let cpu_before = super::thread_cpu_ns();
-        let sampled = self.drain_records(out);
+        let sampled = self.drain_records(out, Instant::now());
         out.stats.drain_cpu_ns += super::thread_cpu_ns().saturating_sub(cpu_before);
         // A counter that cannot be read keeps its last value (a total never goes back to 0).
         let sums = self.sampler.counter_sums().ok();
@@ -338,8 +338,9 @@ impl BpfBackend {
 
     /// Resolves the records in the ring buffer; returns the pids that had some. Each record
     /// is resolved where it lies in the ring buffer: its native section (up to 16 KiB of stack)
-    /// is unwound in place, never copied out.
-    pub fn drain_records(&mut self, out: &mut Collected) -> HashSet<u32> {
+    /// is unwound in place, never copied out. `now` is the drain's one clock reading (when each
+    /// process's batch begins).
+    pub fn drain_records(&mut self, out: &mut Collected, now: Instant) -> HashSet<u32> {
         let mut sampled = HashSet::new();
         let procs = &mut self.procs;
         let n = self.sampler.drain(|rec: SampleRecord<'_>| {
@@ -354,7 +355,7 @@ impl BpfBackend {
                 return;
             };
             if sampled.insert(pid) {
-                if let Err(e) = p.unwinder.begin_records() {
+                if let Err(e) = p.unwinder.begin_records(now) {
                     out.stats.refresh_failed += 1;
                     tracing::debug!(pid, "reading the interpreters failed: {e}");
                 }

@@ -424,7 +424,7 @@ impl HostProfiler {
         if !changes.gone.is_empty() {
             // Records of an exited process may still sit in the ring buffer: keep them.
             if let Backend::Bpf(b) = &mut self.backend {
-                b.drain_records(&mut self.collected);
+                b.drain_records(&mut self.collected, Instant::now());
             }
         }
         for pid in changes.gone {

@@ -193,9 +193,9 @@ impl Unwinder {
 
     /// Starts a batch of records. At most every [`RECORD_VALIDATE_INTERVAL`] the interpreter
     /// state and the code-object cache are validated again (one read on a steady process); in
-    /// between nothing is read up front. An error means the old interpreters are kept.
-    pub fn begin_records(&mut self) -> Result<(), UnwindError> {
-        let now = Instant::now();
+    /// between nothing is read up front. `now` is when the batch began (the caller's clock reading,
+    /// taken once for every process of a drain). An error means the old interpreters are kept.
+    pub fn begin_records(&mut self, now: Instant) -> Result<(), UnwindError> {
         self.records.batch_began = now;
         if now.saturating_duration_since(self.records.last_validated) < RECORD_VALIDATE_INTERVAL {
             self.begin_cached_batch();
