@@ -11,7 +11,8 @@
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
-// foldhash: every sample hashes its whole stack here.
+// foldhash: off-CPU stacks and interned names (the counts are hashbrown's map, foldhash too,
+// for lookups by a borrowed key).
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -51,8 +52,8 @@ pub struct StackKey {
     pub frames: Vec<Frame>,
 }
 
-/// Hashed through [`KeyView`], as a sample not yet counted is: a lookup finds the key
-/// without building one.
+/// Hashed through `KeyView`, as a sample not yet counted is: a lookup finds the key without
+/// building one.
 impl Hash for StackKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
         KeyView::of_key(self).hash(state);

@@ -47,10 +47,14 @@ impl std::hash::Hash for CodeName {
     }
 }
 
-/// A fixed seed: two equal names made apart hash alike.
+/// One hasher for the agent's lifetime, so two equal names made apart hash alike; its seed is
+/// random, as a map's is, since the names come from the targets' memory.
+static NAME_HASHER: LazyLock<foldhash::fast::RandomState> =
+    LazyLock::new(foldhash::fast::RandomState::default);
+
 fn name_hash(function: &str, first_line: u32) -> u64 {
     use std::hash::BuildHasher;
-    foldhash::fast::FixedState::with_seed(0x7079_6167_656e_7421).hash_one((function, first_line))
+    NAME_HASHER.hash_one((function, first_line))
 }
 
 impl CodeName {

@@ -198,6 +198,8 @@ fn random_memory_neither_panics_nor_hangs() {
 fn names_are_read_again_for_new_threads_and_when_old() {
     let t0 = Instant::now();
     assert!(needs_read(None, t0, || true));
+    // A batch's clock reading taken before a read made since (by a userspace round): no read.
+    assert!(!needs_read(Some(t0 + MIN_REREAD), t0, || false));
     assert!(!needs_read(Some(t0), t0 + MIN_REREAD / 2, || false));
     assert!(!needs_read(Some(t0), t0 + MAX_AGE / 2, || true));
     assert!(needs_read(Some(t0), t0 + MAX_AGE / 2, || false));
