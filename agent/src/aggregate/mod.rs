@@ -11,9 +11,9 @@
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
-// foldhash: off-CPU stacks and interned names (the counts are hashbrown's map, foldhash too,
+// foldhash: the interned names (the counts and off-CPU times are hashbrown's maps, foldhash too,
 // for lookups by a borrowed key).
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use foldhash::{HashSet, HashSetExt};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -112,8 +112,22 @@ impl hashbrown::Equivalent<StackKey> for KeyView<'_> {
     }
 }
 
+/// An off-CPU key's parts, borrowed: hashes as the tuple `(StackKey, WaitReason)` does (a
+/// struct's fields hash in order, like a tuple's).
+#[derive(PartialEq, Hash)]
+struct WaitKeyView<'a>(KeyView<'a>, WaitReason);
+
+impl hashbrown::Equivalent<(StackKey, WaitReason)> for WaitKeyView<'_> {
+    fn equivalent(&self, (key, wait): &(StackKey, WaitReason)) -> bool {
+        self.1 == *wait && self.0 == KeyView::of_key(key)
+    }
+}
+
 /// Samples per distinct stack.
 pub type StackCounts = hashbrown::HashMap<StackKey, u64>;
+
+/// Off-CPU nanoseconds per distinct stack and wait reason.
+pub type OffCpuTimes = hashbrown::HashMap<(StackKey, WaitReason), u64>;
 
 /// The samples counted between two cuts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,7 +146,7 @@ pub struct ProfileWindow {
     pub dropped: u64,
     /// Off-CPU time per distinct stack and wait reason, in nanoseconds (empty unless off-CPU
     /// profiling is on).
-    pub off_cpu: HashMap<(StackKey, WaitReason), u64>,
+    pub off_cpu: OffCpuTimes,
 }
 
 impl ProfileWindow {
@@ -211,7 +225,7 @@ pub struct Aggregator {
     period_ns: u64,
     max_stacks: usize,
     counts: StackCounts,
-    off_cpu: HashMap<(StackKey, WaitReason), u64>,
+    off_cpu: OffCpuTimes,
     labels: BTreeMap<String, String>,
     dropped: u64,
     /// Interned thread names, so each stack of a thread shares one allocation; emptied on cut when large.
@@ -227,7 +241,7 @@ impl Aggregator {
             period_ns,
             max_stacks: DEFAULT_MAX_STACKS,
             counts: StackCounts::default(),
-            off_cpu: HashMap::new(),
+            off_cpu: OffCpuTimes::default(),
             labels: BTreeMap::new(),
             dropped: 0,
             thread_names: HashSet::new(),
@@ -265,10 +279,11 @@ impl Aggregator {
         if ns == 0 {
             return;
         }
-        let key = (self.key(sample), wait);
-        if let Some(total) = self.off_cpu.get_mut(&key) {
+        let view = WaitKeyView(KeyView::of_sample(sample), wait);
+        if let Some(total) = self.off_cpu.get_mut(&view) {
             *total = total.saturating_add(ns);
         } else if self.counts.len() + self.off_cpu.len() < self.max_stacks {
+            let key = (self.key(sample), wait);
             self.off_cpu.insert(key, ns);
         } else {
             self.dropped = self.dropped.saturating_add(1);
@@ -469,10 +484,18 @@ pub(crate) mod tests {
         let mut moved = made();
         moved.frames[0].line = Some(6);
         agg.add(&moved);
+        agg.add_off_cpu(&a, WaitReason::Io, 5);
+        agg.add_off_cpu(&b, WaitReason::Io, 7);
+        agg.add_off_cpu(&b, WaitReason::Lock, 1);
         let window = agg.cut();
         assert_eq!(window.counts.len(), 2, "{:?}", window.counts);
         assert_eq!(window.counts.get(&agg_key(&a)), Some(&3));
         assert_eq!(window.counts.get(&agg_key(&moved)), Some(&1));
+        assert_eq!(window.off_cpu.len(), 2, "{:?}", window.off_cpu);
+        assert_eq!(
+            window.off_cpu.get(&(agg_key(&a), WaitReason::Io)),
+            Some(&12)
+        );
     }
 
     /// The key `sample` is counted under, made as the aggregator makes it.

@@ -139,8 +139,13 @@ impl Unwinder {
     /// The name of the thread `ns_tid`: its `threading.Thread.name`, or the OS one when
     /// `threading` does not know it (cached: read again for a new thread and every 10 s).
     pub fn thread_name(&mut self, ns_tid: u32) -> Option<Arc<str>> {
-        self.names
-            .name(&self.target, ns_tid, std::time::Instant::now())
+        self.thread_name_at(ns_tid, std::time::Instant::now())
+    }
+
+    /// [`Unwinder::thread_name`], with the names' age measured at `now` (a batch's one clock
+    /// reading).
+    fn thread_name_at(&mut self, ns_tid: u32, now: std::time::Instant) -> Option<Arc<str>> {
+        self.names.name(&self.target, ns_tid, now)
     }
 
     /// Reads of the `threading` names made so far (they are cached, not read per sample).

@@ -416,9 +416,7 @@ impl Unwinder {
         frames: Vec<Frame>,
         task: Option<Arc<str>>,
     ) -> ThreadSample {
-        let name = self
-            .names
-            .name(&self.target, ns_tid, self.records.batch_began);
+        let name = self.thread_name_at(ns_tid, self.records.batch_began);
         // The span comes with the walk, read at the same tick. Read here instead, it would be
         // the thread's context at the drain, up to one drain interval after the stack was
         // taken: with spans of 50 ms, only 48% of such samples carried the span they ran under.
