@@ -112,6 +112,12 @@ pub struct NotProfiled {
     pub reason: String,
 }
 
+/// Whether a pending process last looked at `looked_at_age` after it was first seen is looked
+/// at again at `age`: once its age has doubled (0 s, then the next scan, 1 s, 2 s, 4 s, ...).
+fn look_again(looked_at_age: Duration, age: Duration) -> bool {
+    age >= looked_at_age * 2
+}
+
 /// Identity of a process instance.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ProcessKey {
@@ -127,6 +133,9 @@ struct Known {
     exe: Option<std::path::PathBuf>,
     state: ProcessState,
     first_seen: Instant,
+    /// how long after `first_seen` it was last looked at (a pending process is looked at again
+    /// once its age has doubled since)
+    looked_at_age: Duration,
 }
 
 /// What changed in one scan.
@@ -152,14 +161,22 @@ pub struct HostScanner {
     /// pids noticed since the last scan
     noticed: HashSet<u32>,
     scans_since_full_check: u32,
+    scans_since_others_check: u32,
     scans_since_listing: u32,
     /// denied processes at the last warning: it is repeated only when more are denied
     denied_reported: usize,
 }
 
-/// With notices, every this many scans all known processes are re-read anyway: a notice can be
-/// lost, and a PID reused by a fork without exec of an untracked process sends none.
+/// With notices, every this many scans the profiled and pending processes are re-read anyway: a
+/// notice can be lost, and a PID reused by a fork without exec of an untracked process sends
+/// none.
 const FULL_CHECK_EVERY: u32 = 20;
+
+/// With notices, every this many scans (60 s at the agent's 500 ms) the other known processes
+/// (not Python, denied, failed) are re-read too. Every exec on the host is noticed, so this only
+/// bounds how late a lost notice makes a process that became Python. Re-reading every process's
+/// `stat` every 10 s was a twentieth of the agent's time with 50 profiled processes among 120.
+const OTHERS_CHECK_EVERY: u32 = 120;
 
 /// With [`ProcessNotices::Lifetimes`], /proc is listed every this many scans (5 s at the
 /// agent's 500 ms), for what no notice covers: a lost notice, a process that loads libpython
@@ -245,6 +262,7 @@ impl HostScanner {
             notices: ProcessNotices::None,
             noticed: HashSet::new(),
             scans_since_full_check: 0,
+            scans_since_others_check: 0,
             // The first scan lists /proc whatever the notices.
             scans_since_listing: LIST_EVERY,
             denied_reported: 0,
@@ -349,6 +367,13 @@ impl HostScanner {
         } else {
             self.scans_since_full_check + 1
         };
+        let others_check = self.notices == ProcessNotices::None
+            || self.scans_since_others_check + 1 >= OTHERS_CHECK_EVERY;
+        self.scans_since_others_check = if others_check {
+            0
+        } else {
+            self.scans_since_others_check + 1
+        };
         let noticed = std::mem::take(&mut self.noticed);
         let mut dropped = Vec::new();
         for (&pid, k) in &self.known {
@@ -356,12 +381,17 @@ impl HostScanner {
                 dropped.push(pid);
                 continue;
             }
-            if !full_check && !noticed.contains(&pid) {
+            let ready = k.state == ProcessState::Ready;
+            let due = if ready || k.state == ProcessState::Pending {
+                full_check
+            } else {
+                others_check
+            };
+            if !due && !noticed.contains(&pid) {
                 continue;
             }
             // A process seen before its exec (a shell or `chroot` about to run Python) must be
             // looked at again after it, whatever state it was given.
-            let ready = k.state == ProcessState::Ready;
             let same = StatIdentity::read(pid).is_some_and(|now| k.stat.same_program(&now, !ready))
                 && (!ready || super::procfs_util::exe_path(pid) == k.exe);
             if !same {
@@ -394,9 +424,17 @@ impl HostScanner {
             c
         });
         for pid in candidates {
+            // A pending process is looked at again once its age has doubled since the last look:
+            // an interpreter is initialized moments after its exec, while a program that links
+            // libpython without starting it (`perf`, `gdb`) stays pending until the timeout, and
+            // each look reads its maps and symbols again (every scan, that was a tenth of the
+            // agent's time while one `perf` ran).
             let retry = match self.known.get(&pid) {
                 None => true,
-                Some(k) => k.state == ProcessState::Pending,
+                Some(k) => {
+                    k.state == ProcessState::Pending
+                        && look_again(k.looked_at_age, k.first_seen.elapsed())
+                }
             };
             if !retry {
                 continue;
@@ -426,6 +464,7 @@ impl HostScanner {
                         exe: None,
                         state,
                         first_seen: Instant::now(),
+                        looked_at_age: Duration::ZERO,
                     },
                 );
                 continue;
@@ -463,6 +502,7 @@ impl HostScanner {
                     exe,
                     state,
                     first_seen,
+                    looked_at_age: first_seen.elapsed(),
                 },
             );
         }
@@ -517,6 +557,23 @@ pub fn count_processes(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Looks at a pending process, at a scan every 500 ms, fall at 0, 0.5, 1, 2, 4, 8, 16 and
+    /// 32 s of its age: eight in the 30 s before it is given up, where every scan made sixty.
+    #[test]
+    fn pending_processes_are_looked_at_as_their_age_doubles() {
+        let scan = Duration::from_millis(500);
+        let mut looks = vec![Duration::ZERO];
+        let mut age = Duration::ZERO;
+        while age < Duration::from_secs(32) {
+            age += scan;
+            if look_again(*looks.last().unwrap(), age) {
+                looks.push(age);
+            }
+        }
+        let secs: Vec<f64> = looks.iter().map(Duration::as_secs_f64).collect();
+        assert_eq!(secs, [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]);
+    }
 
     #[test]
     fn process_counts_read_as_english() {

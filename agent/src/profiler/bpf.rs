@@ -46,6 +46,12 @@ const THREAD_REFRESH_WHEN_STEADY: Duration = Duration::from_secs(30);
 /// failing, so the look stays due) would otherwise be read at every collection.
 const REREAD_GAP: Duration = Duration::from_secs(1);
 
+/// A collection reads the program's counters (one `bpf` syscall that copies every CPU's) at most
+/// this often: the notices they gate are taken by every scan (500 ms) as well, and the totals
+/// they give are for metrics and summaries, which the last collection reads exactly. Read at
+/// every drain (100 ms) they were a twentieth of the agent's time with 50 processes.
+const COUNTERS_EVERY: Duration = Duration::from_millis(500);
+
 /// A process the program samples.
 struct BpfProcess {
     unwinder: Unwinder,
@@ -72,7 +78,8 @@ struct BpfProcess {
 /// The loaded program and the processes it samples.
 pub(super) struct BpfBackend {
     pub sampler: BpfSampler,
-    procs: HashMap<u32, BpfProcess>,
+    /// host PID → the process (looked up for every record: foldhash, not SipHash)
+    procs: foldhash::HashMap<u32, BpfProcess>,
     /// processes that ran an unregistered thread, noticed since the last collection: their
     /// thread lists are re-read at once
     unknown_thread: HashSet<u32>,
@@ -81,6 +88,10 @@ pub(super) struct BpfBackend {
     thread_exited: HashSet<u32>,
     /// thread-exit notices taken so far
     thread_exit_notices: u64,
+    /// when a collection last read the program's counters
+    counters_read: Option<Instant>,
+    /// the program no longer records (the run ends): every collection reads the counters
+    stopped: bool,
     /// where the native unwinders look for stripped objects' debug files
     debug_dirs: DebugDirs,
 }
@@ -89,10 +100,12 @@ impl BpfBackend {
     pub fn new(sampler: BpfSampler, debug_dirs: DebugDirs) -> BpfBackend {
         BpfBackend {
             sampler,
-            procs: HashMap::new(),
+            procs: foldhash::HashMap::default(),
             unknown_thread: HashSet::new(),
             thread_exited: HashSet::new(),
             thread_exit_notices: 0,
+            counters_read: None,
+            stopped: false,
             debug_dirs,
         }
     }
@@ -169,6 +182,7 @@ impl BpfBackend {
         for pid in self.procs.keys() {
             let _ = self.sampler.untrack_process(*pid);
         }
+        self.stopped = true;
     }
 
     /// The unwinders of the processes sampled.
@@ -195,14 +209,22 @@ impl BpfBackend {
         let cpu_before = super::thread_cpu_ns();
         let sampled = self.drain_records(out, Instant::now());
         out.stats.drain_cpu_ns += super::thread_cpu_ns().saturating_sub(cpu_before);
-        // A counter that cannot be read keeps its last value (a total never goes back to 0).
-        let sums = self.sampler.counter_sums().ok();
-        if let Some(sums) = &sums {
-            out.stats.unknown_thread = sums[Counter::ThreadUnknown.index() as usize];
-            out.stats.ring_full = sums[Counter::RingbufDropped.index() as usize];
+        let now = Instant::now();
+        if self.stopped
+            || self
+                .counters_read
+                .is_none_or(|at| now.saturating_duration_since(at) >= COUNTERS_EVERY)
+        {
+            self.counters_read = Some(now);
+            // A counter that cannot be read keeps its last value (a total never goes back to 0).
+            let sums = self.sampler.counter_sums().ok();
+            if let Some(sums) = &sums {
+                out.stats.unknown_thread = sums[Counter::ThreadUnknown.index() as usize];
+                out.stats.ring_full = sums[Counter::RingbufDropped.index() as usize];
+            }
+            self.take_notices(scanner, sums.map(|s| s[Counter::Notices.index() as usize]));
         }
         out.stats.throttled = self.sampler.throttling().lost_ticks;
-        self.take_notices(scanner, sums.map(|s| s[Counter::Notices.index() as usize]));
         out.stats.thread_exit_notices = self.thread_exit_notices;
         let unknown_thread = std::mem::take(&mut self.unknown_thread);
         // Re-read a thread list only when it matters: the program met a thread it cannot walk;
@@ -211,7 +233,6 @@ impl BpfBackend {
         // was sampled (its anchors move the next BPF walks' stopping points up to
         // now); or the slow pass is due.
         let exits_noticed = self.sampler.notices_lifetimes();
-        let now = Instant::now();
         // Only tracked processes' exits wait for a read.
         let procs = &self.procs;
         self.thread_exited.retain(|pid| procs.contains_key(pid));
@@ -343,15 +364,19 @@ impl BpfBackend {
     pub fn drain_records(&mut self, out: &mut Collected, now: Instant) -> HashSet<u32> {
         let mut sampled = HashSet::new();
         let procs = &mut self.procs;
+        // One frame buffer for the whole drain: each record is decoded into the last one's.
+        let mut spare_raw = Vec::new();
         let n = self.sampler.drain(|rec: SampleRecord<'_>| {
-            let record = DecodedRecord::decode(&rec);
+            let record = DecodedRecord::decode_into(&rec, std::mem::take(&mut spare_raw));
             if let RecordKind::Wake { tid, at_ns } = record.kind {
                 woke(out, record.pid, tid, at_ns);
+                spare_raw = record.raw;
                 return;
             }
             let pid = record.pid;
             let (Some(p), Some(profile)) = (procs.get_mut(&pid), out.profiles.get_mut(&pid)) else {
                 out.stats.untracked += 1;
+                spare_raw = record.raw;
                 return;
             };
             if sampled.insert(pid) {
@@ -364,11 +389,12 @@ impl BpfBackend {
             resolve(
                 &mut p.unwinder,
                 native,
-                record,
+                &record,
                 profile,
                 &mut out.stats,
                 &mut out.waits,
             );
+            spare_raw = record.raw;
         });
         out.stats.records += n as u64;
         sampled
@@ -465,7 +491,7 @@ fn woke(out: &mut Collected, pid: u32, tid: u32, at_ns: u64) {
 fn resolve(
     unwinder: &mut Unwinder,
     native: Option<(&mut NativeUnwinder, &NativeSection<'_>)>,
-    record: DecodedRecord,
+    record: &DecodedRecord,
     profile: &mut Profile,
     stats: &mut HostStats,
     waits: &mut Waits,
@@ -473,7 +499,7 @@ fn resolve(
     let DecodedRecord {
         kind, walk, raw, ..
     } = record;
-    let sample = match unwinder.resolve_record(&walk, &raw) {
+    let sample = match unwinder.resolve_record(walk, raw) {
         Ok(mut sample) => {
             if let Some((n, section)) = native {
                 let stack = n.stack(section);
@@ -497,7 +523,7 @@ fn resolve(
             return;
         }
     };
-    match kind {
+    match *kind {
         RecordKind::OffCpu {
             wait,
             wait_addr,

@@ -1,7 +1,6 @@
 //! A profiled process as the exporters see it ([`ProcessInfo`]), and what its samples go into
 //! until the next cut.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::aggregate::{Aggregator, ProfileWindow, WaitReason};
@@ -81,7 +80,8 @@ const CONTEXT_LOOK: (Duration, Duration) = (Duration::from_secs(5), Duration::fr
 /// that have exited, the blocked threads whose time is still running, and the counters.
 #[derive(Default)]
 pub(super) struct Collected {
-    pub profiles: HashMap<u32, Profile>,
+    /// host PID → its profile (looked up for every record: foldhash, not SipHash)
+    pub profiles: foldhash::HashMap<u32, Profile>,
     pub finished: Vec<(ProcessInfo, ProfileWindow)>,
     pub waits: Waits,
     pub stats: HostStats,

@@ -52,6 +52,13 @@ impl DecodedRecord {
     /// Decodes `rec`. Each frame's `previous` is the next recorded frame; past the last one it
     /// is known to be NULL only when the walk was complete (`u64::MAX`: unknown).
     pub fn decode(rec: &SampleRecord<'_>) -> DecodedRecord {
+        Self::decode_into(rec, Vec::new())
+    }
+
+    /// [`DecodedRecord::decode`] into `raw`'s allocation (its frames are dropped): a drain
+    /// hands each record's frames back for the next one, instead of an allocation per record.
+    pub fn decode_into(rec: &SampleRecord<'_>, mut raw: Vec<RawFrame>) -> DecodedRecord {
+        raw.clear();
         let h = rec.header();
         let kind = if h.is_wake() {
             return DecodedRecord {
@@ -61,7 +68,7 @@ impl DecodedRecord {
                     at_ns: h.time_ns,
                 },
                 walk: ExternalWalk::default(),
-                raw: Vec::new(),
+                raw,
             };
         } else if h.is_off_cpu() {
             RecordKind::OffCpu {
@@ -73,7 +80,7 @@ impl DecodedRecord {
         } else {
             RecordKind::OnCpu
         };
-        let mut raw = Vec::with_capacity(rec.len());
+        raw.reserve(rec.len());
         let mut frames = rec.frames().peekable();
         while let Some(f) = frames.next() {
             let previous = match frames.peek() {

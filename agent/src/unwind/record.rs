@@ -5,7 +5,7 @@
 //! against between batches ([`RecordContext`]): which interpreter each thread state belongs to,
 //! and when that and the code-object cache were last validated against the process.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,9 @@ pub(super) struct RecordContext {
     batch_began: Instant,
     /// host TID → the thread's last stack resolved from a whole walk since the last validation
     last_stacks: HashMap<u32, LastStack>,
+    /// the thread of the batch's last record: its host TID, namespace TID and name (a busy
+    /// process's records mostly come from one thread, and each lookup probes two maps)
+    last_thread: Option<(u32, u32, Option<Arc<str>>)>,
 }
 
 impl Default for RecordContext {
@@ -50,6 +53,7 @@ impl Default for RecordContext {
             last_validated: Instant::now(),
             batch_began: Instant::now(),
             last_stacks: HashMap::new(),
+            last_thread: None,
         }
     }
 }
@@ -197,6 +201,8 @@ impl Unwinder {
     /// taken once for every process of a drain). An error means the old interpreters are kept.
     pub fn begin_records(&mut self, now: Instant) -> Result<(), UnwindError> {
         self.records.batch_began = now;
+        // Names are as old as the batch: a new batch looks them up again.
+        self.records.last_thread = None;
         if now.saturating_duration_since(self.records.last_validated) < RECORD_VALIDATE_INTERVAL {
             self.begin_cached_batch();
         } else {
@@ -268,7 +274,14 @@ impl Unwinder {
             return Err(ExternalSkip::CyclicChain);
         }
         // Keyed like userspace walks, which fill the frame cache.
-        let ns_tid = self.names.ns_tid_of(self.target.pid, walk.host_tid);
+        let ns_tid = match &self.records.last_thread {
+            Some((host, ns, _)) if *host == walk.host_tid => *ns,
+            _ => {
+                let ns = self.names.ns_tid_of(self.target.pid, walk.host_tid);
+                self.records.last_thread = None;
+                ns
+            }
+        };
         let key: ThreadKey = (walk.tstate, ns_tid);
         let has_base = self.target.offsets.thread_state.base_frame.is_some();
         if walk.complete && has_base && !walk.reached_base {
@@ -416,7 +429,14 @@ impl Unwinder {
         frames: Vec<Frame>,
         task: Option<Arc<str>>,
     ) -> ThreadSample {
-        let name = self.thread_name_at(ns_tid, self.records.batch_began);
+        let name = match &self.records.last_thread {
+            Some((host, _, name)) if *host == walk.host_tid => name.clone(),
+            _ => {
+                let name = self.thread_name_at(ns_tid, self.records.batch_began);
+                self.records.last_thread = Some((walk.host_tid, ns_tid, name.clone()));
+                name
+            }
+        };
         // The span comes with the walk, read at the same tick. Read here instead, it would be
         // the thread's context at the drain, up to one drain interval after the stack was
         // taken: with spans of 50 ms, only 48% of such samples carried the span they ran under.
