@@ -38,7 +38,8 @@ use crate::test;
 /// Arguments.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Repetitions of every slowdown run [default: 5, 1 with --quick].
+    /// Repetitions of every slowdown run [default: 6, 1 with --quick]: six is the fewest whose
+    /// median has a 95% confidence interval.
     #[arg(long)]
     reps: Option<usize>,
     /// Seconds of each slowdown window [default: 2, 0.6 with --quick]; the lead before it is

@@ -107,7 +107,9 @@ impl Plan {
             }
         } else {
             Plan {
-                reps: reps.unwrap_or(5).max(1),
+                // Six: the fewest paired runs whose median has a distribution-free 95% interval
+                // (with five, section 1 reads "too few pairs" in every profiled row).
+                reps: reps.unwrap_or(6).max(1),
                 lead_s: 1.0,
                 window_s: 2.0,
                 slowdown_rates_hz: vec![99, 1000],
