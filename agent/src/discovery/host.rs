@@ -112,10 +112,15 @@ pub struct NotProfiled {
     pub reason: String,
 }
 
+/// Longest wait between two looks at a pending process: an interpreter its program starts late
+/// (an embedder) is found at most this long after it started.
+const PENDING_LOOK_GAP: Duration = Duration::from_secs(8);
+
 /// Whether a pending process last looked at `looked_at_age` after it was first seen is looked
-/// at again at `age`: once its age has doubled (0 s, then the next scan, 1 s, 2 s, 4 s, ...).
+/// at again at `age`: once its age has doubled, or [`PENDING_LOOK_GAP`] later (0 s, then the
+/// next scan, 1 s, 2 s, 4 s, 8 s, 16 s, 24 s, 32 s).
 fn look_again(looked_at_age: Duration, age: Duration) -> bool {
-    age >= looked_at_age * 2
+    age >= (looked_at_age * 2).min(looked_at_age + PENDING_LOOK_GAP)
 }
 
 /// Identity of a process instance.
@@ -173,9 +178,11 @@ pub struct HostScanner {
 const FULL_CHECK_EVERY: u32 = 20;
 
 /// With notices, every this many scans (60 s at the agent's 500 ms) the other known processes
-/// (not Python, denied, failed) are re-read too. Every exec on the host is noticed, so this only
-/// bounds how late a lost notice makes a process that became Python. Re-reading every process's
-/// `stat` every 10 s was a twentieth of the agent's time with 50 profiled processes among 120.
+/// (not Python, denied, failed) are re-read too. Every exec on the host is noticed, so this
+/// bounds how late a process that became Python is found after a lost notice, or after its PID
+/// was taken, between two listings, by a fork without exec of a process not tracked (which sends
+/// no notice). Re-reading every such process's `stat` every 10 s was a twentieth of the agent's
+/// time with 50 profiled processes among 120.
 const OTHERS_CHECK_EVERY: u32 = 120;
 
 /// With [`ProcessNotices::Lifetimes`], /proc is listed every this many scans (5 s at the
@@ -190,7 +197,8 @@ pub enum ProcessNotices {
     /// Nothing: every scan lists /proc and re-reads every known process's identity.
     None,
     /// Every exec on the host: every scan lists /proc (new processes, exits); known processes
-    /// are re-read when they exec'd, and all every [`FULL_CHECK_EVERY`] scans.
+    /// are re-read when they exec'd, the profiled and pending ones every [`FULL_CHECK_EVERY`]
+    /// scans, the others every [`OTHERS_CHECK_EVERY`].
     Execs,
     /// Every exec, and tracked processes' forks and exits: a new Python process sends one (it
     /// execs, or a tracked Python process forked it), so /proc is listed every [`LIST_EVERY`]
@@ -474,6 +482,8 @@ impl HostScanner {
                 .get(&pid)
                 .map(|k| k.first_seen)
                 .unwrap_or_else(Instant::now);
+            // Its age when the look began: the next look's time is reckoned from it.
+            let looked_at_age = first_seen.elapsed();
             let exe = super::procfs_util::exe_path(pid);
             let state = match locate_runtime(pid) {
                 Ok(target) => {
@@ -502,7 +512,7 @@ impl HostScanner {
                     exe,
                     state,
                     first_seen,
-                    looked_at_age: first_seen.elapsed(),
+                    looked_at_age,
                 },
             );
         }
@@ -558,8 +568,9 @@ pub fn count_processes(n: usize) -> String {
 mod tests {
     use super::*;
 
-    /// Looks at a pending process, at a scan every 500 ms, fall at 0, 0.5, 1, 2, 4, 8, 16 and
-    /// 32 s of its age: eight in the 30 s before it is given up, where every scan made sixty.
+    /// At a scan every 500 ms, a pending process is looked at when 0, 0.5, 1, 2, 4, 8, 16, 24
+    /// and 32 s old: eight looks before it is given up at 30 s (the ninth gives it up), where
+    /// every scan made sixty.
     #[test]
     fn pending_processes_are_looked_at_as_their_age_doubles() {
         let scan = Duration::from_millis(500);
@@ -572,7 +583,7 @@ mod tests {
             }
         }
         let secs: Vec<f64> = looks.iter().map(Duration::as_secs_f64).collect();
-        assert_eq!(secs, [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]);
+        assert_eq!(secs, [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! in the program's maps, and the records drained from its ring buffer, handed to the process's
 //! [`Unwinder`] and on to its profile.
 //!
-//! A record's path: [`BpfSampler::drain`] (ring buffer) → [`DecodedRecord::decode`] (wire
+//! A record's path: [`BpfSampler::drain`] (ring buffer) → [`DecodedRecord::decode_into`] (wire
 //! format → typed walk) → [`Unwinder::resolve_record`] (frames, through the code-object and
 //! frame caches) → the process's aggregator (on-CPU), or [`Waits`] until its wake-up (off-CPU).
 
