@@ -738,8 +738,9 @@ fn throttled_ticks_are_counted() {
         s.drain(|_| {});
         std::thread::sleep(Duration::from_millis(20));
     }
+    // An idle CPU may be throttled (its interrupts add up with no tick) but loses nothing.
     let t = s.throttling();
-    assert_eq!(t.episodes, 0, "at 99 Hz: {t:?}");
+    assert_eq!(t.lost_ticks, 0, "at 99 Hz: {t:?}");
     drop(s);
 
     let (_, _, mut s) = first_record_of(&spinner, &config(), &proc315(0), ts.addr());

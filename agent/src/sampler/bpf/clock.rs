@@ -30,8 +30,12 @@ use aya_obj::generated::{
     PERF_EVENT_IOC_DISABLE, PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_SET_BPF, PERF_FLAG_FD_CLOEXEC,
 };
 
-/// Data pages of each event's ring (a power of two): throttle records are 40 bytes and come at
-/// most once per tick and event; the ring is read at every drain (about 10 a second).
+/// Data pages of each event's ring (a power of two): throttle and unthrottle records are 40 bytes,
+/// up to two per tick and event (an unthrottle, then a throttle again), and the ring is read at
+/// every collection (about 10 a second): 2 KB between reads at HZ 250, up to 8 KB at HZ 1000, where
+/// a throttled-every-tick event can fill it. A full ring loses records (counted as
+/// `lost_records`). Every page is locked memory counted against `perf_event_mlock_kb` (516 KiB per
+/// user by default) for each CPU's event, so the ring stays at one.
 const RING_DATA_PAGES: usize = 1;
 
 /// What the kernel reported about the events since they were opened.
@@ -262,11 +266,14 @@ impl Drop for ClockEvent {
 ///
 /// An idle CPU has no tick (NO_HZ): its interrupts add up across the idle stretch until they
 /// reach the per-tick limit (400 at 100,000 a second and HZ 250: 80 ms of idle at 5 kHz, 4 s at
-/// 99 Hz), and it stays throttled until it wakes and its next tick comes, while nothing ran to be
-/// sampled. Such an episode (the idle task current when it began) is not counted as lost: it can
-/// miss only the ticks between the CPU's wake and its next scheduler tick. Counted whole, they
-/// reported 11,901 ticks lost beside a target that lost 10 (`record -r 5000 -d 3` with the other
-/// CPU idle: 14,990 of 15,000 samples; none throttled with that CPU busy).
+/// 99 Hz), and it stays throttled until a tick comes, which needs the CPU awake for a tick's
+/// length. Such an episode (the idle task current when it began) is not counted as lost.
+/// Counted whole, they reported 11,901 ticks lost beside a target that lost 10 (`record -r 5000
+/// -d 3` with the other CPU idle: 14,990 of 15,000 samples; none throttled with that CPU busy).
+/// What this misses: a process that runs in bursts shorter than a tick on an otherwise idle CPU
+/// loses the bursts' ticks until the episode ends, uncounted; and the pid in a throttle record is
+/// in the agent's PID namespace, so an agent outside the host's (no `--pid=host`) takes every
+/// task it cannot see for the idle task.
 const LONGEST_TICK_NS: u64 = 10_000_000;
 
 /// Ticks a throttle episode of `ns` nanoseconds lost at `rate_hz`: its length, up to the longest
