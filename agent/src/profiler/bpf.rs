@@ -2,7 +2,7 @@
 //! in the program's maps, and the records drained from its ring buffer, handed to the process's
 //! [`Unwinder`] and on to its profile.
 //!
-//! A record's path: [`BpfSampler::drain`] (ring buffer) → [`DecodedRecord::decode_into`] (wire
+//! A record's path: [`BpfSampler::drain`] (ring buffer) → [`DecodedRecord::decode`] (wire
 //! format → typed walk) → [`Unwinder::resolve_record`] (frames, through the code-object and
 //! frame caches) → the process's aggregator (on-CPU), or [`Waits`] until its wake-up (off-CPU).
 
@@ -367,7 +367,7 @@ impl BpfBackend {
         // One frame buffer for the whole drain: each record is decoded into the last one's.
         let mut spare_raw = Vec::new();
         let n = self.sampler.drain(|rec: SampleRecord<'_>| {
-            let record = DecodedRecord::decode_into(&rec, std::mem::take(&mut spare_raw));
+            let record = DecodedRecord::decode(&rec, std::mem::take(&mut spare_raw));
             if let RecordKind::Wake { tid, at_ns } = record.kind {
                 woke(out, record.pid, tid, at_ns);
                 spare_raw = record.raw;

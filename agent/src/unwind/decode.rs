@@ -49,15 +49,11 @@ pub struct DecodedRecord {
 }
 
 impl DecodedRecord {
-    /// Decodes `rec`. Each frame's `previous` is the next recorded frame; past the last one it
-    /// is known to be NULL only when the walk was complete (`u64::MAX`: unknown).
-    pub fn decode(rec: &SampleRecord<'_>) -> DecodedRecord {
-        Self::decode_into(rec, Vec::new())
-    }
-
-    /// [`DecodedRecord::decode`] into `raw`'s allocation (its frames are dropped): a drain
-    /// hands each record's frames back for the next one, instead of an allocation per record.
-    pub fn decode_into(rec: &SampleRecord<'_>, mut raw: Vec<RawFrame>) -> DecodedRecord {
+    /// Decodes `rec` into `raw`'s allocation (its frames are dropped): a drain hands each
+    /// record's frames back for the next one, instead of an allocation per record. Each frame's
+    /// `previous` is the next recorded frame; past the last one it is known to be NULL only when
+    /// the walk was complete (`u64::MAX`: unknown).
+    pub fn decode(rec: &SampleRecord<'_>, mut raw: Vec<RawFrame>) -> DecodedRecord {
         raw.clear();
         let h = rec.header();
         let kind = if h.is_wake() {
@@ -151,7 +147,8 @@ mod tests {
             0x31, 0x9c,
         ];
         let bytes = record(SAMPLE_COMPLETE | SAMPLE_SPAN, trace_id, span);
-        let decoded = DecodedRecord::decode(&SampleRecord::parse(&bytes).expect("a record"));
+        let decoded =
+            DecodedRecord::decode(&SampleRecord::parse(&bytes).expect("a record"), Vec::new());
         assert_eq!(decoded.pid, 7);
         let trace = decoded.walk.trace.expect("a span");
         assert_eq!(trace.span_id_hex(), "b7ad6b7169203331");
@@ -159,7 +156,8 @@ mod tests {
         assert!(decoded.walk.complete);
 
         let bytes = record(SAMPLE_COMPLETE, trace_id, span);
-        let decoded = DecodedRecord::decode(&SampleRecord::parse(&bytes).expect("a record"));
+        let decoded =
+            DecodedRecord::decode(&SampleRecord::parse(&bytes).expect("a record"), Vec::new());
         assert_eq!(decoded.walk.trace, None);
     }
 }

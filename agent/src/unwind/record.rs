@@ -59,6 +59,15 @@ impl Default for RecordContext {
 }
 
 impl RecordContext {
+    /// The namespace TID and name of host thread `host_tid`, if the batch's last record was
+    /// its.
+    fn last_thread_of(&self, host_tid: u32) -> Option<(u32, Option<Arc<str>>)> {
+        self.last_thread
+            .as_ref()
+            .filter(|(host, _, _)| *host == host_tid)
+            .map(|(_, ns, name)| (*ns, name.clone()))
+    }
+
     /// Records which interpreter each thread state belongs to, as just read.
     fn set_interpreters(&mut self, interpreters: &[(InterpreterInfo, Vec<ThreadInfo>)]) {
         self.interp_of.clear();
@@ -274,13 +283,9 @@ impl Unwinder {
             return Err(ExternalSkip::CyclicChain);
         }
         // Keyed like userspace walks, which fill the frame cache.
-        let ns_tid = match &self.records.last_thread {
-            Some((host, ns, _)) if *host == walk.host_tid => *ns,
-            _ => {
-                let ns = self.names.ns_tid_of(self.target.pid, walk.host_tid);
-                self.records.last_thread = None;
-                ns
-            }
+        let ns_tid = match self.records.last_thread_of(walk.host_tid) {
+            Some((ns, _)) => ns,
+            None => self.names.ns_tid_of(self.target.pid, walk.host_tid),
         };
         let key: ThreadKey = (walk.tstate, ns_tid);
         let has_base = self.target.offsets.thread_state.base_frame.is_some();
@@ -429,9 +434,9 @@ impl Unwinder {
         frames: Vec<Frame>,
         task: Option<Arc<str>>,
     ) -> ThreadSample {
-        let name = match &self.records.last_thread {
-            Some((host, _, name)) if *host == walk.host_tid => name.clone(),
-            _ => {
+        let name = match self.records.last_thread_of(walk.host_tid) {
+            Some((_, name)) => name,
+            None => {
                 let name = self.thread_name_at(ns_tid, self.records.batch_began);
                 self.records.last_thread = Some((walk.host_tid, ns_tid, name.clone()));
                 name

@@ -10,8 +10,9 @@
 //! the event's descriptor to itself, so the events are opened here (`perf_event_open`, the same
 //! attributes aya uses), each with a one-page ring for those records (a program attached to the
 //! event returns 0, so the kernel writes no samples there), and the program is attached with
-//! `PERF_EVENT_IOC_SET_BPF`. Ticks lost = time throttled × rate, up to a tick per episode (see
-//! [`LONGEST_TICK_NS`]: an idle CPU stays throttled without losing anything).
+//! `PERF_EVENT_IOC_SET_BPF`. Ticks lost = time throttled × rate, up to a tick per episode, for
+//! episodes begun on a busy CPU (see [`LONGEST_TICK_NS`]: an idle CPU stays throttled without
+//! losing anything).
 //!
 //! (Comparing the program's run count with the ticks expected from the elapsed time was the
 //! other way: it cannot tell throttling from a vCPU the host did not run, which on these VMs is a
@@ -325,8 +326,8 @@ mod tests {
         assert_eq!(ticks_in(10, 99), 1);
     }
 
-    /// An idle CPU's long throttle costs at most a tick's worth: it ends with the first tick
-    /// after the CPU wakes.
+    /// A busy CPU's throttle ends at its next tick: an episode recorded longer (a late
+    /// unthrottle record) counts at most the longest tick's ticks.
     #[test]
     fn a_throttle_counts_at_most_the_longest_tick() {
         assert_eq!(episode_ticks(2_000_000_000, 5000), 50);
