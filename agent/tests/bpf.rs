@@ -9,7 +9,7 @@
 use std::cell::Cell;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use common::{
     SAMPLE_COMPLETE, SAMPLE_CYCLIC, SAMPLE_GIL_HELD, SAMPLE_GIL_KNOWN, SAMPLE_REACHED_BASE,
     SAMPLE_READ_FAILED, SAMPLE_SPAN, SAMPLE_TRUNCATED, SHORT_FRAMES, THREAD_SLOTS,
 };
-use pyagent::sampler::bpf::{BpfConfig, BpfSampler};
+use pyagent::sampler::bpf::{BpfConfig, BpfError, BpfSampler};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -308,7 +308,20 @@ fn config() -> BpfConfig {
 }
 
 fn load(config: &BpfConfig) -> BpfSampler {
+    let _settings = host_perf_settings();
     BpfSampler::load(config).unwrap_or_else(|e| panic!("load BPF sampler: {}", error_chain(&e)))
+}
+
+/// Tests run in parallel and `kernel.perf_event_max_sample_rate` is the host's: the kernel
+/// refuses (EINVAL) to open an event above it, so no test opens events while another has it
+/// lowered.
+static HOST_PERF_SETTINGS: RwLock<()> = RwLock::new(());
+
+/// Held while opening events.
+fn host_perf_settings() -> RwLockReadGuard<'static, ()> {
+    HOST_PERF_SETTINGS
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -699,20 +712,31 @@ fn frames_below_their_callee_are_read_a_window_at_a_time() {
 const MAX_SAMPLE_RATE: &str = "/proc/sys/kernel/perf_event_max_sample_rate";
 
 /// `kernel.perf_event_max_sample_rate` set for a while, put back as it was when dropped (also
-/// when the test fails): the setting is the whole host's.
-struct MaxSampleRate(String);
+/// when the test fails): the setting is the whole host's, so no other test opens events
+/// meanwhile (see [`HOST_PERF_SETTINGS`]).
+struct MaxSampleRate {
+    before: String,
+    // Dropped after the setting is put back.
+    _exclusive: RwLockWriteGuard<'static, ()>,
+}
 
 impl MaxSampleRate {
     fn set(rate: u32) -> MaxSampleRate {
+        let exclusive = HOST_PERF_SETTINGS
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         let before = std::fs::read_to_string(MAX_SAMPLE_RATE).expect("read the sysctl");
         std::fs::write(MAX_SAMPLE_RATE, rate.to_string()).expect("write the sysctl");
-        MaxSampleRate(before.trim().to_owned())
+        MaxSampleRate {
+            before: before.trim().to_owned(),
+            _exclusive: exclusive,
+        }
     }
 }
 
 impl Drop for MaxSampleRate {
     fn drop(&mut self) {
-        let _ = std::fs::write(MAX_SAMPLE_RATE, &self.0);
+        let _ = std::fs::write(MAX_SAMPLE_RATE, &self.before);
     }
 }
 
@@ -747,6 +771,22 @@ fn throttled_ticks_are_counted() {
     let throttled = {
         // At most one interrupt per 4 ms tick (HZ 250): the sampler's 1999 Hz is 8 a tick.
         let _lowered = MaxSampleRate::set(250);
+        // Events above the setting are refused, and the error says why.
+        let Err(refused) = BpfSampler::load(&config()) else {
+            panic!("1999 Hz opened above a limit of 250");
+        };
+        assert!(
+            matches!(
+                refused,
+                BpfError::RateAboveKernelLimit {
+                    rate_hz: 1999,
+                    limit: 250,
+                    ..
+                }
+            ),
+            "{}",
+            error_chain(&refused)
+        );
         wait_until(&mut s, "no throttled tick", |s| {
             s.drain(|_| {});
             let t = s.throttling();

@@ -67,6 +67,20 @@ pub enum BpfError {
         #[source]
         source: io::Error,
     },
+    /// The kernel refuses (EINVAL) to open a sampling event above
+    /// `kernel.perf_event_max_sample_rate`, which an administrator or another tool may have
+    /// lowered (on hosts with a PMU the kernel lowers it itself when perf interrupts run long).
+    #[error(
+        "{during} failed: sampling at {rate_hz} Hz is above kernel.perf_event_max_sample_rate ({limit}); lower the rate or raise the setting"
+    )]
+    RateAboveKernelLimit {
+        /// What was being done.
+        during: String,
+        /// The rate asked for.
+        rate_hz: u64,
+        /// The kernel's setting when the event was refused.
+        limit: u64,
+    },
     /// Listing CPUs from sysfs failed.
     #[error("cannot read {path}")]
     Cpus {
@@ -138,6 +152,30 @@ pub(super) fn perf_event_error(during: &str, e: io::Error) -> BpfError {
         during: during.to_owned(),
         source: e,
     }
+}
+
+/// [`perf_event_error`] for opening cpu-clock events at `rate_hz`: the kernel's EINVAL is told
+/// apart when the rate is above the host's limit.
+pub(super) fn clock_event_error(during: &str, rate_hz: u64, e: io::Error) -> BpfError {
+    if e.raw_os_error() == Some(libc::EINVAL) {
+        if let Some(limit) = max_sample_rate().filter(|&limit| rate_hz > limit) {
+            return BpfError::RateAboveKernelLimit {
+                during: during.to_owned(),
+                rate_hz,
+                limit,
+            };
+        }
+    }
+    perf_event_error(during, e)
+}
+
+/// `kernel.perf_event_max_sample_rate`, if it can be read.
+fn max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 pub(super) fn program_error(during: &str, e: ProgramError) -> BpfError {

@@ -11,7 +11,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use common::{MAX_FRAMES, PROC_SLOTS, THREAD_SLOTS};
 
 use super::clock::ClockEvents;
-use super::error::{load_error, map_error, perf_event_error, program_error, BpfError};
+use super::error::{clock_event_error, load_error, map_error, program_error, BpfError};
 use super::{
     BpfConfig, BpfSampler, EXEC_PROGRAM, EXIT_PROGRAM, FORK_PROGRAM, KNOB_MAX_FRAMES, KNOB_OFF_CPU,
     KNOB_OFF_CPU_MIN_GAP, KNOB_STOP_AFTER, KNOB_THREAD_SEARCH_MAX, KNOB_WAKEUP_BYTES, MAP_COUNTERS,
@@ -91,7 +91,11 @@ impl BpfSampler {
                 .map_err(|e| program_error("attaching the program", e))?
                 .as_fd();
             clock = Some(ClockEvents::open(fd, &scopes, config.rate_hz).map_err(|e| {
-                perf_event_error("attaching the program to the cpu-clock events", e)
+                clock_event_error(
+                    "attaching the program to the cpu-clock events",
+                    config.rate_hz,
+                    e,
+                )
             })?);
         }
 

@@ -524,7 +524,7 @@ impl BpfSampler {
         if let Some(clock) = &mut self.clock {
             clock
                 .reopen(fd, &self.scopes, rate_hz)
-                .map_err(|e| error::perf_event_error("changing the rate", e))?;
+                .map_err(|e| error::clock_event_error("changing the rate", rate_hz, e))?;
         }
         self.rate_hz = rate_hz;
         Ok(())
