@@ -115,7 +115,7 @@ impl Plan {
                 slowdown_rates_hz: vec![99, 1000],
                 accuracy_rate_hz: 1000,
                 accuracy_window_s: 10.0,
-                depths: vec![100, 1000],
+                depths: vec![30, 100, 1000],
                 throughput_rates_hz: vec![100, 1000, 5000, 10_000, 20_000],
                 throughput_s: 2,
                 sustain_share: 0.9,
@@ -149,6 +149,9 @@ pub struct Results {
     pub toggled: Vec<super::toggled::ToggledRow>,
     /// `kernel.perf_event_max_sample_rate` before and after the throughput runs.
     pub perf_max_rate: (Option<u64>, Option<u64>),
+    /// CPU seconds per 1000 wakes of a thread doing nothing but sleep to the next tick at the
+    /// highest slowdown rate, beside a busy target ([`wake_floor`]).
+    pub wake_floor: Option<f64>,
 }
 
 impl Results {
@@ -389,6 +392,16 @@ pub fn run(tools: &Tools, suites: &[Suite], plan: &Plan) -> Result<Results> {
     } else {
         slowdown(tools, suites, plan)
     };
+    let wake_floor = match (
+        plan.toggled_only,
+        suites.first(),
+        plan.slowdown_rates_hz.last(),
+    ) {
+        (false, Some(suite), Some(&rate_hz)) => wake_floor(tools, &suite.interp, rate_hz, plan)
+            .map_err(|e| eprintln!("wake floor: failed: {e:#}"))
+            .ok(),
+        _ => None,
+    };
     let toggled = if plan.toggle_s > 0.0 {
         super::toggled::measure(tools, suites, plan)
     } else {
@@ -401,6 +414,7 @@ pub fn run(tools: &Tools, suites: &[Suite], plan: &Plan) -> Result<Results> {
             throughput: Vec::new(),
             toggled,
             perf_max_rate: (None, None),
+            wake_floor,
         });
     }
     let accuracy = accuracy(tools, suites, plan);
@@ -412,7 +426,60 @@ pub fn run(tools: &Tools, suites: &[Suite], plan: &Plan) -> Result<Results> {
         throughput,
         toggled,
         perf_max_rate: (before, perf_max_sample_rate()),
+        wake_floor,
     })
+}
+
+/// What waking alone costs: a thread that sleeps to the next tick at `rate_hz` and does nothing
+/// else, for the slowdown window, beside the busy target of the slowdown runs. Every sampler
+/// that wakes once a sample (pyagent's userspace mode, py-spy, Austin, Tachyon) pays at least
+/// this per sample; on a VM the wake from an idle virtual CPU is most of it. Returns CPU seconds
+/// (the thread's own, `RUSAGE_THREAD`) per 1000 wakes.
+fn wake_floor(tools: &Tools, interp: &Interpreter, rate_hz: u32, plan: &Plan) -> Result<f64> {
+    let args = [plan.lead_s.to_string(), plan.window_s.to_string()];
+    let run = ProfiledRun::start(
+        tools,
+        interp,
+        "compare_slowdown.py",
+        &args,
+        Profiler::None,
+        rate_hz,
+        0,
+        plan.target_cpu,
+    )?;
+    let window = Duration::from_secs_f64(plan.window_s);
+    let period = Duration::from_secs_f64(1.0 / f64::from(rate_hz.max(1)));
+    let (cpu_secs, wakes) = std::thread::spawn(move || {
+        let thread_cpu = || {
+            // SAFETY: rusage is plain data (zeroes are valid), and getrusage fills it.
+            let u = unsafe {
+                let mut u: libc::rusage = std::mem::zeroed();
+                libc::getrusage(libc::RUSAGE_THREAD, &mut u);
+                u
+            };
+            let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+            secs(u.ru_utime) + secs(u.ru_stime)
+        };
+        let before = thread_cpu();
+        let start = Instant::now();
+        let (mut next, mut wakes) = (start, 0u64);
+        while start.elapsed() < window {
+            next += period;
+            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            wakes += 1;
+        }
+        (thread_cpu() - before, wakes)
+    })
+    .join()
+    .map_err(|_| anyhow!("the waking thread panicked"))?;
+    run.finish(plan.lead_s + plan.window_s)?;
+    eprintln!(
+        "wake floor {}: {wakes} wakes, {cpu_secs:.4} CPU s",
+        rate_label(rate_hz)
+    );
+    Ok(cpu_secs * 1000.0 / wakes.max(1) as f64)
 }
 
 /// `kernel.perf_event_max_sample_rate`: the kernel lowers it when perf interrupts take long.

@@ -58,6 +58,8 @@ pub struct ToggledRow {
     pub left_out: usize,
     /// Why it could not be measured.
     pub error: Option<String>,
+    /// Why the first attempt failed, when the row comes from a second one.
+    pub first_failure: Option<String>,
 }
 
 /// What `compare_toggle.py` prints at exit.
@@ -87,7 +89,16 @@ pub fn measure(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ToggledRow> 
                 profiler.label(),
                 super::measure::rate_label(rate_hz)
             );
-            let row = match run(tools, &s.interp, profiler, rate_hz, plan) {
+            // A target that dies mid-run (once, py-spy's blocking mode at 1 kHz) loses the row
+            // of a 40-minute run: one more attempt, and the report says why it was needed.
+            let mut first_failure = None;
+            let mut result = run(tools, &s.interp, profiler, rate_hz, plan);
+            if let Err(e) = &result {
+                eprintln!("{what}: failed, once more: {e:#}");
+                first_failure = Some(format!("{e:#}"));
+                result = run(tools, &s.interp, profiler, rate_hz, plan);
+            }
+            let row = match result {
                 Ok((pairs, left_out)) => {
                     let median = super::util::quantile(&pairs, 0.5);
                     eprintln!(
@@ -101,6 +112,7 @@ pub fn measure(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ToggledRow> 
                         pairs,
                         left_out,
                         error: None,
+                        first_failure,
                     }
                 }
                 Err(e) => {
@@ -112,6 +124,7 @@ pub fn measure(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ToggledRow> 
                         pairs: Vec::new(),
                         left_out: 0,
                         error: Some(format!("{e:#}")),
+                        first_failure,
                     }
                 }
             };

@@ -319,6 +319,42 @@ fn marginal_cost(results: &Results, plan: &Plan, suite: usize, profiler: Profile
     (extra > 0.0).then(|| (hi.cpu_secs - lo.cpu_secs) * 1000.0 / extra)
 }
 
+/// CPU seconds per 1000 samples in the throughput run at `depth` and `rate_hz`, whole process
+/// (start included), and the marginal cost from the run's lowest rate up to it (the extra CPU
+/// seconds per extra 1000 samples, which leaves the start out).
+fn depth_cost(
+    results: &Results,
+    suite: usize,
+    profiler: Profiler,
+    depth: u32,
+    rate_hz: u32,
+) -> Option<(f64, Option<f64>)> {
+    let row = results
+        .throughput
+        .iter()
+        .find(|r| r.suite == suite && r.profiler == profiler && r.depth == depth)?;
+    let measured = |step: &measure::Step| match step.outcome {
+        Outcome::Measured {
+            collected,
+            cpu_secs,
+            ..
+        } => Some((collected as f64, cpu_secs)),
+        _ => None,
+    };
+    let (n, cpu) = measured(row.steps.iter().find(|s| s.rate_hz == rate_hz)?)?;
+    if n <= 0.0 {
+        return None;
+    }
+    let marginal = row
+        .steps
+        .first()
+        .filter(|s| s.rate_hz < rate_hz)
+        .and_then(measured)
+        .filter(|&(lo_n, _)| n > lo_n)
+        .map(|(lo_n, lo_cpu)| (cpu - lo_cpu) * 1000.0 / (n - lo_n));
+    Some((cpu * 1000.0 / n, marginal))
+}
+
 fn python(suites: &[Suite], suite: usize) -> String {
     let i = &suites[suite].interp;
     format!("{} ({})", i.version, i.name)

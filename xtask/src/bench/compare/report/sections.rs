@@ -243,11 +243,14 @@ impl<'a> Report<'a> {
             let Some(paired) = Paired::of_values(&row.pairs) else {
                 return [format!("{} pairs", row.pairs.len()), "too few pairs".into()];
             };
-            let left_out = if row.left_out > 0 {
+            let mut left_out = if row.left_out > 0 {
                 format!(", {} left out", row.left_out)
             } else {
                 String::new()
             };
+            if let Some(e) = &row.first_failure {
+                left_out += &format!(" (second attempt; the first failed: {})", one_line(e));
+            }
             let verdict = targets::slowdown_target(rate)
                 .map_or_else(String::new, |max| verdict_cell(&paired, max));
             [
@@ -348,6 +351,46 @@ impl<'a> Report<'a> {
             }
         }
         let _ = writeln!(w, "{}", t.render());
+        if let (Some(floor), Some(&rate)) = (results.wake_floor, rates.last()) {
+            let _ = writeln!(
+                w,
+                "Waking alone: a thread of this harness that does nothing but sleep to the next \
+                 tick at {} (no read, no aggregation), beside the same busy target, used {floor:.4} \
+                 CPU s per 1000 wakes. Every sampler that wakes once a sample pays at least that \
+                 (pyagent's userspace mode, py-spy, Austin, Tachyon; not pyagent's eBPF mode, whose \
+                 samples are taken in the target's perf interrupt).",
+                measure::rate_label(rate)
+            );
+            // What each sampler spends above it, on the first interpreter (the peers' one).
+            let above = |p: Profiler| cost_of(results, 0, p, rate).map(|c| c.per_k - floor);
+            if let Some(ours) = above(Profiler::PyagentUserspace) {
+                let peers: Vec<String> = suites
+                    .first()
+                    .map(|s| s.profilers.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|p| !p.is_pyagent())
+                    .filter_map(|&p| {
+                        let theirs = above(p).filter(|&t| t > 0.0)?;
+                        Some(format!("{} {:.2}×", p.label(), ours / theirs))
+                    })
+                    .collect();
+                let _ = write!(
+                    w,
+                    " Above it, pyagent userspace spends {ours:.4} per 1000 samples on {}",
+                    python(suites, 0)
+                );
+                if !peers.is_empty() {
+                    let _ = write!(
+                        w,
+                        "; against each peer's cost above it: {}",
+                        peers.join(", ")
+                    );
+                }
+                let _ = write!(w, ".");
+            }
+            let _ = writeln!(w, "\n");
+        }
     }
 
     /// 3. How close each profile is to the known split.
@@ -524,6 +567,64 @@ impl<'a> Report<'a> {
             "<details><summary>every throughput step</summary>\n\n{}\n</details>\n",
             details.join("\n")
         );
+        self.cost_by_depth(w);
+    }
+
+    /// 4b. CPU per sample at each depth of the throughput runs, at 1 kHz.
+    fn cost_by_depth(&self, w: &mut String) {
+        let (suites, plan, results) = self.measured();
+        const RATE_HZ: u32 = 1000;
+        if !plan.throughput_rates_hz.contains(&RATE_HZ) {
+            return;
+        }
+        let lowest = plan.throughput_rates_hz.first().copied().unwrap_or(RATE_HZ);
+        let _ = writeln!(
+            w,
+            "### 4b. Cost per sample by depth\n\nFrom the throughput runs at {}: CPU seconds of \
+             the profiler's process per 1000 samples collected (one run of {} s each, start \
+             included), and in parentheses the marginal cost from {} to {}. Against: pyagent \
+             userspace's cost divided by this profiler's, whole (marginal). Section 2 is the \
+             shallow stack (`compare_slowdown.py`, three frames).\n",
+            measure::rate_label(RATE_HZ),
+            plan.throughput_s,
+            measure::rate_label(lowest),
+            measure::rate_label(RATE_HZ),
+        );
+        let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
+        for d in &plan.depths {
+            header.push(format!("depth {d}: CPU s / 1000 samples"));
+            header.push(format!("depth {d}: pyagent userspace against it"));
+        }
+        let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
+        let mut t = Table::new(&hdr);
+        let fmt = |(whole, marginal): (f64, Option<f64>)| match marginal {
+            Some(m) => format!("{whole:.4} ({m:.4})"),
+            None => format!("{whole:.4}"),
+        };
+        for (si, suite) in suites.iter().enumerate() {
+            for &p in &suite.profilers {
+                let mut cells = vec![p.label().to_owned(), python(suites, si)];
+                for &d in &plan.depths {
+                    let cost = depth_cost(results, si, p, d, RATE_HZ);
+                    cells.push(cost.map_or("-".into(), fmt));
+                    let ours = depth_cost(results, si, Profiler::PyagentUserspace, d, RATE_HZ);
+                    let against = match (ours, cost) {
+                        (Some(_), _) if p == Profiler::PyagentUserspace => String::new(),
+                        (Some((ow, om)), Some((tw, tm))) if tw > 0.0 => {
+                            let marginal = match (om, tm) {
+                                (Some(om), Some(tm)) if tm > 0.0 => format!(" ({:.2}×)", om / tm),
+                                _ => String::new(),
+                            };
+                            format!("{:.2}×{marginal}", ow / tw)
+                        }
+                        _ => "-".into(),
+                    };
+                    cells.push(against);
+                }
+                t.row(cells);
+            }
+        }
+        let _ = writeln!(w, "{}", t.render());
     }
 
     /// pyagent against each target of the table in `targets`.
