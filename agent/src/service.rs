@@ -288,6 +288,16 @@ fn keep_within_budget(p: &mut HostProfiler, governor: &mut RateGovernor, metrics
     let Some((cost, decision)) = governor.end_window(p.cost_reading(), rate) else {
         return;
     };
+    // A change that failed left no perf event open (and the rate as it was): every window tries
+    // the rate again until the kernel takes it, whatever the budget decides.
+    if p.sampling_stopped() && decision == Decision::Keep {
+        match p.set_rate(rate) {
+            Ok(()) => tracing::info!(rate_hz = rate, "sampling again"),
+            Err(e) => tracing::warn!("still cannot sample at {rate} Hz: {e:#}"),
+        }
+        governor.start(p.cost_reading());
+        return;
+    }
     metrics.set_window_cost(cost, decision == Decision::OverAtLowestRate);
     let budget = governor.budget();
     let used = format!("{:.2}%", cost.total() * 100.0);

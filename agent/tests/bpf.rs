@@ -787,13 +787,28 @@ fn throttled_ticks_are_counted() {
             "{}",
             error_chain(&refused)
         );
-        wait_until(&mut s, "no throttled tick", |s| {
+        let throttled = wait_until(&mut s, "no throttled tick", |s| {
             s.drain(|_| {});
             let t = s.throttling();
             (t.lost_ticks > 0).then_some(t)
-        })
+        });
+        // A rate the kernel refuses, with the old one now refused too, leaves no event open:
+        // the error says so.
+        let e = s.set_rate(499).expect_err("499 Hz above a limit of 250");
+        assert!(
+            matches!(e, BpfError::NoEvents { old_rate: 1999, .. }),
+            "{}",
+            error_chain(&e)
+        );
+        throttled
     };
     assert!(throttled.episodes > 0, "{throttled:?}");
+    // Without events, nothing new reaches the ring: what it holds is from before.
+    s.drain(|_| {});
+    let _settings = host_perf_settings();
+    // With the setting back, asking for the rate again opens the events again.
+    s.set_rate(1999).expect("events opened again");
+    next_record(&mut s, spinner.tid);
     // A rate change opens new events and keeps the totals.
     s.set_rate(499).expect("set_rate");
     assert!(s.throttling().lost_ticks >= throttled.lost_ticks);

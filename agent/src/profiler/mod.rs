@@ -365,6 +365,12 @@ impl HostProfiler {
         self.config.rate_hz
     }
 
+    /// Whether a failed rate change left the eBPF sampler without perf events: nothing is
+    /// sampled until [`HostProfiler::set_rate`] succeeds (at any rate, the same one included).
+    pub fn sampling_stopped(&self) -> bool {
+        matches!(&self.backend, Backend::Bpf(b) if b.sampler.events_lost())
+    }
+
     /// Samples `rate_hz` times a second from now on. Call it right after [`HostProfiler::cut`]:
     /// the windows that start then take the new period, so that every window has one period
     /// and its counts scale to CPU time exactly. (Records drained after the cut but taken

@@ -55,6 +55,15 @@ pub struct Throttling {
     pub lost_records: u64,
 }
 
+/// A failed [`ClockEvents::reopen`].
+#[derive(Debug)]
+pub struct ReopenError {
+    /// Why the events could not be opened at the new rate.
+    pub new: std::io::Error,
+    /// The old rate and why they could not be opened again at it: then no event is open.
+    pub restore: Option<(u64, std::io::Error)>,
+}
+
 /// One cpu-clock event with the program attached, and its ring.
 struct ClockEvent {
     ring: memmap2::MmapRaw,
@@ -93,13 +102,14 @@ impl ClockEvents {
     /// Closes the events and opens new ones at `rate_hz`, keeping the throttling totals. If
     /// the new ones cannot be opened, the events are opened again at the old rate before the
     /// error is returned: a failed rate change must not leave the program without events (the
-    /// sampler would go quiet while its rate still reads as before).
+    /// sampler would go quiet while its rate still reads as before). If that fails too, the
+    /// error says so and there are no events until a later `reopen` succeeds.
     pub fn reopen(
         &mut self,
         program: BorrowedFd<'_>,
         scopes: &[PerfEventScope],
         rate_hz: u64,
-    ) -> std::io::Result<()> {
+    ) -> Result<(), ReopenError> {
         let before = self.throttling();
         let old_rate = self.rate_hz;
         // Never two events at once: that would count a tick twice.
@@ -109,13 +119,24 @@ impl ClockEvents {
                 *self = events;
                 Ok(())
             }
-            Err(e) => {
-                *self = ClockEvents::open(program, scopes, old_rate)?;
-                Err(e)
-            }
+            Err(new) => match ClockEvents::open(program, scopes, old_rate) {
+                Ok(events) => {
+                    *self = events;
+                    Err(ReopenError { new, restore: None })
+                }
+                Err(restore) => Err(ReopenError {
+                    new,
+                    restore: Some((old_rate, restore)),
+                }),
+            },
         };
         self.throttling = before;
         result
+    }
+
+    /// Whether no event is open (a rate change and its restore both failed).
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
     }
 
     /// Reads the events' rings and returns the totals since the first events were opened.

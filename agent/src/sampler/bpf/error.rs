@@ -81,6 +81,17 @@ pub enum BpfError {
         /// The kernel's setting when the event was refused.
         limit: u64,
     },
+    /// A rate change failed, and so did opening the events again at the old rate: the program
+    /// has no event and takes no sample until a rate change succeeds.
+    #[error("{new}; {restore} (at {old_rate} Hz): no samples are taken")]
+    NoEvents {
+        /// Why the new rate failed, in one line.
+        new: String,
+        /// The rate before the change.
+        old_rate: u64,
+        /// Why the old rate failed, in one line.
+        restore: String,
+    },
     /// Listing CPUs from sysfs failed.
     #[error("cannot read {path}")]
     Cpus {
@@ -167,6 +178,24 @@ pub(super) fn clock_event_error(during: &str, rate_hz: u64, e: io::Error) -> Bpf
         }
     }
     perf_event_error(during, e)
+}
+
+/// A failed rate change, each failure told with its own rate.
+pub(super) fn rate_change_error(rate_hz: u64, e: super::clock::ReopenError) -> BpfError {
+    const DURING: &str = "changing the rate";
+    const AGAIN: &str = "opening the cpu-clock events again at the old rate";
+    let new = clock_event_error(DURING, rate_hz, e.new);
+    match e.restore {
+        None => new,
+        Some((old_rate, restore)) => BpfError::NoEvents {
+            new: format!("{:#}", anyhow::Error::new(new)),
+            old_rate,
+            restore: format!(
+                "{:#}",
+                anyhow::Error::new(clock_event_error(AGAIN, old_rate, restore))
+            ),
+        },
+    }
 }
 
 /// `kernel.perf_event_max_sample_rate`, if it can be read.

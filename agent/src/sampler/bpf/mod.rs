@@ -500,6 +500,14 @@ impl BpfSampler {
         self.rate_hz
     }
 
+    /// Whether a failed rate change left the program without events ([`BpfError::NoEvents`]):
+    /// it takes no sample until [`BpfSampler::set_rate`] succeeds, at any rate.
+    pub fn events_lost(&self) -> bool {
+        self.clock
+            .as_ref()
+            .is_some_and(clock::ClockEvents::is_empty)
+    }
+
     /// Samples `rate_hz` times a second per CPU from now on: the perf events are detached and
     /// attached again at the new frequency (a few milliseconds without samples, never two
     /// events at once, which would count a tick twice). A sampler loaded detached stays so.
@@ -507,7 +515,8 @@ impl BpfSampler {
         if rate_hz == 0 {
             return Err(BpfError::InvalidConfig("rate_hz must be positive"));
         }
-        if rate_hz == self.rate_hz || self.scopes.is_empty() {
+        // Asked again after a change that left no event open: open them.
+        if (rate_hz == self.rate_hz && !self.events_lost()) || self.scopes.is_empty() {
             self.rate_hz = rate_hz;
             return Ok(());
         }
@@ -524,7 +533,7 @@ impl BpfSampler {
         if let Some(clock) = &mut self.clock {
             clock
                 .reopen(fd, &self.scopes, rate_hz)
-                .map_err(|e| error::clock_event_error("changing the rate", rate_hz, e))?;
+                .map_err(|e| error::rate_change_error(rate_hz, e))?;
         }
         self.rate_hz = rate_hz;
         Ok(())

@@ -431,10 +431,10 @@ pub fn run(tools: &Tools, suites: &[Suite], plan: &Plan) -> Result<Results> {
 }
 
 /// What waking alone costs: a thread that sleeps to the next tick at `rate_hz` and does nothing
-/// else, for the slowdown window, beside the busy target of the slowdown runs. Every sampler
-/// that wakes once a sample (pyagent's userspace mode, py-spy, Austin, Tachyon) pays at least
-/// this per sample; on a VM the wake from an idle virtual CPU is most of it. Returns CPU seconds
-/// (the thread's own, `RUSAGE_THREAD`) per 1000 wakes.
+/// else, for the slowdown window, beside the busy target of the slowdown runs (one run). Every
+/// sampler that wakes once a sample (pyagent's userspace mode, py-spy, Austin, Tachyon) pays at
+/// least this per sample. Returns CPU seconds (the thread's own, `RUSAGE_THREAD`) per 1000
+/// wakes; a pass that found itself behind and did not sleep is not a wake.
 fn wake_floor(tools: &Tools, interp: &Interpreter, rate_hz: u32, plan: &Plan) -> Result<f64> {
     let args = [plan.lead_s.to_string(), plan.window_s.to_string()];
     let run = ProfiledRun::start(
@@ -467,8 +467,8 @@ fn wake_floor(tools: &Tools, interp: &Interpreter, rate_hz: u32, plan: &Plan) ->
             next += period;
             if let Some(wait) = next.checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
+                wakes += 1;
             }
-            wakes += 1;
         }
         (thread_cpu() - before, wakes)
     })

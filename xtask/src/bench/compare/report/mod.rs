@@ -320,15 +320,16 @@ fn marginal_cost(results: &Results, plan: &Plan, suite: usize, profiler: Profile
 }
 
 /// CPU seconds per 1000 samples in the throughput run at `depth` and `rate_hz`, whole process
-/// (start included), and the marginal cost from the run's lowest rate up to it (the extra CPU
-/// seconds per extra 1000 samples, which leaves the start out).
+/// (start included), the marginal cost from the run's lowest rate up to it (the extra CPU
+/// seconds per extra 1000 samples, which leaves the start out), and whether the profiler kept
+/// up with the rate.
 fn depth_cost(
     results: &Results,
     suite: usize,
     profiler: Profiler,
     depth: u32,
     rate_hz: u32,
-) -> Option<(f64, Option<f64>)> {
+) -> Option<(f64, Option<f64>, bool)> {
     let row = results
         .throughput
         .iter()
@@ -341,7 +342,8 @@ fn depth_cost(
         } => Some((collected as f64, cpu_secs)),
         _ => None,
     };
-    let (n, cpu) = measured(row.steps.iter().find(|s| s.rate_hz == rate_hz)?)?;
+    let step = row.steps.iter().find(|s| s.rate_hz == rate_hz)?;
+    let (n, cpu) = measured(step)?;
     if n <= 0.0 {
         return None;
     }
@@ -352,7 +354,7 @@ fn depth_cost(
         .and_then(measured)
         .filter(|&(lo_n, _)| n > lo_n)
         .map(|(lo_n, lo_cpu)| (cpu - lo_cpu) * 1000.0 / (n - lo_n));
-    Some((cpu * 1000.0 / n, marginal))
+    Some((cpu * 1000.0 / n, marginal, step.sustained()))
 }
 
 fn python(suites: &[Suite], suite: usize) -> String {

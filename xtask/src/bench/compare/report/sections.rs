@@ -237,20 +237,24 @@ impl<'a> Report<'a> {
             let Some(row) = row else {
                 return ["-".into(), String::new()];
             };
+            let retried = row.first_failure.as_ref().map_or(String::new(), |e| {
+                format!(" (second attempt; the first failed: {})", one_line(e))
+            });
             if let Some(e) = &row.error {
-                return [format!("failed: {}", one_line(e)), String::new()];
+                return [format!("failed: {}{retried}", one_line(e)), String::new()];
             }
             let Some(paired) = Paired::of_values(&row.pairs) else {
-                return [format!("{} pairs", row.pairs.len()), "too few pairs".into()];
+                return [
+                    format!("{} pairs{retried}", row.pairs.len()),
+                    "too few pairs".into(),
+                ];
             };
             let mut left_out = if row.left_out > 0 {
                 format!(", {} left out", row.left_out)
             } else {
                 String::new()
             };
-            if let Some(e) = &row.first_failure {
-                left_out += &format!(" (second attempt; the first failed: {})", one_line(e));
-            }
+            left_out += &retried;
             let verdict = targets::slowdown_target(rate)
                 .map_or_else(String::new, |max| verdict_cell(&paired, max));
             [
@@ -361,8 +365,13 @@ impl<'a> Report<'a> {
                  samples are taken in the target's perf interrupt).",
                 measure::rate_label(rate)
             );
-            // What each sampler spends above it, on the first interpreter (the peers' one).
-            let above = |p: Profiler| cost_of(results, 0, p, rate).map(|c| c.per_k - floor);
+            // What each sampler's extra samples cost above it, on the first interpreter (the
+            // peers' one): the marginal cost, which like the floor has no start in it.
+            let above = |p: Profiler| {
+                marginal_cost(results, plan, 0, p)
+                    .map(|m| m - floor)
+                    .filter(|&a| a > 0.0)
+            };
             if let Some(ours) = above(Profiler::PyagentUserspace) {
                 let peers: Vec<String> = suites
                     .first()
@@ -371,21 +380,19 @@ impl<'a> Report<'a> {
                     .iter()
                     .filter(|p| !p.is_pyagent())
                     .filter_map(|&p| {
-                        let theirs = above(p).filter(|&t| t > 0.0)?;
+                        let theirs = above(p)?;
                         Some(format!("{} {:.2}×", p.label(), ours / theirs))
                     })
                     .collect();
                 let _ = write!(
                     w,
-                    " Above it, pyagent userspace spends {ours:.4} per 1000 samples on {}",
-                    python(suites, 0)
+                    " Above it, pyagent userspace's marginal cost is {ours:.4} CPU s per 1000 \
+                     samples on {} (one floor run against medians of {})",
+                    python(suites, 0),
+                    plan.reps
                 );
                 if !peers.is_empty() {
-                    let _ = write!(
-                        w,
-                        "; against each peer's cost above it: {}",
-                        peers.join(", ")
-                    );
+                    let _ = write!(w, "; pyagent ÷ each peer, above it: {}", peers.join(", "));
                 }
                 let _ = write!(w, ".");
             }
@@ -581,10 +588,13 @@ impl<'a> Report<'a> {
         let _ = writeln!(
             w,
             "### 4b. Cost per sample by depth\n\nFrom the throughput runs at {}: CPU seconds of \
-             the profiler's process per 1000 samples collected (one run of {} s each, start \
-             included), and in parentheses the marginal cost from {} to {}. Against: pyagent \
-             userspace's cost divided by this profiler's, whole (marginal). Section 2 is the \
-             shallow stack (`compare_slowdown.py`, three frames).\n",
+             the profiler's process per 1000 samples collected (a single run of {} s each, start \
+             included), and in parentheses the marginal cost from {} to {} (the two single runs' \
+             difference: as noisy as their starts). †: the profiler did not keep up with the rate \
+             there (section 4). Against: pyagent userspace's cost divided by this profiler's, \
+             whole (marginal). pyagent's eBPF mode walks in the target's perf interrupt, charged \
+             to the target, not here. Section 2 is the shallow stack (`compare_slowdown.py`, \
+             three frames).\n",
             measure::rate_label(RATE_HZ),
             plan.throughput_s,
             measure::rate_label(lowest),
@@ -597,9 +607,12 @@ impl<'a> Report<'a> {
         }
         let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
         let mut t = Table::new(&hdr);
-        let fmt = |(whole, marginal): (f64, Option<f64>)| match marginal {
-            Some(m) => format!("{whole:.4} ({m:.4})"),
-            None => format!("{whole:.4}"),
+        let fmt = |(whole, marginal, kept_up): (f64, Option<f64>, bool)| {
+            let mark = if kept_up { "" } else { " †" };
+            match marginal {
+                Some(m) => format!("{whole:.4} ({m:.4}){mark}"),
+                None => format!("{whole:.4}{mark}"),
+            }
         };
         for (si, suite) in suites.iter().enumerate() {
             for &p in &suite.profilers {
@@ -609,8 +622,8 @@ impl<'a> Report<'a> {
                     cells.push(cost.map_or("-".into(), fmt));
                     let ours = depth_cost(results, si, Profiler::PyagentUserspace, d, RATE_HZ);
                     let against = match (ours, cost) {
-                        (Some(_), _) if p == Profiler::PyagentUserspace => String::new(),
-                        (Some((ow, om)), Some((tw, tm))) if tw > 0.0 => {
+                        _ if p.is_pyagent() => String::new(),
+                        (Some((ow, om, _)), Some((tw, tm, _))) if tw > 0.0 => {
                             let marginal = match (om, tm) {
                                 (Some(om), Some(tm)) if tm > 0.0 => format!(" ({:.2}×)", om / tm),
                                 _ => String::new(),
