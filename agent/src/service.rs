@@ -288,8 +288,9 @@ fn keep_within_budget(p: &mut HostProfiler, governor: &mut RateGovernor, metrics
     let Some((cost, decision)) = governor.end_window(p.cost_reading(), rate) else {
         return;
     };
-    // A change that failed left no perf event open (and the rate as it was): every window tries
-    // the rate again until the kernel takes it, whatever the budget decides.
+    // A change that failed left no perf event open (and the rate as it was): a window that
+    // keeps the rate tries it again (one that changes it opens the events at the new rate), so
+    // sampling resumes once the kernel takes a rate.
     if p.sampling_stopped() && decision == Decision::Keep {
         match p.set_rate(rate) {
             Ok(()) => tracing::info!(rate_hz = rate, "sampling again"),
