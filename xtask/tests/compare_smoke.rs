@@ -36,8 +36,8 @@ const BARS: &[&str] = &[
 ];
 
 /// The report's sections with a row per profiler: slowdown, cost, toggled slowdown, accuracy,
-/// throughput.
-const SECTIONS_WITH_ROWS: usize = 5;
+/// throughput, cost by depth.
+const SECTIONS_WITH_ROWS: usize = 6;
 
 /// Table rows of `md` as trimmed cells.
 fn rows(md: &str) -> Vec<Vec<&str>> {
