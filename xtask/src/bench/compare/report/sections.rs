@@ -8,6 +8,16 @@ use super::*;
 
 /// The first columns of a slowdown table: profiler, Python, and per rate the median with its
 /// interval and the verdict against the target.
+/// A table of a row per profiler and Python, with two columns per depth.
+fn per_depth_table(depths: &[u32], columns: [&str; 2]) -> Table {
+    let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
+    for d in depths {
+        header.extend(columns.iter().map(|c| format!("depth {d}: {c}")));
+    }
+    let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
+    Table::new(&hdr)
+}
+
 fn slowdown_header(rates: &[u32]) -> Vec<String> {
     let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
     for r in rates {
@@ -496,13 +506,7 @@ impl<'a> Report<'a> {
             measure::rate_label(plan.throughput_rates_hz.first().copied().unwrap_or(0)),
             3 * plan.throughput_s + 5
         );
-        let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
-        for d in &plan.depths {
-            header.push(format!("depth {d}: sustained"));
-            header.push(format!("depth {d}: next rate"));
-        }
-        let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
-        let mut t = Table::new(&hdr);
+        let mut t = per_depth_table(&plan.depths, ["sustained", "next rate"]);
         for (si, suite) in suites.iter().enumerate() {
             for &p in &suite.profilers {
                 let mut cells = vec![p.label().to_owned(), python(suites, si)];
@@ -600,13 +604,10 @@ impl<'a> Report<'a> {
             measure::rate_label(lowest),
             measure::rate_label(RATE_HZ),
         );
-        let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
-        for d in &plan.depths {
-            header.push(format!("depth {d}: CPU s / 1000 samples"));
-            header.push(format!("depth {d}: pyagent userspace against it"));
-        }
-        let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
-        let mut t = Table::new(&hdr);
+        let mut t = per_depth_table(
+            &plan.depths,
+            ["CPU s / 1000 samples", "pyagent userspace against it"],
+        );
         let fmt = |(whole, marginal, kept_up): (f64, Option<f64>, bool)| {
             let mark = if kept_up { "" } else { " †" };
             match marginal {
