@@ -14,7 +14,8 @@ use pyagent::discovery::locate_runtime;
 use pyagent::discovery::privileges::{Privileges, Shortfall};
 use pyagent::export;
 use pyagent::offsets::AsyncioUnsupported;
-use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
+use pyagent::sampler::tick::TickSource;
+use pyagent::sampler::userspace::{SamplerStats, UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::UnwindOptions;
 
 use all_python::{all_python, service, service_config};
@@ -168,6 +169,7 @@ fn record(args: &RecordArgs) -> Result<()> {
     if let Some(n) = without_gil {
         summary += &format!(", {n} samples left out by --gil");
     }
+    summary += &tick_summary(&stats);
     if sampler.frame_cache_used() {
         summary += &format!(
             ", frame cache {}/{}/{} full/partial/miss",
@@ -191,6 +193,23 @@ fn record(args: &RecordArgs) -> Result<()> {
         print_symbol_sources();
     }
     Ok(())
+}
+
+/// `, ticks from ...`: what woke the sampler (a perf event on its CPU, or sleeping).
+fn tick_summary(stats: &SamplerStats) -> String {
+    let t = stats.tick;
+    match stats.tick_source {
+        Some(TickSource::PerfEvent) => format!(
+            ", ticks from a cpu-clock perf event: {} from the event, {} from deadlines (event throttled or late), {} moves to another CPU",
+            t.event_ticks, t.deadline_ticks, t.moves
+        ),
+        Some(TickSource::Sleep) if t.event_ticks > 0 => format!(
+            ", ticks from a cpu-clock perf event ({}), then from sleeping ({})",
+            t.event_ticks, t.deadline_ticks
+        ),
+        Some(TickSource::Sleep) => ", ticks from sleeping".to_string(),
+        None => String::new(),
+    }
 }
 
 /// `pyagent: native symbols: ...`: where the names of the native objects came from.

@@ -740,6 +740,44 @@ impl Drop for MaxSampleRate {
     }
 }
 
+/// The userspace sampler's tick event, throttled: with the host's limit at one interrupt a
+/// scheduler tick, a 200 Hz event stops after each interrupt until the next tick, and on a CPU
+/// idle between the sampler's wakes that tick may not come. The deadlines take over, and the
+/// ticks taken and missed still add up to the rate. Lives here for the setting's lock.
+#[test]
+fn userspace_ticks_keep_their_rate_while_their_event_is_throttled() {
+    use pyagent::sampler::tick::{TickSource, Ticker, Wait};
+    let _lowered = MaxSampleRate::set(250);
+    let rate = 200;
+    let mut ticker = Ticker::new(rate);
+    assert_eq!(ticker.source(), TickSource::PerfEvent);
+    let start = Instant::now();
+    let (mut taken, mut missed) = (0u64, 0u64);
+    while ticker.stats().deadline_ticks < 50 {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "50 ticks from deadlines within {DEADLINE:?}: {:?}",
+            ticker.stats()
+        );
+        match ticker.wait(None) {
+            Wait::Tick { missed: m } => {
+                taken += 1;
+                missed += m;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // The first tick is the start's, at no time.
+    let due = start.elapsed().as_secs_f64() * f64::from(rate) + 1.0;
+    let counted = (taken + missed) as f64;
+    assert!(
+        (counted - due).abs() <= due * 0.15 + 2.0,
+        "{taken} ticks and {missed} missed in {:?} at {rate} Hz: {:?}",
+        start.elapsed(),
+        ticker.stats()
+    );
+}
+
 /// The kernel throttles an event that fires more often in one scheduler tick than
 /// `perf_event_max_sample_rate / HZ`; the ticks it drops are counted from its throttle records.
 /// On these VMs (no PMU, cpu-clock events) the kernel never lowers the rate by itself, so the

@@ -3,8 +3,9 @@
 //! [`bpf`]: a perf-event BPF program on every CPU walks the frame chain of whatever Python
 //! thread the CPU is running and hands raw frame addresses over a ring buffer.
 //! [`userspace`]: a timer that unwinds each target through `process_vm_readv` (no privileges
-//! beyond ptrace rights, no BPF); [`blocking`] optionally stops a process around its sample;
-//! [`run_state`] tells it which threads are on a CPU.
+//! beyond ptrace rights, no BPF), woken by [`tick`]; [`blocking`] optionally stops a process
+//! around its sample; [`run_state`] tells it which threads are on a CPU. [`perf_event`] opens the
+//! cpu-clock events both samplers use.
 //! Both feed the same unwinder, symbolizer and aggregator, driven by the conductor
 //! ([`crate::profiler`]). With off-CPU on, the BPF program also records a thread's stack as it
 //! blocks and its wake-up (the conductor weighs the stack by the time between; [`off_cpu`]
@@ -14,6 +15,8 @@ pub mod blocking;
 pub mod bpf;
 pub mod native_copy;
 pub mod off_cpu;
+pub mod perf_event;
 pub mod run_state;
 pub mod slots;
+pub mod tick;
 pub mod userspace;

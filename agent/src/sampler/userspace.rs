@@ -17,6 +17,7 @@ use crate::sampler::blocking::{PausedThreads, SeizeStats};
 use crate::sampler::native_copy::{MixStats, NativeStacks};
 use crate::sampler::off_cpu::{blocked_in, wait_reason};
 use crate::sampler::run_state::RunStates;
+use crate::sampler::tick::{TickSource, TickStats, Ticker, Wait};
 use crate::symbolize::native::DebugDirs;
 use crate::unwind::{
     CacheTotals, CpuState, GilState, ThreadSample, UnwindError, UnwindOptions, UnwindStats,
@@ -60,6 +61,10 @@ pub struct SamplerStats {
     pub failed: u64,
     /// blocking-mode seize counters
     pub seize: SeizeStats,
+    /// where the ticks came from (none before the run)
+    pub tick_source: Option<TickSource>,
+    /// how the ticks came
+    pub tick: TickStats,
 }
 
 /// Samples a set of processes on a timer.
@@ -337,29 +342,26 @@ impl UserspaceSampler {
         stop: &AtomicBool,
         mut progress: impl FnMut(&SamplerStats, Duration),
     ) {
-        let period = Duration::from_secs_f64(1.0 / self.config.rate_hz.max(1) as f64);
+        let mut ticker = Ticker::new(self.config.rate_hz);
+        self.stats.tick_source = Some(ticker.source());
         let start = Instant::now();
-        let mut next = start;
+        let end = self.config.duration.map(|d| start + d);
         let mut last_progress = start;
         while !stop.load(Ordering::Relaxed) {
-            if self.config.duration.is_some_and(|d| start.elapsed() >= d) {
+            if end.is_some_and(|end| Instant::now() >= end) {
                 break;
+            }
+            match ticker.wait(end) {
+                Wait::Tick { missed } => self.stats.lagged += missed,
+                Wait::Until | Wait::Interrupted => continue,
             }
             let failed_before = self.stats.failed;
             if !self.sample_once(&mut |s| agg.add(s)) {
                 break;
             }
             agg.add_dropped(self.stats.failed - failed_before);
-            next += period;
-            let now = Instant::now();
-            if next < now {
-                // Fell behind: drop the missed ticks rather than bursting to catch up.
-                let missed = ((now - next).as_nanos() / period.as_nanos().max(1)) as u64;
-                self.stats.lagged += missed;
-                next += period * missed as u32;
-            } else {
-                std::thread::sleep(next - now);
-            }
+            self.stats.tick = ticker.stats();
+            self.stats.tick_source = Some(ticker.source());
             if last_progress.elapsed() >= Duration::from_millis(250) {
                 last_progress = Instant::now();
                 progress(&self.stats, start.elapsed());

@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use pyagent_tests::agent::{pyagent_bin, record, record_collapsed, run_pyagent};
+use pyagent_tests::agent::{number_before, pyagent_bin, record, record_collapsed, run_pyagent};
 use pyagent_tests::consumers::{go_pprof, go_pprof_raw};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::stacks::{line_after, marker_line, script};
@@ -68,6 +68,31 @@ fn unwritable_output_fails_before_sampling() {
 fn record_file(pid: u32, out: &std::path::Path, args: &[&str]) -> String {
     record(pid, args, out);
     std::fs::read_to_string(out).unwrap_or_else(|e| panic!("{}: {e}", out.display()))
+}
+
+/// As root, `record`'s userspace sampler is woken by a cpu-clock perf event on its own CPU
+/// (cheaper than sleeping to each tick), and its ticks, taken or counted as missed, keep the
+/// rate: 500 Hz for 2 s, with the event throttled at times on an idle CPU (deadlines fill in).
+#[test]
+fn userspace_record_ticks_from_a_perf_event_at_its_rate() {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
+    let p = PythonProcess::ready("py313", "busy.py", &[]);
+    let dir = fresh_dir("cli-ticks");
+    let err = record(
+        p.pid(),
+        &["--mode", "userspace", "-d", "2", "-r", "500"],
+        &dir.join("profile.pb.gz"),
+    );
+    assert!(err.contains("ticks from a cpu-clock perf event"), "{err}");
+    let from_event = number_before(&err, " from the event");
+    let ticks = number_before(&err, " sampling ticks");
+    let lagged = number_before(&err, " lagged ticks");
+    assert!(from_event > 0, "{err}");
+    // Ticks taken and missed make the rate; the last tick may fall after the run's end.
+    assert!(
+        (ticks + lagged).abs_diff(1000) <= 20,
+        "{ticks} ticks and {lagged} missed for 2 s at 500 Hz: {err}"
+    );
 }
 
 #[apply(matrix)]

@@ -18,18 +18,15 @@
 //! other way: it cannot tell throttling from a vCPU the host did not run, which on these VMs is a
 //! fifth of the time, and a thread-scoped event would need the thread's CPU time anyway.)
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use aya::programs::perf_event::PerfEventScope;
 use aya_obj::generated::{
-    perf_event_attr, perf_event_mmap_page,
     perf_event_sample_format::{PERF_SAMPLE_RAW, PERF_SAMPLE_TID},
-    perf_event_type,
-    perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK,
-    perf_type_id::PERF_TYPE_SOFTWARE,
-    PERF_EVENT_IOC_DISABLE, PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_SET_BPF, PERF_FLAG_FD_CLOEXEC,
+    perf_event_type, PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_SET_BPF,
 };
+
+use crate::sampler::perf_event::{self, ioctl, PerfRing, Record};
 
 /// Data pages of each event's ring (a power of two): throttle and unthrottle records are 40 bytes,
 /// up to two per tick and event (an unthrottle, then a throttle again), and the ring is read at
@@ -66,7 +63,7 @@ pub struct ReopenError {
 
 /// One cpu-clock event with the program attached, and its ring.
 struct ClockEvent {
-    ring: memmap2::MmapRaw,
+    ring: PerfRing,
     fd: OwnedFd,
     /// the throttle episode under way
     episode: Episode,
@@ -151,11 +148,7 @@ impl ClockEvents {
 
 impl ClockEvent {
     fn open(program: BorrowedFd<'_>, scope: PerfEventScope, rate_hz: u64) -> std::io::Result<Self> {
-        // SAFETY: perf_event_attr is plain data; all zeroes is its documented default.
-        let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
-        attr.type_ = PERF_TYPE_SOFTWARE as u32;
-        attr.config = PERF_COUNT_SW_CPU_CLOCK as u64;
-        attr.size = std::mem::size_of::<perf_event_attr>() as u32;
+        let mut attr = perf_event::cpu_clock_attr();
         // With `sample_id_all`, each throttle record names the task the CPU ran when it was
         // written (pid 0: the idle task). The program returns 0, so no sample is ever written.
         attr.sample_type = PERF_SAMPLE_RAW as u64 | PERF_SAMPLE_TID as u64;
@@ -169,26 +162,8 @@ impl ClockEvent {
             PerfEventScope::OneProcess { pid, cpu } => (pid as i32, cpu.map_or(-1, |c| c as i32)),
             PerfEventScope::AllProcessesOneCpu { cpu } => (-1, cpu as i32),
         };
-        // SAFETY: attr is a valid perf_event_attr that outlives the call.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const perf_event_attr,
-                pid,
-                cpu,
-                -1,
-                PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-            )
-        };
-        if ret < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: the kernel returned a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(ret as i32) };
-        let page = page_size();
-        let ring = memmap2::MmapOptions::new()
-            .len(page * (1 + RING_DATA_PAGES))
-            .map_raw(&fd)?;
+        let fd = perf_event::open(&attr, pid, cpu)?;
+        let ring = PerfRing::map(&fd, RING_DATA_PAGES)?;
         ioctl(
             &fd,
             PERF_EVENT_IOC_SET_BPF,
@@ -204,38 +179,9 @@ impl ClockEvent {
 
     /// Reads the records the kernel wrote since the last call, and frees their room.
     fn read_ring(&mut self, rate_hz: u64, totals: &mut Throttling) {
-        let base = self.ring.as_mut_ptr();
-        let header = base.cast::<perf_event_mmap_page>();
-        // SAFETY: the first page of the mapping is the kernel's perf_event_mmap_page; data_head
-        // and data_tail are naturally aligned u64s the kernel and this reader share.
-        let (head, tail) = unsafe {
-            (
-                &*std::ptr::addr_of!((*header).data_head).cast::<AtomicU64>(),
-                &*std::ptr::addr_of!((*header).data_tail).cast::<AtomicU64>(),
-            )
-        };
-        let end = head.load(Ordering::Relaxed);
-        // Records up to `end` are complete once data_head is seen (the kernel's protocol).
-        fence(Ordering::Acquire);
-        let size = (page_size() * RING_DATA_PAGES) as u64;
-        // SAFETY: the data pages follow the first page, inside the mapping.
-        let data = unsafe { std::slice::from_raw_parts(base.add(page_size()), size as usize) };
-        let mut at = tail.load(Ordering::Relaxed);
-        while end.wrapping_sub(at) >= 8 {
-            let record = ring_bytes(data, at);
-            let kind = u32::from_ne_bytes(record[0..4].try_into().expect("4 bytes"));
-            let len = u64::from(u16::from_ne_bytes(
-                record[6..8].try_into().expect("2 bytes"),
-            ));
-            if len < 8 || end.wrapping_sub(at) < len {
-                break;
-            }
-            self.episode.account(kind, len, &record, rate_hz, totals);
-            at = at.wrapping_add(len);
-        }
-        // The records are read before their room is given back.
-        fence(Ordering::Release);
-        tail.store(at, Ordering::Relaxed);
+        let episode = &mut self.episode;
+        self.ring
+            .drain(|record| episode.account(record, rate_hz, totals));
     }
 }
 
@@ -247,20 +193,13 @@ struct Episode {
 }
 
 impl Episode {
-    /// Adds one ring record (`kind`, `len` bytes, the first 40 in `record`) to `totals`.
-    fn account(
-        &mut self,
-        kind: u32,
-        len: u64,
-        record: &[u8; 40],
-        rate_hz: u64,
-        totals: &mut Throttling,
-    ) {
-        let word = |i: usize| u64::from_ne_bytes(record[i..i + 8].try_into().expect("8"));
+    /// Adds one ring record to `totals`.
+    fn account(&mut self, record: &Record, rate_hz: u64, totals: &mut Throttling) {
+        let (kind, len, word) = (record.kind, record.len, |i| record.word(i));
         if kind == perf_event_type::PERF_RECORD_THROTTLE as u32 && len >= 16 {
             totals.episodes += 1;
             // time, id, stream_id, then the sample id: pid and tid of the current task.
-            let idle = len >= 40 && record[32..36] == [0; 4];
+            let idle = len >= 40 && record.bytes[32..36] == [0; 4];
             totals.idle_episodes += u64::from(idle);
             self.since = Some((word(8), idle));
         } else if kind == perf_event_type::PERF_RECORD_UNTHROTTLE as u32 && len >= 16 {
@@ -278,7 +217,7 @@ impl Episode {
 impl Drop for ClockEvent {
     fn drop(&mut self) {
         // Closing the descriptor detaches the program; disabling first stops the ticks at once.
-        let _ = ioctl(&self.fd, PERF_EVENT_IOC_DISABLE, 0);
+        perf_event::disable(&self.fd);
     }
 }
 
@@ -310,32 +249,6 @@ fn ticks_in(ns: u64, rate_hz: u64) -> u64 {
     u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
 }
 
-/// The 40 bytes of the ring `data` from position `at` (which wraps), copied out: enough for
-/// any record read here (the bytes past a shorter record are never looked at).
-fn ring_bytes(data: &[u8], at: u64) -> [u8; 40] {
-    let mut out = [0u8; 40];
-    let size = data.len();
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = data[(at as usize + i) % size];
-    }
-    out
-}
-
-fn ioctl(fd: &OwnedFd, request: u32, arg: libc::c_ulong) -> std::io::Result<()> {
-    // SAFETY: perf ioctls with an integer argument on a perf event descriptor.
-    let ret = unsafe { libc::ioctl(fd.as_fd().as_raw_fd(), request as libc::Ioctl, arg) };
-    if ret < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(page).unwrap_or(4096)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,14 +272,18 @@ mod tests {
 
     /// A throttle or unthrottle record as the kernel writes it with `sample_id_all` and
     /// `PERF_SAMPLE_TID`: header, time, id, stream id, pid, tid.
-    fn throttle_record(kind: perf_event_type, time: u64, pid: u32) -> [u8; 40] {
+    fn throttle_record(kind: perf_event_type, time: u64, pid: u32) -> Record {
         let mut r = [0u8; 40];
         r[0..4].copy_from_slice(&(kind as u32).to_ne_bytes());
         r[6..8].copy_from_slice(&40u16.to_ne_bytes());
         r[8..16].copy_from_slice(&time.to_ne_bytes());
         r[32..36].copy_from_slice(&pid.to_ne_bytes());
         r[36..40].copy_from_slice(&pid.to_ne_bytes());
-        r
+        Record {
+            kind: kind as u32,
+            len: 40,
+            bytes: r,
+        }
     }
 
     /// An episode that began with the idle task current loses nothing; one that began in a
@@ -376,15 +293,8 @@ mod tests {
         use perf_event_type::{PERF_RECORD_THROTTLE as T, PERF_RECORD_UNTHROTTLE as U};
         let mut totals = Throttling::default();
         let mut episode = Episode::default();
-        let mut feed = |kind, time, pid| {
-            episode.account(
-                kind as u32,
-                40,
-                &throttle_record(kind, time, pid),
-                5000,
-                &mut totals,
-            )
-        };
+        let mut feed =
+            |kind, time, pid| episode.account(&throttle_record(kind, time, pid), 5000, &mut totals);
         // Idle for 2 s: throttled 80 ms in, unthrottled when the CPU woke.
         feed(T, 80_000_000, 0);
         feed(U, 2_000_000_000, 4242);
@@ -394,12 +304,5 @@ mod tests {
         assert_eq!(totals.episodes, 2);
         assert_eq!(totals.idle_episodes, 1);
         assert_eq!(totals.lost_ticks, 20);
-    }
-
-    #[test]
-    fn ring_reads_wrap_around_the_end() {
-        let data: Vec<u8> = (0..64).collect();
-        let got = ring_bytes(&data, 60);
-        assert_eq!(&got[..8], &[60, 61, 62, 63, 0, 1, 2, 3]);
     }
 }

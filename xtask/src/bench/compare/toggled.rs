@@ -32,6 +32,7 @@ use serde::Deserialize;
 
 use super::measure::{Plan, ProfiledRun, Suite};
 use super::profiler::{Profiler, Tools};
+use super::report::{median_ci95, RESOLVED_PP};
 use super::util::Interpreter;
 
 /// Left out at the start of every window of `window_s` seconds: the change of state takes effect
@@ -60,6 +61,9 @@ pub struct ToggledRow {
     pub error: Option<String>,
     /// Why the first attempt failed, when the row comes from a second one.
     pub first_failure: Option<String>,
+    /// Runs whose pairs the row pools: 2 when the first run's interval was wider than resolved
+    /// (a half-width above [`RESOLVED_PP`] points) and a second run's pairs were added.
+    pub runs: usize,
 }
 
 /// What `compare_toggle.py` prints at exit.
@@ -98,6 +102,24 @@ pub fn measure(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ToggledRow> 
                 first_failure = Some(format!("{e:#}"));
                 result = run(tools, &s.interp, profiler, rate_hz, plan);
             }
+            // An interval too wide to resolve the target (py-spy's blocking mode at 1 kHz,
+            // whose stopped halves are left out: a half-width of 0.53 points once) gets a second
+            // run's pairs: the same configuration, so the pairs pool.
+            let mut runs = 1;
+            if let Ok((pairs, left_out)) = &mut result {
+                let wide = median_ci95(pairs).is_some_and(|(lo, hi)| (hi - lo) / 2.0 > RESOLVED_PP);
+                if wide {
+                    eprintln!("{what}: interval wider than resolved, one more run to pool");
+                    match run(tools, &s.interp, profiler, rate_hz, plan) {
+                        Ok((more, more_left_out)) => {
+                            pairs.extend(more);
+                            *left_out += more_left_out;
+                            runs = 2;
+                        }
+                        Err(e) => eprintln!("{what}: the second run failed, kept the first: {e:#}"),
+                    }
+                }
+            }
             let row = match result {
                 Ok((pairs, left_out)) => {
                     let median = super::util::quantile(&pairs, 0.5);
@@ -113,6 +135,7 @@ pub fn measure(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ToggledRow> 
                         left_out,
                         error: None,
                         first_failure,
+                        runs,
                     }
                 }
                 Err(e) => {
@@ -125,6 +148,7 @@ pub fn measure(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ToggledRow> 
                         left_out: 0,
                         error: Some(format!("{e:#}")),
                         first_failure,
+                        runs,
                     }
                 }
             };

@@ -228,7 +228,8 @@ impl<'a> Report<'a> {
              confidence interval (order statistics). The `none` row pairs windows of an \
              unprofiled run: the method's own spread. Resolved: half-width ≤ {RESOLVED_PP} points. \
              A pair is left out when a half saw the target stopped (py-spy paused while it held \
-             the target). `cpu-clock events only (control)`: no profiler, a `cpu-clock` perf \
+             the target). A row whose first run's interval was wider than that pools a second \
+             run's pairs (`pooled from 2 runs`). `cpu-clock events only (control)`: no profiler, a `cpu-clock` perf \
              event on every CPU at the rate with no program and no buffer, opened and toggled by \
              the harness: what any perf-event sampler pays before its own work.\n",
             plan.toggle_s,
@@ -265,6 +266,9 @@ impl<'a> Report<'a> {
                 String::new()
             };
             left_out += &retried;
+            if row.runs > 1 {
+                left_out += &format!(", pooled from {} runs", row.runs);
+            }
             let verdict = targets::slowdown_target(rate)
                 .map_or_else(String::new, |max| verdict_cell(&paired, max));
             [

@@ -1,0 +1,402 @@
+//! What wakes the userspace sampler once a period: a cpu-clock perf event on its own CPU where it
+//! may open one, a sleep to the next tick where it may not.
+//!
+//! Sleeping to the next tick arms a high-resolution timer in every call, and on these VMs each
+//! arming and expiry of that timer costs the sleeper dearly: a C loop of absolute
+//! `clock_nanosleep` at 1 kHz used 17–21 µs of its own CPU time a wake (rusage), at any rate
+//! from 1 to 20 kHz, and one whose deadline had already passed 16.6 µs, more than a shallow
+//! sample's own work. A cpu-clock perf event is a timer the kernel re-arms inside its own
+//! interrupt; the sampler only waits on the event's ring (`ppoll`), and the event's tick record
+//! wakes it: 5.4–6.6 µs a wake in the same loop. Measured on the CPU the waker ran on
+//! (`cpuidle` residency), the whole machine spent about 16 µs a wake sleeping and 8–12 µs with
+//! the event: the interrupt's work moves to the interrupted CPU (idle, here), and the total is
+//! smaller too.
+//!
+//! The event counts time on one CPU, the one the sampler runs on when it opens it. The thread is
+//! not pinned: the scheduler still moves it off a CPU that another task keeps busy, and a
+//! sampler found on another CPU at [`MOVES_AFTER`] wakes in a row moves its event there (woken
+//! from another CPU, a wake costs about 8.5 µs instead of 5–6).
+//!
+//! A CPU-wide event needs `CAP_PERFMON` (or `perf_event_paranoid` ≤ 0): without it, and where the
+//! kernel refuses the rate (above `perf_event_max_sample_rate`), the sampler sleeps as before.
+//!
+//! On an idle CPU the kernel throttles such an event once its interrupts reach the per-tick limit
+//! with no scheduler tick in between (NO_HZ: `perf_event_max_sample_rate / HZ`, 400 at the
+//! defaults): seen here from 2 kHz up. So every wait also has a deadline, two and a half periods
+//! after the last tick, after the event's next tick and the one after it (earlier, the deadline's
+//! timer would be the CPU's next and cost its programming again: 10 µs a wake at one and a half
+//! periods). A wait that reaches it is a tick, and the ticks after it come from deadlines one
+//! period apart, as a sleep's would, until the event ticks again.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use aya_obj::generated::perf_event_type::{PERF_RECORD_LOST, PERF_RECORD_SAMPLE};
+
+use crate::sampler::perf_event::{self, PerfRing};
+
+/// Wakes in a row on another CPU after which the event moves to that CPU.
+pub const MOVES_AFTER: u32 = 8;
+
+/// Where the sampler's ticks come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TickSource {
+    /// A cpu-clock perf event on the sampler's CPU.
+    PerfEvent,
+    /// A sleep to the next tick.
+    Sleep,
+}
+
+impl std::fmt::Display for TickSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TickSource::PerfEvent => "a cpu-clock perf event",
+            TickSource::Sleep => "sleeping",
+        })
+    }
+}
+
+/// How the ticks came.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TickStats {
+    /// ticks the perf event gave
+    pub event_ticks: u64,
+    /// ticks that came from a deadline instead: sleeping, or the event throttled or stalled
+    pub deadline_ticks: u64,
+    /// times the event moved to the CPU the sampler had moved to
+    pub moves: u64,
+}
+
+/// One wait's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// A tick.
+    Tick {
+        /// ticks that passed before it while the sampler was busy (it fell behind)
+        missed: u64,
+    },
+    /// The wait's own limit came first.
+    Until,
+    /// A signal arrived.
+    Interrupted,
+}
+
+/// The cpu-clock event and its ring.
+struct ClockTick {
+    fd: OwnedFd,
+    ring: PerfRing,
+    cpu: u32,
+}
+
+impl ClockTick {
+    /// A cpu-clock event on `cpu` that writes a record (nothing but its header) every
+    /// `period` and wakes its reader at each.
+    fn open(cpu: u32, period: Duration) -> std::io::Result<ClockTick> {
+        let mut attr = perf_event::cpu_clock_attr();
+        attr.__bindgen_anon_1.sample_period = period.as_nanos().max(1) as u64;
+        attr.__bindgen_anon_2.wakeup_events = 1;
+        let fd = perf_event::open(&attr, -1, cpu as i32)?;
+        let ring = PerfRing::map(&fd, 1)?;
+        Ok(ClockTick { fd, ring, cpu })
+    }
+
+    /// Ticks recorded since the last call (a lost-records record counts its ticks).
+    fn take(&mut self) -> u64 {
+        let mut ticks = 0;
+        self.ring.drain(|r| {
+            if r.kind == PERF_RECORD_SAMPLE as u32 {
+                ticks += 1;
+            } else if r.kind == PERF_RECORD_LOST as u32 && r.len >= 24 {
+                ticks += r.word(16);
+            }
+        });
+        ticks
+    }
+}
+
+impl Drop for ClockTick {
+    fn drop(&mut self) {
+        perf_event::disable(&self.fd);
+    }
+}
+
+/// The sampler's clock. The first wait returns at once: a run samples as it starts.
+pub struct Ticker {
+    period: Duration,
+    event: Option<ClockTick>,
+    /// when the last tick was returned
+    last: Option<Instant>,
+    /// the last tick came from a deadline: the next deadline is a period after it
+    on_deadlines: bool,
+    /// wakes in a row on a CPU other than the event's
+    away: u32,
+    stats: TickStats,
+}
+
+impl Ticker {
+    /// Ticks at `rate_hz`, from a perf event on the calling thread's CPU where the kernel
+    /// allows one, from sleeping otherwise.
+    pub fn new(rate_hz: u32) -> Ticker {
+        let mut ticker = Ticker::sleeping(rate_hz);
+        match current_cpu().map(|cpu| ClockTick::open(cpu, ticker.period)) {
+            Some(Ok(event)) => ticker.event = Some(event),
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "no cpu-clock event for the ticks: sleeping")
+            }
+            None => tracing::debug!("the current CPU is unknown: sleeping between ticks"),
+        }
+        ticker
+    }
+
+    /// Ticks at `rate_hz` from sleeping.
+    pub fn sleeping(rate_hz: u32) -> Ticker {
+        Ticker {
+            period: Duration::from_secs_f64(1.0 / f64::from(rate_hz.max(1))),
+            event: None,
+            last: None,
+            on_deadlines: false,
+            away: 0,
+            stats: TickStats::default(),
+        }
+    }
+
+    /// Where the ticks come from now.
+    pub fn source(&self) -> TickSource {
+        if self.event.is_some() {
+            TickSource::PerfEvent
+        } else {
+            TickSource::Sleep
+        }
+    }
+
+    /// How the ticks came so far.
+    pub fn stats(&self) -> TickStats {
+        self.stats
+    }
+
+    /// Waits for the next tick, until `until` at most.
+    pub fn wait(&mut self, until: Option<Instant>) -> Wait {
+        let Some(last) = self.last else {
+            self.last = Some(Instant::now());
+            return Wait::Tick { missed: 0 };
+        };
+        if self.event.is_none() {
+            return self.wait_sleeping(last, until);
+        }
+        loop {
+            let ticks = self.event.as_mut().map_or(0, ClockTick::take);
+            let now = Instant::now();
+            // Back on the event after deadlines: a record that comes less than half a period
+            // after the deadline's tick is the same tick.
+            if ticks > 0 && !(self.on_deadlines && now < last + self.period / 2) {
+                self.on_deadlines = false;
+                self.stats.event_ticks += 1;
+                self.ticked(now);
+                return Wait::Tick { missed: ticks - 1 };
+            }
+            let deadline = if self.on_deadlines {
+                last + self.period
+            } else {
+                last + self.period * 5 / 2
+            };
+            if now >= deadline {
+                // From the event: the ticks due a period and two after the last did not come,
+                // and this one stands for one of them.
+                let silent = u64::from(!self.on_deadlines);
+                let missed = silent + self.missed_since(deadline, now);
+                self.on_deadlines = true;
+                self.stats.deadline_ticks += 1;
+                self.last = Some(deadline + self.period * (missed - silent) as u32);
+                return Wait::Tick { missed };
+            }
+            if until.is_some_and(|u| now >= u) {
+                return Wait::Until;
+            }
+            let limit = until.map_or(deadline, |u| u.min(deadline));
+            let fd = self.event.as_ref().map(|e| e.fd.as_raw_fd()).unwrap_or(-1);
+            match poll_readable(fd, limit - now) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Wait::Interrupted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "waiting on the cpu-clock event failed: sleeping between ticks from now on");
+                    self.event = None;
+                    return self.wait_sleeping(last, until);
+                }
+            }
+        }
+    }
+
+    /// A tick from the event at `now`: where the sampler runs is looked at, and the event
+    /// follows it to a CPU it stays on.
+    fn ticked(&mut self, now: Instant) {
+        self.last = Some(now);
+        let Some(event) = &self.event else { return };
+        let Some(cpu) = current_cpu() else { return };
+        if cpu == event.cpu {
+            self.away = 0;
+            return;
+        }
+        self.away += 1;
+        if self.away < MOVES_AFTER {
+            return;
+        }
+        self.away = 0;
+        // Never two events at once: each would tick.
+        self.event = None;
+        match ClockTick::open(cpu, self.period) {
+            Ok(moved) => {
+                self.event = Some(moved);
+                self.stats.moves += 1;
+            }
+            Err(e) => {
+                tracing::warn!(cpu, error = %e, "cannot open the cpu-clock event on the sampler's new CPU: sleeping between ticks from now on");
+            }
+        }
+    }
+
+    /// Ticks due between `due` and `now` that were not taken: the sampler fell behind.
+    fn missed_since(&self, due: Instant, now: Instant) -> u64 {
+        ((now - due).as_nanos() / self.period.as_nanos().max(1)) as u64
+    }
+
+    /// The next tick a period after the last one, by sleeping; ticks already past are missed.
+    fn wait_sleeping(&mut self, last: Instant, until: Option<Instant>) -> Wait {
+        let next = last + self.period;
+        let now = Instant::now();
+        if next <= now {
+            let missed = self.missed_since(next, now);
+            self.last = Some(next + self.period * missed as u32);
+            self.stats.deadline_ticks += 1;
+            return Wait::Tick { missed };
+        }
+        if let Some(u) = until.filter(|&u| u < next) {
+            std::thread::sleep(u.saturating_duration_since(now));
+            return Wait::Until;
+        }
+        std::thread::sleep(next - now);
+        self.last = Some(next);
+        self.stats.deadline_ticks += 1;
+        Wait::Tick { missed: 0 }
+    }
+}
+
+/// Waits until `fd` is readable or `timeout` passes; `Interrupted` when a signal came.
+fn poll_readable(fd: i32, timeout: Duration) -> std::io::Result<()> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one valid pollfd and a valid timespec for the duration of the call; no mask.
+    let ret = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The CPU the calling thread runs on.
+fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu has no preconditions.
+    u32::try_from(unsafe { libc::sched_getcpu() }).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sleeping: the first wait returns at once, the next a period later, and a sampler that
+    /// fell behind by several periods is told how many ticks it missed.
+    #[test]
+    fn a_sleeping_ticker_counts_the_ticks_it_fell_behind() {
+        let mut t = Ticker::sleeping(1000);
+        assert_eq!(t.source(), TickSource::Sleep);
+        assert_eq!(t.wait(None), Wait::Tick { missed: 0 });
+        assert_eq!(t.wait(None), Wait::Tick { missed: 0 });
+        let behind = Instant::now();
+        while behind.elapsed() < Duration::from_millis(5) {
+            std::hint::spin_loop();
+        }
+        match t.wait(None) {
+            Wait::Tick { missed } => assert!(missed >= 4, "missed {missed}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Without `CAP_PERFMON` and `CAP_SYS_ADMIN` a CPU-wide event is refused where
+    /// `perf_event_paranoid` is above 0 (Debian's default is 2): the ticker sleeps. As root,
+    /// the event opens. Capabilities are a thread's own: the test drops them in a thread of its
+    /// own.
+    #[test]
+    fn without_perfmon_the_ticker_sleeps() {
+        let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+            .expect("perf_event_paranoid")
+            .trim()
+            .parse()
+            .expect("a number");
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            assert_eq!(Ticker::new(100).source(), TickSource::PerfEvent);
+        }
+        let source = std::thread::spawn(|| {
+            drop_effective_capabilities(&[CAP_PERFMON, CAP_SYS_ADMIN]);
+            Ticker::new(100).source()
+        })
+        .join()
+        .expect("the thread");
+        let expected = if paranoid > 0 {
+            TickSource::Sleep
+        } else {
+            TickSource::PerfEvent
+        };
+        assert_eq!(source, expected, "perf_event_paranoid {paranoid}");
+    }
+
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+
+    /// Takes `caps` out of the calling thread's effective set (capget/capset, version 3).
+    fn drop_effective_capabilities(caps: &[u32]) {
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy, Default)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let mut header = Header {
+            version: 0x2008_0522,
+            pid: 0,
+        };
+        let mut data = [Data::default(); 2];
+        // SAFETY: a version 3 header and the two data words it reads and writes.
+        let got = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+        assert_eq!(got, 0, "capget: {}", std::io::Error::last_os_error());
+        for &cap in caps {
+            data[(cap / 32) as usize].effective &= !(1 << (cap % 32));
+        }
+        // SAFETY: as above.
+        let set = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+        assert_eq!(set, 0, "capset: {}", std::io::Error::last_os_error());
+    }
+
+    /// A limit before the next tick ends the wait there.
+    #[test]
+    fn a_wait_ends_at_its_limit() {
+        for mut t in [Ticker::sleeping(1), Ticker::new(1)] {
+            assert_eq!(t.wait(None), Wait::Tick { missed: 0 });
+            let until = Instant::now() + Duration::from_millis(20);
+            assert_eq!(t.wait(Some(until)), Wait::Until);
+            assert!(Instant::now() >= until);
+        }
+    }
+}
