@@ -200,8 +200,8 @@ fn tick_summary(stats: &SamplerStats) -> String {
     let t = stats.tick;
     match stats.tick_source {
         Some(TickSource::PerfEvent) => format!(
-            ", ticks from a cpu-clock perf event: {} from the event, {} from deadlines (event throttled or late), {} moves to another CPU",
-            t.event_ticks, t.deadline_ticks, t.moves
+            ", ticks from a cpu-clock perf event: {} from the event, {} from deadlines (the event throttled {} times, or late), {} moves to another CPU",
+            t.event_ticks, t.deadline_ticks, t.throttles, t.moves
         ),
         Some(TickSource::Sleep) if t.event_ticks > 0 => format!(
             ", ticks from a cpu-clock perf event ({}), then from sleeping ({})",

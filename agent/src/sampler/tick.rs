@@ -22,16 +22,18 @@
 //!
 //! On an idle CPU the kernel throttles such an event once its interrupts reach the per-tick limit
 //! with no scheduler tick in between (NO_HZ: `perf_event_max_sample_rate / HZ`, 400 at the
-//! defaults): seen here from 2 kHz up. So every wait also has a deadline, two and a half periods
-//! after the last tick, after the event's next tick and the one after it (earlier, the deadline's
-//! timer would be the CPU's next and cost its programming again: 10 µs a wake at one and a half
-//! periods). A wait that reaches it is a tick, and the ticks after it come from deadlines one
-//! period apart, as a sleep's would, until the event ticks again.
+//! defaults): seen here from 2 kHz up. So every wait also has a deadline, a period and a half
+//! after the tick it waits for, after the event's next tick and the one after it (earlier, the
+//! deadline's timer would be the CPU's next and cost its programming again: 10 µs a wake at half
+//! a period). A wait that reaches it is a tick, and the ticks after it come from deadlines at
+//! the due times, as a sleep's would, until the event ticks again.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use aya_obj::generated::perf_event_type::{PERF_RECORD_LOST, PERF_RECORD_SAMPLE};
+use aya_obj::generated::perf_event_type::{
+    PERF_RECORD_LOST, PERF_RECORD_SAMPLE, PERF_RECORD_THROTTLE,
+};
 
 use crate::sampler::perf_event::{self, PerfRing};
 
@@ -63,6 +65,8 @@ pub struct TickStats {
     pub event_ticks: u64,
     /// ticks that came from a deadline instead: sleeping, or the event throttled or stalled
     pub deadline_ticks: u64,
+    /// times the kernel throttled the event
+    pub throttles: u64,
     /// times the event moved to the CPU the sampler had moved to
     pub moves: u64,
 }
@@ -100,14 +104,17 @@ impl ClockTick {
         Ok(ClockTick { fd, ring, cpu })
     }
 
-    /// Ticks recorded since the last call (a lost-records record counts its ticks).
-    fn take(&mut self) -> u64 {
+    /// Ticks recorded since the last call (a lost-records record counts its ticks); throttle
+    /// records are added to `throttles`.
+    fn take(&mut self, throttles: &mut u64) -> u64 {
         let mut ticks = 0;
         self.ring.drain(|r| {
             if r.kind == PERF_RECORD_SAMPLE as u32 {
                 ticks += 1;
             } else if r.kind == PERF_RECORD_LOST as u32 && r.len >= 24 {
                 ticks += r.word(16);
+            } else if r.kind == PERF_RECORD_THROTTLE as u32 {
+                *throttles += 1;
             }
         });
         ticks
@@ -121,12 +128,20 @@ impl Drop for ClockTick {
 }
 
 /// The sampler's clock. The first wait returns at once: a run samples as it starts.
+///
+/// Ticks are due one period apart from the first. A tick stands for the due ticks up to it, to
+/// the nearest: the ones before it are missed (the sampler fell behind, or the event was
+/// throttled and ticked late or not at all). Counted from the start, not from the last tick:
+/// the event's own phase moves when the kernel restarts it after a throttle, and rounding each
+/// interval would add up.
 pub struct Ticker {
     period: Duration,
     event: Option<ClockTick>,
-    /// when the last tick was returned
-    last: Option<Instant>,
-    /// the last tick came from a deadline: the next deadline is a period after it
+    /// when the first tick was taken (none before it)
+    start: Option<Instant>,
+    /// ticks taken or missed so far: the next is due at `start + accounted × period`
+    accounted: u64,
+    /// the last tick came from a deadline: the next deadline is the due time itself
     on_deadlines: bool,
     /// wakes in a row on a CPU other than the event's
     away: u32,
@@ -153,7 +168,8 @@ impl Ticker {
         Ticker {
             period: Duration::from_secs_f64(1.0 / f64::from(rate_hz.max(1))),
             event: None,
-            last: None,
+            start: None,
+            accounted: 0,
             on_deadlines: false,
             away: 0,
             stats: TickStats::default(),
@@ -176,60 +192,76 @@ impl Ticker {
 
     /// Waits for the next tick, until `until` at most.
     pub fn wait(&mut self, until: Option<Instant>) -> Wait {
-        let Some(last) = self.last else {
-            self.last = Some(Instant::now());
+        let Some(start) = self.start else {
+            self.start = Some(Instant::now());
+            self.accounted = 1;
             return Wait::Tick { missed: 0 };
         };
-        if self.event.is_none() {
-            return self.wait_sleeping(last, until);
-        }
+        let half = self.period / 2;
         loop {
-            let ticks = self.event.as_mut().map_or(0, ClockTick::take);
+            let due = start + self.periods(self.accounted);
+            let throttles = &mut self.stats.throttles;
+            let records = self.event.as_mut().map_or(0, |e| e.take(throttles));
             let now = Instant::now();
-            // Back on the event after deadlines: a record that comes less than half a period
-            // after the deadline's tick is the same tick.
-            if ticks > 0 && !(self.on_deadlines && now < last + self.period / 2) {
+            // Back on the event after deadlines, a record more than half a period before the
+            // due time is the tick a deadline took.
+            if records > 0 && !(self.on_deadlines && now + half < due) {
                 self.on_deadlines = false;
                 self.stats.event_ticks += 1;
-                self.ticked(now);
-                return Wait::Tick { missed: ticks - 1 };
+                self.follow_to_cpu();
+                return self.tick(start, now + half);
             }
-            let deadline = if self.on_deadlines {
-                last + self.period
-            } else {
-                last + self.period * 5 / 2
+            // Sleeping, or the event throttled: a tick by the clock, at the due time, or a
+            // period and a half after it while the event is expected (see the module's doc).
+            let deadline = match (&self.event, self.on_deadlines) {
+                (Some(_), false) => due + self.period * 3 / 2,
+                _ => due,
             };
             if now >= deadline {
-                // From the event: the ticks due a period and two after the last did not come,
-                // and this one stands for one of them.
-                let silent = u64::from(!self.on_deadlines);
-                let missed = silent + self.missed_since(deadline, now);
                 self.on_deadlines = true;
                 self.stats.deadline_ticks += 1;
-                self.last = Some(deadline + self.period * (missed - silent) as u32);
-                return Wait::Tick { missed };
+                return self.tick(start, now);
             }
             if until.is_some_and(|u| now >= u) {
                 return Wait::Until;
             }
             let limit = until.map_or(deadline, |u| u.min(deadline));
-            let fd = self.event.as_ref().map(|e| e.fd.as_raw_fd()).unwrap_or(-1);
-            match poll_readable(fd, limit - now) {
+            let Some(event) = &self.event else {
+                std::thread::sleep(limit - now);
+                continue;
+            };
+            match poll_readable(event.fd.as_raw_fd(), limit - now) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Wait::Interrupted,
                 Err(e) => {
                     tracing::warn!(error = %e, "waiting on the cpu-clock event failed: sleeping between ticks from now on");
                     self.event = None;
-                    return self.wait_sleeping(last, until);
                 }
             }
         }
     }
 
-    /// A tick from the event at `now`: where the sampler runs is looked at, and the event
-    /// follows it to a CPU it stays on.
-    fn ticked(&mut self, now: Instant) {
-        self.last = Some(now);
+    /// A tick taken now, standing for every due tick up to `upto` not yet accounted for (at
+    /// least itself).
+    fn tick(&mut self, start: Instant, upto: Instant) -> Wait {
+        let due_by = 1 + self.periods_between(start, upto);
+        let count = due_by.saturating_sub(self.accounted).max(1);
+        self.accounted += count;
+        Wait::Tick { missed: count - 1 }
+    }
+
+    /// `n` periods.
+    fn periods(&self, n: u64) -> Duration {
+        Duration::from_nanos((self.period.as_nanos() as u64).saturating_mul(n))
+    }
+
+    /// Whole periods from `from` to `to` (0 if `to` is earlier).
+    fn periods_between(&self, from: Instant, to: Instant) -> u64 {
+        (to.saturating_duration_since(from).as_nanos() / self.period.as_nanos().max(1)) as u64
+    }
+
+    /// After an event's tick: the event follows the sampler to a CPU it stays on.
+    fn follow_to_cpu(&mut self) {
         let Some(event) = &self.event else { return };
         let Some(cpu) = current_cpu() else { return };
         if cpu == event.cpu {
@@ -252,31 +284,6 @@ impl Ticker {
                 tracing::warn!(cpu, error = %e, "cannot open the cpu-clock event on the sampler's new CPU: sleeping between ticks from now on");
             }
         }
-    }
-
-    /// Ticks due between `due` and `now` that were not taken: the sampler fell behind.
-    fn missed_since(&self, due: Instant, now: Instant) -> u64 {
-        ((now - due).as_nanos() / self.period.as_nanos().max(1)) as u64
-    }
-
-    /// The next tick a period after the last one, by sleeping; ticks already past are missed.
-    fn wait_sleeping(&mut self, last: Instant, until: Option<Instant>) -> Wait {
-        let next = last + self.period;
-        let now = Instant::now();
-        if next <= now {
-            let missed = self.missed_since(next, now);
-            self.last = Some(next + self.period * missed as u32);
-            self.stats.deadline_ticks += 1;
-            return Wait::Tick { missed };
-        }
-        if let Some(u) = until.filter(|&u| u < next) {
-            std::thread::sleep(u.saturating_duration_since(now));
-            return Wait::Until;
-        }
-        std::thread::sleep(next - now);
-        self.last = Some(next);
-        self.stats.deadline_ticks += 1;
-        Wait::Tick { missed: 0 }
     }
 }
 
