@@ -204,8 +204,8 @@ fn tick_summary(stats: &SamplerStats) -> String {
             t.event_ticks, t.deadline_ticks, t.throttles, t.moves
         ),
         Some(TickSource::Sleep) if t.event_ticks > 0 => format!(
-            ", ticks from a cpu-clock perf event ({}), then from sleeping ({})",
-            t.event_ticks, t.deadline_ticks
+            ", ticks from a cpu-clock perf event ({} from the event), then from sleeping (the event failed)",
+            t.event_ticks
         ),
         Some(TickSource::Sleep) => ", ticks from sleeping".to_string(),
         None => String::new(),

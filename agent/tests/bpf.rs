@@ -1433,6 +1433,8 @@ fn native_records_carry_registers_and_a_stack_copy() {
 fn userspace_ticks_keep_their_rate_while_their_event_is_throttled() {
     use pyagent::sampler::tick::{TickSource, Ticker, Wait};
     let rate = 200;
+    // Above the limit the kernel would throttle the event at every tick: the ticker sleeps.
+    assert_eq!(Ticker::new(300).source(), TickSource::Sleep);
     let mut ticker = Ticker::new(rate);
     assert_eq!(ticker.source(), TickSource::PerfEvent);
     let start = Instant::now();

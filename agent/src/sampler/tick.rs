@@ -17,16 +17,17 @@
 //! sampler found on another CPU at [`MOVES_AFTER`] wakes in a row moves its event there (woken
 //! from another CPU, a wake costs about 8.5 µs instead of 5–6).
 //!
-//! A CPU-wide event needs `CAP_PERFMON` (or `perf_event_paranoid` ≤ 0): without it, and where the
-//! kernel refuses the rate (above `perf_event_max_sample_rate`), the sampler sleeps as before.
+//! A CPU-wide event needs `CAP_PERFMON` (or `perf_event_paranoid` ≤ 0): without it the sampler
+//! sleeps as before, and so it does above `perf_event_max_sample_rate`, where the kernel would
+//! throttle the event at every scheduler tick (it does not refuse an event set by its period).
 //!
 //! On an idle CPU the kernel throttles such an event once its interrupts reach the per-tick limit
 //! with no scheduler tick in between (NO_HZ: `perf_event_max_sample_rate / HZ`, 400 at the
-//! defaults): seen here from 2 kHz up. So every wait also has a deadline, a period and a half
-//! after the tick it waits for, after the event's next tick and the one after it (earlier, the
-//! deadline's timer would be the CPU's next and cost its programming again: 10 µs a wake at half
-//! a period). A wait that reaches it is a tick, and the ticks after it come from deadlines at
-//! the due times, as a sleep's would, until the event ticks again.
+//! defaults): seen here from 2 kHz up. So every wait also has a deadline, two periods and a
+//! quarter after the last tick, after the event's next tick and the one after it (earlier, the
+//! deadline's timer would be the CPU's next and cost its programming again: 10 µs a wake at one
+//! and a half periods). A wait that reaches it is a tick, and the ticks after it come from
+//! deadlines a period apart, as a sleep's would, until the event ticks again.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -129,19 +130,20 @@ impl Drop for ClockTick {
 
 /// The sampler's clock. The first wait returns at once: a run samples as it starts.
 ///
-/// Ticks are due one period apart from the first. A tick stands for the due ticks up to it, to
-/// the nearest: the ones before it are missed (the sampler fell behind, or the event was
-/// throttled and ticked late or not at all). Counted from the start, not from the last tick:
-/// the event's own phase moves when the kernel restarts it after a throttle, and rounding each
-/// interval would add up.
+/// Ticks the sampler could not take on time are counted as missed. From the event: how late its
+/// ticks came against the period, the fractions carried from tick to tick (`late_by`): the
+/// kernel's ticks are a period apart, so the wake-up's jitter cancels out, while a sampler that
+/// was busy, or an event the kernel throttled and restarted late, adds up to whole ticks. From
+/// deadlines and sleeping: the due times are a period apart, and a tick stands for the last
+/// one it passed.
 pub struct Ticker {
     period: Duration,
     event: Option<ClockTick>,
-    /// when the first tick was taken (none before it)
-    start: Option<Instant>,
-    /// ticks taken or missed so far: the next is due at `start + accounted × period`
-    accounted: u64,
-    /// the last tick came from a deadline: the next deadline is the due time itself
+    /// the time the last tick stands for (none before the first)
+    last: Option<Instant>,
+    /// periods the event's ticks came late by, carried over (never below -1/2)
+    late_by: f64,
+    /// the last tick came from a deadline: the next deadline is a period after it
     on_deadlines: bool,
     /// wakes in a row on a CPU other than the event's
     away: u32,
@@ -150,9 +152,16 @@ pub struct Ticker {
 
 impl Ticker {
     /// Ticks at `rate_hz`, from a perf event on the calling thread's CPU where the kernel
-    /// allows one, from sleeping otherwise.
+    /// allows one and would not throttle it at every scheduler tick, from sleeping otherwise.
     pub fn new(rate_hz: u32) -> Ticker {
         let mut ticker = Ticker::sleeping(rate_hz);
+        if max_sample_rate().is_some_and(|max| u64::from(rate_hz) > max) {
+            tracing::debug!(
+                rate_hz,
+                "above kernel.perf_event_max_sample_rate: sleeping between ticks"
+            );
+            return ticker;
+        }
         match current_cpu().map(|cpu| ClockTick::open(cpu, ticker.period)) {
             Some(Ok(event)) => ticker.event = Some(event),
             Some(Err(e)) => {
@@ -168,8 +177,8 @@ impl Ticker {
         Ticker {
             period: Duration::from_secs_f64(1.0 / f64::from(rate_hz.max(1))),
             event: None,
-            start: None,
-            accounted: 0,
+            last: None,
+            late_by: 0.0,
             on_deadlines: false,
             away: 0,
             stats: TickStats::default(),
@@ -192,38 +201,51 @@ impl Ticker {
 
     /// Waits for the next tick, until `until` at most.
     pub fn wait(&mut self, until: Option<Instant>) -> Wait {
-        let Some(start) = self.start else {
-            self.start = Some(Instant::now());
-            self.accounted = 1;
+        let Some(mut last) = self.last else {
+            self.last = Some(Instant::now());
             return Wait::Tick { missed: 0 };
         };
-        let half = self.period / 2;
         loop {
-            let due = start + self.periods(self.accounted);
             let throttles = &mut self.stats.throttles;
             let records = self.event.as_mut().map_or(0, |e| e.take(throttles));
             let now = Instant::now();
-            // Back on the event after deadlines, a record more than half a period before the
-            // due time is the tick a deadline took.
-            if records > 0 && !(self.on_deadlines && now + half < due) {
+            if records > 0 {
+                if self.on_deadlines && now < last + self.period / 2 {
+                    // The tick a deadline just took: the event ticks again, the next record is
+                    // the next tick.
+                    self.on_deadlines = false;
+                    continue;
+                }
                 self.on_deadlines = false;
                 self.stats.event_ticks += 1;
+                self.late_by += (now - last).as_secs_f64() / self.period.as_secs_f64() - 1.0;
+                let missed = self.late_by.max(0.0).floor();
+                self.late_by = (self.late_by - missed).max(-0.5);
+                self.last = Some(now);
                 self.follow_to_cpu();
-                return self.tick(start, now + half);
-            }
-            // Sleeping, or the event throttled: a tick by the clock, at the due time, or a
-            // period and a half after it while the event is expected (see the module's doc).
-            let deadline = match (&self.event, self.on_deadlines) {
-                (Some(_), false) => due + self.period * 3 / 2,
-                _ => due,
-            };
-            if now >= deadline {
-                self.on_deadlines = true;
-                self.stats.deadline_ticks += 1;
-                return self.tick(start, now);
+                return Wait::Tick {
+                    missed: missed as u64,
+                };
             }
             if until.is_some_and(|u| now >= u) {
                 return Wait::Until;
+            }
+            // Sleeping, or the event throttled: a tick by the clock, a period after the last,
+            // or while the event is expected, after its next two ticks (see the module's doc).
+            let deadline = match (&self.event, self.on_deadlines) {
+                (Some(_), false) => last + self.period * 9 / 4,
+                _ => last + self.period,
+            };
+            if now >= deadline {
+                // The last due time it passed: the ones between are missed.
+                let passed = self.periods_between(last, now).max(1);
+                last += self.periods(passed);
+                self.last = Some(last);
+                self.late_by = 0.0;
+                self.on_deadlines = true;
+                self.stats.deadline_ticks += 1;
+                self.follow_to_cpu();
+                return Wait::Tick { missed: passed - 1 };
             }
             let limit = until.map_or(deadline, |u| u.min(deadline));
             let Some(event) = &self.event else {
@@ -241,13 +263,9 @@ impl Ticker {
         }
     }
 
-    /// A tick taken now, standing for every due tick up to `upto` not yet accounted for (at
-    /// least itself).
-    fn tick(&mut self, start: Instant, upto: Instant) -> Wait {
-        let due_by = 1 + self.periods_between(start, upto);
-        let count = due_by.saturating_sub(self.accounted).max(1);
-        self.accounted += count;
-        Wait::Tick { missed: count - 1 }
+    /// Whole periods from `from` to `to` (0 if `to` is earlier).
+    fn periods_between(&self, from: Instant, to: Instant) -> u64 {
+        (to.saturating_duration_since(from).as_nanos() / self.period.as_nanos().max(1)) as u64
     }
 
     /// `n` periods.
@@ -255,12 +273,8 @@ impl Ticker {
         Duration::from_nanos((self.period.as_nanos() as u64).saturating_mul(n))
     }
 
-    /// Whole periods from `from` to `to` (0 if `to` is earlier).
-    fn periods_between(&self, from: Instant, to: Instant) -> u64 {
-        (to.saturating_duration_since(from).as_nanos() / self.period.as_nanos().max(1)) as u64
-    }
-
-    /// After an event's tick: the event follows the sampler to a CPU it stays on.
+    /// After a tick: the event follows the sampler to a CPU it stays on (also while the event is
+    /// silent: an idle CPU left behind may keep it throttled).
     fn follow_to_cpu(&mut self) {
         let Some(event) = &self.event else { return };
         let Some(cpu) = current_cpu() else { return };
@@ -303,7 +317,24 @@ fn poll_readable(fd: i32, timeout: Duration) -> std::io::Result<()> {
     if ret < 0 {
         return Err(std::io::Error::last_os_error());
     }
+    // An event the kernel ended (its CPU went offline) stays ready with nothing to read.
+    if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+        return Err(std::io::Error::other(format!(
+            "the event's descriptor reports {:#x}",
+            pfd.revents
+        )));
+    }
     Ok(())
+}
+
+/// `kernel.perf_event_max_sample_rate`: above it the kernel throttles the event at every
+/// scheduler tick.
+fn max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The CPU the calling thread runs on.
@@ -323,7 +354,7 @@ mod tests {
         let mut t = Ticker::sleeping(1000);
         assert_eq!(t.source(), TickSource::Sleep);
         assert_eq!(t.wait(None), Wait::Tick { missed: 0 });
-        assert_eq!(t.wait(None), Wait::Tick { missed: 0 });
+        assert!(matches!(t.wait(None), Wait::Tick { .. }));
         let behind = Instant::now();
         while behind.elapsed() < Duration::from_millis(5) {
             std::hint::spin_loop();
@@ -335,7 +366,7 @@ mod tests {
     }
 
     /// Without `CAP_PERFMON` and `CAP_SYS_ADMIN` a CPU-wide event is refused where
-    /// `perf_event_paranoid` is above 0 (Debian's default is 2): the ticker sleeps. As root,
+    /// `perf_event_paranoid` is above 0 (Debian's default is 2): the ticker sleeps. With either,
     /// the event opens. Capabilities are a thread's own: the test drops them in a thread of its
     /// own.
     #[test]
@@ -345,8 +376,10 @@ mod tests {
             .trim()
             .parse()
             .expect("a number");
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
+        let [low, high] = capabilities();
+        let perfmon = low.effective & (1 << CAP_SYS_ADMIN) != 0
+            || high.effective & (1 << (CAP_PERFMON - 32)) != 0;
+        if perfmon || paranoid <= 0 {
             assert_eq!(Ticker::new(100).source(), TickSource::PerfEvent);
         }
         let source = std::thread::spawn(|| {
@@ -366,32 +399,47 @@ mod tests {
     const CAP_SYS_ADMIN: u32 = 21;
     const CAP_PERFMON: u32 = 38;
 
-    /// Takes `caps` out of the calling thread's effective set (capget/capset, version 3).
-    fn drop_effective_capabilities(caps: &[u32]) {
-        #[repr(C)]
-        struct Header {
-            version: u32,
-            pid: i32,
-        }
-        #[repr(C)]
-        #[derive(Clone, Copy, Default)]
-        struct Data {
-            effective: u32,
-            permitted: u32,
-            inheritable: u32,
-        }
-        let mut header = Header {
-            version: 0x2008_0522,
+    #[repr(C)]
+    struct CapHeader {
+        version: u32,
+        pid: i32,
+    }
+
+    /// One word of a thread's capability sets (capget/capset, version 3: two words).
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct CapData {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+
+    const CAP_VERSION_3: u32 = 0x2008_0522;
+
+    /// The calling thread's capability sets.
+    fn capabilities() -> [CapData; 2] {
+        let mut header = CapHeader {
+            version: CAP_VERSION_3,
             pid: 0,
         };
-        let mut data = [Data::default(); 2];
-        // SAFETY: a version 3 header and the two data words it reads and writes.
+        let mut data = [CapData::default(); 2];
+        // SAFETY: a version 3 header and the two data words it fills.
         let got = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
         assert_eq!(got, 0, "capget: {}", std::io::Error::last_os_error());
+        data
+    }
+
+    /// Takes `caps` out of the calling thread's effective set.
+    fn drop_effective_capabilities(caps: &[u32]) {
+        let mut data = capabilities();
         for &cap in caps {
             data[(cap / 32) as usize].effective &= !(1 << (cap % 32));
         }
-        // SAFETY: as above.
+        let mut header = CapHeader {
+            version: CAP_VERSION_3,
+            pid: 0,
+        };
+        // SAFETY: a version 3 header and the two data words it reads.
         let set = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
         assert_eq!(set, 0, "capset: {}", std::io::Error::last_os_error());
     }

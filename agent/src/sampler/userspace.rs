@@ -367,6 +367,9 @@ impl UserspaceSampler {
                 progress(&self.stats, start.elapsed());
             }
         }
+        // The last waits' ticks and throttles, after the last sample.
+        self.stats.tick = ticker.stats();
+        self.stats.tick_source = Some(ticker.source());
     }
 }
 

@@ -372,15 +372,18 @@ impl<'a> Report<'a> {
         if let (Some(floor), Some(&rate)) = (results.wake_floor, rates.last()) {
             let _ = writeln!(
                 w,
-                "Waking alone: a thread of this harness that does nothing but sleep to the next \
+                "Sleeping alone: a thread of this harness that does nothing but sleep to the next \
                  tick at {} (no read, no aggregation), beside the same busy target, used {floor:.4} \
-                 CPU s per 1000 wakes. Every sampler that wakes once a sample pays at least that \
-                 (pyagent's userspace mode, py-spy, Austin, Tachyon; not pyagent's eBPF mode, whose \
-                 samples are taken in the target's perf interrupt).",
+                 CPU s per 1000 wakes. Every sampler that sleeps to each sample pays at least that \
+                 (py-spy, Austin, Tachyon, pyagent's userspace mode without `CAP_PERFMON`); not \
+                 pyagent's userspace mode with it, woken by a cpu-clock perf event on its own CPU \
+                 (re-armed in the kernel's interrupt, not by the sleeper), nor its eBPF mode, whose \
+                 samples are taken in the target's perf interrupt.",
                 measure::rate_label(rate)
             );
             // What each sampler's extra samples cost above it, on the first interpreter (the
-            // peers' one): the marginal cost, which like the floor has no start in it.
+            // peers' one): the marginal cost, which like the floor has no start in it. pyagent's
+            // userspace mode, which does not sleep, may cost less than the floor: no line then.
             let above = |p: Profiler| {
                 marginal_cost(results, plan, 0, p)
                     .map(|m| m - floor)
