@@ -43,6 +43,16 @@ pub fn open(attr: &perf_event_attr, pid: i32, cpu: i32) -> std::io::Result<Owned
     Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
 }
 
+/// `kernel.perf_event_max_sample_rate`, if it can be read: the kernel refuses a sampling
+/// event set by its frequency above it, and throttles one set by its period at every tick.
+pub fn max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// A perf ioctl with an integer argument.
 pub fn ioctl(fd: &OwnedFd, request: u32, arg: libc::c_ulong) -> std::io::Result<()> {
     // SAFETY: perf ioctls with an integer argument on a perf event descriptor.

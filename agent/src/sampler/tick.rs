@@ -36,7 +36,7 @@ use aya_obj::generated::perf_event_type::{
     PERF_RECORD_LOST, PERF_RECORD_SAMPLE, PERF_RECORD_THROTTLE,
 };
 
-use crate::sampler::perf_event::{self, PerfRing};
+use crate::sampler::perf_event::{self, max_sample_rate, PerfRing};
 
 /// Wakes in a row on another CPU after which the event moves to that CPU.
 pub const MOVES_AFTER: u32 = 8;
@@ -325,16 +325,6 @@ fn poll_readable(fd: i32, timeout: Duration) -> std::io::Result<()> {
         )));
     }
     Ok(())
-}
-
-/// `kernel.perf_event_max_sample_rate`: above it the kernel throttles the event at every
-/// scheduler tick.
-fn max_sample_rate() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// The CPU the calling thread runs on.

@@ -9,6 +9,7 @@ use aya::EbpfError;
 use common::ProcError;
 
 use crate::discovery::privileges::Privileges;
+use crate::sampler::perf_event::max_sample_rate;
 
 /// Errors of the BPF sampler.
 #[derive(Debug, thiserror::Error)]
@@ -196,15 +197,6 @@ pub(super) fn rate_change_error(rate_hz: u64, e: super::clock::ReopenError) -> B
             ),
         },
     }
-}
-
-/// `kernel.perf_event_max_sample_rate`, if it can be read.
-fn max_sample_rate() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 pub(super) fn program_error(during: &str, e: ProgramError) -> BpfError {
