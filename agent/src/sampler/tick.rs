@@ -29,12 +29,15 @@
 //! and a half periods). A wait that reaches it is a tick, and the ticks after it come from
 //! deadlines a period apart, as a sleep's would, until the event ticks again.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use aya_obj::generated::perf_event_type::{
     PERF_RECORD_LOST, PERF_RECORD_SAMPLE, PERF_RECORD_THROTTLE,
 };
+
+use nix::poll::{ppoll, PollFd, PollFlags};
+use nix::sys::time::TimeSpec;
 
 use crate::sampler::perf_event::{self, max_sample_rate, PerfRing};
 
@@ -77,7 +80,7 @@ pub struct TickStats {
 pub enum Wait {
     /// A tick.
     Tick {
-        /// ticks that passed before it while the sampler was busy (it fell behind)
+        /// ticks due before it that were not taken: the sampler was busy, or the event late
         missed: u64,
     },
     /// The wait's own limit came first.
@@ -252,7 +255,7 @@ impl Ticker {
                 std::thread::sleep(limit - now);
                 continue;
             };
-            match poll_readable(event.fd.as_raw_fd(), limit - now) {
+            match poll_readable(event.fd.as_fd(), limit - now) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Wait::Interrupted,
                 Err(e) => {
@@ -302,35 +305,24 @@ impl Ticker {
 }
 
 /// Waits until `fd` is readable or `timeout` passes; `Interrupted` when a signal came.
-fn poll_readable(fd: i32, timeout: Duration) -> std::io::Result<()> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: one valid pollfd and a valid timespec for the duration of the call; no mask.
-    let ret = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-    if ret < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> std::io::Result<()> {
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    ppoll(&mut fds, Some(TimeSpec::from_duration(timeout)), None)?;
     // An event the kernel ended (its CPU went offline) stays ready with nothing to read.
-    if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-        return Err(std::io::Error::other(format!(
-            "the event's descriptor reports {:#x}",
-            pfd.revents
-        )));
+    let ended = PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL;
+    match fds[0].revents() {
+        Some(r) if r.intersects(ended) => Err(std::io::Error::other(format!(
+            "the event's descriptor reports {r:?}"
+        ))),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// The CPU the calling thread runs on.
 fn current_cpu() -> Option<u32> {
-    // SAFETY: sched_getcpu has no preconditions.
-    u32::try_from(unsafe { libc::sched_getcpu() }).ok()
+    nix::sched::sched_getcpu()
+        .ok()
+        .and_then(|cpu| u32::try_from(cpu).ok())
 }
 
 #[cfg(test)]

@@ -360,14 +360,12 @@ impl UserspaceSampler {
                 break;
             }
             agg.add_dropped(self.stats.failed - failed_before);
-            self.stats.tick = ticker.stats();
-            self.stats.tick_source = Some(ticker.source());
             if last_progress.elapsed() >= Duration::from_millis(250) {
                 last_progress = Instant::now();
                 progress(&self.stats, start.elapsed());
             }
         }
-        // The last waits' ticks and throttles, after the last sample.
+        // Where the ticks came from, once the last wait is over.
         self.stats.tick = ticker.stats();
         self.stats.tick_source = Some(ticker.source());
     }
