@@ -1,6 +1,7 @@
-//! Compiles the BPF sampler (`ebpf/sampler.bpf.c`) into `$OUT_DIR/sampler.bpf.o`, embedded by
-//! `src/sampler/bpf.rs` with `aya::include_bytes_aligned!`, so every build runs the current
-//! program. The object is never committed.
+//! Compiles the BPF sampler (`ebpf/sampler.bpf.c`) into `$OUT_DIR/sampler.bpf.o` and, for older
+//! kernels, `$OUT_DIR/sampler-portable.bpf.o`, embedded by `src/sampler/bpf/mod.rs` with
+//! `aya::include_bytes_aligned!`, so every build runs the current program. The objects are never
+//! committed.
 //!
 //! Tools: `clang-19` and `llvm-strip-19` (override with `PYAGENT_CLANG` / `PYAGENT_LLVM_STRIP`).
 
@@ -18,8 +19,7 @@ fn main() {
         .expect("agent/ lives in the workspace root");
     let ebpf = root.join("ebpf");
     let include = root.join("common").join("include");
-    let out =
-        PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("sampler.bpf.o");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
 
     for dir in [&ebpf, &include] {
         rerun_on_dir(dir);
@@ -30,27 +30,37 @@ fn main() {
     let clang = env::var("PYAGENT_CLANG").unwrap_or_else(|_| "clang-19".to_owned());
     let strip = env::var("PYAGENT_LLVM_STRIP").unwrap_or_else(|_| "llvm-strip-19".to_owned());
 
-    // -g is required for BTF (maps, CO-RE); llvm-strip -g then drops DWARF but keeps .BTF.
-    // /usr/include/x86_64-linux-gnu: `asm/types.h` is not found under -target bpf without it.
-    let mut cmd = Command::new(&clang);
-    cmd.args([
-        "-O2",
-        "-g",
-        "-target",
-        "bpf",
-        "-D__TARGET_ARCH_x86",
-        "-Wall",
-        "-Werror",
-    ])
-    .arg("-I/usr/include/x86_64-linux-gnu")
-    .arg("-I")
-    .arg(&include)
-    .arg("-c")
-    .arg(ebpf.join("sampler.bpf.c"))
-    .arg("-o")
-    .arg(&out);
-    run(&mut cmd, &clang);
-    run(Command::new(&strip).arg("-g").arg(&out), &strip);
+    // Two builds of one source: the default one for kernels with bpf_loop and the BTF task
+    // helpers, the portable one (PA_PORTABLE) for Linux 5.10 and later (ebpf/kernel.bpf.h).
+    for (object, defines) in [
+        ("sampler.bpf.o", &[][..]),
+        ("sampler-portable.bpf.o", &["-DPA_PORTABLE"][..]),
+    ] {
+        let out = out_dir.join(object);
+        // -g is required for BTF (maps, CO-RE); llvm-strip -g then drops DWARF but keeps .BTF.
+        // /usr/include/x86_64-linux-gnu: `asm/types.h` is not found under -target bpf without
+        // it.
+        let mut cmd = Command::new(&clang);
+        cmd.args([
+            "-O2",
+            "-g",
+            "-target",
+            "bpf",
+            "-D__TARGET_ARCH_x86",
+            "-Wall",
+            "-Werror",
+        ])
+        .args(defines)
+        .arg("-I/usr/include/x86_64-linux-gnu")
+        .arg("-I")
+        .arg(&include)
+        .arg("-c")
+        .arg(ebpf.join("sampler.bpf.c"))
+        .arg("-o")
+        .arg(&out);
+        run(&mut cmd, &clang);
+        run(Command::new(&strip).arg("-g").arg(&out), &strip);
+    }
 }
 
 fn run(cmd: &mut Command, tool: &str) {

@@ -10,30 +10,7 @@
 #define PA_NATIVE_BPF_H
 
 #include "maps.bpf.h"
-
-/* The kernel structures the programs read, only the fields they use; their offsets are relocated
- * against the running kernel's BTF at load (CO-RE), so no vmlinux.h is needed. struct pt_regs:
- * read here and by the off-CPU program. */
-struct pt_regs {
-	unsigned long bp;
-	unsigned long si;
-	unsigned long di;
-	unsigned long orig_ax;
-	unsigned long ip;
-	unsigned long sp;
-} __attribute__((preserve_access_index));
-
-/* The task's saved FS base is its thread pointer (glibc's pthread_t), where the span reader
- * (sampler.bpf.c, pa_tls_variable) starts. */
-struct thread_struct {
-	unsigned long fsbase;
-} __attribute__((preserve_access_index));
-
-struct task_struct {
-	int pid;
-	int tgid;
-	struct thread_struct thread;
-} __attribute__((preserve_access_index));
+#include "kernel.bpf.h"
 
 /* A perf_event program's context starts with the interrupted context's registers in the uapi
  * struct pt_regs layout (x86_64: 21 words); these are their word indexes. */
@@ -61,7 +38,11 @@ _Static_assert(sizeof(struct pa_scratch) == sizeof(struct pa_record) + PA_NATIVE
 static __always_inline int pa_user_regs(void *ctx, int from, struct pa_native_hdr *h)
 {
 	const __u64 *regs = ctx;
+#ifndef PA_PORTABLE
 	struct pt_regs *u;
+#else
+	struct pa_user_regs u;
+#endif
 
 	if (from == PA_NATIVE_FROM_TICK && (regs[PA_UREG_CS] & 3)) {
 		h->ip = regs[PA_UREG_IP];
@@ -69,12 +50,20 @@ static __always_inline int pa_user_regs(void *ctx, int from, struct pa_native_hd
 		h->bp = regs[PA_UREG_BP];
 		return 1;
 	}
-	u = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+#ifndef PA_PORTABLE
+	u = (struct pt_regs *)bpf_task_pt_regs(pa_current_task());
 	if (!u)
 		return -1;
 	h->ip = u->ip;
 	h->sp = u->sp;
 	h->bp = u->bp;
+#else
+	if (pa_task_user_regs(pa_current_task(), &u))
+		return -1;
+	h->ip = u.ip;
+	h->sp = u.sp;
+	h->bp = u.bp;
+#endif
 	return h->sp ? 0 : -1;
 }
 

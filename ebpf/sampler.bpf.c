@@ -111,8 +111,19 @@ struct pa_thread_search {
 	__u32 off_native_thread_id;
 };
 
-/* One bpf_loop step: compares one thread state and moves to the next. */
-static long pa_thread_search_step(__u32 i, void *ctx)
+/* A loop step: a bpf_loop callback, or in the portable build the body of a bounded loop. */
+#ifndef PA_PORTABLE
+#define PA_LOOP_STEP static long
+#else
+#define PA_LOOP_STEP static __always_inline long
+#endif
+
+/* Thread states the portable build searches at most (a bounded loop the verifier checks
+ * iteration by iteration): a thread further down the list waits for the agent's registration. */
+#define PA_PORTABLE_SEARCH_MAX 64
+
+/* One step: compares one thread state and moves to the next. */
+PA_LOOP_STEP pa_thread_search_step(__u32 i, void *ctx)
 {
 	struct pa_thread_search *s = ctx;
 	__u64 ts = s->tstate, native = 0, next = 0;
@@ -152,46 +163,32 @@ static __always_inline __u64 pa_search_thread(__u32 tgid)
 	s.want = ns.pid;
 	s.off_next = l->thread_state_next;
 	s.off_native_thread_id = l->thread_state_native_thread_id;
+#ifndef PA_PORTABLE
 	bpf_loop(max, pa_thread_search_step, &s, 0);
+#else
+	for (__u32 i = 0; i < PA_PORTABLE_SEARCH_MAX; i++) {
+		if (i >= max || pa_thread_search_step(i, &s))
+			break;
+	}
+#endif
 	return s.found;
 }
 
-/* To the verifier a run of frames may start at the last frame slot (pa_walk_step): it ends
- * inside the native area. */
-_Static_assert(sizeof(struct pa_scratch) >=
-		       sizeof(struct pa_record) + sizeof(struct pa_frame_run) - sizeof(struct pa_frame),
-	       "a run of frames from the last slot stays inside the scratch record");
-
-/* A walk longer than a short record, or one that gets a native section (`native`: its
- * PA_NATIVE_FROM_*, what `native_ctx` is): the frames so far move to this CPU's scratch record, the walk goes on there,
- * the native section is appended, and the record is output with its exact length. Returns 1 if
- * output. */
-static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_record *r, __u32 max,
-					void *native_ctx, int native, __u64 *cnt)
+/* The rest of a record whose header and frames are in this CPU's scratch record `s` (the walk
+ * `w` is over): the walk's flags and length, the native section (`native`: its
+ * PA_NATIVE_FROM_*, what `native_ctx` is), then the record is output with its exact length.
+ * Returns 1 if output. */
+static __always_inline int pa_output_scratch(struct pa_walk *w, struct pa_scratch *s,
+					     void *native_ctx, int native, __u64 *cnt)
 {
-	__u32 native_len = 0, zero = 0;
-	__u32 cpu = r->hdr.cpu, n;
-	struct pa_scratch *s = bpf_map_lookup_elem(&pa_scratch, &cpu);
-	struct pa_walk_loop loop = { .w = w, .max = max };
+	__u32 native_len = 0, n;
 	__u64 len;
 
-	if (!s) {
-		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
-		pa_count(cnt, PA_CNT_NO_SCRATCH);
-		return 0;
-	}
-	__builtin_memcpy(&s->rec, r, sizeof(*r));
-	bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
-	loop.s = s;
-	loop.win = bpf_map_lookup_elem(&pa_frame_windows, &zero);
-	/* Called even when the walk is over (a native record of a short walk: the step returns at
-	 * once). Only the knob decides: a reachable bpf_loop whose count the verifier knows to be 0
-	 * (or too large) leaves its callback unverified, and 6.18's verifier then fails with "No
-	 * program to jit"; a call it can prove dead is removed together with the callback. */
-	if (max > PA_SHORT_FRAMES)
-		bpf_loop((max - 1) / PA_SHORT_FRAMES, pa_walk_step, &loop, 0);
-
-	n = w->n;
+	s->rec.hdr.nframes = w->n;
+	/* Read back from the map: the verifier knows no more of the length than its bound, so the
+	 * walks that ended at different depths meet here as one state (the portable build's
+	 * bounded walk would otherwise check what follows once per depth). */
+	n = *(volatile __u32 *)&s->rec.hdr.nframes;
 	/* For the verifier: bounds the record length below. */
 	if (n > PA_MAX_FRAMES)
 		n = PA_MAX_FRAMES;
@@ -204,7 +201,9 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 		s->rec.hdr.flags |= PA_SAMPLE_NATIVE;
 		len += native_len;
 	}
-	/* For the verifier: the output stays inside the scratch value. */
+	/* For the verifier: the output stays inside the scratch value (the barrier makes the
+	 * bounded register the one passed: older verifiers do not carry a bound to its copies). */
+	asm volatile("" : "+r"(len));
 	if (len > sizeof(struct pa_scratch))
 		return 0;
 	if (bpf_ringbuf_output(&pa_samples, &s->rec, len, pa_submit_flags(len, cnt))) {
@@ -214,6 +213,53 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	pa_count_emitted(cnt, n);
 	return 1;
 }
+
+/* This CPU's scratch record (NULL, counted, if the map is broken). */
+static __always_inline struct pa_scratch *pa_scratch_here(__u32 cpu, __u64 *cnt)
+{
+	struct pa_scratch *s = bpf_map_lookup_elem(&pa_scratch, &cpu);
+
+	if (!s)
+		pa_count(cnt, PA_CNT_NO_SCRATCH);
+	return s;
+}
+
+#ifndef PA_PORTABLE
+
+/* To the verifier a run of frames may start at the last frame slot (pa_walk_step): it ends
+ * inside the native area. */
+_Static_assert(sizeof(struct pa_scratch) >=
+		       sizeof(struct pa_record) + sizeof(struct pa_frame_run) - sizeof(struct pa_frame),
+	       "a run of frames from the last slot stays inside the scratch record");
+
+/* A walk longer than a short record, or one that gets a native section: the frames so far move
+ * to this CPU's scratch record, the walk goes on there, and pa_output_scratch ends it. Returns
+ * 1 if output. */
+static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_record *r, __u32 max,
+					void *native_ctx, int native, __u64 *cnt)
+{
+	__u32 zero = 0;
+	struct pa_scratch *s = pa_scratch_here(r->hdr.cpu, cnt);
+	struct pa_walk_loop loop = { .w = w, .max = max };
+
+	if (!s) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		return 0;
+	}
+	__builtin_memcpy(&s->rec, r, sizeof(*r));
+	bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+	loop.s = s;
+	loop.win = bpf_map_lookup_elem(&pa_frame_windows, &zero);
+	/* Called even when the walk is over (a native record of a short walk: the step returns at
+	 * once). Only the knob decides: a reachable bpf_loop whose count the verifier knows to be 0
+	 * (or too large) leaves its callback unverified, and 6.18's verifier then fails with "No
+	 * program to jit"; a call it can prove dead is removed together with the callback. */
+	if (max > PA_SHORT_FRAMES)
+		bpf_loop((max - 1) / PA_SHORT_FRAMES, pa_walk_step, &loop, 0);
+	return pa_output_scratch(w, s, native_ctx, native, cnt);
+}
+
+#endif /* PA_PORTABLE */
 
 /* What an off-CPU record adds to the header: PA_WAIT_*, the futex word and the time carried
  * from unrecorded waits (all 0 on-CPU). */
@@ -265,8 +311,7 @@ static __always_inline __u32 pa_gil_flags(const struct pa_proc *p, __u64 ts)
  * which is its pthread_t: exact for the interrupted thread, with no read of its memory. */
 static __always_inline long pa_tls_variable(const struct pa_otel_ctx *o)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 tp = task->thread.fsbase, dtv = 0, entries = 0, block = 0;
+	__u64 tp = pa_task_fsbase(pa_current_task()), dtv = 0, entries = 0, block = 0;
 	__u64 size = o->dtv_entry_size;
 
 	if (!tp)
@@ -332,14 +377,36 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 					   const struct pa_wait_info *why, void *native_ctx,
 					   int native_from, __u64 *cnt)
 {
-	__u32 flags, lo, max;
+	__u32 flags, lo, max, cpu = bpf_get_smp_processor_id();
 	int native;
-	struct pa_short_record *r;
-	struct pa_walk w = {};
-	const __u64 *tsp;
+	struct pa_sample_hdr *h;
+		const __u64 *tsp;
 	__u64 ts, cur;
+#ifndef PA_PORTABLE
+	struct pa_walk ws = {}, *w = &ws;
+	struct pa_short_record *r;
 	/* Words, so that the verifier sees variable-offset reads of it as 8-byte aligned. */
 	__u64 win[PA_TSTATE_READ_BYTES / 8];
+#else
+	/* 5.10's verifier refuses reads of the stack at a variable offset: the thread state and
+	 * then each frame are read into this CPU's window instead. */
+	__u32 zero = 0;
+	struct pa_frame_window *fw = bpf_map_lookup_elem(&pa_frame_windows, &zero);
+	struct pa_scratch *s;
+	__u64 *win;
+
+	struct pa_walk *w;
+
+	if (!fw)
+		return 0;
+	win = (__u64 *)fw->bytes;
+	/* The walk's state lives beside the window, not on the stack: the verifier then knows
+	 * nothing of it but its bounds, and the bounded walk's exits at different depths meet as
+	 * one state, checked once. */
+	w = &fw->walk;
+	__builtin_memset(w, 0, sizeof(*w));
+#endif
+
 	tsp = pa_find_thread(tid);
 	if (tsp && !*tsp) {
 		/* Registered as running no Python. */
@@ -372,20 +439,20 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 				       p->thread_state_last_profiled_frame_seq));
 	if (flags & PA_PROC_BASE_FRAME)
 		lo = pa_min(lo, p->thread_state_base_frame);
-	w.off_previous = p->interpreter_frame_previous;
-	w.off_executable = p->interpreter_frame_executable;
-	w.off_instr_ptr = p->interpreter_frame_instr_ptr;
-	w.off_owner = p->interpreter_frame_owner;
+	w->off_previous = p->interpreter_frame_previous;
+	w->off_executable = p->interpreter_frame_executable;
+	w->off_instr_ptr = p->interpreter_frame_instr_ptr;
+	w->off_owner = p->interpreter_frame_owner;
 	if (!pa_ts_off_ok(p->thread_state_current_frame, lo) ||
 	    ((flags & PA_PROC_ANCHOR) &&
 	     (!pa_ts_off_ok(p->thread_state_last_profiled_frame, lo) ||
 	      !pa_ts_off_ok(p->thread_state_last_profiled_frame_seq, lo))) ||
 	    ((flags & PA_PROC_BASE_FRAME) && !pa_ts_off_ok(p->thread_state_base_frame, lo)) ||
-	    !pa_frame_offsets_ok(&w)) {
+	    !pa_frame_offsets_ok(w)) {
 		pa_count(cnt, PA_CNT_BAD_CONFIG);
 		return 0;
 	}
-	if (bpf_probe_read_user(win, sizeof(win), (const void *)(ts + lo))) {
+	if (bpf_probe_read_user(win, PA_TSTATE_READ_BYTES, (const void *)(ts + lo))) {
 		pa_count(cnt, PA_CNT_READ_FAIL_TSTATE);
 		return 0;
 	}
@@ -405,67 +472,87 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 
 	if (pa_stop_after == PA_STAGE_THREAD_STATE)
 		return 0;
+#ifndef PA_PORTABLE
+	/* A short walk is written straight into the ring buffer. */
 	r = bpf_ringbuf_reserve(&pa_samples, sizeof(*r), 0);
 	if (!r) {
 		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
 		return 0;
 	}
-	r->hdr.pid = tgid;
-	r->hdr.tid = tid;
-	r->hdr.tstate = ts;
-	r->hdr.generation = p->generation;
-	r->hdr.anchor_frame = 0;
-	r->hdr.anchor_seq = 0;
-	r->hdr.base_frame = 0;
-	r->hdr.cpu = bpf_get_smp_processor_id();
-	r->hdr.wait = why->wait;
-	r->hdr.time_ns = bpf_ktime_get_ns();
-	r->hdr.wait_addr = why->wait_addr;
-	r->hdr.carried_ns = why->carried_ns;
-	r->hdr.flags = 0;
-	__builtin_memset(r->hdr.trace_id, 0, sizeof(r->hdr.trace_id));
-	__builtin_memset(r->hdr.span_id, 0, sizeof(r->hdr.span_id));
+	h = &r->hdr;
+#define PA_ABANDON() bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP)
+#else
+	/* Every walk is written into the scratch record, then output with its length. */
+	s = pa_scratch_here(cpu, cnt);
+	if (!s)
+		return 0;
+	h = &s->rec.hdr;
+#define PA_ABANDON() ((void)0)
+#endif
+	h->pid = tgid;
+	h->tid = tid;
+	h->tstate = ts;
+	h->generation = p->generation;
+	h->anchor_frame = 0;
+	h->anchor_seq = 0;
+	h->base_frame = 0;
+	h->cpu = cpu;
+	h->wait = why->wait;
+	h->time_ns = bpf_ktime_get_ns();
+	h->wait_addr = why->wait_addr;
+	h->carried_ns = why->carried_ns;
+	h->flags = 0;
+	__builtin_memset(h->trace_id, 0, sizeof(h->trace_id));
+	__builtin_memset(h->span_id, 0, sizeof(h->span_id));
 	if (flags & PA_PROC_ANCHOR) {
-		r->hdr.anchor_frame = pa_ts_field(win, p->thread_state_last_profiled_frame - lo);
-		r->hdr.anchor_seq = pa_ts_field(win, p->thread_state_last_profiled_frame_seq - lo);
+		h->anchor_frame = pa_ts_field(win, p->thread_state_last_profiled_frame - lo);
+		h->anchor_seq = pa_ts_field(win, p->thread_state_last_profiled_frame_seq - lo);
 	}
 	if (flags & PA_PROC_BASE_FRAME)
-		r->hdr.base_frame = pa_ts_field(win, p->thread_state_base_frame - lo);
+		h->base_frame = pa_ts_field(win, p->thread_state_base_frame - lo);
 
 	if (pa_stop_after == PA_STAGE_RESERVED) {
-		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		PA_ABANDON();
 		return 0;
 	}
-	pa_read_span(p, &r->hdr, cnt);
+	pa_read_span(p, h, cnt);
 	if (pa_stop_after == PA_STAGE_SPAN) {
-		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		PA_ABANDON();
 		return 0;
 	}
-	w.flags = why->flags | pa_gil_flags(p, ts) | r->hdr.flags;
-	w.frame = cur;
-	w.anchor = r->hdr.anchor_frame;
-	w.base = r->hdr.base_frame;
-	w.tag_mask = p->executable_tag_mask;
-	w.entry_before_owner = !!(flags & PA_PROC_IS_ENTRY);
+	w->flags = why->flags | pa_gil_flags(p, ts) | h->flags;
+	w->frame = cur;
+	w->anchor = h->anchor_frame;
+	w->base = h->base_frame;
+	w->tag_mask = p->executable_tag_mask;
+	w->entry_before_owner = !!(flags & PA_PROC_IS_ENTRY);
 	max = pa_max_frames;
 	if (max == 0 || max > PA_MAX_FRAMES)
 		max = PA_MAX_FRAMES;
-	pa_walk_short(&w, (struct pa_frame_run *)r->frames, max);
-	if (pa_stop_after == PA_STAGE_SHORT_WALK) {
-		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
-		return 0;
-	}
 	/* A native section makes the record long whatever its depth. (A flag, not a pointer set
 	 * to NULL: clang turns that into masking the pointer, which the verifier refuses.) */
 	native = (flags & PA_PROC_NATIVE) ? native_from : 0;
-	if ((!pa_walk_done(&w) && w.n < max) || native)
-		return pa_walk_long(&w, r, max, native_ctx, native, cnt);
+#ifndef PA_PORTABLE
+	pa_walk_short(w, (struct pa_frame_run *)r->frames, max);
+	if (pa_stop_after == PA_STAGE_SHORT_WALK) {
+		PA_ABANDON();
+		return 0;
+	}
+	if ((!pa_walk_done(w) && w->n < max) || native)
+		return pa_walk_long(w, r, max, native_ctx, native, cnt);
 
-	r->hdr.flags = pa_finish(&w, cnt);
-	r->hdr.nframes = w.n;
+	r->hdr.flags = pa_finish(w, cnt);
+	r->hdr.nframes = w->n;
 	bpf_ringbuf_submit(r, pa_submit_flags(sizeof(*r), cnt));
-	pa_count_emitted(cnt, w.n);
+	pa_count_emitted(cnt, w->n);
 	return 1;
+#else
+	pa_walk_portable(w, s, win, max);
+	if (pa_stop_after == PA_STAGE_SHORT_WALK)
+		return 0;
+	return pa_output_scratch(w, s, native_ctx, native, cnt);
+#endif
+#undef PA_ABANDON
 }
 
 SEC("perf_event")
@@ -508,13 +595,23 @@ int pa_sample(void *ctx)
  * at its entry: orig_ax the number, di and si the first two arguments). x86_64 numbers. */
 static __always_inline void pa_classify_wait(struct task_struct *task, struct pa_wait_info *why)
 {
+#ifndef PA_PORTABLE
+	/* The typed pointer, read in place: a copy would take stack the off-CPU program's walk
+	 * needs (512 bytes across its calls). */
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	long nr;
 
 	why->wait = PA_WAIT_OTHER;
 	if (!regs)
 		return;
-	nr = regs->orig_ax;
+#else
+	struct pa_user_regs r;
+	struct pa_user_regs *regs = &r;
+
+	why->wait = PA_WAIT_OTHER;
+	if (pa_task_user_regs(task, regs))
+		return;
+#endif
+	long nr = regs->orig_ax;
 	switch (nr) {
 	case 35: /* nanosleep */
 	case 230: /* clock_nanosleep */
@@ -647,22 +744,22 @@ static __always_inline void pa_switch_in(struct task_struct *next, __u64 *cnt)
 }
 
 /* Every context switch on the host (tp_btf: typed arguments, no tracefs). A thread that blocks
- * (prev_state is not TASK_RUNNING: preemption is not waiting) gets its stack recorded, and its
+ * (pa_task_blocks: preemption is not waiting) gets its stack recorded, and its
  * wake-up when it is switched in again; userspace weighs the stack by the time in between.
  * Cost for a task the agent does not track: two map lookups. */
 SEC("tp_btf/sched_switch")
 int pa_switch(__u64 *ctx)
 {
+	int preempt = (__u8)ctx[0];
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
-	__u32 prev_state = (__u32)ctx[3];
 	__u64 *cnt;
 
 	if (!pa_off_cpu_on)
 		return 0;
 	cnt = pa_counters_here();
 	pa_count(cnt, PA_CNT_SWITCHES);
-	if (prev_state != 0)
+	if (pa_task_blocks(prev, preempt))
 		pa_switch_out(ctx, prev, cnt);
 	pa_switch_in(next, cnt);
 	return 0;

@@ -48,18 +48,7 @@ _Static_assert(PA_SHORT_FRAMES < PA_MAX_FRAMES, "a short record is shorter than 
 #define PA_PAGE_BYTES 4096
 _Static_assert(PA_PAGE_BYTES + PA_FRAME_READ_BYTES <= PA_WINDOW_BYTES, "a page window fits");
 
-struct pa_frame_window {
-	__u8 bytes[PA_WINDOW_BYTES];
-};
 
-/* Per CPU: the window of the walk under way (a perf_event program never nests on a CPU; an
- * off-CPU walk runs in sched_switch, with interrupts off). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct pa_frame_window);
-} pa_frame_windows SEC(".maps");
 
 /* The walk's state, on the program's stack; bpf_loop hands a pointer to each step. Offsets are
  * checked against the read window before the walk (pa_frame_offsets_ok). */
@@ -90,6 +79,24 @@ struct pa_walk {
 	__u32 fills;
 };
 
+struct pa_frame_window {
+	__u8 bytes[PA_WINDOW_BYTES];
+	/* The portable build's walk state (sampler.bpf.c, pa_record_stack). Also the room that a
+	 * frame offset masked to 0x7f (pa_walk_windowed) may reach past the window's end. */
+	struct pa_walk walk;
+};
+_Static_assert(sizeof(struct pa_walk) >= 0x80 - PA_FRAME_READ_BYTES,
+	       "a masked offset from the window's last frame stays inside the value");
+
+/* Per CPU: the window of the walk under way (a perf_event program never nests on a CPU; an
+ * off-CPU walk runs in sched_switch, with interrupts off). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pa_frame_window);
+} pa_frame_windows SEC(".maps");
+
 /* A pointer field: 8-byte aligned, wholly inside the frame window. */
 static __always_inline int pa_ptr_off_ok(__u32 off, __u32 window)
 {
@@ -115,6 +122,16 @@ static __always_inline __u64 pa_word(const __u64 *win, __u32 off, __u32 nwords)
 	if (i >= nwords)
 		return 0;
 	return win[i];
+}
+
+/* The byte at `off` of a window of `nbytes` bytes (0 past its end). The bound is checked on
+ * the copy that indexes: older verifiers (6.1) lose an offset's bound when clang spills it. */
+static __always_inline __u8 pa_byte(const __u8 *win, __u32 off, __u32 nbytes)
+{
+	asm volatile("" : "+r"(off));
+	if (off >= nbytes)
+		return 0;
+	return win[off];
 }
 
 /* The walk stopped: complete, read failure, anchor or loop (else it hit the frame bound). */
@@ -172,14 +189,12 @@ static __always_inline int pa_walk_read_failed(struct pa_walk *w)
 	return 1;
 }
 
-/* Records the next frame into *f, read by itself. Returns 1 when the walk ends with it (or
- * before it). */
-static __always_inline int pa_walk_one(struct pa_walk *w, struct pa_frame *f)
+/* Records the next frame into *f, read by itself into `win` (PA_FRAME_READ_BYTES). Returns 1
+ * when the walk ends with it (or before it). */
+static __always_inline int pa_walk_one_into(struct pa_walk *w, struct pa_frame *f, __u64 *win)
 {
 	__u32 op = w->off_previous, oe = w->off_executable, oi = w->off_instr_ptr;
 	__u32 oo = w->off_owner;
-	/* Words, so that the verifier sees the variable-offset reads below as 8-byte aligned. */
-	__u64 win[PA_FRAME_READ_BYTES / 8];
 
 	/* For the verifier: offsets copied through the stack are unbounded scalars to it; the
 	 * program checked them before the walk. */
@@ -187,13 +202,26 @@ static __always_inline int pa_walk_one(struct pa_walk *w, struct pa_frame *f)
 	    oi > PA_FRAME_READ_BYTES - 8 || oo > PA_FRAME_READ_BYTES - 1)
 		return 1;
 	/* Not resident, unmapped or torn. */
-	if (bpf_probe_read_user(win, sizeof(win), (const void *)w->frame))
+	if (bpf_probe_read_user(win, PA_FRAME_READ_BYTES, (const void *)w->frame))
 		return pa_walk_read_failed(w);
 	f->executable = pa_word(win, oe, PA_FRAME_READ_BYTES / 8) & ~w->tag_mask;
 	f->instr_ptr = pa_word(win, oi, PA_FRAME_READ_BYTES / 8);
-	f->owner = ((const __u8 *)win)[oo];
-	f->is_entry = w->entry_before_owner && oo ? ((const __u8 *)win)[oo - 1] : 0;
+	f->owner = pa_byte((const __u8 *)win, oo, PA_FRAME_READ_BYTES);
+	f->is_entry = w->entry_before_owner && oo ?
+			      pa_byte((const __u8 *)win, oo - 1, PA_FRAME_READ_BYTES) :
+			      0;
 	return pa_walk_record(w, f, pa_word(win, op, PA_FRAME_READ_BYTES / 8));
+}
+
+#ifndef PA_PORTABLE
+
+/* pa_walk_one_into with the frame read into the program's stack. */
+static __always_inline int pa_walk_one(struct pa_walk *w, struct pa_frame *f)
+{
+	/* Words, so that the verifier sees the variable-offset reads as 8-byte aligned. */
+	__u64 win[PA_FRAME_READ_BYTES / 8];
+
+	return pa_walk_one_into(w, f, win);
 }
 
 /* Copies into the window the bytes that end with the header of the frame at `addr`: the
@@ -261,10 +289,13 @@ static __always_inline int pa_walk_windowed(struct pa_walk *w, struct pa_frame *
 	asm volatile("" : "+r"(off));
 	if (off > PA_WINDOW_BYTES - PA_FRAME_READ_BYTES)
 		return pa_walk_read_failed(w);
+	/* The offsets are masked where they index (they were checked before the walk, so the
+	 * masks change nothing): older verifiers (6.1) lose a bound when clang spills it. The
+	 * window's value has room past its bytes for any masked offset. */
 	h = win->bytes + off;
-	f->executable = *(const __u64 *)(h + oe) & ~w->tag_mask;
-	f->instr_ptr = *(const __u64 *)(h + oi);
-	f->owner = h[oo];
+	f->executable = *(const __u64 *)(h + (oe & 0x78)) & ~w->tag_mask;
+	f->instr_ptr = *(const __u64 *)(h + (oi & 0x78));
+	f->owner = h[oo & 0x7f];
 	f->is_entry = 0;
 	if (w->entry_before_owner && oo) {
 		/* An index, not h - 1: the verifier does not see that oo >= 1 keeps it inside. */
@@ -273,7 +304,7 @@ static __always_inline int pa_walk_windowed(struct pa_walk *w, struct pa_frame *
 		if (i < PA_WINDOW_BYTES)
 			f->is_entry = win->bytes[i];
 	}
-	return pa_walk_record(w, f, *(const __u64 *)(h + op));
+	return pa_walk_record(w, f, *(const __u64 *)(h + (op & 0x78)));
 }
 
 /* The slots one global call fills: a short record's frames, or a run of a longer walk's. */
@@ -345,5 +376,84 @@ static long pa_walk_step(__u32 i, void *ctx)
 	asm volatile("" : "+r"(done));
 	return done ? 1 : 0;
 }
+
+#else /* PA_PORTABLE */
+
+/* The portable walk (Linux 5.10 and later): no bpf_loop (5.17), no global function taking
+ * pointers (5.12), no read of the stack at a variable offset (5.12). Every frame is read by
+ * itself into this CPU's window and recorded into the scratch record by a bounded loop, which
+ * the verifier follows iteration by iteration along one path. Each branch it cannot decide on
+ * that path waits on its stack of pending branches (8,192 at most), so a frame's step decides
+ * with arithmetic where it can: the offsets are masked instead of compared (pa_frame_offsets_ok
+ * checked them before the walk, and the window has room for any masked index), and the three
+ * ways a walk ends are one branch. */
+
+/* 1 if x is not 0, 0 if it is, without a branch (the barrier keeps clang from turning it back
+ * into a compare). */
+static __always_inline __u64 pa_nonzero(__u64 x)
+{
+	__u64 neg = -x;
+
+	asm volatile("" : "+r"(neg));
+	return (x | neg) >> 63;
+}
+
+/* Records the next frame into *f, read by itself into `buf` (this CPU's window). Returns 1 when
+ * the walk ends with it (or before it). */
+static __always_inline int pa_walk_step_portable(struct pa_walk *w, struct pa_frame *f,
+						 __u8 *buf)
+{
+	const __u64 *words = (const __u64 *)buf;
+	__u64 addr = w->frame, prev, at_anchor, at_end, loops;
+	__u32 oo = w->off_owner;
+
+	if (bpf_probe_read_user(buf, PA_FRAME_READ_BYTES, (const void *)addr))
+		return pa_walk_read_failed(w);
+	f->addr = addr;
+	f->executable = words[(w->off_executable >> 3) & 15] & ~w->tag_mask;
+	f->instr_ptr = words[(w->off_instr_ptr >> 3) & 15];
+	f->owner = buf[oo & 127];
+	f->is_entry = buf[(oo - 1) & 127] & -(__u8)(w->entry_before_owner & pa_nonzero(oo));
+	prev = words[(w->off_previous >> 3) & 15];
+	w->n++;
+	at_anchor = 1 - pa_nonzero(addr ^ w->anchor);
+	at_end = 1 - pa_nonzero(prev);
+	loops = 1 - (pa_nonzero(prev ^ addr) & pa_nonzero(prev ^ w->recent[0]) &
+		     pa_nonzero(prev ^ w->recent[1]) & pa_nonzero(prev ^ w->recent[2]) &
+		     pa_nonzero(prev ^ w->recent[3]));
+	w->recent[w->n & (PA_RECENT_FRAMES - 1)] = addr;
+	if (at_anchor | at_end | loops) {
+		/* The same order as pa_walk_record: the anchor first, then the end. */
+		if (at_anchor)
+			w->flags |= PA_SAMPLE_ANCHOR_HIT;
+		else if (at_end)
+			w->flags |= PA_SAMPLE_COMPLETE |
+				    (addr == w->base ? PA_SAMPLE_REACHED_BASE : 0);
+		else
+			w->flags |= PA_SAMPLE_CYCLIC;
+		return 1;
+	}
+	w->frame = prev;
+	return 0;
+}
+
+_Static_assert(PA_WINDOW_BYTES >= 128, "the window holds any masked frame offset");
+_Static_assert(PA_RECENT_FRAMES == 4, "pa_walk_step_portable compares four recent frames");
+
+/* Frames the portable walk records at most: deeper stacks are cut there (flagged truncated).
+ * The verifier checks every iteration of a bounded loop, and 5.10's takes minutes over 1,024. */
+#define PA_PORTABLE_MAX_FRAMES 256
+_Static_assert(PA_PORTABLE_MAX_FRAMES <= PA_MAX_FRAMES, "the portable walk fits a record");
+
+static __always_inline void pa_walk_portable(struct pa_walk *w, struct pa_scratch *s, __u64 *win,
+					     __u32 max)
+{
+	for (__u32 i = 0; i < PA_PORTABLE_MAX_FRAMES; i++) {
+		if (i >= max || pa_walk_step_portable(w, &s->rec.frames[i], (__u8 *)win))
+			break;
+	}
+}
+
+#endif /* PA_PORTABLE */
 
 #endif /* PA_WALK_BPF_H */

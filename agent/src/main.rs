@@ -14,6 +14,7 @@ use pyagent::discovery::locate_runtime;
 use pyagent::discovery::privileges::{Privileges, Shortfall};
 use pyagent::export;
 use pyagent::offsets::AsyncioUnsupported;
+use pyagent::sampler::bpf::ProgramBuild;
 use pyagent::sampler::tick::TickSource;
 use pyagent::sampler::userspace::{SamplerStats, UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::UnwindOptions;
@@ -308,6 +309,7 @@ fn host_profiler(
         pids,
         unwind: unwind_options(frames),
         thread_search_max: thread_search_max()?,
+        bpf_build: bpf_build()?,
         off_cpu: off_cpu != OffCpu::Off,
         native_stacks,
         debug_dirs,
@@ -326,6 +328,9 @@ fn host_profiler(
             eprintln!("pyagent: off_cpu needs the eBPF sampler: profiling on-CPU time only");
         }
     }
+    for note in profiler.kernel_notes() {
+        eprintln!("pyagent: {note}");
+    }
     if let Some(why) = profiler.off_cpu_unavailable() {
         eprintln!("pyagent: off-CPU profiling unavailable ({why}); profiling on-CPU time only");
     }
@@ -342,6 +347,20 @@ fn thread_search_max() -> Result<u32> {
             _ => bail!("{VAR}: expected a number of thread states in 0..=1024, got {v:?}"),
         },
         Err(_) => Ok(common::THREAD_SEARCH_MAX),
+    }
+}
+
+/// `PYAGENT_BPF_BUILD` (eBPF, for testing): `default` or `portable` loads that build of the
+/// program whatever the kernel's helpers allow.
+fn bpf_build() -> Result<Option<ProgramBuild>> {
+    const VAR: &str = "PYAGENT_BPF_BUILD";
+    match std::env::var(VAR) {
+        Ok(v) => match v.trim() {
+            "default" => Ok(Some(ProgramBuild::Default)),
+            "portable" => Ok(Some(ProgramBuild::Portable)),
+            _ => bail!("{VAR}: expected `default` or `portable`, got {v:?}"),
+        },
+        Err(_) => Ok(None),
     }
 }
 

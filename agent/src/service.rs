@@ -163,6 +163,9 @@ pub fn run(
             tracing::warn!("off_cpu needs the eBPF sampler: profiling on-CPU time only");
         }
     }
+    for note in profiler.kernel_notes() {
+        tracing::warn!("{note}");
+    }
     if let Some(why) = profiler.off_cpu_unavailable() {
         tracing::warn!("off-CPU profiling unavailable ({why}); profiling on-CPU time only");
     }

@@ -27,7 +27,7 @@ pub use waits::Stall;
 use crate::aggregate::ProfileWindow;
 use crate::discovery::host::{NotProfiled, ProcessKind, ProcessNotices};
 use crate::discovery::{HostScanner, PythonTarget};
-use crate::sampler::bpf::{BpfConfig, BpfError, BpfSampler};
+use crate::sampler::bpf::{BpfConfig, BpfError, BpfSampler, ProgramBuild};
 use crate::sampler::userspace::UserspaceSampler;
 use crate::symbolize::native::DebugDirs;
 use crate::unwind::{CacheTotals, ExternalSkip, UnwindOptions, UnwindStats, Unwinder};
@@ -82,6 +82,9 @@ pub struct HostConfig {
     pub native_stacks: bool,
     /// native stacks: where stripped objects' separate debug files are looked for
     pub debug_dirs: DebugDirs,
+    /// eBPF: load this build of the program whatever the kernel has (None: the one its
+    /// helpers allow)
+    pub bpf_build: Option<ProgramBuild>,
 }
 
 /// How often the BPF ring buffer is drained by default. Longer would spare each drain's fixed
@@ -105,6 +108,7 @@ impl Default for HostConfig {
             off_cpu: false,
             native_stacks: false,
             debug_dirs: DebugDirs::default(),
+            bpf_build: None,
         }
     }
 }
@@ -237,6 +241,7 @@ impl HostProfiler {
             rate_hz: config.rate_hz as u64,
             thread_search_max: config.thread_search_max,
             off_cpu: config.off_cpu,
+            build: config.bpf_build,
             ..BpfConfig::default()
         };
         let mut fallback_reason = None;
@@ -249,7 +254,7 @@ impl HostProfiler {
                     ..bpf_config.clone()
                 };
                 let sampler = BpfSampler::load(&on_cpu)?;
-                off_cpu_unavailable = Some(e.to_string());
+                off_cpu_unavailable = Some(e.summary());
                 Ok(sampler)
             }
             other => other,
@@ -262,7 +267,7 @@ impl HostProfiler {
             Mode::Auto => match load() {
                 Ok(s) => bpf(s),
                 Err(e) => {
-                    fallback_reason = Some(e.to_string());
+                    fallback_reason = Some(e.summary());
                     if config.off_cpu {
                         off_cpu_unavailable =
                             Some("the userspace sampler cannot see a thread block".to_string());
@@ -291,6 +296,15 @@ impl HostProfiler {
             retired: CacheTotals::default(),
             retired_unwind: UnwindStats::default(),
         })
+    }
+
+    /// What the kernel lacks that the BPF program would use, and what replaces it, one line
+    /// each (none with the userspace sampler, or on a kernel with everything).
+    pub fn kernel_notes(&self) -> &[String] {
+        match &self.backend {
+            Backend::Bpf(b) => b.sampler.kernel_notes(),
+            Backend::Userspace(_) => &[],
+        }
     }
 
     /// Why off-CPU profiling was asked for and is off (the sampler runs on-CPU only).

@@ -220,3 +220,69 @@ pub(super) fn program_error(during: &str, e: ProgramError) -> BpfError {
         },
     }
 }
+
+/// Lines of a verifier log kept in a one-line summary: the refusal is among the last, before the
+/// statistics.
+const VERIFIER_TAIL_LINES: usize = 3;
+
+impl BpfError {
+    /// The kernel's verifier log, when the verifier refused a program.
+    fn verifier_log(&self) -> Option<String> {
+        let program = match self {
+            BpfError::Program { source, .. } => source.as_ref(),
+            BpfError::Load(e) => match e.as_ref() {
+                EbpfError::ProgramError(p) => p,
+                _ => return None,
+            },
+            _ => return None,
+        };
+        match program {
+            ProgramError::LoadError { verifier_log, .. } => Some(verifier_log.to_string()),
+            _ => None,
+        }
+    }
+
+    /// Whether the kernel's verifier refused a program (another build may pass).
+    pub fn is_verifier_refusal(&self) -> bool {
+        self.verifier_log()
+            .is_some_and(|log| !log.trim().is_empty())
+    }
+
+    /// The verifier's last lines that say why it refused the program (its statistics left out),
+    /// joined with ` | `.
+    pub fn verifier_tail(&self) -> Option<String> {
+        let log = self.verifier_log()?;
+        let lines: Vec<&str> = log
+            .lines()
+            .map(str::trim)
+            .filter(|l| {
+                !l.is_empty()
+                    && !l.starts_with("verification time")
+                    && !l.starts_with("stack depth")
+                    && !l.starts_with("processed ")
+            })
+            .collect();
+        if lines.is_empty() {
+            return None;
+        }
+        Some(lines[lines.len().saturating_sub(VERIFIER_TAIL_LINES)..].join(" | "))
+    }
+
+    /// One line for the user: the error and its causes, with a verifier's refusal shortened to
+    /// its last lines (the whole log runs to thousands).
+    pub fn summary(&self) -> String {
+        match self.verifier_tail() {
+            Some(tail) => format!("{self}: the kernel's verifier refused it: {tail}"),
+            None => {
+                let mut line = self.to_string();
+                let mut cause = std::error::Error::source(self);
+                while let Some(c) = cause {
+                    line.push_str(": ");
+                    line.push_str(&c.to_string());
+                    cause = c.source();
+                }
+                line
+            }
+        }
+    }
+}

@@ -12,17 +12,51 @@ use common::{MAX_FRAMES, PROC_SLOTS, THREAD_SLOTS};
 
 use super::clock::ClockEvents;
 use super::error::{clock_event_error, load_error, map_error, program_error, BpfError};
+use super::kernel::{KernelFacilities, ProgramBuild};
 use super::{
     BpfConfig, BpfSampler, EXEC_PROGRAM, EXIT_PROGRAM, FORK_PROGRAM, KNOB_MAX_FRAMES, KNOB_OFF_CPU,
     KNOB_OFF_CPU_MIN_GAP, KNOB_STOP_AFTER, KNOB_THREAD_SEARCH_MAX, KNOB_WAKEUP_BYTES, MAP_COUNTERS,
     MAP_NOTICES, MAP_OFF_CPU_THREADS, MAP_PROCS, MAP_PROC_SLOTS, MAP_SAMPLES, MAP_SCRATCH,
     MAP_THREADS, MAP_THREAD_LISTS, MAP_THREAD_SLOTS, OFF_CPU_PROGRAM, PROGRAM, SAMPLER_OBJ,
+    SAMPLER_PORTABLE_OBJ,
 };
 use crate::sampler::slots::SlotIndex;
 
 impl BpfSampler {
+    /// Loads the build this kernel can run; a default build the verifier refuses is replaced by
+    /// the portable one, with the refusal among the kernel notes.
     pub(super) fn load_inner(config: &BpfConfig, attach: bool) -> Result<Self, BpfError> {
         validate(config)?;
+        let facilities = KernelFacilities::probe();
+        let mut notes = facilities.notes();
+        let build = config.build.unwrap_or_else(|| facilities.build());
+        match Self::load_build(config, attach, build) {
+            Err(e)
+                if build == ProgramBuild::Default
+                    && config.build.is_none()
+                    && e.is_verifier_refusal() =>
+            {
+                notes.push(format!(
+                    "the kernel's verifier refused the default BPF build ({}); using the portable build",
+                    e.summary()
+                ));
+                let mut sampler = Self::load_build(config, attach, ProgramBuild::Portable)?;
+                sampler.kernel_notes = notes;
+                Ok(sampler)
+            }
+            Err(e) => Err(e),
+            Ok(mut sampler) => {
+                sampler.kernel_notes = notes;
+                Ok(sampler)
+            }
+        }
+    }
+
+    fn load_build(config: &BpfConfig, attach: bool, build: ProgramBuild) -> Result<Self, BpfError> {
+        let object = match build {
+            ProgramBuild::Default => SAMPLER_OBJ,
+            ProgramBuild::Portable => SAMPLER_PORTABLE_OBJ,
+        };
         let nr_cpus =
             aya::util::nr_cpus().map_err(|(path, source)| BpfError::Cpus { path, source })?;
         let nr_cpus =
@@ -41,7 +75,7 @@ impl BpfSampler {
             .map_max_entries(MAP_PROCS, config.max_processes)
             .map_max_entries(MAP_THREADS, config.max_threads)
             .map_max_entries(MAP_THREAD_LISTS, config.max_processes)
-            .load(SAMPLER_OBJ)
+            .load(object)
             .map_err(load_error)?;
 
         let program: &mut PerfEvent = ebpf
@@ -60,6 +94,7 @@ impl BpfSampler {
                 .info()
                 .ok()
                 .and_then(|info| info.verified_instruction_count()),
+            build = build.name(),
             "pa_sample loaded"
         );
 
@@ -154,6 +189,8 @@ impl BpfSampler {
             clock,
             rate_hz: config.rate_hz,
             malformed: 0,
+            build,
+            kernel_notes: Vec::new(),
         })
     }
 }

@@ -43,11 +43,13 @@ use super::slots::{SlotContent, SlotIndex};
 
 mod clock;
 mod error;
+mod kernel;
 mod load;
 mod walk_config;
 
 pub use clock::Throttling;
 pub use error::BpfError;
+pub use kernel::{Facility, KernelFacilities, ProgramBuild};
 pub use walk_config::{pa_proc_for, pa_thread_list_for, set_gil, set_trace_context};
 
 use error::{ignore_absent, map_error};
@@ -73,6 +75,9 @@ fn ring_wakeups(ring: &RingBuf<MapData>) -> Option<Epoll> {
 
 /// The compiled sampler (`ebpf/sampler.bpf.c`), built by `build.rs`.
 static SAMPLER_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sampler.bpf.o"));
+/// Its portable build, for kernels without the default build's helpers ([`kernel`]).
+static SAMPLER_PORTABLE_OBJ: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sampler-portable.bpf.o"));
 
 const PROGRAM: &str = "pa_sample";
 const EXEC_PROGRAM: &str = "pa_exec";
@@ -131,6 +136,9 @@ pub struct BpfConfig {
     /// timed, not walked; its time goes to the thread's next recorded wait. Bounds the walks to
     /// one per thread per gap, whatever the rate of blocking (0: walk every wait).
     pub off_cpu_min_gap: std::time::Duration,
+    /// Load this build whatever the kernel has (tests and benchmarks); `None`: the build the
+    /// kernel's helpers allow ([`KernelFacilities`]).
+    pub build: Option<ProgramBuild>,
 }
 
 /// The default [`BpfConfig::off_cpu_min_gap`]: at most 20 stacks a second per blocking thread,
@@ -155,6 +163,7 @@ impl Default for BpfConfig {
             thread_search_max: THREAD_SEARCH_MAX,
             off_cpu: false,
             off_cpu_min_gap: DEFAULT_OFF_CPU_MIN_GAP,
+            build: None,
         }
     }
 }
@@ -205,6 +214,10 @@ pub struct BpfSampler {
     /// Samples per second per scope the links were attached with.
     rate_hz: u64,
     malformed: u64,
+    /// The build loaded.
+    build: ProgramBuild,
+    /// One line per facility the kernel lacks, or a refusal of the default build.
+    kernel_notes: Vec<String>,
 }
 
 impl std::fmt::Debug for BpfSampler {
@@ -222,6 +235,17 @@ impl BpfSampler {
     /// `config.rate_hz` on every online CPU.
     pub fn load(config: &BpfConfig) -> Result<Self, BpfError> {
         Self::load_inner(config, true)
+    }
+
+    /// The build of the program that runs.
+    pub fn build(&self) -> ProgramBuild {
+        self.build
+    }
+
+    /// What this kernel lacks and what replaces it, one line each (empty on a kernel with
+    /// everything).
+    pub fn kernel_notes(&self) -> &[String] {
+        &self.kernel_notes
     }
 
     /// Loads the program (maps, verifier) without attaching it: nothing runs. For checking that
