@@ -92,6 +92,9 @@ static __always_inline __u32 pa_copy_user_stack(__u8 *base, __u32 at, __u64 sp, 
 		asm volatile("" : "+r"(chunk));
 		if (d > sizeof(struct pa_scratch) - PA_PAGE || chunk > PA_PAGE)
 			break;
+		/* 1..PA_PAGE, masked as well: 6.1's verifier loses the compare's bound on the copy
+		 * it passes to the helper. */
+		chunk = pa_mask(chunk - 1, PA_PAGE - 1) + 1;
 		if (bpf_probe_read_user(base + d, chunk, (const void *)src)) {
 			pa_count(cnt, PA_CNT_NATIVE_STACK_SHORT);
 			break;
@@ -124,8 +127,15 @@ static __always_inline __u32 pa_native_section(void *ctx, int from, struct pa_sc
 	at = off + sizeof(h);
 	if (!user) {
 		/* The tick interrupted the kernel, or the thread is switching out: the kernel stack,
-		 * the leaf of the sample (for a tracepoint, from the program's caller). */
-		k = bpf_get_stack(ctx, base + at, PA_KERNEL_FRAMES * 8, 0);
+		 * the leaf of the sample (for a tracepoint, from the program's caller). The offset is
+		 * checked again here, on the register passed: 5.10's and 6.1's verifiers lose the
+		 * first check's bound when clang spills it. */
+		__u64 kat = at;
+
+		asm volatile("" : "+r"(kat));
+		if (kat > sizeof(struct pa_record) + sizeof(h))
+			return 0;
+		k = bpf_get_stack(ctx, base + kat, PA_KERNEL_FRAMES * 8, 0);
 		/* Bytes written, at most the size given; masked and clamped so that the verifier
 		 * sees the stack copy's offset below bounded, and whole entries only. */
 		if (k > 0)
@@ -136,7 +146,15 @@ static __always_inline __u32 pa_native_section(void *ctx, int from, struct pa_sc
 	}
 	h.kernel_frames = kbytes / 8;
 	h.stack_bytes = pa_copy_user_stack(base, at + kbytes, h.sp, cnt);
-	__builtin_memcpy(base + off, &h, sizeof(h));
+	/* Checked again on the register used, as above. */
+	{
+		__u64 hat = off;
+
+		asm volatile("" : "+r"(hat));
+		if (hat > sizeof(struct pa_record))
+			return 0;
+		__builtin_memcpy(base + hat, &h, sizeof(h));
+	}
 	pa_count(cnt, PA_CNT_NATIVE_STACKS);
 	return sizeof(h) + kbytes + h.stack_bytes;
 }

@@ -380,32 +380,29 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	__u32 flags, lo, max, cpu = bpf_get_smp_processor_id();
 	int native;
 	struct pa_sample_hdr *h;
-		const __u64 *tsp;
+	const __u64 *tsp;
 	__u64 ts, cur;
-#ifndef PA_PORTABLE
-	struct pa_walk ws = {}, *w = &ws;
-	struct pa_short_record *r;
-	/* Words, so that the verifier sees variable-offset reads of it as 8-byte aligned. */
-	__u64 win[PA_TSTATE_READ_BYTES / 8];
-#else
-	/* 5.10's verifier refuses reads of the stack at a variable offset: the thread state and
-	 * then each frame are read into this CPU's window instead. */
+	/* The thread state is read into this CPU's window, not the stack: 5.10's verifier refuses
+	 * reads of the stack at a variable offset, and the off-CPU program's walk needs the stack
+	 * (512 bytes across its calls). */
 	__u32 zero = 0;
 	struct pa_frame_window *fw = bpf_map_lookup_elem(&pa_frame_windows, &zero);
-	struct pa_scratch *s;
 	__u64 *win;
-
 	struct pa_walk *w;
+#ifndef PA_PORTABLE
+	struct pa_short_record *r;
+#else
+	struct pa_scratch *s;
+#endif
 
 	if (!fw)
 		return 0;
 	win = (__u64 *)fw->bytes;
-	/* The walk's state lives beside the window, not on the stack: the verifier then knows
-	 * nothing of it but its bounds, and the bounded walk's exits at different depths meet as
-	 * one state, checked once. */
+	/* The walk's state lives beside the window, not on the stack, for the same two reasons;
+	 * and to the verifier it is then only bounds, so the portable build's walks that end at
+	 * different depths meet as one state, checked once. */
 	w = &fw->walk;
 	__builtin_memset(w, 0, sizeof(*w));
-#endif
 
 	tsp = pa_find_thread(tid);
 	if (tsp && !*tsp) {
@@ -720,7 +717,7 @@ static __always_inline void pa_switch_out(void *ctx, struct task_struct *prev, _
 static __always_inline void pa_switch_in(struct task_struct *next, __u64 *cnt)
 {
 	__u32 tid = next->pid;
-	struct pa_sample_hdr h = {};
+	struct pa_sample_hdr *h;
 	struct pa_off_cpu_thread *t = bpf_map_lookup_elem(&pa_off_cpu_threads, &tid);
 
 	if (!t)
@@ -732,15 +729,21 @@ static __always_inline void pa_switch_in(struct task_struct *next, __u64 *cnt)
 	if (!(t->flags & PA_OFF_CPU_RECORDED))
 		return;
 	t->flags &= ~PA_OFF_CPU_RECORDED;
-	h.pid = t->tgid;
-	h.tid = tid;
-	h.cpu = bpf_get_smp_processor_id();
-	h.flags = PA_SAMPLE_WAKE;
-	h.time_ns = bpf_ktime_get_ns();
-	if (bpf_ringbuf_output(&pa_samples, &h, sizeof(h), pa_submit_flags(sizeof(h), cnt)))
+	/* Written in place in the ring: a header on the stack would take room the switch-out
+	 * walk needs (6.1 allows 512 bytes across its calls). */
+	h = bpf_ringbuf_reserve(&pa_samples, sizeof(*h), 0);
+	if (!h) {
 		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
-	else
-		pa_count(cnt, PA_CNT_WAKES);
+		return;
+	}
+	__builtin_memset(h, 0, sizeof(*h));
+	h->pid = t->tgid;
+	h->tid = tid;
+	h->cpu = bpf_get_smp_processor_id();
+	h->flags = PA_SAMPLE_WAKE;
+	h->time_ns = bpf_ktime_get_ns();
+	bpf_ringbuf_submit(h, pa_submit_flags(sizeof(*h), cnt));
+	pa_count(cnt, PA_CNT_WAKES);
 }
 
 /* Every context switch on the host (tp_btf: typed arguments, no tracefs). A thread that blocks

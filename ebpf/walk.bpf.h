@@ -81,7 +81,7 @@ struct pa_walk {
 
 struct pa_frame_window {
 	__u8 bytes[PA_WINDOW_BYTES];
-	/* The portable build's walk state (sampler.bpf.c, pa_record_stack). Also the room that a
+	/* The walk's state (sampler.bpf.c, pa_record_stack). Also the room that a
 	 * frame offset masked to 0x7f (pa_walk_windowed) may reach past the window's end. */
 	struct pa_walk walk;
 };
@@ -122,6 +122,14 @@ static __always_inline __u64 pa_word(const __u64 *win, __u32 off, __u32 nwords)
 	if (i >= nwords)
 		return 0;
 	return win[i];
+}
+
+/* `x & mask`, computed even where clang can prove the mask changes nothing: a verifier that
+ * lost x's bound (6.1, after a spill) learns it again from the mask. */
+static __always_inline __u64 pa_mask(__u64 x, __u64 mask)
+{
+	asm volatile("" : "+r"(x));
+	return x & mask;
 }
 
 /* The byte at `off` of a window of `nbytes` bytes (0 past its end). The bound is checked on
@@ -293,18 +301,15 @@ static __always_inline int pa_walk_windowed(struct pa_walk *w, struct pa_frame *
 	 * masks change nothing): older verifiers (6.1) lose a bound when clang spills it. The
 	 * window's value has room past its bytes for any masked offset. */
 	h = win->bytes + off;
-	f->executable = *(const __u64 *)(h + (oe & 0x78)) & ~w->tag_mask;
-	f->instr_ptr = *(const __u64 *)(h + (oi & 0x78));
-	f->owner = h[oo & 0x7f];
+	f->executable = *(const __u64 *)(h + pa_mask(oe, 0x78)) & ~w->tag_mask;
+	f->instr_ptr = *(const __u64 *)(h + pa_mask(oi, 0x78));
+	f->owner = h[pa_mask(oo, 0x7f)];
 	f->is_entry = 0;
-	if (w->entry_before_owner && oo) {
-		/* An index, not h - 1: the verifier does not see that oo >= 1 keeps it inside. */
-		__u64 i = off + oo - 1;
-
-		if (i < PA_WINDOW_BYTES)
-			f->is_entry = win->bytes[i];
-	}
-	return pa_walk_record(w, f, *(const __u64 *)(h + (op & 0x78)));
+	/* The byte before the owner, masked like the offsets (oo >= 1 here, so the mask changes
+	 * nothing). */
+	if (w->entry_before_owner && oo)
+		f->is_entry = h[pa_mask(oo - 1, 0x7f)];
+	return pa_walk_record(w, f, *(const __u64 *)(h + pa_mask(op, 0x78)));
 }
 
 /* The slots one global call fills: a short record's frames, or a run of a longer walk's. */
