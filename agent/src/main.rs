@@ -429,7 +429,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     let anchor_hits = bpf_counter(common::Counter::AnchorHit);
     let threads_found = bpf_counter(common::Counter::ThreadFound);
     eprintln!(
-        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {}; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF; {} records repeated their thread's last stack below the top frame, {} resolved whole; {} thread lists read, {} thread-exit notices)",
+        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {}; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF / {} stored stacks dropped because an anchor write raced the thread; {} records repeated their thread's last stack below the top frame, {} resolved whole; {} thread lists read, {} thread-exit notices)",
         profiler.mode_name(),
         args.output.display(),
         window.total_samples(),
@@ -440,6 +440,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         cache_hits,
         cache_misses,
         profiler.frame_cache_bypassed(),
+        profiler.unwind_stats().anchor_write_races,
         repeated,
         resolved,
         s.thread_list_reads,

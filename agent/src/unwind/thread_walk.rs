@@ -149,8 +149,19 @@ impl Unwinder {
             return Ok(self.finish_sample(interp, t, resolved, truncated));
         }
         if let (Some(fc), Some((anchor_frame, seq))) = (self.frame_cache.as_mut(), anchor) {
+            // The frame to anchor: the top, or deeper for a thread whose top frames return too
+            // fast for a write to be proven. The stored sequence is set back by that depth, so
+            // that the arithmetic counts from the anchored frame (no pop has moved it yet).
+            let depth = fc.anchor_depth(key).min(self.raw.len().saturating_sub(1));
+            let target = self.raw.get(depth).map_or(t.top_frame, |f| f.addr);
             let chain = self.raw.iter().map(|f| f.addr).chain(spliced_chain);
-            let stored = !truncated && fc.store(key, seq, resolved.iter().cloned(), chain);
+            let stored = !truncated
+                && fc.store(
+                    key,
+                    seq.wrapping_sub(depth as u64),
+                    resolved.iter().cloned(),
+                    chain,
+                );
             if !stored {
                 // Nothing to splice under an anchor (a truncated walk, or a thread or stack
                 // beyond the cache's bounds): a BPF walk that stopped at one would be lost.
@@ -160,18 +171,20 @@ impl Unwinder {
                 if anchor_frame != 0 {
                     self.write_anchor(t, 0);
                 }
-            } else if anchor_frame != t.top_frame && self.write_anchor(t, t.top_frame) {
-                // The write lands after the walk. If the walked frames returned and others were
-                // pushed at the same addresses in between (with the old anchor further down, no
-                // sequence moves), the new anchor names a frame of another call chain, and the
-                // stored stack would be spliced under it until that frame returns. Re-read the
-                // walked frames and the anchor pair after the write and drop the stored stack if
-                // the callers of the anchored frame are not the walked ones.
-                if !self.walk_still_live(t.addr, seq)? {
+            } else if anchor_frame != target && self.write_anchor(t, target) {
+                // The write lands after the walk: the thread may have returned from the walked
+                // frames and called others at the same addresses in between, and the anchor then
+                // names a frame the stored stack does not describe. Unless the re-read after the
+                // write proves it does, the stored stack is dropped and the anchor cleared: BPF
+                // walks the thread whole until the next refresh anchors it again, rather than
+                // stopping at an anchor nothing vouches for.
+                if !self.walk_still_live(t.addr, seq, depth)? {
                     self.stats.anchor_write_races += 1;
                     if let Some(fc) = self.frame_cache.as_mut() {
                         fc.forget(key);
+                        fc.raced(key);
                     }
+                    self.write_anchor(t, 0);
                 }
             }
         }

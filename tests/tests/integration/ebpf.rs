@@ -432,6 +432,47 @@ fn ebpf_frame_cache_never_mixes_chains() {
     assert_chains_never_mix(&text);
 }
 
+/// The anchor write races the thread: between a refresh's walk and its write the walked chain
+/// may return and the other one run at the same frame addresses, and records taken under the
+/// wrong anchor must never splice the walked stack under it (once 1 sample in 1,489 did, in a
+/// loaded CI run). `PYAGENT_TEST_ANCHOR_RACE_US` widens the window between the walk, the write
+/// and the write's check to 200 µs, and a spinning process competes for the CPUs: targets with
+/// short leaves (the chains swap every few µs) and long ones (a leaf outlives the window), at
+/// 999 Hz. The guard must fire (races counted), and no stack may mix.
+#[test]
+fn ebpf_frame_cache_never_mixes_chains_when_anchor_writes_race() {
+    pyagent_bin(); // built before any target starts: a slow build must not outlive it
+    let _serial = host_wide_lock();
+    let _hog = PythonProcess::ready("py312", "busy.py", &[]);
+    let targets = [
+        PythonProcess::ready("py315", "alternate.py", &["50"]),
+        PythonProcess::ready("py315", "alternate.py", &["3000"]),
+    ];
+    let dir = fresh_dir("ebpf-aba-race");
+    let mut samples = 0;
+    let mut races = 0;
+    for (i, p) in targets.iter().enumerate() {
+        let file = dir.join(format!("alt{i}.txt"));
+        let pid = p.pid().to_string();
+        let out = std::process::Command::new(pyagent_bin())
+            .args([
+                "record", "--pid", &pid, "--mode", "ebpf", "-d", "4", "-r", "999",
+            ])
+            .args(["-f", "collapsed", "-o", file.to_str().expect("utf-8 path")])
+            .env("PYAGENT_TEST_ANCHOR_RACE_US", "200")
+            .output()
+            .expect("run pyagent");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        let text = std::fs::read_to_string(&file).expect("profile written");
+        assert_chains_never_mix(&text);
+        samples += number_before(&err, " samples,");
+        races += number_before(&err, " stored stacks dropped");
+    }
+    assert!(races > 0, "the widened window made anchor writes race");
+    assert!(samples > 4_000, "{samples} samples");
+}
+
 /// Every stack of an `alternate.py` profile is one of its two chains (or a part of one).
 fn assert_chains_never_mix(text: &str) {
     for line in text.lines() {

@@ -3,7 +3,28 @@
 //! return, clearing anchors at attach, and the refresh that anchors every thread for BPF walks.
 
 use super::MAX_CACHED_FRAMES;
-use crate::memory::{MemoryError, StructBytes};
+
+/// Calls a thread may have made on top of its walked top frame since an anchor write for the
+/// write's check to still find the anchored frame on its stack (deeper: the stored stack is
+/// dropped, costing a miss, not a lie).
+const LIVENESS_DEPTH: usize = 8;
+
+/// `PYAGENT_TEST_ANCHOR_RACE_US`: a pause after the walk and after the anchor write, for the
+/// stress test that must meet the write races an idle machine rarely shows (a thread that
+/// returns and calls again in the instant between them). Read once; unset in production.
+fn race_window_for_tests() {
+    static PAUSE: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    let pause = PAUSE.get_or_init(|| {
+        std::env::var("PYAGENT_TEST_ANCHOR_RACE_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(std::time::Duration::from_micros)
+    });
+    if let Some(pause) = pause {
+        std::thread::sleep(*pause);
+    }
+}
+use crate::memory::{MemoryError, ProcessMemory, StructBytes};
 use crate::unwind::error::{AttemptError, UnwindError};
 use crate::unwind::{walk, InterpreterInfo, ThreadInfo, Unwinder};
 
@@ -52,6 +73,9 @@ impl Unwinder {
 
     /// Writes the anchor; returns whether it was written.
     pub(in crate::unwind) fn write_anchor(&mut self, t: &ThreadInfo, frame: u64) -> bool {
+        if frame != 0 {
+            race_window_for_tests();
+        }
         self.write_anchor_at(t.addr, frame)
     }
 
@@ -69,13 +93,31 @@ impl Unwinder {
         written
     }
 
-    /// After an anchor write: whether the stored stack still describes the callers of the
-    /// frame the anchor now names. Reads the frames of the last walk (`self.raw`), then the
-    /// anchor pair, in one vectored read.
+    /// After an anchor write: whether the stored stack describes the callers of the frame the
+    /// anchor names, for as long as it names it. Reads the frames of the last walk
+    /// (`self.raw`), then the thread's current frame and anchor pair, in one vectored read.
+    ///
+    /// Between the walk and the write the walked frames may have returned and another chain been
+    /// pushed at their addresses (no sequence moves while the old anchor is further down), or
+    /// the top alone may have returned; the write then names a frame of another chain, or no
+    /// live frame, and a frame pushed there later has callers of its own. Every record that
+    /// stops at the anchor would splice the stored stack under that frame (`b_leaf` under
+    /// `a_parent`). So the stored stack is kept only when this read proves it right:
+    /// - the anchor still names the written frame with the sequence the walk read: no frame at
+    ///   that address has left the stack since the write (each would have moved the anchor);
+    /// - that frame is on the stack now (the thread's current frame, or within a few calls of
+    ///   it): so every record that stopped at it since the write met this very frame;
+    /// - its callers are the walked ones, call for call (code, caller, call site): what the
+    ///   stored stack says. Below the walked frames, a spliced part is the last walked frame's,
+    ///   which the sequence kept in place from the walk to the write.
+    ///
+    /// An anchor that moved proves nothing: the thread may be back on a chain that matches the
+    /// walk after running another under the anchor.
     pub(in crate::unwind) fn walk_still_live(
         &mut self,
         tstate: u64,
         seq: u64,
+        depth: usize,
     ) -> Result<bool, MemoryError> {
         let o = self.target.offsets;
         let ts = &o.thread_state;
@@ -83,35 +125,65 @@ impl Unwinder {
         else {
             return Ok(true);
         };
+        race_window_for_tests();
         let len = o.frame_read_len();
         // Bounded like the walk; a longer chain is not cached anyway.
         let frames = &self.raw[..self.raw.len().min(MAX_CACHED_FRAMES)];
+        let Some(anchored) = frames.get(depth).copied() else {
+            return Ok(false);
+        };
         let ranges: Vec<(u64, usize)> = frames
             .iter()
             .map(|f| (f.addr, len))
-            .chain([(tstate + f_off, 8), (tstate + s_off, 8)])
+            .chain([
+                (tstate + ts.current_frame, 8),
+                (tstate + f_off, 8),
+                (tstate + s_off, 8),
+            ])
             .collect();
-        let mut bytes = vec![0u8; frames.len() * len + 16];
+        let mut bytes = vec![0u8; frames.len() * len + 24];
         if self.mem.remote().read_ranges(&ranges, &mut bytes)? < bytes.len() {
             return Ok(false);
         }
-        // The anchor has moved k frames down since the write (k pops, each adding 1). Consumers
-        // read the anchor frame itself fresh and take its callers from the stored stack, so what
-        // must hold is that the frames below the anchor's position are the walked ones; being
-        // callers of a frame alive since the write, they are what they were at the write.
-        let pair = &bytes[frames.len() * len..];
-        let (anchor, live_seq) = (pair.u64_at(0), pair.u64_at(8));
-        let k = live_seq.wrapping_sub(seq);
-        if k >= frames.len() as u64 {
-            return Ok(true);
-        }
-        let k = k as usize;
-        if anchor != frames[k].addr {
+        let live = &bytes[frames.len() * len..];
+        let (current, anchor, live_seq) = (live.u64_at(0), live.u64_at(8), live.u64_at(16));
+        if anchor != anchored.addr || live_seq != seq {
             return Ok(false);
         }
-        Ok(frames.iter().enumerate().skip(k + 1).all(|(i, raw)| {
-            walk::parse_frame(&o, raw.addr, &bytes[i * len..(i + 1) * len]).same_call(raw)
-        }))
+        // A caller's instruction pointer is its call site, fixed while the callee runs.
+        let callers_match = frames.iter().enumerate().skip(depth + 1).all(|(i, raw)| {
+            let now = walk::parse_frame(&o, raw.addr, &bytes[i * len..(i + 1) * len]);
+            now.same_call(raw) && now.ip == raw.ip
+        });
+        Ok(
+            callers_match
+                && self.on_stack_within(current, anchored.addr, LIVENESS_DEPTH + depth)?,
+        )
+    }
+
+    /// Whether frame `target` is `current` or one of its callers at most `calls` down.
+    fn on_stack_within(
+        &mut self,
+        current: u64,
+        target: u64,
+        calls: usize,
+    ) -> Result<bool, MemoryError> {
+        let o = self.target.offsets;
+        let mut frame = current;
+        for _ in 0..=calls {
+            if frame == target {
+                return Ok(true);
+            }
+            if frame == 0 {
+                return Ok(false);
+            }
+            let mut b = [0u8; 8];
+            self.mem
+                .remote()
+                .read(frame + o.interpreter_frame.previous, &mut b)?;
+            frame = b.u64_at(0);
+        }
+        Ok(false)
     }
 
     /// Writes 0 into every thread's anchor (at attach time).

@@ -111,7 +111,13 @@ pub struct FrameCache {
     external_misses: HashMap<ThreadKey, u32>,
     /// threads not anchored again before this round: their anchor kept missing
     demoted: HashMap<ThreadKey, u64>,
+    /// how many frames below its top each thread is anchored (0: the top frame), raised each
+    /// time an anchor write could not be proven ([`FrameCache::raced`]), and the round of that
+    anchor_depths: HashMap<ThreadKey, (usize, u64)>,
 }
+
+/// Deepest a thread is anchored below its top frame.
+pub(crate) const MAX_ANCHOR_DEPTH: usize = 8;
 
 /// Consecutive BPF anchor misses of a thread after which it is no longer anchored (each one is
 /// a lost record): a guard for threads whose anchor moves in ways the arithmetic cannot follow
@@ -259,6 +265,21 @@ impl FrameCache {
         true
     }
 
+    /// How many frames below its top frame thread `key` is anchored.
+    pub fn anchor_depth(&self, key: ThreadKey) -> usize {
+        self.anchor_depths.get(&key).map_or(0, |&(depth, _)| depth)
+    }
+
+    /// An anchor write for `key` could not be proven right (the anchored frame returned before
+    /// the check, or called on past it): anchor one frame deeper from now on. A frame that lives
+    /// only microseconds (a leaf called in a loop) cannot be proven; its callers can.
+    pub fn raced(&mut self, key: ThreadKey) {
+        let round = self.round;
+        let (depth, when) = self.anchor_depths.entry(key).or_default();
+        *depth = (*depth + 1).min(MAX_ANCHOR_DEPTH);
+        *when = round;
+    }
+
     /// Drops everything stored for `key`: the anchor in the target may name a frame whose
     /// ancestry none of the stored stacks describes.
     pub fn forget(&mut self, key: ThreadKey) {
@@ -272,6 +293,11 @@ impl FrameCache {
         self.demoted.retain(|_, &mut until| until > round);
         self.external_misses
             .retain(|key, _| self.entries.contains_key(key));
+        // A raced thread has no stored stack until its next proven write: its depth is kept
+        // for as long as a demotion lasts.
+        self.anchor_depths.retain(|key, &mut (_, when)| {
+            self.entries.contains_key(key) || when + DEMOTED_ROUNDS > round
+        });
         self.round += 1;
     }
 
