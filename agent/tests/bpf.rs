@@ -479,7 +479,8 @@ fn verifier_accepts_every_knob() {
                 )
             });
             let size = s.program_size().expect("program info");
-            assert!(size.verified_insns.is_some_and(|n| n > 0), "{size:?}");
+            // The kernel reports the count since 5.16 (`cargo xtask kernels` loads on 5.10).
+            assert!(size.verified_insns.is_none_or(|n| n > 0), "{size:?}");
             assert!(s.cpus().is_empty());
         }
     }

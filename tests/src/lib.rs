@@ -15,3 +15,10 @@ pub mod wait;
 
 pub use process::PythonProcess;
 pub use pythons::{Interpreter, Libpython, MATRIX};
+
+/// Whether the tests run under CPU emulation (`cargo xtask kernels` boots other kernels under
+/// QEMU's TCG and sets `PYAGENT_TEST_EMULATED=1`): the agent starts many times slower there,
+/// so a check of time counted from the start of a recording allows for a late start.
+pub fn emulated() -> bool {
+    std::env::var("PYAGENT_TEST_EMULATED").is_ok_and(|v| v == "1")
+}

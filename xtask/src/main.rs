@@ -5,6 +5,7 @@ mod agent;
 mod bench;
 mod dist;
 mod fuzz;
+mod kernels;
 mod pythons;
 mod rootfs;
 mod test;
@@ -47,6 +48,9 @@ enum Task {
     /// Run each libFuzzer target of agent/fuzz for a bounded time (installs cargo-fuzz) and
     /// print executions and crashes per target.
     Fuzz(fuzz::Args),
+    /// Run a chosen set of the eBPF tests on Debian's 5.10, 6.1 and 6.12 kernels (booted with
+    /// virtme-ng under QEMU) and on the host's kernel, and print kernels by feature.
+    Kernels(kernels::Args),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Task::Rootfs => rootfs::run(),
         Task::Dist => dist::run(),
         Task::Fuzz(args) => fuzz::run(&args),
+        Task::Kernels(args) => kernels::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -275,7 +275,7 @@ fn matrix(layout: &Layout) -> Vec<Spec> {
 }
 
 /// `$PYENV_ROOT/versions`, or `~/.pyenv/versions`.
-fn pyenv_versions() -> PathBuf {
+pub(crate) fn pyenv_versions() -> PathBuf {
     let root = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

@@ -12,7 +12,7 @@ use crate::pythons;
 pub const BUILD_PACKAGES: &[&str] = &["clang-19", "llvm-19", "libbpf-dev"];
 
 /// Packages the tests use as real consumers and tools.
-const TEST_PACKAGES: &[&str] = &["golang-go", "prometheus", "util-linux", "procps"];
+pub const TEST_PACKAGES: &[&str] = &["golang-go", "prometheus", "util-linux", "procps"];
 
 /// Runs cargo with `args`, failing with the command in the message.
 pub fn cargo(args: &[&str]) -> Result<()> {
@@ -53,7 +53,7 @@ pub fn run(test_args: &[String]) -> Result<()> {
     cargo(&args)
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }

@@ -137,15 +137,17 @@ fn off_cpu_waits_show_under_their_function_with_their_reason(
             .copied()
             .unwrap_or(0.0)
     };
-    assert!(secs("reader", "io") >= 2.7, "socket wait: {what}");
-    assert!(secs("locker", "lock") >= 2.7, "lock wait: {what}");
+    // Waits that last the whole recording; under emulation the agent attaches late.
+    let whole = if pyagent_tests::emulated() { 2.0 } else { 2.7 };
+    assert!(secs("reader", "io") >= whole, "socket wait: {what}");
+    assert!(secs("locker", "lock") >= whole, "lock wait: {what}");
     assert!(
-        secs("<module>", "sleep") >= 2.7,
+        secs("<module>", "sleep") >= whole,
         "main thread's sleep: {what}"
     );
     // The sleeper runs a few microseconds every 50 ms; with spinners it also waits for the GIL.
     let sleeper = secs("sleeper", "sleep") + secs("sleeper", "gil");
-    assert!((2.7..=3.3).contains(&sleeper), "sleeper: {what}");
+    assert!((whole..=3.3).contains(&sleeper), "sleeper: {what}");
     assert!(secs("sleeper", "sleep") >= 1.0, "sleeper: {what}");
     if free_threaded {
         assert!(
