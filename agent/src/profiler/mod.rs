@@ -116,9 +116,17 @@ impl Default for HostConfig {
 /// Errors that stop the host profiler from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
-    /// `--mode ebpf` and the program cannot be loaded.
-    #[error("eBPF sampler unavailable")]
-    Bpf(#[from] BpfError),
+    /// `--mode ebpf` and the program cannot be loaded: the error in one line, a verifier's
+    /// refusal shortened to its last lines ([`BpfError::summary`]; the whole log runs to
+    /// thousands of lines).
+    #[error("eBPF sampler unavailable: {0}")]
+    Bpf(String),
+}
+
+impl From<BpfError> for HostError {
+    fn from(e: BpfError) -> Self {
+        HostError::Bpf(e.summary())
+    }
 }
 
 /// Counters of the host profiler.
