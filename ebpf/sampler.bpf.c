@@ -235,10 +235,10 @@ _Static_assert(sizeof(struct pa_scratch) >=
 /* A walk longer than a short record, or one that gets a native section: the frames so far move
  * to this CPU's scratch record, the walk goes on there, and pa_output_scratch ends it. Returns
  * 1 if output. */
-static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_record *r, __u32 max,
-					void *native_ctx, int native, __u64 *cnt)
+static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_record *r,
+					struct pa_frame_window *fw, __u32 max, void *native_ctx,
+					int native, __u64 *cnt)
 {
-	__u32 zero = 0;
 	struct pa_scratch *s = pa_scratch_here(r->hdr.cpu, cnt);
 	struct pa_walk_loop loop = { .w = w, .max = max };
 
@@ -249,7 +249,8 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 	__builtin_memcpy(&s->rec, r, sizeof(*r));
 	bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 	loop.s = s;
-	loop.win = bpf_map_lookup_elem(&pa_frame_windows, &zero);
+	/* This CPU's window, looked up once per record by pa_record_stack. */
+	loop.win = fw;
 	/* Called even when the walk is over (a native record of a short walk: the step returns at
 	 * once). Only the knob decides: a reachable bpf_loop whose count the verifier knows to be 0
 	 * (or too large) leaves its callback unverified, and 6.18's verifier then fails with "No
@@ -536,7 +537,7 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 		return 0;
 	}
 	if ((!pa_walk_done(w) && w->n < max) || native)
-		return pa_walk_long(w, r, max, native_ctx, native, cnt);
+		return pa_walk_long(w, r, fw, max, native_ctx, native, cnt);
 
 	r->hdr.flags = pa_finish(w, cnt);
 	r->hdr.nframes = w->n;

@@ -24,7 +24,7 @@ fn race_window_for_tests() {
         std::thread::sleep(*pause);
     }
 }
-use crate::memory::{MemoryError, ProcessMemory, StructBytes};
+use crate::memory::{MemoryError, StructBytes};
 use crate::unwind::error::{AttemptError, UnwindError};
 use crate::unwind::{walk, InterpreterInfo, ThreadInfo, Unwinder};
 
@@ -177,11 +177,9 @@ impl Unwinder {
             if frame == 0 {
                 return Ok(false);
             }
-            let mut b = [0u8; 8];
-            self.mem
-                .remote()
-                .read(frame + o.interpreter_frame.previous, &mut b)?;
-            frame = b.u64_at(0);
+            // Read live (not through the page cache): the frames above the anchored one are
+            // newer than any cached page.
+            frame = walk::read_frame(self.mem.remote(), &o, frame)?.previous;
         }
         Ok(false)
     }
