@@ -161,6 +161,20 @@ static __always_inline int pa_loops_back(struct pa_walk *w, __u64 addr, __u64 pr
 	return loops;
 }
 
+/* Owners of frames that leave the chain without moving the 3.15 anchor and come back at the
+ * same address under other callers: a generator's (it yields, and is resumed by whoever) and an
+ * entry frame on the C stack (its evaluation returns; the next one at that depth reuses it). An
+ * anchor on one vouches for nothing: the walk goes on past it. The values of 3.15's
+ * `FRAME_OWNED_BY_GENERATOR` and `FRAME_OWNED_BY_CSTACK` (the anchor exists from 3.15 on;
+ * userspace checks the same with the offsets it read). */
+#define PA_OWNER_GENERATOR 1
+#define PA_OWNER_CSTACK 3
+
+static __always_inline __u64 pa_can_anchor(__u32 owner)
+{
+	return owner != PA_OWNER_GENERATOR && owner != PA_OWNER_CSTACK;
+}
+
 /* Records frame w->frame, whose header fields were read (its `previous` is `prev`), into *f.
  * Returns 1 when the walk ends with it. */
 static __always_inline int pa_walk_record(struct pa_walk *w, struct pa_frame *f, __u64 prev)
@@ -169,7 +183,7 @@ static __always_inline int pa_walk_record(struct pa_walk *w, struct pa_frame *f,
 
 	f->addr = addr;
 	w->n++;
-	if (addr == w->anchor) {
+	if (addr == w->anchor && pa_can_anchor(f->owner)) {
 		/* Userspace holds this frame's ancestry (3.15 frame-cache protocol:
 		 * cpython-internals.md §6.3 step 3). */
 		w->flags |= PA_SAMPLE_ANCHOR_HIT;
@@ -421,7 +435,8 @@ static __always_inline int pa_walk_step_portable(struct pa_walk *w, struct pa_fr
 	f->is_entry = buf[(oo - 1) & 127] & -(__u8)(w->entry_before_owner & pa_nonzero(oo));
 	prev = words[(w->off_previous >> 3) & 15];
 	w->n++;
-	at_anchor = 1 - pa_nonzero(addr ^ w->anchor);
+	at_anchor = (1 - pa_nonzero(addr ^ w->anchor)) &
+		    pa_nonzero(f->owner ^ PA_OWNER_GENERATOR) & pa_nonzero(f->owner ^ PA_OWNER_CSTACK);
 	at_end = 1 - pa_nonzero(prev);
 	loops = 1 - (pa_nonzero(prev ^ addr) & pa_nonzero(prev ^ w->recent[0]) &
 		     pa_nonzero(prev ^ w->recent[1]) & pa_nonzero(prev ^ w->recent[2]) &

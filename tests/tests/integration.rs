@@ -42,6 +42,8 @@ fn matrix(
 mod gc_marker;
 #[path = "integration/native_stacks.rs"]
 mod native_stacks;
+#[path = "integration/never_mix.rs"]
+mod never_mix;
 #[path = "integration/off_cpu.rs"]
 mod off_cpu;
 #[path = "integration/otlp.rs"]

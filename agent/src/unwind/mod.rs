@@ -64,6 +64,8 @@ pub struct Unwinder {
     /// the OTel thread context (OTEP 4947), where the process publishes one
     traces: TraceContexts,
     raw: Vec<RawFrame>,
+    /// the bytes of a walk's frames read again to prove them current, kept for the next walk
+    recheck_buf: Vec<u8>,
     stats: UnwindStats,
     /// the main interpreter (the oldest, last in the list) as the last thread-list read found it
     main_interp: Option<InterpreterInfo>,
@@ -89,6 +91,7 @@ impl Unwinder {
             names: ThreadNames::default(),
             traces: TraceContexts::default(),
             raw: Vec::with_capacity(256),
+            recheck_buf: Vec::new(),
             stats: UnwindStats::default(),
             main_interp: None,
             records: RecordContext::default(),

@@ -324,9 +324,11 @@ impl Unwinder {
         if walk.anchor_hit {
             let (anchor, seq) = walk.anchor;
             let gc_frame = self.gc_frame(interp);
+            let vouches = raw.last().is_some_and(|f| self.anchor_vouches(f));
             let tail = self
                 .frame_cache
                 .as_mut()
+                .filter(|_| vouches)
                 .and_then(|fc| fc.splice_external(key, anchor, seq));
             let Some(tail) = tail else {
                 // The walk stopped at an anchor this cache cannot vouch for: a record taken in

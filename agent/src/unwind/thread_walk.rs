@@ -2,6 +2,7 @@
 //! checks that reject a walk the target moved under, and storing what a sound walk found.
 
 use super::error::AttemptError;
+use super::frame_cache::anchor::can_anchor;
 use super::resolve::sound_end;
 use super::{
     walk, CachedFrame, InterpreterInfo, RawFrame, StackLoss, ThreadInfo, ThreadKey, ThreadSample,
@@ -38,7 +39,10 @@ impl Unwinder {
                 let top = walk::read_frame(&mut self.mem, &self.target.offsets, t.top_frame)?;
                 let mut resolved = Vec::with_capacity(2);
                 let pending_native = self.resolve_frames(&[top], interp, &mut resolved, false)?;
-                if self.top_read_before_anchor(t) || self.anchor_unchanged(t, anchor_frame, seq)? {
+                if self.anchor_vouches(&top)
+                    && (self.top_read_before_anchor(t)
+                        || self.anchor_unchanged(t, anchor_frame, seq)?)
+                {
                     return Ok(self.full_hit_sample(
                         interp,
                         t,
@@ -70,8 +74,9 @@ impl Unwinder {
                     .frame_cache
                     .as_mut()
                     .and_then(|fc| fc.splice(key, anchor_frame, seq));
+                let vouches = raw.last().is_some_and(|f| self.anchor_vouches(f));
                 match tail {
-                    Some(tail) if self.anchor_unchanged(t, anchor_frame, seq)? => {
+                    Some(tail) if vouches && self.anchor_unchanged(t, anchor_frame, seq)? => {
                         self.stats.cache_partial_hits += 1;
                         self.stats.frames_cached += tail.frames.len() as u64;
                         spliced = Some(tail.frames);
@@ -92,11 +97,18 @@ impl Unwinder {
                 }
             }
             self.stats.frames_read += raw.len() as u64;
-            // The thread ran on while we read: if its top frame returned between the thread
-            // state read and the frame read, the stale frame's `previous` may point at a frame
-            // that now belongs to another call chain. Reject the sample unless the top is still
-            // the same frame running the same code with the same caller.
-            let moved = !self.top_still_current(t, raw.first())?;
+            // The thread ran on while we read: frames read after its top returned may belong
+            // to another call chain pushed at the same addresses. The walk is one instant's
+            // only if the thread is still in every frame it read.
+            // Before 3.15 (which checks the base frame below), a walk that ends anywhere but where
+            // an evaluation began read a frame being set up or torn down (a finished generator's,
+            // one reused by the C stack): however still its bytes, not one instant's stack.
+            let ends_short = spliced.is_none()
+                && end == WalkEnd::Bottom
+                && o.thread_state.base_frame.is_none()
+                && !raw.last().is_some_and(|f| walk::starts_evaluation(&o, f));
+            let check = self.recheck_chain(t, &raw)?;
+            let moved = ends_short || !check.still();
             let bottoms = &self.bottoms;
             let at_known_bottom = |addr| bottoms.is_bottom(key, addr);
             if moved
@@ -153,6 +165,11 @@ impl Unwinder {
             // fast for a write to be proven. The stored sequence is set back by that depth, so
             // that the arithmetic counts from the anchored frame (no pop has moved it yet).
             let depth = fc.anchor_depth(key).min(self.raw.len().saturating_sub(1));
+            // Never a generator's or an entry frame: the sequence cannot vouch for their callers
+            // (see `anchor_vouches`).
+            let depth = (depth..self.raw.len())
+                .find(|&i| can_anchor(&o, &self.raw[i]))
+                .unwrap_or(depth);
             let target = self.raw.get(depth).map_or(t.top_frame, |f| f.addr);
             let chain = self.raw.iter().map(|f| f.addr).chain(spliced_chain);
             let stored = !truncated
@@ -273,51 +290,122 @@ impl Unwinder {
             .then(|| Frame::pseudo(FrameKind::Gc))
     }
 
-    /// Whether `top` (read through the page cache) is still the thread's current frame, with the
-    /// same code and caller, read now without the cache.
+    /// Reads the walked frames (read through the page cache, one after another while the
+    /// thread ran) again now, in one vectored read without the cache, to tell whether the walk
+    /// is one instant's stack: the thread state still names the top frame, which runs the same
+    /// code under the same caller, and every frame below it is in the same call (code, caller,
+    /// call site). See [`ChainCheck`].
     ///
-    /// One vectored read: the thread state's frame pointer, on 3.11/3.12 the `_PyCFrame` field
-    /// it leads to, then the frame. The check's window is what decides how often a walk of a
-    /// fast-changing stack validates, and each syscall in it costs a microsecond. On 3.11/3.12
-    /// the `_PyCFrame` is the one the page-cached thread state named; reading the pointer again
-    /// in the same call proves it is still the thread's.
-    pub(in crate::unwind) fn top_still_current(
+    /// Checking the top alone let torn walks through: a chain that returns and is replaced at the
+    /// same addresses by another with the same leaf (a generator resumed by another caller, a
+    /// recursion re-entered at another depth) leaves the top as it was, while the frames read
+    /// below it came from the other chain.
+    ///
+    /// On 3.11/3.12 the thread state's frame pointer leads through the `_PyCFrame` the
+    /// page-cached thread state named; reading the pointer again in the same call proves it is
+    /// still the thread's.
+    pub(in crate::unwind) fn recheck_chain(
         &mut self,
         t: &ThreadInfo,
-        top: Option<&RawFrame>,
-    ) -> Result<bool, MemoryError> {
-        let Some(top) = top else { return Ok(true) };
+        raw: &[RawFrame],
+    ) -> Result<ChainCheck, MemoryError> {
+        let changed = ChainCheck {
+            top_current: false,
+            settled_from: raw.len(),
+        };
+        let Some(top) = raw.first() else {
+            return Ok(ChainCheck {
+                top_current: true,
+                settled_from: 0,
+            });
+        };
         let o = self.target.offsets;
         let ts = &o.thread_state;
-        let frame_len = o.frame_read_len().min(128);
-        let mut ranges: Vec<(u64, usize)> = Vec::with_capacity(3);
+        let frame_len = o.frame_read_len();
+        // The frames bottom first, the thread state's frame pointer, then the frames again top
+        // first: both orders, in one syscall. A walk torn between two chains (some frames read in
+        // one, the others in the next, in whatever order the page cache read them) reads the
+        // same here only if the thread went from one chain to the other and back within it.
+        let mut ranges: Vec<(u64, usize)> = Vec::with_capacity(2 * raw.len() + 2);
+        ranges.extend(raw.iter().rev().map(|f| (f.addr, frame_len)));
         ranges.push((t.addr + ts.current_frame, 8));
         let cframe = match ts.cframe_current_frame {
             Some(off) => {
                 let cframe = self.mem.read_u64(t.addr + ts.current_frame)?;
                 if cframe == 0 {
-                    return Ok(false);
+                    return Ok(changed);
                 }
                 ranges.push((cframe + off, 8));
                 Some(cframe)
             }
             None => None,
         };
-        ranges.push((top.addr, frame_len));
-        let mut b = [0u8; 8 + 8 + 128];
-        let want = ranges.iter().map(|r| r.1).sum::<usize>();
-        if self.mem.remote().read_ranges(&ranges, &mut b[..want])? < want {
-            return Ok(false);
-        }
-        let (current, frame_at) = match cframe {
-            Some(cframe) if b.u64_at(0) != cframe => return Ok(false),
-            Some(_) => (b.u64_at(8), 16),
-            None => (b.u64_at(0), 8),
+        let pointers = ranges.len() - raw.len();
+        ranges.extend(raw.iter().map(|f| (f.addr, frame_len)));
+        let pointers_at = (raw.len() * frame_len) as u64;
+        let want = 2 * raw.len() * frame_len + pointers * 8;
+        let forward_at = raw.len() * frame_len + pointers * 8;
+        let mut b = std::mem::take(&mut self.recheck_buf);
+        b.clear();
+        b.resize(want, 0);
+        let read = self.mem.remote().read_ranges(&ranges, &mut b);
+        let check = match read {
+            Ok(n) if n == want => {
+                let current = match cframe {
+                    Some(cframe) if b.u64_at(pointers_at) != cframe => 0,
+                    Some(_) => b.u64_at(pointers_at + 8),
+                    None => b.u64_at(pointers_at),
+                };
+                // Frame `i` as read now, in both orders, if both reads agree.
+                let now = |i: usize| {
+                    let at = (raw.len() - 1 - i) * frame_len;
+                    let first = walk::parse_frame(&o, raw[i].addr, &b[at..at + frame_len]);
+                    let at = forward_at + i * frame_len;
+                    let second = walk::parse_frame(&o, raw[i].addr, &b[at..at + frame_len]);
+                    (first.same_call(&second) && first.ip == second.ip).then_some(first)
+                };
+                // From the bottom up, the first frame that changed. A frame still in the same
+                // call (code, caller) whose instruction moved (a caller that returned from one
+                // call and made another; the top, which runs) settles the frames below it and
+                // itself as the walk read it; one in another call settles only those below.
+                // Above a caller, the top frame's instruction may move as it runs.
+                let settled_from = (0..raw.len())
+                    .rev()
+                    .find_map(|i| match now(i) {
+                        Some(now) if now.same_call(&raw[i]) => {
+                            (i > 0 && now.ip != raw[i].ip).then_some(i)
+                        }
+                        _ => Some(i + 1),
+                    })
+                    .unwrap_or(0);
+                ChainCheck {
+                    top_current: current == top.addr,
+                    settled_from,
+                }
+            }
+            Ok(_) => changed,
+            Err(e) => {
+                self.recheck_buf = b;
+                return Err(e);
+            }
         };
-        if current != top.addr {
-            return Ok(false);
-        }
-        let live = walk::parse_frame(&o, top.addr, &b[frame_at..frame_at + frame_len]);
-        Ok(live.same_call(top))
+        self.recheck_buf = b;
+        Ok(check)
+    }
+}
+
+/// What reading a walk's frames again found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::unwind) struct ChainCheck {
+    /// the thread state still names the walk's top frame
+    top_current: bool,
+    /// the frames from this position down were unchanged (the walk's length: none were)
+    settled_from: usize,
+}
+
+impl ChainCheck {
+    /// Whether the walk is still the thread's whole stack: one instant's.
+    fn still(&self) -> bool {
+        self.top_current && self.settled_from == 0
     }
 }

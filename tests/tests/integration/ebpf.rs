@@ -413,7 +413,8 @@ fn ebpf_frame_cache_keeps_event_loops_anchored(
 fn ebpf_frame_cache_never_mixes_chains() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
-    let p = PythonProcess::ready("py315", "alternate.py", &[]);
+    // Leaves of about 100 µs: long enough for a refresh's walk to be proven and anchored.
+    let p = PythonProcess::ready("py315", "alternate.py", &["3000"]);
     let dir = fresh_dir("ebpf-aba");
     let file = dir.join("alt.txt");
     let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "3", "-r", "499"], &file);
@@ -470,7 +471,8 @@ fn ebpf_frame_cache_never_mixes_chains_when_anchor_writes_race() {
         races += number_before(&err, " stored stacks dropped");
     }
     assert!(races > 0, "the widened window made anchor writes race");
-    assert!(samples > 4_000, "{samples} samples");
+    // Two targets, 4 s at 999 Hz beside a CPU hog on two CPUs: 8,000 at most.
+    assert!(samples > 3_000, "{samples} samples");
 }
 
 /// Every stack of an `alternate.py` profile is one of its two chains (or a part of one).

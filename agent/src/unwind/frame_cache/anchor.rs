@@ -28,6 +28,12 @@ use crate::memory::{MemoryError, StructBytes};
 use crate::unwind::error::{AttemptError, UnwindError};
 use crate::unwind::{walk, InterpreterInfo, ThreadInfo, Unwinder};
 
+/// Whether `frame` can be an anchor whose sequence vouches for its callers: see
+/// [`Unwinder::anchor_vouches`].
+pub(in crate::unwind) fn can_anchor(o: &crate::offsets::Offsets, frame: &walk::RawFrame) -> bool {
+    frame.owner != o.frame.generator_owner && Some(frame.owner) != o.frame.entry_owner
+}
+
 impl Unwinder {
     /// Whether the top frame was copied before the thread state that named it as the anchor:
     /// then that thread state is the anchor re-check. The anchor only ever moves down the stack,
@@ -44,6 +50,22 @@ impl Unwinder {
         let frame = self.mem.read_order(t.top_frame, o.frame_read_len());
         let anchor = self.mem.read_order(t.addr + anchor_off, 16);
         matches!((frame, anchor), (Some(f), Some(a)) if f < a)
+    }
+
+    /// Whether the anchor's sequence can vouch for the callers of `anchor` (the frame a walk
+    /// stopped at): not when it is a frame that can leave the chain without moving the anchor
+    /// (the updates missed in generators and coroutines, gh-151436), and come back at the same
+    /// address under other callers:
+    /// - a generator's or coroutine's frame leaves when it yields, and comes back under
+    ///   whoever resumes it;
+    /// - an entry frame (on the C stack) leaves when its evaluation returns, and the next
+    ///   evaluation at the same C stack depth pushes one at the same address.
+    ///
+    /// Seen on 3.15 with the anchor on either: a generator resumed by `b_drive` spliced under
+    /// `a_drive`, which resumed it before. A userspace walk goes on below such an anchor; BPF
+    /// records that stop there are lost (and the thread walked whole by BPF after a few).
+    pub(in crate::unwind) fn anchor_vouches(&self, anchor: &walk::RawFrame) -> bool {
+        can_anchor(&self.target.offsets, anchor)
     }
 
     /// Re-reads the live anchor pair, bypassing the page cache (one read when the two fields

@@ -10,7 +10,7 @@
 //! another caller, a foreign writer) is a miss, never a spliced chain (the ABA problem).
 
 // foldhash: these maps are looked up several times per sample, keyed by addresses.
-mod anchor;
+pub(in crate::unwind) mod anchor;
 
 use foldhash::HashMap;
 
