@@ -31,7 +31,7 @@ struct pt_regs {
 } __attribute__((preserve_access_index));
 
 /* The task's saved FS base is its thread pointer (glibc's pthread_t), where the span reader
- * (sampler.bpf.c, pa_tls_variable) starts. */
+ * (record.bpf.h, pa_tls_variable) starts. */
 struct thread_struct {
 	unsigned long fsbase;
 } __attribute__((preserve_access_index));

@@ -81,7 +81,7 @@ struct pa_walk {
 
 struct pa_frame_window {
 	__u8 bytes[PA_WINDOW_BYTES];
-	/* The walk's state (sampler.bpf.c, pa_record_stack). Also the room that a
+	/* The walk's state (record.bpf.h, pa_record_stack). Also the room that a
 	 * frame offset masked to 0x7f (pa_walk_windowed) may reach past the window's end. */
 	struct pa_walk walk;
 };

@@ -116,7 +116,7 @@ pub fn syscall_name(nr: i64) -> Option<&'static str> {
 
 /// The `common::WAIT_*` class of x86_64 system call `nr` with first arguments `a0`, `a1`, and
 /// the futex word for futex waits. The same table as `pa_classify_wait` in
-/// `ebpf/sampler.bpf.c`: change both.
+/// `ebpf/offcpu.bpf.c`: change both.
 pub fn syscall_wait_class(nr: i64, a0: u64, a1: u64) -> (u32, u64) {
     match nr {
         35 | 230 | 34 => (common::WAIT_SLEEP, 0),

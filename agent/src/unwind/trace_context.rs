@@ -15,7 +15,7 @@
 //! be `dlopen`ed later. Writers do not stop for readers (they swap the pointer or clear
 //! `valid`), so a record read while it changes can be torn; a record not marked valid is no
 //! context. The BPF program reads the same record at the tick (`pa_read_span` in
-//! `ebpf/sampler.bpf.c`), through the layout this finds.
+//! `ebpf/record.bpf.h`), through the layout this finds.
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * offcpu.bpf.c: on every context switch, a tracked thread that blocks gets its stack recorded
+ * with why it waits, and its wake-up when it runs again (attached with --off-cpu only).
+ */
+#include "record.bpf.h"
+
+/* The kernel fields the off-CPU program reads (struct task_struct, struct pt_regs) are declared
+ * in native.bpf.h: their offsets are relocated against the running kernel's BTF at load (CO-RE),
+ * so no vmlinux.h is needed. */
+
+/* What `task`, which is blocking, waits in: the system call it is in (the user registers saved
+ * at its entry: orig_ax the number, di and si the first two arguments). x86_64 numbers. */
+static __always_inline void pa_classify_wait(struct task_struct *task, struct pa_wait_info *why)
+{
+#ifndef PA_PORTABLE
+	/* The typed pointer, read in place: a copy would take stack the off-CPU program's walk
+	 * needs (512 bytes across its calls). */
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+
+	why->wait = PA_WAIT_OTHER;
+	if (!regs)
+		return;
+#else
+	struct pa_user_regs r;
+	struct pa_user_regs *regs = &r;
+
+	why->wait = PA_WAIT_OTHER;
+	if (pa_task_user_regs(task, regs))
+		return;
+#endif
+	long nr = regs->orig_ax;
+	switch (nr) {
+	case 35: /* nanosleep */
+	case 230: /* clock_nanosleep */
+	case 34: /* pause */
+		why->wait = PA_WAIT_SLEEP;
+		break;
+	case 23: /* select */
+	case 270: /* pselect6 */
+		why->wait = regs->di == 0 ? PA_WAIT_SLEEP : PA_WAIT_IO; /* nfds */
+		break;
+	case 7: /* poll */
+	case 271: /* ppoll */
+		why->wait = regs->si == 0 ? PA_WAIT_SLEEP : PA_WAIT_IO; /* nfds */
+		break;
+	case 0: /* read */
+	case 1: /* write */
+	case 17: /* pread64 */
+	case 18: /* pwrite64 */
+	case 19: /* readv */
+	case 20: /* writev */
+	case 42: /* connect */
+	case 43: /* accept */
+	case 44: /* sendto */
+	case 45: /* recvfrom */
+	case 46: /* sendmsg */
+	case 47: /* recvmsg */
+	case 208: /* io_getevents */
+	case 232: /* epoll_wait */
+	case 281: /* epoll_pwait */
+	case 288: /* accept4 */
+	case 299: /* recvmmsg */
+	case 307: /* sendmmsg */
+	case 426: /* io_uring_enter */
+	case 441: /* epoll_pwait2 */
+		why->wait = PA_WAIT_IO;
+		break;
+	case 202: /* futex */
+	case 449: /* futex_waitv */
+		why->wait = PA_WAIT_FUTEX;
+		why->wait_addr = regs->di;
+		break;
+	}
+}
+
+/* The off-CPU state of thread `tid` of `tgid`, created (or reset, for a reused tid) if needed;
+ * NULL when the map is full. */
+static __always_inline struct pa_off_cpu_thread *pa_off_cpu_state(__u32 tid, __u32 tgid, __u64 *cnt)
+{
+	struct pa_off_cpu_thread *t = bpf_map_lookup_elem(&pa_off_cpu_threads, &tid);
+	struct pa_off_cpu_thread fresh = { .tgid = tgid };
+
+	if (t && t->tgid == tgid)
+		return t;
+	if (bpf_map_update_elem(&pa_off_cpu_threads, &tid, &fresh, BPF_ANY)) {
+		pa_count(cnt, PA_CNT_OFF_CPU_MAP_FULL);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&pa_off_cpu_threads, &tid);
+}
+
+/* The thread leaving the CPU (the current task) blocks: record its stack, or only time the
+ * wait when it waits in the same thing as its last recorded one, which is less than
+ * pa_off_cpu_min_gap_ns old. */
+static __always_inline void pa_switch_out(void *ctx, struct task_struct *prev, __u64 *cnt)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	struct pa_wait_info why = { .flags = PA_SAMPLE_OFF_CPU };
+	struct pa_off_cpu_thread *t;
+	const struct pa_proc *p;
+	__u64 now;
+
+	if (tid == 0)
+		return;
+	p = pa_find_proc(tgid);
+	if (!p)
+		return;
+	t = pa_off_cpu_state(tid, tgid, cnt);
+	if (!t)
+		return;
+	now = bpf_ktime_get_ns();
+	pa_classify_wait(prev, &why);
+	if (t->last_recorded_ns && now - t->last_recorded_ns < pa_off_cpu_min_gap_ns &&
+	    why.wait == t->last_wait && why.wait_addr == t->last_wait_addr) {
+		/* The same wait again, soon: timed, counted under the last recorded stack. */
+		t->blocked_ns = now;
+		pa_count(cnt, PA_CNT_OFF_CPU_CARRIED);
+		return;
+	}
+	why.carried_ns = t->carried_ns;
+	/* With native stacks, the user registers are the ones the thread saved entering the
+	 * kernel, and the kernel stack is the switch's own. */
+	if (!pa_record_stack(p, tgid, tid, &why, ctx, PA_NATIVE_FROM_SWITCH, cnt))
+		return;
+	pa_count(cnt, PA_CNT_OFF_CPU_WALKS);
+	t->carried_ns = 0;
+	t->blocked_ns = 0;
+	t->last_recorded_ns = now;
+	t->last_wait = why.wait;
+	t->last_wait_addr = why.wait_addr;
+	t->flags |= PA_OFF_CPU_RECORDED;
+}
+
+/* The thread taking the CPU: the end of its wait. A recorded wait's end is recorded; an
+ * unrecorded one's time is carried. */
+static __always_inline void pa_switch_in(struct task_struct *next, __u64 *cnt)
+{
+	__u32 tid = next->pid;
+	struct pa_sample_hdr *h;
+	struct pa_off_cpu_thread *t = bpf_map_lookup_elem(&pa_off_cpu_threads, &tid);
+
+	if (!t)
+		return;
+	if (t->blocked_ns) {
+		t->carried_ns += bpf_ktime_get_ns() - t->blocked_ns;
+		t->blocked_ns = 0;
+	}
+	if (!(t->flags & PA_OFF_CPU_RECORDED))
+		return;
+	t->flags &= ~PA_OFF_CPU_RECORDED;
+	/* Written in place in the ring: a header on the stack would take room the switch-out
+	 * walk needs (6.1 allows 512 bytes across its calls). */
+	h = bpf_ringbuf_reserve(&pa_samples, sizeof(*h), 0);
+	if (!h) {
+		pa_count(cnt, PA_CNT_RINGBUF_DROPPED);
+		return;
+	}
+	__builtin_memset(h, 0, sizeof(*h));
+	h->pid = t->tgid;
+	h->tid = tid;
+	h->cpu = bpf_get_smp_processor_id();
+	h->flags = PA_SAMPLE_WAKE;
+	h->time_ns = bpf_ktime_get_ns();
+	bpf_ringbuf_submit(h, pa_submit_flags(sizeof(*h), cnt));
+	pa_count(cnt, PA_CNT_WAKES);
+}
+
+/* Every context switch on the host (tp_btf: typed arguments, no tracefs). A thread that blocks
+ * (pa_task_blocks: preemption is not waiting) gets its stack recorded, and its
+ * wake-up when it is switched in again; userspace weighs the stack by the time in between.
+ * Cost for a task the agent does not track: two map lookups. */
+SEC("tp_btf/sched_switch")
+int pa_switch(__u64 *ctx)
+{
+	int preempt = (__u8)ctx[0];
+	struct task_struct *prev = (struct task_struct *)ctx[1];
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	__u64 *cnt;
+
+	if (!pa_off_cpu_on)
+		return 0;
+	cnt = pa_counters_here();
+	pa_count(cnt, PA_CNT_SWITCHES);
+	if (pa_task_blocks(prev, preempt))
+		pa_switch_out(ctx, prev, cnt);
+	pa_switch_in(next, cnt);
+	return 0;
+}
