@@ -155,15 +155,16 @@ pub fn snapshot(pid: u32, options: UnwindOptions) -> Result<ProcessDump, DumpErr
         };
         let thread = match outcome {
             ThreadOutcome::Stack(s) => {
-                let host_tid = unwinder.host_tid(s.tid);
+                let host_tid = unwinder.host_tid(s.thread.ns_tid());
                 let (state, waits_for_gil) = thread_state(pid, host_tid, gil.clone());
                 ThreadDump {
-                    tid: s.tid,
-                    name: s.thread_name.as_deref().map(str::to_string),
+                    tid: s.thread.ns_tid(),
+                    name: s.thread.thread_name.as_deref().map(str::to_string),
                     state,
                     // Blocked on the GIL's own futex: it has just released it, whatever
                     // `last_holder` says.
                     holds_gil: s
+                        .thread
                         .gil
                         .filter(|_| !waits_for_gil)
                         .map(|g| g == GilState::Held),

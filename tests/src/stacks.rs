@@ -96,7 +96,10 @@ pub fn sample_until(
             return samples;
         }
         if Instant::now() > deadline {
-            let shown: Vec<_> = samples.iter().map(|s| (s.tid, simple(s))).collect();
+            let shown: Vec<_> = samples
+                .iter()
+                .map(|s| (s.thread.ns_tid(), simple(s)))
+                .collect();
             panic!("the target did not reach the expected state in {timeout:?}; last sample: {shown:#?}");
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::symbolize::Frame;
-use crate::unwind::{CpuState, GilState, ThreadSample, TraceContext};
+use crate::unwind::{GilState, SampleThread, ThreadSample};
 
 mod wait;
 pub use wait::WaitReason;
@@ -27,27 +27,11 @@ pub use wait::WaitReason;
 /// dozen threads, each with a different stack; a real profile repeats stacks and stays far below).
 pub const DEFAULT_MAX_STACKS: usize = 65_536;
 
-/// What makes two samples the same: the thread they came from and their frames.
+/// What makes two samples the same: the thread they came from, its state, and their frames.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct StackKey {
-    /// Host PID of the process.
-    pub pid: u32,
-    /// Linux thread id as the host sees it (the `thread_id` label, like `pid`).
-    pub tid: u32,
-    /// The thread's id in the target's PID namespace, when it differs (`ns_thread_id`, like
-    /// `ns_pid`).
-    pub ns_tid: Option<u32>,
-    /// Python-level thread name, when it could be read.
-    pub thread_name: Option<Arc<str>>,
-    /// The thread and the GIL (the `gil` label), where the build has one.
-    pub gil: Option<GilState>,
-    /// On or off a CPU (the `state` label), where the sampler tells.
-    pub cpu: Option<CpuState>,
-    /// The trace and span the thread was in (the `trace_id` and `span_id` labels), where
-    /// published: a span belongs to one trace, so the trace id splits no span's samples.
-    pub trace: Option<TraceContext>,
-    /// The asyncio task the thread ran (the `task_name` label), with task-aware stacks on.
-    pub task: Option<Arc<str>>,
+    /// The thread and its state, as the sample had them (thread names and task names interned).
+    pub thread: SampleThread,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
 }
@@ -64,45 +48,15 @@ impl Hash for StackKey {
 /// stack was seen before in the window (nearly every sample) then copies nothing: no frame
 /// vector, no reference count per frame.
 #[derive(PartialEq, Hash)]
-struct KeyView<'a> {
-    pid: u32,
-    tid: u32,
-    ns_tid: Option<u32>,
-    thread_name: Option<&'a str>,
-    gil: Option<GilState>,
-    cpu: Option<CpuState>,
-    trace: Option<TraceContext>,
-    task: Option<&'a str>,
-    frames: &'a [Frame],
-}
+struct KeyView<'a>(&'a SampleThread, &'a [Frame]);
 
 impl<'a> KeyView<'a> {
     fn of_key(key: &'a StackKey) -> KeyView<'a> {
-        KeyView {
-            pid: key.pid,
-            tid: key.tid,
-            ns_tid: key.ns_tid,
-            thread_name: key.thread_name.as_deref(),
-            gil: key.gil,
-            cpu: key.cpu,
-            trace: key.trace,
-            task: key.task.as_deref(),
-            frames: &key.frames,
-        }
+        KeyView(&key.thread, &key.frames)
     }
 
     fn of_sample(sample: &'a ThreadSample) -> KeyView<'a> {
-        KeyView {
-            pid: sample.pid,
-            tid: sample.host_tid,
-            ns_tid: (sample.tid != sample.host_tid).then_some(sample.tid),
-            thread_name: sample.thread_name.as_deref(),
-            gil: sample.gil,
-            cpu: sample.cpu,
-            trace: sample.trace,
-            task: sample.task.as_deref(),
-            frames: &sample.frames,
-        }
+        KeyView(&sample.thread, &sample.frames)
     }
 }
 
@@ -159,7 +113,7 @@ impl ProfileWindow {
     pub fn gil_held_samples(&self) -> u64 {
         self.counts
             .iter()
-            .filter(|(key, _)| key.gil == Some(GilState::Held))
+            .filter(|(key, _)| key.thread.gil == Some(GilState::Held))
             .map(|(_, &n)| n)
             .sum()
     }
@@ -168,9 +122,10 @@ impl ProfileWindow {
     /// returns how many samples were left out.
     pub fn keep_gil_holders(&mut self) -> u64 {
         let before = self.total_samples();
-        self.counts.retain(|key, _| key.gil == Some(GilState::Held));
+        self.counts
+            .retain(|key, _| key.thread.gil == Some(GilState::Held));
         self.off_cpu
-            .retain(|(key, _), _| key.gil == Some(GilState::Held));
+            .retain(|(key, _), _| key.thread.gil == Some(GilState::Held));
         before - self.total_samples()
     }
 
@@ -214,7 +169,8 @@ impl ProfileWindow {
 
     /// The distinct PIDs in the window, ascending.
     pub fn pids(&self) -> Vec<u32> {
-        let pids: std::collections::BTreeSet<u32> = self.counts.keys().map(|key| key.pid).collect();
+        let pids: std::collections::BTreeSet<u32> =
+            self.counts.keys().map(|key| key.thread.pid).collect();
         pids.into_iter().collect()
     }
 }
@@ -291,15 +247,11 @@ impl Aggregator {
     }
 
     fn key(&mut self, sample: &ThreadSample) -> StackKey {
+        let mut thread = sample.thread.clone();
+        thread.thread_name = thread.thread_name.map(|name| self.intern(&name));
+        thread.task = thread.task.map(|name| self.intern(&name));
         StackKey {
-            pid: sample.pid,
-            tid: sample.host_tid,
-            ns_tid: (sample.tid != sample.host_tid).then_some(sample.tid),
-            thread_name: sample.thread_name.as_deref().map(|name| self.intern(name)),
-            gil: sample.gil,
-            cpu: sample.cpu,
-            trace: sample.trace,
-            task: sample.task.as_deref().map(|name| self.intern(name)),
+            thread,
             frames: sample.frames.clone(),
         }
     }
@@ -388,15 +340,10 @@ pub(crate) mod tests {
         name: Option<&str>,
         frames: Vec<Frame>,
     ) -> ThreadSample {
+        let mut thread = SampleThread::new(pid, tid, tid);
+        thread.thread_name = name.map(Arc::from);
         ThreadSample {
-            pid,
-            tid,
-            host_tid: tid,
-            thread_name: name.map(Arc::from),
-            gil: None,
-            cpu: None,
-            trace: None,
-            task: None,
+            thread,
             frames,
             truncated: false,
         }
@@ -457,7 +404,10 @@ pub(crate) mod tests {
         assert_eq!(stacks[0].0.frames.len(), 1);
         assert_eq!(stacks[0].1, 1);
         assert_eq!(stacks[1].1, 5);
-        assert_eq!(stacks[1].0.thread_name.as_deref(), Some("MainThread"));
+        assert_eq!(
+            stacks[1].0.thread.thread_name.as_deref(),
+            Some("MainThread")
+        );
         assert_eq!(window.pids(), vec![100]);
     }
 
@@ -513,7 +463,7 @@ pub(crate) mod tests {
         let names: Vec<&Arc<str>> = window
             .counts
             .keys()
-            .filter_map(|key| key.thread_name.as_ref())
+            .filter_map(|key| key.thread.thread_name.as_ref())
             .collect();
         assert!(Arc::ptr_eq(names[0], names[1]));
     }

@@ -40,10 +40,10 @@ pub fn write(window: &ProfileWindow, out: &mut impl Write) -> io::Result<()> {
 fn render_stack(key: &StackKey, multi_process: bool) -> String {
     let mut stack = String::new();
     if multi_process {
-        let _ = write!(stack, "process {};", key.pid);
+        let _ = write!(stack, "process {};", key.thread.pid);
     }
-    let _ = write!(stack, "thread {}", key.tid);
-    if let Some(name) = &key.thread_name {
+    let _ = write!(stack, "thread {}", key.thread.tid);
+    if let Some(name) = &key.thread.thread_name {
         stack.push_str(" (");
         push_sanitized(&mut stack, name);
         stack.push(')');

@@ -87,7 +87,7 @@ pub fn build(window: &ProfileWindow) -> Profile {
         .counts
         .keys()
         .chain(window.off_cpu.keys().map(|(key, _)| key))
-        .any(|key| key.ns_tid.is_some())
+        .any(|key| key.thread.ns_tid.is_some())
         .then(|| builder.string("ns_thread_id"));
     let pid_key = (!window.labels.contains_key("pid")).then(|| builder.string("pid"));
     let process_labels: Vec<Label> = window
@@ -129,17 +129,17 @@ pub fn build(window: &ProfileWindow) -> Profile {
             .collect();
         let mut label = vec![Label {
             key: thread_id_key,
-            num: i64::from(key.tid),
+            num: i64::from(key.thread.tid),
             ..Label::default()
         }];
-        if let (Some(ns_tid), Some(ns_thread_id_key)) = (key.ns_tid, ns_thread_id_key) {
+        if let (Some(ns_tid), Some(ns_thread_id_key)) = (key.thread.ns_tid, ns_thread_id_key) {
             label.push(Label {
                 key: ns_thread_id_key,
                 num: i64::from(ns_tid),
                 ..Label::default()
             });
         }
-        if let Some(name) = &key.thread_name {
+        if let Some(name) = &key.thread.thread_name {
             label.push(Label {
                 key: thread_name_key,
                 str: builder.string(name),
@@ -149,14 +149,14 @@ pub fn build(window: &ProfileWindow) -> Profile {
         if let Some(pid_key) = pid_key {
             label.push(Label {
                 key: pid_key,
-                num: i64::from(key.pid),
+                num: i64::from(key.thread.pid),
                 ..Label::default()
             });
         }
         let states = [
             wait.map(|w| ("wait", w.label())),
-            key.gil.map(|g| ("gil", g.label())),
-            key.cpu.map(|c| ("state", c.label())),
+            key.thread.gil.map(|g| ("gil", g.label())),
+            key.thread.cpu.map(|c| ("state", c.label())),
         ];
         for (name, value) in states.into_iter().flatten() {
             label.push(Label {
@@ -165,14 +165,14 @@ pub fn build(window: &ProfileWindow) -> Profile {
                 ..Label::default()
             });
         }
-        if let Some(task) = &key.task {
+        if let Some(task) = &key.thread.task {
             label.push(Label {
                 key: builder.string("task_name"),
                 str: builder.string(task),
                 ..Label::default()
             });
         }
-        if let Some(trace) = &key.trace {
+        if let Some(trace) = &key.thread.trace {
             for (name, value) in [
                 ("trace_id", trace.trace_id_hex()),
                 ("span_id", trace.span_id_hex()),

@@ -108,12 +108,16 @@ type ProfileKey = (u32, u32, String, bool);
 /// The profile name of a thread.
 fn thread_name(key: &StackKey, off_cpu: bool) -> String {
     let name = key
+        .thread
         .thread_name
         .as_deref()
         .map(|n| format!(" ({n})"))
         .unwrap_or_default();
     let kind = if off_cpu { " (off-CPU)" } else { "" };
-    format!("process {} thread {}{name}{kind}", key.pid, key.tid)
+    format!(
+        "process {} thread {}{name}{kind}",
+        key.thread.pid, key.thread.tid
+    )
 }
 
 /// Writes `window` as one speedscope file.
@@ -123,7 +127,12 @@ pub fn write(window: &ProfileWindow, out: &mut impl Write) -> io::Result<()> {
     for (key, count) in window.stacks() {
         let stack = table.stack(key, None);
         let p = profiles
-            .entry((key.pid, key.tid, thread_name(key, false), false))
+            .entry((
+                key.thread.pid,
+                key.thread.tid,
+                thread_name(key, false),
+                false,
+            ))
             .or_default();
         p.0.push(stack);
         p.1.push(count.saturating_mul(window.period_ns));
@@ -136,7 +145,7 @@ pub fn write(window: &ProfileWindow, out: &mut impl Write) -> io::Result<()> {
         };
         let stack = table.stack(key, Some(root));
         let p = profiles
-            .entry((key.pid, key.tid, thread_name(key, true), true))
+            .entry((key.thread.pid, key.thread.tid, thread_name(key, true), true))
             .or_default();
         p.0.push(stack);
         p.1.push(ns);

@@ -439,10 +439,10 @@ impl BpfBackend {
         );
         let now = monotonic_ns();
         for sample in samples {
-            let Some(host_tid) = p.unwinder.host_tid(sample.tid) else {
+            let Some(host_tid) = p.unwinder.host_tid(sample.thread.ns_tid()) else {
                 tracing::debug!(
                     pid,
-                    tid = sample.tid,
+                    tid = sample.thread.ns_tid(),
                     "no host thread id for a blocked thread"
                 );
                 continue;

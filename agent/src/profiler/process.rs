@@ -130,7 +130,7 @@ impl Collected {
         let profiles = &mut self.profiles;
         self.waits
             .weigh(only, |s: &ThreadSample, w: WaitReason, ns: u64| {
-                profiles.get_mut(&s.pid).is_some_and(|p| {
+                profiles.get_mut(&s.thread.pid).is_some_and(|p| {
                     p.agg.add_off_cpu(s, w, ns);
                     true
                 })
@@ -139,7 +139,7 @@ impl Collected {
 
     /// One on-CPU sample into its process's profile (none: the process is no longer tracked).
     pub fn add(&mut self, sample: &ThreadSample) {
-        if let Some(p) = self.profiles.get_mut(&sample.pid) {
+        if let Some(p) = self.profiles.get_mut(&sample.thread.pid) {
             p.agg.add(sample);
             self.stats.samples += 1;
         }

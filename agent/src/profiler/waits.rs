@@ -38,7 +38,7 @@ impl Waiting {
         since_ns: u64,
         seen_blocked_in: Option<i64>,
     ) -> Waiting {
-        sample.gil = gil_while_blocked(sample.gil, wait);
+        sample.thread.gil = gil_while_blocked(sample.thread.gil, wait);
         Waiting {
             sample,
             wait,
@@ -146,10 +146,10 @@ impl Waits {
     pub fn weigh(&mut self, only: Option<u32>, mut add: impl AddWait) {
         let now = monotonic_ns();
         if let Some(pid) = only {
-            self.last.retain(|_, w| w.sample.pid != pid);
+            self.last.retain(|_, w| w.sample.thread.pid != pid);
         }
         self.waiting.retain(|&tid, w| {
-            if only.is_some_and(|pid| pid != w.sample.pid) {
+            if only.is_some_and(|pid| pid != w.sample.thread.pid) {
                 return true;
             }
             if !add(&w.sample, w.wait, now.saturating_sub(w.since_ns)) || only.is_some() {
@@ -157,7 +157,7 @@ impl Waits {
             }
             w.since_ns = now;
             w.seen_blocked_in.is_none()
-                || blocked_in(w.sample.pid, tid).map(|b| b.nr) == w.seen_blocked_in
+                || blocked_in(w.sample.thread.pid, tid).map(|b| b.nr) == w.seen_blocked_in
         });
     }
 
@@ -173,15 +173,15 @@ impl Waits {
             }
             // A wait found at attach is still the same wait only while in the same call.
             if w.seen_blocked_in.is_some()
-                && blocked_in(w.sample.pid, host_tid).map(|b| b.nr) != w.seen_blocked_in
+                && blocked_in(w.sample.thread.pid, host_tid).map(|b| b.nr) != w.seen_blocked_in
             {
                 continue;
             }
             w.stall_reported = true;
             stalls.push(Stall {
-                pid: w.sample.pid,
-                tid: w.sample.tid,
-                thread_name: w.sample.thread_name.clone(),
+                pid: w.sample.thread.pid,
+                tid: w.sample.thread.ns_tid(),
+                thread_name: w.sample.thread.thread_name.clone(),
                 wait: w.wait,
                 blocked_for: Duration::from_nanos(blocked_ns),
                 frames: w.sample.frames.clone(),
@@ -195,7 +195,7 @@ impl Waits {
     pub fn stalled_threads(&self) -> HashMap<u32, u64> {
         let mut per_pid = HashMap::new();
         for w in self.waiting.values().filter(|w| w.stall_reported) {
-            *per_pid.entry(w.sample.pid).or_insert(0) += 1;
+            *per_pid.entry(w.sample.thread.pid).or_insert(0) += 1;
         }
         per_pid
     }
@@ -247,7 +247,7 @@ mod tests {
         waits.found_blocked(21, wait(2, 21, "a", 0));
         waits.found_blocked(31, wait(3, 31, "b", 0));
         waits.weigh(Some(2), |s: &ThreadSample, _: WaitReason, _: u64| {
-            seen.push(s.pid);
+            seen.push(s.thread.pid);
             true
         });
         assert_eq!(seen, [2]);

@@ -134,19 +134,19 @@ impl NativeStacks {
     /// Replaces `sample`'s frames by the mix of its Python frames and the native frames of its
     /// thread, which must be stopped by this thread; leaves them alone if no copy can be taken.
     pub fn mix(&mut self, sample: &mut ThreadSample) {
-        let regs = match copy_stopped_thread(sample.host_tid, &mut self.buf) {
+        let regs = match copy_stopped_thread(sample.thread.tid, &mut self.buf) {
             Ok(regs) => regs,
             Err(e) => {
                 self.stats.not_copied += 1;
-                tracing::debug!(pid = sample.pid, "no native stack: {e}");
+                tracing::debug!(pid = sample.thread.pid, "no native stack: {e}");
                 return;
             }
         };
         let section = NativeSection::from_user_copy(regs.ip, regs.sp, regs.bp, &self.buf);
         let unwinder = self
             .unwinders
-            .entry(sample.pid)
-            .or_insert_with(|| NativeUnwinder::new(sample.pid, self.debug_dirs.clone()));
+            .entry(sample.thread.pid)
+            .or_insert_with(|| NativeUnwinder::new(sample.thread.pid, self.debug_dirs.clone()));
         let stack = unwinder.stack(&section);
         self.stats.unmapped_frames += u64::from(stack.unmapped_frames);
         let (frames, how) = merge(std::mem::take(&mut sample.frames), stack);

@@ -382,14 +382,14 @@ fn label_wall_state(
     states: Option<&mut RunStates>,
     s: &mut ThreadSample,
 ) {
-    let host_tid = unwinder.host_tid(s.tid);
+    let host_tid = unwinder.host_tid(s.thread.ns_tid());
     let running = host_tid.is_some_and(|t| on_cpu.contains(&t));
-    s.cpu = Some(if running {
+    s.thread.cpu = Some(if running {
         CpuState::OnCpu
     } else {
         CpuState::OffCpu
     });
-    if running || s.gil != Some(GilState::Released) {
+    if running || s.thread.gil != Some(GilState::Released) {
         return;
     }
     let waits_for_gil = host_tid
@@ -401,7 +401,7 @@ fn label_wall_state(
             wait_reason(b.class, b.wait_addr, unwinder.main_gil_words()) == WaitReason::Gil
         });
     if waits_for_gil {
-        s.gil = Some(GilState::Waiting);
+        s.thread.gil = Some(GilState::Waiting);
     }
 }
 

@@ -36,7 +36,7 @@ pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};
 pub use loss::{LossCounts, LossReason, RecordLoss, StackLoss};
 pub use options::{AsyncMode, CacheTotals, UnwindOptions, UnwindStats};
 pub use record::{ExternalSkip, ExternalWalk};
-pub use sample::{CpuState, GilState, ThreadSample, TraceContext};
+pub use sample::{CpuState, GilState, SampleThread, ThreadSample, TraceContext};
 pub use threads::{InterpreterInfo, ThreadInfo};
 pub use walk::{RawFrame, WalkEnd};
 
@@ -242,15 +242,12 @@ impl Unwinder {
         } else {
             None
         };
+        let mut thread = SampleThread::new(pid, t.native_thread_id, host_tid);
+        thread.thread_name = name;
+        thread.gil = t.holds_gil.map(GilState::from_held);
+        thread.trace = trace;
         ThreadSample {
-            pid,
-            tid: t.native_thread_id,
-            host_tid,
-            thread_name: name,
-            gil: t.holds_gil.map(GilState::from_held),
-            cpu: None,
-            trace,
-            task: None,
+            thread,
             frames,
             truncated,
         }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    CachedFrame, InterpreterInfo, RawFrame, ThreadInfo, ThreadKey, ThreadSample, UnwindError,
-    Unwinder,
+    CachedFrame, InterpreterInfo, RawFrame, SampleThread, ThreadInfo, ThreadKey, ThreadSample,
+    UnwindError, Unwinder,
 };
 use crate::symbolize::{bytecode_base, CodeInfo, Frame, FrameKind};
 
@@ -447,16 +447,13 @@ impl Unwinder {
         // The span comes with the walk, read at the same tick. Read here instead, it would be
         // the thread's context at the drain, up to one drain interval after the stack was
         // taken: with spans of 50 ms, only 48% of such samples carried the span they ran under.
-        let trace = walk.trace;
+        let mut thread = SampleThread::new(self.target.pid, ns_tid, walk.host_tid);
+        thread.thread_name = name;
+        thread.gil = walk.gil;
+        thread.trace = walk.trace;
+        thread.task = task;
         ThreadSample {
-            pid: self.target.pid,
-            tid: ns_tid,
-            host_tid: walk.host_tid,
-            thread_name: name,
-            gil: walk.gil,
-            cpu: None,
-            trace,
-            task,
+            thread,
             frames,
             truncated: walk.truncated,
         }

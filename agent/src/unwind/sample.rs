@@ -3,28 +3,63 @@ use std::sync::Arc;
 use crate::symbolize::native::hex;
 use crate::symbolize::Frame;
 
-/// The stack of one thread at one instant: what the unwinder hands to aggregation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreadSample {
+/// Which thread a sample is of and the state it was in: what, with the frames, tells two
+/// samples apart in a profile (its labels). A sample carries it, and the aggregator keeps it as
+/// the sample's key ([`crate::aggregate::StackKey`]), not a copy field by field.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SampleThread {
     /// Host PID of the process.
     pub pid: u32,
-    /// Linux thread id (in the target's PID namespace, as CPython stores it).
+    /// Linux thread id as the host sees it (the `thread_id` label, like `pid`; the id in the
+    /// target's namespace when the thread is already gone from `/proc`).
     pub tid: u32,
-    /// The same thread's id as the host sees it (equal to `tid` outside PID namespaces; `tid`
-    /// when the thread is already gone from `/proc`).
-    pub host_tid: u32,
+    /// The thread's id in the target's PID namespace, as CPython stores it, when it differs
+    /// (`ns_thread_id`, like `ns_pid`).
+    pub ns_tid: Option<u32>,
     /// Python-level thread name (`threading.Thread.name`) when it could be read.
     pub thread_name: Option<Arc<str>>,
-    /// The thread and the GIL when sampled (`None`: free-threaded build, or unknown).
+    /// The thread and the GIL when sampled (the `gil` label; `None`: free-threaded build, or
+    /// unknown).
     pub gil: Option<GilState>,
-    /// On or off a CPU when sampled: known only where the sampler takes waiting threads too
-    /// (userspace `--idle`); the stacks of an eBPF profile are on-CPU or off-CPU by kind.
+    /// On or off a CPU when sampled (the `state` label): known only where the sampler takes
+    /// waiting threads too (userspace `--idle`); the stacks of an eBPF profile are on-CPU or
+    /// off-CPU by kind.
     pub cpu: Option<CpuState>,
-    /// The trace and span the thread was in, where the process publishes them (OTEP 4947).
+    /// The trace and span the thread was in, where the process publishes them (OTEP 4947; the
+    /// `trace_id` and `span_id` labels).
     pub trace: Option<TraceContext>,
     /// The asyncio task the thread was running (the `task_name` label), with task-aware
     /// stacks on.
     pub task: Option<Arc<str>>,
+}
+
+impl SampleThread {
+    /// A thread of `pid` with no state known: `tid` in the target's namespace, `host_tid` as
+    /// the host sees it.
+    pub fn new(pid: u32, tid: u32, host_tid: u32) -> SampleThread {
+        SampleThread {
+            pid,
+            tid: host_tid,
+            ns_tid: (tid != host_tid).then_some(tid),
+            thread_name: None,
+            gil: None,
+            cpu: None,
+            trace: None,
+            task: None,
+        }
+    }
+
+    /// The thread's id in the target's PID namespace (CPython's `native_thread_id`).
+    pub fn ns_tid(&self) -> u32 {
+        self.ns_tid.unwrap_or(self.tid)
+    }
+}
+
+/// The stack of one thread at one instant: what the unwinder hands to aggregation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadSample {
+    /// The thread and its state.
+    pub thread: SampleThread,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
     /// The walk stopped before the bottom of the stack (depth bound, torn read).

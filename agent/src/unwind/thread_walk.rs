@@ -224,7 +224,7 @@ impl Unwinder {
         };
         let frames = self.finish(interp, t, resolved);
         let mut sample = self.make_sample(t, frames, truncated);
-        sample.task = task;
+        sample.thread.task = task;
         sample
     }
 

@@ -104,8 +104,12 @@ fn eight_threads_distinct_stacks(py: &str) {
             3 => "CustomThreadName-3".to_string(),
             i => format!("worker-{i}"),
         };
-        assert_eq!(t.thread_name.as_deref(), Some(name.as_str()), "{py}");
-        assert_ne!(t.tid, p.pid(), "workers have their own thread ids");
+        assert_eq!(t.thread.thread_name.as_deref(), Some(name.as_str()), "{py}");
+        assert_ne!(
+            t.thread.ns_tid(),
+            p.pid(),
+            "workers have their own thread ids"
+        );
     }
     depths.sort_unstable();
     assert_eq!(
@@ -118,7 +122,7 @@ fn eight_threads_distinct_stacks(py: &str) {
         .find(|t| simple(t) == vec![main.clone()])
         .expect("waited for above");
     assert_eq!(
-        main_thread.thread_name.as_deref(),
+        main_thread.thread.thread_name.as_deref(),
         Some("MainThread"),
         "{py}"
     );

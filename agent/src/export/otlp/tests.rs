@@ -34,7 +34,7 @@ fn window() -> ProfileWindow {
     }
     let main = Some("MainThread");
     let mut in_span = sample(4321, 4321, main, vec![handle.clone(), module.clone()]);
-    in_span.trace = Some(crate::unwind::TraceContext {
+    in_span.thread.trace = Some(crate::unwind::TraceContext {
         trace_id: TRACE_ID,
         span_id: SPAN_ID,
     });
@@ -252,7 +252,7 @@ fn a_sample_in_a_span_links_to_it() {
     let mut agg = Aggregator::new(PERIOD_NS);
     for function in ["in_span", "also_in_span", "in_span"] {
         let mut in_span = sample(9, 9, None, vec![frame(function, "a.py", 1, 1)]);
-        in_span.trace = Some(TraceContext { trace_id, span_id });
+        in_span.thread.trace = Some(TraceContext { trace_id, span_id });
         agg.add(&in_span);
     }
     agg.add(&sample(9, 9, None, vec![frame("outside", "a.py", 1, 1)]));

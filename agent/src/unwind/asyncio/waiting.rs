@@ -16,7 +16,7 @@ use foldhash::{HashSet, HashSetExt};
 use super::objects::{self, Layouts, RawTask, SettledTask};
 use crate::memory::ProcessMemory;
 use crate::symbolize::{Frame, ObjectError};
-use crate::unwind::{InterpreterInfo, ThreadInfo, ThreadSample, Unwinder};
+use crate::unwind::{InterpreterInfo, SampleThread, ThreadInfo, ThreadSample, Unwinder};
 
 /// A task's stack, innermost first, and its name (the `task_name` label).
 type TaskStack = (Vec<Frame>, Arc<str>);
@@ -115,15 +115,11 @@ impl Unwinder {
     /// holds neither while it waits.
     fn task_sample(&mut self, t: &ThreadInfo, frames: Vec<Frame>, label: Arc<str>) -> ThreadSample {
         let tid = t.native_thread_id;
+        let mut thread = SampleThread::new(self.target.pid, tid, self.host_tid(tid).unwrap_or(tid));
+        thread.thread_name = self.thread_name(tid);
+        thread.task = Some(label);
         ThreadSample {
-            pid: self.target.pid,
-            tid,
-            host_tid: self.host_tid(tid).unwrap_or(tid),
-            thread_name: self.thread_name(tid),
-            gil: None,
-            cpu: None,
-            trace: None,
-            task: Some(label),
+            thread,
             frames,
             truncated: false,
         }

@@ -51,7 +51,7 @@ pub fn run(manifest: &Manifest, seconds: f64, peer_seconds: f64) -> Result<()> {
         let check = move |s: &[ThreadSample]| {
             s.len() == 1
                 && nests(&mut s[0].frames.iter().map(|f| f.function())) == DEPTH
-                && (!async_tasks || s[0].task.as_deref() == Some(BUSY_TASK))
+                && (!async_tasks || s[0].thread.task.as_deref() == Some(BUSY_TASK))
         };
         let expected = format!("one thread with {DEPTH} `nest` frames");
         ours_checked(&target, options, check, &expected, seconds)
