@@ -1,7 +1,9 @@
 //! `cargo xtask dist`: the release artifacts a fleet installs, in `target/dist/`:
 //! - `pyagent_<version>_amd64.deb` (cargo-deb, from `[package.metadata.deb]` in
-//!   `agent/Cargo.toml`): the binary with its BPF object embedded, the systemd unit, the config
-//!   file and a man page (help2man, from the binary's own `--help`);
+//!   `agent/Cargo.toml`): the binary with its BPF object embedded, stripped of its debug info,
+//!   the systemd unit, the config file and a man page (help2man, from the binary's own `--help`);
+//! - `pyagent-dbgsym_<version>_amd64.ddeb`: the debug info, found by the binary's build id
+//!   (`/usr/lib/debug/.build-id/`), so that a crash or a profile of the agent is still symbolized;
 //! - `pyagent_<version>_oci.tar`: an OCI image archive of `localhost/pyagent:<version>` (the name
 //!   `deploy/kubernetes/daemonset.yaml` uses), built by podman from `deploy/Containerfile` on the
 //!   cached bookworm minbase root (`cargo xtask rootfs`): no image registry is needed.
@@ -39,6 +41,7 @@ const IMAGE_PRUNE: &[&str] = &[
 /// The artifacts' paths.
 pub struct Artifacts {
     pub deb: PathBuf,
+    pub dbgsym: PathBuf,
     pub image: PathBuf,
 }
 
@@ -59,6 +62,7 @@ pub fn artifacts() -> Artifacts {
     let dist = dist_dir();
     Artifacts {
         deb: dist.join(format!("pyagent_{VERSION}_amd64.deb")),
+        dbgsym: dist.join(format!("pyagent-dbgsym_{VERSION}_amd64.ddeb")),
         image: dist.join(format!("pyagent_{VERSION}_oci.tar")),
     }
 }
@@ -66,7 +70,7 @@ pub fn artifacts() -> Artifacts {
 /// `cargo xtask dist`
 pub fn run() -> Result<()> {
     let built = build()?;
-    for path in [&built.deb, &built.image] {
+    for path in [&built.deb, &built.dbgsym, &built.image] {
         let size = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         println!("{} ({:.1} MiB)", path.display(), size as f64 / 1048576.0);
     }
@@ -90,17 +94,39 @@ pub fn build() -> Result<Artifacts> {
     ensure_cargo_deb(&log)?;
     say(TAG, format_args!("building {}", out.deb.display()));
     let out_deb = out.deb.to_str().context("the dist path is not UTF-8")?;
+    // The release profile keeps line tables (`debug = 1`) for the benches' own profiles; a
+    // fleet pulls the binary onto every node, so the package ships it stripped and the debug
+    // info goes to the dbgsym package, compressed.
     test::cargo(&[
         "deb",
         "-p",
         "pyagent",
         "--no-build",
         "--quiet",
+        "--dbgsym",
+        "--compress-debug-symbols=zlib",
         "--output",
         out_deb,
     ])?;
+    // cargo-deb names it after the `.deb`; Debian's name says which package it is.
+    let written = out.deb.with_extension("ddeb");
+    fs::rename(&written, &out.dbgsym).with_context(|| {
+        format!(
+            "cargo deb --dbgsym wrote no {} to move to {}",
+            written.display(),
+            out.dbgsym.display()
+        )
+    })?;
 
-    image(&log, &binary, &dist, &out.image)?;
+    // The image gets the same stripped binary.
+    let stripped = dist.join("pyagent");
+    log.run(
+        Command::new("objcopy")
+            .arg("--strip-debug")
+            .arg(&binary)
+            .arg(&stripped),
+    )?;
+    image(&log, &stripped, &dist, &out.image)?;
     Ok(out)
 }
 

@@ -137,6 +137,33 @@ fn deb_installs_into_a_fresh_root_and_dumps_a_host_python() {
             "/{path}"
         );
     }
+    // Stripped (a fleet pulls it onto every node), its debug info in the dbgsym package under
+    // its build id, where gdb and symbolizers look.
+    let binary = root.0.join("usr/bin/pyagent");
+    let size = std::fs::metadata(&binary).expect("the binary").len();
+    assert!(size <= 20 << 20, "installed binary of {size} bytes");
+    let notes = run(Command::new("readelf").arg("-n").arg(&binary));
+    let notes = String::from_utf8_lossy(&notes.stdout).into_owned();
+    let build_id = notes
+        .split("Build ID: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no build id in:\n{notes}"))
+        .to_owned();
+    let dbgsym = deb.with_file_name(format!("pyagent-dbgsym_{VERSION}_amd64.ddeb"));
+    std::fs::copy(&dbgsym, root.0.join("tmp/pyagent-dbgsym.ddeb")).expect("copy the .ddeb");
+    run(&mut root.chroot(&["dpkg", "-i", "/tmp/pyagent-dbgsym.ddeb"]));
+    let debug = root.0.join(format!(
+        "usr/lib/debug/.build-id/{}/{}.debug",
+        &build_id[..2],
+        &build_id[2..]
+    ));
+    let sections = run(Command::new("readelf").arg("-S").arg(&debug));
+    assert!(
+        String::from_utf8_lossy(&sections.stdout).contains(".debug_line"),
+        "{} holds the line tables",
+        debug.display()
+    );
     let unit = std::fs::read_to_string(root.0.join("lib/systemd/system/pyagent.service"))
         .expect("the unit");
     assert!(
