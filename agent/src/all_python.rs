@@ -3,6 +3,8 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use pyagent::aggregate::ProfileWindow;
@@ -68,32 +70,42 @@ pub(crate) fn service_config(args: &HostArgs, log: Option<&str>) -> Result<Servi
 
 /// The configuration of an `--all-python --duration` run: the service's layers (flags >
 /// `PYAGENT_*` > `--config` file) with the service's validation, over the defaults of a
-/// one-off run (99 Hz, off-CPU only when asked). Settings only a running service uses are
-/// named in one line, not ignored in silence.
-fn duration_config(args: &HostArgs) -> Result<(ServiceConfig, PathBuf)> {
-    let layers = ServiceConfig::layers(
-        args.config.as_deref(),
-        std::env::vars(),
-        &flag_layer(args, None)?,
-    )?;
+/// one-off run (99 Hz, off-CPU only when asked). `layers` name no setting only the service
+/// uses: with one, the run is the service's ([`service_for`]).
+fn duration_config(layers: Overrides) -> Result<(ServiceConfig, PathBuf)> {
     // Checked before the service's validation, whose complaint (no directory and no upload
     // URL) would point at an upload this mode does not make.
     let Some(dir) = layers.output_dir.clone() else {
         bail!("--all-python --duration needs --output DIR (or output.dir in the --config file)");
     };
-    let unused = layers.service_only_settings();
-    if !unused.is_empty() {
-        eprintln!(
-            "pyagent: --duration writes one file per process and exits; these service settings do nothing here: {}",
-            unused.join(", ")
-        );
-    }
     let one_off = Overrides {
         rate_hz: Some(99),
         off_cpu: Some(false),
         ..Overrides::default()
     };
     Ok((ServiceConfig::from_overrides(layers.over(one_off))?, dir))
+}
+
+/// `--duration` with a setting only the service uses (an upload target, metrics, an interval):
+/// the service itself for that long, every sink it would use included, ending as it ends at
+/// SIGTERM (the partial interval cut, every profile delivered or spilled to the directory).
+fn service_for(args: &HostArgs, duration: Duration, settings: &[&str]) -> Result<()> {
+    let config = service_config(args, None)?;
+    eprintln!(
+        "pyagent: running the service for {:?} ({} given), then stopping as at SIGTERM",
+        duration,
+        settings.join(", ")
+    );
+    // The service stops at STOP, which SIGTERM and SIGINT set too; the timer just sets it
+    // early. If the service ends first (an error), the process exits with the timer pending.
+    std::thread::Builder::new()
+        .name("pyagent-duration".into())
+        .spawn(move || {
+            std::thread::sleep(duration);
+            STOP.store(true, Ordering::Relaxed);
+        })
+        .context("cannot start the --duration timer")?;
+    service(&config, &args.frames)
 }
 
 pub(crate) fn service(config: &ServiceConfig, frames: &FrameArgs) -> Result<()> {
@@ -118,10 +130,19 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
     let duration = args
         .duration
         .expect("service mode is handled by the caller");
+    let layers = ServiceConfig::layers(
+        args.config.as_deref(),
+        std::env::vars(),
+        &flag_layer(args, None)?,
+    )?;
+    let service_settings = layers.service_only_settings();
+    if !service_settings.is_empty() {
+        return service_for(args, duration, &service_settings);
+    }
     if args.off_cpu && args.mode == Some(ModeArg::Userspace) {
         bail!("--off-cpu needs --mode ebpf (the userspace sampler cannot see a thread block; --idle in `record --mode userspace` samples waiting threads instead)");
     }
-    let (config, dir) = duration_config(args)?;
+    let (config, dir) = duration_config(layers)?;
     let dir = dir.as_path();
     let lacks = privilege_shortfalls()?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

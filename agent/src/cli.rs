@@ -242,8 +242,10 @@ pub struct HostArgs {
     #[arg(long)]
     pub off_cpu: bool,
     /// How long to profile, in seconds (`30`, `1.5`) or with a unit (`500ms`, `2m`), then write
-    /// one file per process into --output and exit. Without it, run as a service until SIGTERM,
-    /// cutting a profile per process every --interval.
+    /// one file per process into --output and exit. With a setting only the service uses
+    /// (--pyroscope-url, --otlp-endpoint, --metrics-addr, --interval, ...), run the service for
+    /// that long instead, uploads included, and stop as at SIGTERM. Without it, run as a service
+    /// until SIGTERM, cutting a profile per process every --interval.
     #[arg(long, short, value_parser = parse_duration, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     /// Service mode: TOML configuration file (flags override it, it overrides PYAGENT_* vars).

@@ -355,3 +355,51 @@ fn a_process_context_published_late_renames_the_next_windows() {
     assert!(service.wait().expect("exits").success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--duration` with an upload target is the service for that long: with an interval longer
+/// than the run, the target's profile reaches the receiver only because the run ends as the
+/// service ends at SIGTERM, cutting the partial interval and delivering it.
+#[test]
+fn duration_with_an_otlp_endpoint_runs_the_service_and_delivers_at_the_end() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let (receiver_port, received) = start_receiver();
+    let p = PythonProcess::ready("py312", "busy.py", &["90"]);
+    let spool = fresh_path("otlp-duration-spool");
+    let mut run = Command::new(pyagent_bin())
+        .args(["--all-python", "--mode", "ebpf", "--duration", "5"])
+        .args(["--interval", "120s"])
+        .args([
+            "--otlp-endpoint",
+            &format!("http://127.0.0.1:{receiver_port}"),
+        ])
+        .arg("--output")
+        .arg(&spool)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pyagent");
+    let status = wait_for(
+        "the --duration run to exit",
+        Duration::from_secs(90),
+        || run.try_wait().expect("wait for pyagent"),
+    );
+    let mut stderr = String::new();
+    run.stderr
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("running the service for"), "{stderr}");
+    let ours = received.try_iter().any(|r| {
+        r.request.resource_profiles.iter().any(|rp| {
+            rp.resource.as_ref().is_some_and(|res| {
+                res.attributes.iter().any(|kv| {
+                    kv.key == "process.pid" && text(&kv.value) == format!("int:{}", p.pid())
+                })
+            })
+        })
+    });
+    assert!(ours, "the target's profile reached the receiver: {stderr}");
+    let _ = std::fs::remove_dir_all(&spool);
+}
