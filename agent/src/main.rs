@@ -407,7 +407,11 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
         .find(|(i, _)| i.pid == pid)
         .map(|(_, w)| w);
     let mut window = window.unwrap_or_else(|| {
-        pyagent::aggregate::Aggregator::new(1_000_000_000 / args.rate as u64).cut()
+        let mut agg = pyagent::aggregate::Aggregator::new(1_000_000_000 / args.rate as u64);
+        if args.off_cpu {
+            agg.trace_off_cpu();
+        }
+        agg.cut()
     });
     let without_gil = keep_gil_holders(args, &mut window);
     let mut w = BufWriter::new(file);

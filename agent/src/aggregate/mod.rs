@@ -101,6 +101,9 @@ pub struct ProfileWindow {
     /// Off-CPU time per distinct stack and wait reason, in nanoseconds (empty unless off-CPU
     /// profiling is on).
     pub off_cpu: OffCpuTimes,
+    /// Blocked threads were traced in this window, whether or not one waited: exports declare
+    /// the off-CPU sample type, so that a script asking for it finds it, with 0 in it.
+    pub off_cpu_traced: bool,
 }
 
 impl ProfileWindow {
@@ -188,6 +191,8 @@ pub struct Aggregator {
     thread_names: HashSet<Arc<str>>,
     started_wall: SystemTime,
     started_mono: Instant,
+    /// see [`Aggregator::trace_off_cpu`]
+    off_cpu_traced: bool,
 }
 
 impl Aggregator {
@@ -203,6 +208,7 @@ impl Aggregator {
             thread_names: HashSet::new(),
             started_wall: SystemTime::now(),
             started_mono: Instant::now(),
+            off_cpu_traced: false,
         }
     }
 
@@ -281,6 +287,12 @@ impl Aggregator {
         self.labels.insert(key.into(), value.into());
     }
 
+    /// Says that blocked threads are traced: every window from now on declares off-CPU time
+    /// ([`ProfileWindow::off_cpu_traced`]).
+    pub fn trace_off_cpu(&mut self) {
+        self.off_cpu_traced = true;
+    }
+
     /// Whether nothing was counted since the last cut, on or off the CPU.
     pub fn is_empty(&self) -> bool {
         self.counts.is_empty() && self.off_cpu.is_empty()
@@ -306,6 +318,7 @@ impl Aggregator {
             labels: self.labels.clone(),
             dropped: std::mem::take(&mut self.dropped),
             off_cpu: std::mem::take(&mut self.off_cpu),
+            off_cpu_traced: self.off_cpu_traced,
         }
     }
 

@@ -65,7 +65,7 @@ pub fn build(window: &ProfileWindow) -> Profile {
     let period_ns = to_i64(window.period_ns);
     let samples_count = builder.value_type("samples", "count");
     let cpu_ns = builder.value_type("cpu", "nanoseconds");
-    let with_off_cpu = !window.off_cpu.is_empty();
+    let with_off_cpu = window.off_cpu_traced || !window.off_cpu.is_empty();
     let mut sample_type = vec![samples_count, cpu_ns.clone()];
     if with_off_cpu {
         sample_type.push(builder.value_type("off_cpu", "nanoseconds"));

@@ -486,15 +486,16 @@ impl HostProfiler {
                         .mark_failed(pid, format!("cannot track it in the BPF maps: {e}"));
                     return;
                 }
-                self.collected.start(info, period_ns);
+                let off_cpu = self.config.off_cpu && self.off_cpu_unavailable.is_none();
+                self.collected.start(info, period_ns, off_cpu);
                 // Register its threads now: until then the program finds no thread state.
                 b.refresh_threads(pid, true, &mut self.collected);
-                if self.config.off_cpu && self.off_cpu_unavailable.is_none() {
+                if off_cpu {
                     b.seed_blocked_threads(pid, &mut self.collected);
                 }
             }
             Backend::Userspace(s) => {
-                self.collected.start(info, period_ns);
+                self.collected.start(info, period_ns, false);
                 s.add_target(Unwinder::new(target, unwind));
             }
         }

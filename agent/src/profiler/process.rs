@@ -90,8 +90,11 @@ pub(super) struct Collected {
 impl Collected {
     /// Starts the profile of a newly tracked process, labelled with its pid, namespace pid and
     /// Python version.
-    pub fn start(&mut self, info: ProcessInfo, period_ns: u64) {
+    pub fn start(&mut self, info: ProcessInfo, period_ns: u64, off_cpu: bool) {
         let mut agg = Aggregator::new(period_ns);
+        if off_cpu {
+            agg.trace_off_cpu();
+        }
         agg.set_label("pid", info.pid.to_string());
         if info.ns_pid != info.pid {
             agg.set_label("ns_pid", info.ns_pid.to_string());

@@ -650,3 +650,24 @@ fn dump_json_has_each_threads_state_and_frames() {
         "{text}"
     );
 }
+
+/// A target that never blocks still gets a profile that declares `off_cpu` when it was asked
+/// for, so that `go tool pprof -sample_index=off_cpu` (a script's fixed query) reads it: zero
+/// off-CPU time, not a missing sample type.
+#[test]
+fn off_cpu_is_declared_when_no_thread_waited() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = PythonProcess::ready("py312", "busy.py", &[]);
+    let dir = fresh_dir("off-cpu-declared");
+    let file = dir.join("busy.pb.gz");
+    record_off_cpu(p.pid(), "2", &file);
+    let (types, samples) = raw_samples(&file);
+    assert!(
+        types.iter().any(|t| t.starts_with("off_cpu")),
+        "sample types {types:?}"
+    );
+    assert!(!samples.is_empty(), "on-CPU samples recorded");
+    let top = pyagent_tests::consumers::go_pprof(&["-sample_index=off_cpu", "-top"], &file);
+    assert!(top.contains("off_cpu"), "{top}");
+}
