@@ -329,9 +329,10 @@ pub struct RecordArgs {
     /// pprof].
     #[arg(long, short, value_enum)]
     pub format: Option<FormatArg>,
-    /// Output file.
+    /// Output file [default: `pyagent-PID-UNIXTIME` in the current directory, with the
+    /// format's extension].
     #[arg(long, short)]
-    pub output: PathBuf,
+    pub output: Option<PathBuf>,
     /// Sampler backend (`ebpf` samples the process's threads on every CPU; `--blocking`,
     /// `--idle` and `--subprocesses` need `userspace`).
     #[arg(long, value_enum, default_value_t = ModeArg::Userspace)]

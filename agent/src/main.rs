@@ -101,9 +101,9 @@ fn record(args: &RecordArgs) -> Result<()> {
         },
     };
     // Open the output first: a bad path should fail before sampling, not after.
-    let format = output_format(args)?;
-    let file = File::create(&args.output)
-        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let (output, format) = output_and_format(args)?;
+    let file =
+        File::create(&output).with_context(|| format!("cannot create {}", output.display()))?;
     let mut sampler = UserspaceSampler::new(&[args.pid], config)?;
     let mut agg = Aggregator::new(1_000_000_000 / args.rate as u64);
     if let Some(u) = sampler.unwinder(args.pid) {
@@ -134,13 +134,13 @@ fn record(args: &RecordArgs) -> Result<()> {
     let without_gil = keep_gil_holders(args, &mut window);
     let mut w = BufWriter::new(file);
     export::write(format, &window, &mut w)
-        .with_context(|| format!("writing {}", args.output.display()))?;
+        .with_context(|| format!("writing {}", output.display()))?;
     w.flush()
-        .with_context(|| format!("writing {}", args.output.display()))?;
+        .with_context(|| format!("writing {}", output.display()))?;
     let u = sampler.unwind_stats();
     let mut summary = format!(
         "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads, {} unverified stacks, {} frames named after they returned",
-        args.output.display(),
+        output.display(),
         stats.samples,
         window.counts.len(),
         stats.failed,
@@ -229,17 +229,29 @@ fn record_debug_dirs(args: &RecordArgs) -> DebugDirs {
 /// The format `record` writes: `-f`, else the one the output's extension names, else pprof. A
 /// `-f` that contradicts the extension (`-f pprof -o out.svg`) is refused rather than writing a
 /// file its name lies about.
-fn output_format(args: &RecordArgs) -> Result<export::Format> {
-    let named = export::Format::from_extension(&args.output);
-    match (args.format.map(export::Format::from), named) {
+fn output_and_format(args: &RecordArgs) -> Result<(std::path::PathBuf, export::Format)> {
+    let Some(output) = args.output.clone() else {
+        // Like py-spy: a name of its own in the current directory, never an old profile's.
+        let format = args
+            .format
+            .map_or(export::Format::Pprof, export::Format::from);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let name = format!("pyagent-{}-{now}.{}", args.pid, format.extension());
+        return Ok((std::path::PathBuf::from(name), format));
+    };
+    let named = export::Format::from_extension(&output);
+    let format = match (args.format.map(export::Format::from), named) {
         (Some(given), Some(named)) if given != named => bail!(
             "-f {given} but {} names a {named} file: drop -f, or name the file for {given} (.{})",
-            args.output.display(),
+            output.display(),
             given.extension()
         ),
-        (Some(given), _) => Ok(given),
-        (None, named) => Ok(named.unwrap_or(export::Format::Pprof)),
-    }
+        (Some(given), _) => given,
+        (None, named) => named.unwrap_or(export::Format::Pprof),
+    };
+    Ok((output, format))
 }
 
 /// `record --gil` on a free-threaded build would write an empty profile: there is no GIL.
@@ -378,9 +390,9 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     if args.frames.async_tasks && target.offsets.coroutines.is_none() {
         return Err(AsyncioUnsupported(target.version()).into());
     }
-    let format = output_format(args)?;
-    let file = File::create(&args.output)
-        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let (output, format) = output_and_format(args)?;
+    let file =
+        File::create(&output).with_context(|| format!("cannot create {}", output.display()))?;
     let mut profiler = host_profiler(
         args.mode.into(),
         args.rate,
@@ -416,7 +428,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     let without_gil = keep_gil_holders(args, &mut window);
     let mut w = BufWriter::new(file);
     export::write(format, &window, &mut w)
-        .with_context(|| format!("writing {}", args.output.display()))?;
+        .with_context(|| format!("writing {}", output.display()))?;
     w.flush()?;
     let s = profiler.stats();
     let (cache_hits, cache_misses) = profiler
@@ -435,7 +447,7 @@ fn record_ebpf(args: &RecordArgs) -> Result<()> {
     eprintln!(
         "pyagent: {} mode, wrote {} ({} samples, {} stacks, {}; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF / {} stored stacks dropped because an anchor write raced the thread; {} records repeated their thread's last stack below the top frame, {} resolved whole; {} thread lists read, {} thread-exit notices)",
         profiler.mode_name(),
-        args.output.display(),
+        output.display(),
         window.total_samples(),
         window.counts.len(),
         s.dropped_summary(),

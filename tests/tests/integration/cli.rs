@@ -550,3 +550,34 @@ fn bad_flag_values_are_one_line() {
     let out = run_pyagent(&["dump", "--pid", "abc"]);
     assert_one_line_error(&out, "--pid: not a whole number: \"abc\"");
 }
+
+/// `record` without `-o`, like py-spy: the profile goes to a file of its own in the current
+/// directory (pprof, named after the pid), and the summary says which.
+#[test]
+fn record_without_an_output_names_its_own_file() {
+    let p = PythonProcess::ready("py312", "busy.py", &[]);
+    let dir = fresh_dir("record-default-output");
+    let out = Command::new(pyagent_bin())
+        .args(["record", "--pid", &p.pid().to_string(), "-d", "1"])
+        .current_dir(&dir)
+        .output()
+        .expect("run pyagent");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let written: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the directory")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let prefix = format!("pyagent-{}-", p.pid());
+    assert!(
+        written.len() == 1 && written[0].starts_with(&prefix) && written[0].ends_with(".pb.gz"),
+        "{written:?}"
+    );
+    assert!(
+        err.contains(&written[0]),
+        "the summary names the file: {err}"
+    );
+    let raw = go_pprof_raw(&dir.join(&written[0]));
+    assert!(raw.contains("busy.py"), "{raw}");
+}
