@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use pyagent::offsets::AsyncioUnsupported;
 use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::{ThreadSample, UnwindOptions};
 
@@ -36,7 +37,14 @@ pub fn run(
         debug_dirs: pyagent::config::DebugDirs::default(),
         unwind,
     };
+    let async_tasks = config.unwind.async_tasks;
     let mut sampler = UserspaceSampler::new(&[pid], config)?;
+    if let Some(u) = sampler.unwinder(pid) {
+        // Refused as `dump` and `record` refuse it, rather than shown without tasks.
+        if async_tasks && u.target().offsets.coroutines.is_none() {
+            return Err(AsyncioUnsupported(u.target().version()).into());
+        }
+    }
     let version = sampler
         .unwinder(pid)
         .map(|u| u.target().version().to_string())

@@ -409,7 +409,7 @@ fn task_churn_never_shows_a_chain_that_did_not_exist(
     }
 }
 
-/// Before 3.14 there is no task layout to read: one line, exit status 1.
+/// Before 3.14 there is no task layout to read: one line, exit status 1, from every command.
 #[rstest]
 fn before_3_14_async_is_refused_in_one_line(#[values("py312", "py313")] py: &str) {
     let target = PythonProcess::ready(py, "async_tasks.py", &[]);
@@ -421,6 +421,7 @@ fn before_3_14_async_is_refused_in_one_line(#[values("py312", "py313")] py: &str
         vec!["dump", "--pid", &pid, "--async"],
         record.to_vec(),
         [&record[..], &["--mode", "ebpf"]].concat(),
+        vec!["top", "--pid", &pid, "--async", "--iterations", "1"],
     ] {
         assert_refused(&args, "asyncio task stacks need CPython 3.14 or later");
     }
