@@ -141,7 +141,7 @@ fn record(args: &RecordArgs) -> Result<()> {
     let mut summary = format!(
         "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads, {} unverified stacks, {} frames named after they returned",
         output.display(),
-        stats.samples,
+        window.total_samples(),
         window.counts.len(),
         stats.failed,
         stats.lagged,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use pyagent_tests::agent::{host_wide_lock, pyagent_bin, record, run_pyagent};
+use pyagent_tests::agent::{host_wide_lock, number_before, pyagent_bin, record, run_pyagent};
 use pyagent_tests::consumers::{go_pprof_raw, location_frames};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::PythonProcess;
@@ -545,7 +545,15 @@ fn record_gil_keeps_only_the_gil_holders(
         assert!(err.contains("free-threaded"), "{err}");
         return;
     }
-    let samples = record_samples(p.pid(), mode, "2", &["--gil"], &file);
+    let summary = record(p.pid(), &["--mode", mode, "-d", "2", "--gil"], &file);
+    let samples = raw_samples(&file).1;
+    // The headline counts what was written; what --gil left out is said apart.
+    let written: u64 = samples.iter().map(|s| s.values[0]).sum();
+    assert_eq!(
+        number_before(&summary, " samples,"),
+        written,
+        "{py} {mode}: {summary}"
+    );
     let spinner = gil_counts(&samples, "spinner");
     let hasher = gil_counts(&samples, "hasher");
     let what = format!("{py} {mode}: spinner {spinner:?}, hasher {hasher:?}");
