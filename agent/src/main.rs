@@ -502,8 +502,9 @@ fn print_off_cpu_summary(profiler: &HostProfiler) {
             format!("{:.0} ns", ns as f64 / runs as f64)
         });
     eprintln!(
-        "pyagent: off-CPU: {} waits recorded, {} repeats timed only, {} context switches seen at {switch_cost} each",
+        "pyagent: off-CPU: {} waits recorded, {} more already under way at attach, {} repeats timed only, {} context switches seen at {switch_cost} each",
         counter(common::Counter::OffCpuWalks),
+        profiler.stats().blocked_at_attach,
         counter(common::Counter::OffCpuCarried),
         counter(common::Counter::Switches)
     );

@@ -466,6 +466,7 @@ impl BpfBackend {
             }
             out.waits
                 .found_blocked(host_tid, Waiting::new(sample, wait, now, Some(b.nr)));
+            out.stats.blocked_at_attach += 1;
         }
     }
 }

@@ -159,6 +159,9 @@ pub struct HostStats {
     pub refresh_failed: u64,
     /// off-CPU records resolved into a waiting stack
     pub off_cpu_waits: u64,
+    /// threads found blocked when their process was tracked: waits begun before the recording,
+    /// timed from then (no off-CPU record of their own)
+    pub blocked_at_attach: u64,
     /// wake-up records whose wait had no resolved stack (its record was dropped or torn)
     pub unmatched_wakes: u64,
     /// off-CPU records carrying the time of repeated waits whose first one was not seen

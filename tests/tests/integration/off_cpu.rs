@@ -145,6 +145,12 @@ fn off_cpu_waits_show_under_their_function_with_their_reason(
         secs("<module>", "sleep") >= whole,
         "main thread's sleep: {what}"
     );
+    // The reader's and the locker's waits began before the recording, and the summary counts
+    // them, not only the waits the program saw begin.
+    assert!(
+        number_before(&err, " more already under way at attach") >= 2,
+        "{what}"
+    );
     // The sleeper runs a few microseconds every 50 ms; with spinners it also waits for the GIL.
     let sleeper = secs("sleeper", "sleep") + secs("sleeper", "gil");
     assert!((whole..=3.3).contains(&sleeper), "sleeper: {what}");
