@@ -204,6 +204,7 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
             files.write(&info, window);
         }
     });
+    let idle = profiler.idle_pids();
     for (info, window) in profiler.cut() {
         files.write(&info, window);
     }
@@ -232,6 +233,14 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         s.dropped_summary(),
         states.join(", ")
     );
+    if !idle.is_empty() {
+        eprintln!(
+            "pyagent: {} had no sample (no thread ran Python code on a CPU{}): no file (pid {})",
+            count_processes(idle.len()),
+            if args.off_cpu { " or waited" } else { "" },
+            pid_list(&idle)
+        );
+    }
     if args.off_cpu {
         print_off_cpu_summary(&profiler);
     }
@@ -247,16 +256,21 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
 /// "1 process cannot be inspected (pid 1)": the processes whose memory or executable we may
 /// not read, the first few by pid.
 fn denied_note(denied: &[u32]) -> String {
-    const SHOWN: usize = 5;
-    let mut pids: Vec<String> = denied.iter().take(SHOWN).map(u32::to_string).collect();
-    if denied.len() > SHOWN {
-        pids.push("…".to_string());
-    }
     format!(
         "{} cannot be inspected (pid {})",
         count_processes(denied.len()),
-        pids.join(", ")
+        pid_list(denied)
     )
+}
+
+/// "12, 40, 41, 57, 90, …": the first few pids.
+fn pid_list(pids: &[u32]) -> String {
+    const SHOWN: usize = 5;
+    let mut shown: Vec<String> = pids.iter().take(SHOWN).map(u32::to_string).collect();
+    if pids.len() > SHOWN {
+        shown.push("…".to_string());
+    }
+    shown.join(", ")
 }
 
 /// The profiles of an `--all-python --duration` run, one file per process. Each file is written

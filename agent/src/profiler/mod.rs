@@ -643,6 +643,20 @@ impl HostProfiler {
         self.collected.waits.stalled_threads()
     }
 
+    /// Tracked processes with nothing counted since the last cut: no thread ran Python code on a
+    /// CPU (nor, with off-CPU on, waited), so a cut gives them no window. By pid.
+    pub fn idle_pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self
+            .collected
+            .profiles
+            .iter()
+            .filter(|(_, p)| p.agg.is_empty())
+            .map(|(&pid, _)| pid)
+            .collect();
+        pids.sort_unstable();
+        pids
+    }
+
     /// The windows of processes that exited since the last call (or cut), taken out so that a
     /// one-shot run can write them at once instead of holding them to its end.
     pub fn take_finished(&mut self) -> Vec<(ProcessInfo, ProfileWindow)> {

@@ -161,3 +161,44 @@ fn duration_under_churn_writes_exited_processes_before_the_run_ends() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A process in which no thread ran Python code on a CPU gets no profile file; the run says so
+/// with its pid, rather than writing fewer profiles than processes without a word.
+#[test]
+fn duration_names_the_processes_that_had_no_sample() {
+    let _serial = host_wide_lock();
+    let idle = PythonProcess::ready("py312", "recursion.py", &["3"]);
+    let busy = PythonProcess::ready("py312", "busy.py", &[]);
+    let dir = fresh_path("idle-named");
+    let out = Command::new(pyagent_bin())
+        .args(["--all-python", "--duration", "3", "--output"])
+        .arg(&dir)
+        .output()
+        .expect("run pyagent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(" had no sample "))
+        .unwrap_or_else(|| panic!("no line about idle processes: {stderr}"));
+    // The first few pids are listed: other tests' parked interpreters may come before ours.
+    let pids: Vec<&str> = line
+        .rsplit_once("(pid ")
+        .expect("a pid list")
+        .1
+        .trim_end_matches(')')
+        .split(", ")
+        .collect();
+    assert!(
+        pids.contains(&idle.pid().to_string().as_str()) || pids.last() == Some(&"…"),
+        "{line}"
+    );
+    let files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the output directory")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let named = |pid: u32| files.iter().any(|f| f.ends_with(&format!("-{pid}.pb.gz")));
+    assert!(named(busy.pid()) && !named(idle.pid()), "{files:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
