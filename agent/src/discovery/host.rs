@@ -456,15 +456,15 @@ impl HostScanner {
                 std::fs::read_link(format!("/proc/{pid}/exe")),
                 self.only.as_ref(),
             ) {
-                let state = if e.kind() == std::io::ErrorKind::PermissionDenied
-                    && !stat.kernel_thread
-                {
-                    ProcessState::Denied(format!(
-                        "permission denied reading /proc/{pid}/exe: run as root or grant CAP_SYS_PTRACE"
-                    ))
-                } else {
-                    ProcessState::NotPython
-                };
+                let state =
+                    if e.kind() == std::io::ErrorKind::PermissionDenied && !stat.kernel_thread {
+                        ProcessState::Denied(format!(
+                            "permission denied reading /proc/{pid}/exe: {}",
+                            super::privileges::denied_hint()
+                        ))
+                    } else {
+                        ProcessState::NotPython
+                    };
                 self.known.insert(
                     pid,
                     Known {

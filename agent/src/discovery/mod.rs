@@ -56,7 +56,10 @@ pub enum DiscoveryError {
         pid: u32,
     },
     /// /proc or memory access was refused.
-    #[error("permission denied inspecting process {pid}: run as root or grant CAP_SYS_PTRACE")]
+    #[error(
+        "permission denied inspecting process {pid}: {}",
+        privileges::denied_hint()
+    )]
     Denied {
         /// pid
         pid: u32,

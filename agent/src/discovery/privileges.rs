@@ -29,6 +29,17 @@ pub enum Capability {
     Bpf = 39,
 }
 
+/// What to do about a process the kernel would not let us inspect. Asking for privileges this
+/// process already has would send the user in circles: with `CAP_SYS_PTRACE` held, the refusal
+/// comes from something else.
+pub fn denied_hint() -> &'static str {
+    if Privileges::current().has(Capability::SysPtrace) {
+        "refused although pyagent holds CAP_SYS_PTRACE (the process may be in a user namespace pyagent is not privileged over, not dumpable, or protected by a security module such as Yama, SELinux or AppArmor)"
+    } else {
+        "run as root or grant CAP_SYS_PTRACE"
+    }
+}
+
 impl Capability {
     /// The name as `capabilities(7)` and systemd's `AmbientCapabilities=` spell it.
     pub fn name(self) -> &'static str {

@@ -581,3 +581,25 @@ fn record_without_an_output_names_its_own_file() {
     let raw = go_pprof_raw(&dir.join(&written[0]));
     assert!(raw.contains("busy.py"), "{raw}");
 }
+
+/// A refusal tells the user what would help: to `nobody` without capabilities, to get
+/// CAP_SYS_PTRACE; to root, which holds it, not that again (init here, like some sandboxes' and
+/// containers' init, refuses even root), but what else refuses it.
+#[test]
+fn a_refusal_asks_for_ptrace_only_when_it_is_missing() {
+    let p = PythonProcess::ready("py312", "busy.py", &[]);
+    let pid = p.pid().to_string();
+    let out = pyagent_tests::agent::as_nobody("")
+        .args(["dump", "--pid", &pid])
+        .output()
+        .expect("run pyagent as nobody");
+    assert_one_line_error(&out, "run as root or grant CAP_SYS_PTRACE");
+
+    let out = run_pyagent(&["dump", "--pid", "1"]);
+    if std::fs::read_link("/proc/1/exe").is_err() {
+        assert_one_line_error(&out, "refused although pyagent holds CAP_SYS_PTRACE");
+    } else {
+        // Where init can be read, it is simply not Python.
+        assert_one_line_error(&out, "is not a CPython process");
+    }
+}
