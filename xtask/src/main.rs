@@ -4,6 +4,7 @@
 mod agent;
 mod bench;
 mod dist;
+mod docs;
 mod fuzz;
 mod kernels;
 mod pythons;
@@ -51,6 +52,9 @@ enum Task {
     /// Run a chosen set of the eBPF tests on Debian's 5.10, 6.1 and 6.12 kernels (booted with
     /// virtme-ng under QEMU) and on the host's kernel, and print kernels by feature.
     Kernels(kernels::Args),
+    /// Regenerate the book's reference pages from the code, check its links and build it with
+    /// mdBook into target/book (`--check`: fail on a stale page or a broken link instead).
+    Docs(docs::Args),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Task::Dist => dist::run(),
         Task::Fuzz(args) => fuzz::run(&args),
         Task::Kernels(args) => kernels::run(&args),
+        Task::Docs(args) => docs::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -42,6 +42,7 @@
 
 mod env;
 mod file;
+mod keys;
 mod overrides;
 mod validate;
 pub mod values;
@@ -55,6 +56,7 @@ use crate::export::sinks::{Auth, DirectoryLimits, Headers, UploadApi, UploadConf
 pub use crate::profiler::{CoreShare, CpuBudget, Mode};
 pub use crate::symbolize::native::DebugDirs;
 pub use env::ENV_PREFIX;
+pub use keys::{ConfigKey, KEYS};
 pub use overrides::Overrides;
 pub use values::{ValueError, RATE_HZ};
 
