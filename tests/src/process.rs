@@ -83,7 +83,7 @@ impl PythonProcess {
                 cmd.arg(root)
                     .arg(&interpreter.exe)
                     .arg(inside.join(file_name));
-                (cmd, Some(interpreter.host_path_of(&inside)))
+                (cmd, Some(interpreter.host_path(&inside)))
             }
         };
         cmd.args(args)
@@ -410,7 +410,7 @@ mod tests {
             );
             let pid = process.pid();
             let exe = fs::read_link(format!("/proc/{pid}/exe")).expect("readlink /proc/PID/exe");
-            let want = py.host_path().canonicalize().expect("canonical exe");
+            let want = py.host_exe().canonicalize().expect("canonical exe");
             assert_eq!(exe, want, "{name}: pid {pid} is not the interpreter");
             drop(process);
             assert!(

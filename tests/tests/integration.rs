@@ -1,6 +1,18 @@
 //! pyagent's integration tests: real interpreters of the matrix (`cargo xtask pythons`), real
 //! target processes, the real `pyagent` binary. One binary, a module per topic.
 
+/// A template per capability of the interpreter table (`tests/build.rs`): `#[apply(matrix)]`
+/// runs a test on every interpreter, `#[apply(with_asyncio_tasks)]` on those with asyncio task
+/// introspection, and so on (`roles::Capability`), each interpreter as its own test. Every
+/// capability has one, used by a test or not yet.
+#[allow(unused_macros)]
+mod matrices {
+    use rstest_reuse::template;
+
+    include!(concat!(env!("OUT_DIR"), "/matrices.rs"));
+}
+use matrices::*;
+
 #[path = "integration/asyncio_tasks.rs"]
 mod asyncio_tasks;
 #[path = "integration/cli.rs"]
@@ -17,27 +29,6 @@ mod ebpf;
 mod export;
 #[path = "integration/frame_cache.rs"]
 mod frame_cache;
-use rstest_reuse::template;
-
-/// Every interpreter of the matrix (`cargo xtask pythons`): `#[apply(matrix)]` runs a test on
-/// each, as `py`.
-#[template]
-#[rstest::rstest]
-fn matrix(
-    #[values(
-        "py311-debian",
-        "py311",
-        "py312",
-        "py313",
-        "py313-static",
-        "py313t",
-        "py314",
-        "py315"
-    )]
-    py: &str,
-) {
-}
-
 #[path = "integration/gc_marker.rs"]
 mod gc_marker;
 #[path = "integration/native_stacks.rs"]

@@ -251,17 +251,12 @@ fn version_matches(version: &str, prefix: &str) -> bool {
 /// the sid chroot's setup.
 fn probe_python(pythons_dir: &Path) -> Result<PathBuf> {
     let path = pythons_dir.join("manifest.json");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let manifest: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))?;
-    manifest["interpreters"]
-        .as_array()
+    let manifest = roles::Manifest::read(&path)?;
+    manifest
+        .interpreters
         .into_iter()
-        .flatten()
-        .find(|entry| entry["name"] == PROBE_INTERPRETER && entry["root"].is_null())
-        .and_then(|entry| entry["exe"].as_str())
-        .map(PathBuf::from)
+        .find(|entry| entry.name == PROBE_INTERPRETER && entry.root.is_none())
+        .map(|entry| entry.exe)
         .with_context(|| {
             format!(
                 "no host interpreter {PROBE_INTERPRETER} in {}",

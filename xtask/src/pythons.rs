@@ -1,13 +1,17 @@
 //! `cargo xtask pythons`: prepares the CPython test matrix in a cache directory outside the
 //! repository (default `/var/cache/pyagent/pythons`, or `PYAGENT_PYTHONS_DIR`) and writes
-//! `manifest.json` there, which the test harness (`tests/src/pythons.rs`) reads.
+//! `manifest.json` there, which the test harness (`tests/src/pythons.rs`) and the benchmarks
+//! read.
 //!
-//! | name | what | provided by |
-//! |---|---|---|
-//! | py311-debian | Debian bookworm `/usr/bin/python3.11`, static libpython, non-PIE | host apt |
-//! | py311, py312, py313 | pyenv 3.11.7, 3.12.1, 3.13.0, shared libpython | preinstalled pyenv |
-//! | py313-static, py313t | 3.13.15 from Debian's `python3.13 3.13.15-1` source package, default and `--disable-gil` | [`source`] |
-//! | py314, py315 | Debian sid's `python3.14`, `python3.15`, run through chroot(8) | [`chroot`] |
+//! The roles are the rows of the shared table ([`roles::ROLES`]); each one's build says which
+//! step provides it:
+//!
+//! | build | provided by |
+//! |---|---|
+//! | [`Build::HostApt`] (py311-debian: static libpython, non-PIE) | [`host`] |
+//! | [`Build::Pyenv`] (py311, py312, py313: shared libpython) | preinstalled pyenv, checked by [`host`] |
+//! | [`Build::Source`] (py313-static, py313t: Debian's 3.13.15 source, default and `--disable-gil`) | [`source`] |
+//! | [`Build::SidChroot`] (py314, py315) | [`chroot`], run through chroot(8) |
 //!
 //! plus the peer profilers for benchmarks in a venv ([`peers`]). Every step checks its
 //! result first and does nothing when it is already there; `--check` only verifies. The
@@ -28,13 +32,13 @@ use std::thread;
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
-use serde::{Deserialize, Serialize};
+use roles::{host_path, Build, Entry, Manifest, Role, ROLES};
 
 use cmd::say;
 
 /// Where the matrix is cached unless `PYAGENT_PYTHONS_DIR` says otherwise; the test harness
 /// uses the same default.
-pub const DEFAULT_DIR: &str = "/var/cache/pyagent/pythons";
+pub use roles::DEFAULT_DIR;
 
 /// Options of `cargo xtask pythons`.
 #[derive(clap::Args)]
@@ -47,78 +51,13 @@ pub struct Args {
     check: bool,
 }
 
-/// `manifest.json`; the test harness deserializes the same shape.
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
-struct Manifest {
-    interpreters: Vec<Entry>,
-    peers: Peers,
-}
-
-/// One interpreter of the matrix, as recorded in the manifest.
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
-struct Entry {
-    name: String,
-    /// `platform.python_version()` as the interpreter reports it.
-    version: String,
+/// What one role of the table must be, where it is on this machine.
+struct Spec {
+    role: &'static Role,
     /// The chroot to run it in; `None` for host interpreters.
     root: Option<PathBuf>,
     /// The executable, inside `root` when there is one.
     exe: PathBuf,
-    free_threaded: bool,
-    libpython: Libpython,
-}
-
-/// Where `_PyRuntime` lives: in the executable, or in a `libpython*.so` it links.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Libpython {
-    Static,
-    Shared,
-}
-
-impl Libpython {
-    fn as_str(self) -> &'static str {
-        match self {
-            Libpython::Static => "static",
-            Libpython::Shared => "shared",
-        }
-    }
-}
-
-/// Other profilers, for benchmarks.
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
-struct Peers {
-    #[serde(rename = "py-spy")]
-    py_spy: PathBuf,
-    austin: PathBuf,
-}
-
-/// Which step provides an interpreter.
-#[derive(Clone, Copy)]
-enum Provider {
-    /// A package of the host (Debian bookworm).
-    HostApt(&'static str),
-    /// A pyenv version directory, preinstalled.
-    Pyenv(&'static str),
-    /// Built by [`source`] with these extra `configure` arguments.
-    Source(&'static [&'static str]),
-    /// A package installed in the sid chroot by [`chroot`].
-    SidChroot(&'static str),
-}
-
-/// What one matrix entry must be.
-struct Spec {
-    name: &'static str,
-    provider: Provider,
-    root: Option<PathBuf>,
-    exe: PathBuf,
-    /// The exact version, or a prefix such as `3.14.` where the distribution picks the patch
-    /// release.
-    version: &'static str,
-    free_threaded: bool,
-    libpython: Libpython,
-    /// Ships CPython's own sampler, `python -m profiling.sampling` (3.15+).
-    tachyon: bool,
 }
 
 impl Spec {
@@ -127,39 +66,36 @@ impl Spec {
         host_path(self.root.as_deref(), &self.exe)
     }
 
-    /// Checks that the interpreter runs and is what the matrix says; returns its manifest
+    /// Checks that the interpreter runs and is what the table says; returns its manifest
     /// entry.
     fn verify(&self) -> Result<Entry> {
+        let role = self.role;
         let host_exe = self.host_exe();
         ensure!(host_exe.exists(), "{} is missing", host_exe.display());
         let probe = probe::probe(self.root.as_deref(), &self.exe)?;
-        let version_ok = match self.version.strip_suffix('.') {
-            Some(_) => probe.version.starts_with(self.version),
-            None => probe.version == self.version,
-        };
         ensure!(
-            version_ok,
+            role.version.admits(&probe.version),
             "{} reports Python {}, expected {}",
             self.exe.display(),
             probe.version,
-            self.version
+            role.version
         );
         ensure!(
-            probe.free_threaded == self.free_threaded,
+            probe.free_threaded == role.free_threaded(),
             "{} has Py_GIL_DISABLED={}, expected {}",
             self.exe.display(),
             probe.free_threaded,
-            self.free_threaded
+            role.free_threaded()
         );
         let libpython = probe::libpython(&host_path(self.root.as_deref(), &probe.executable))?;
         ensure!(
-            libpython == self.libpython,
+            libpython == role.libpython(),
             "{} has a {} libpython, expected {}",
             probe.executable.display(),
             libpython.as_str(),
-            self.libpython.as_str()
+            role.libpython().as_str()
         );
-        if self.tachyon {
+        if role.tachyon() {
             cmd::output(cmd::python(self.root.as_deref(), &self.exe).args([
                 "-m",
                 "profiling.sampling",
@@ -168,21 +104,13 @@ impl Spec {
             .context("its `-m profiling.sampling` does not work")?;
         }
         Ok(Entry {
-            name: self.name.to_owned(),
+            name: role.name.to_owned(),
             version: probe.version,
             root: self.root.clone(),
             exe: self.exe.clone(),
             free_threaded: probe.free_threaded,
             libpython,
         })
-    }
-}
-
-/// `path` (absolute, inside `root` if given) as seen from the host.
-fn host_path(root: Option<&Path>, path: &Path) -> PathBuf {
-    match root {
-        Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
-        None => path.to_owned(),
     }
 }
 
@@ -205,73 +133,32 @@ impl Layout {
     }
 }
 
-/// The matrix, in manifest order.
+/// The table's roles, in manifest order, where this machine has them.
 fn matrix(layout: &Layout) -> Vec<Spec> {
-    let pyenv = pyenv_versions();
-    let host = |name, provider, exe: PathBuf, version, libpython| Spec {
-        name,
-        provider,
-        root: None,
-        exe,
-        version,
-        free_threaded: false,
-        libpython,
-        tachyon: false,
-    };
-    let built = |name: &'static str, configure, exe: &str, free_threaded| Spec {
-        name,
-        provider: Provider::Source(configure),
-        root: None,
-        exe: layout.dir.join(name).join("bin").join(exe),
-        version: source::UPSTREAM_VERSION,
-        free_threaded,
-        libpython: Libpython::Static,
-        tachyon: false,
-    };
-    let sid = |name, package: &'static str, version, tachyon| Spec {
-        name,
-        provider: Provider::SidChroot(package),
-        root: Some(layout.chroot()),
-        exe: Path::new("/usr/bin").join(package),
-        version,
-        free_threaded: false,
-        libpython: Libpython::Static,
-        tachyon,
-    };
-    vec![
-        host(
-            "py311-debian",
-            Provider::HostApt("python3.11"),
-            PathBuf::from("/usr/bin/python3.11"),
-            "3.11.",
-            Libpython::Static,
-        ),
-        host(
-            "py311",
-            Provider::Pyenv("3.11.7"),
-            pyenv.join("3.11.7/bin/python3.11"),
-            "3.11.7",
-            Libpython::Shared,
-        ),
-        host(
-            "py312",
-            Provider::Pyenv("3.12.1"),
-            pyenv.join("3.12.1/bin/python3.12"),
-            "3.12.1",
-            Libpython::Shared,
-        ),
-        host(
-            "py313",
-            Provider::Pyenv("3.13.0"),
-            pyenv.join("3.13.0/bin/python3.13"),
-            "3.13.0",
-            Libpython::Shared,
-        ),
-        built("py313-static", &[], "python3.13", false),
-        built("py313t", &["--disable-gil"], "python3.13t", true),
-        sid("py314", "python3.14", "3.14.", false),
-        sid("py315", "python3.15", "3.15.", true),
-    ]
+    ROLES
+        .iter()
+        .map(|role| Spec::locate(role, layout))
+        .collect()
+}
+
+impl Spec {
+    /// Where `role` is: its build decides the directory, CPython's naming the file.
+    fn locate(role: &'static Role, layout: &Layout) -> Spec {
+        let exe_name = role.executable_name();
+        let (root, exe) = match role.build {
+            Build::HostApt(_) => (None, Path::new("/usr/bin").join(exe_name)),
+            Build::Pyenv => (
+                None,
+                pyenv_versions()
+                    .join(role.version.to_string())
+                    .join("bin")
+                    .join(exe_name),
+            ),
+            Build::Source => (None, layout.dir.join(role.name).join("bin").join(exe_name)),
+            Build::SidChroot(_) => (Some(layout.chroot()), Path::new("/usr/bin").join(exe_name)),
+        };
+        Spec { role, root, exe }
+    }
 }
 
 /// `$PYENV_ROOT/versions`, or `~/.pyenv/versions`.
@@ -357,9 +244,9 @@ pub fn run(args: &Args) -> Result<()> {
     for spec in &specs {
         let entry = spec
             .verify()
-            .with_context(|| format!("{} does not work", spec.name))?;
+            .with_context(|| format!("{} does not work", spec.role.name))?;
         say(
-            spec.name,
+            spec.role.name,
             format_args!(
                 "Python {} ({} libpython) at {}",
                 entry.version,
@@ -394,7 +281,7 @@ fn check(layout: &Layout, specs: &[Spec]) -> Result<()> {
     for spec in specs {
         match spec.verify() {
             Ok(entry) => interpreters.push(entry),
-            Err(err) => problems.push(format!("{}: {err:#}", spec.name)),
+            Err(err) => problems.push(format!("{}: {err:#}", spec.role.name)),
         }
     }
     let peers = peers::verify(layout)
@@ -434,4 +321,57 @@ fn check(layout: &Layout, specs: &[Spec]) -> Result<()> {
         format_args!("all {} interpreters and the peers are present", specs.len()),
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table pins what the steps provide: a pyenv directory and a source build are one
+    /// exact release each.
+    #[test]
+    fn built_and_pyenv_roles_pin_their_release() {
+        for role in ROLES {
+            match role.build {
+                Build::Pyenv => assert!(role.version.patch.is_some(), "{}", role.name),
+                Build::Source => {
+                    assert_eq!(
+                        role.version.to_string(),
+                        source::UPSTREAM_VERSION,
+                        "{}",
+                        role.name
+                    )
+                }
+                Build::HostApt(_) | Build::SidChroot(_) => {}
+            }
+        }
+    }
+
+    #[test]
+    fn roles_are_located_by_build() {
+        let layout = Layout {
+            dir: PathBuf::from("/cache"),
+        };
+        let specs = matrix(&layout);
+        let exe = |name: &str| {
+            let spec = specs.iter().find(|s| s.role.name == name).expect(name);
+            (spec.root.clone(), spec.exe.clone())
+        };
+        assert_eq!(
+            exe("py311-debian"),
+            (None, PathBuf::from("/usr/bin/python3.11"))
+        );
+        assert_eq!(
+            exe("py313t"),
+            (None, PathBuf::from("/cache/py313t/bin/python3.13t"))
+        );
+        assert_eq!(
+            exe("py315"),
+            (
+                Some(PathBuf::from("/cache/sid-chroot")),
+                PathBuf::from("/usr/bin/python3.15")
+            )
+        );
+        assert!(exe("py312").1.ends_with("versions/3.12.1/bin/python3.12"));
+    }
 }

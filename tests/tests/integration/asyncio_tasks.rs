@@ -10,7 +10,10 @@ use pyagent_tests::scratch::fresh_path;
 use pyagent_tests::stacks::marker_line;
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
+use rstest_reuse::apply;
 use serde_json::Value;
+
+use crate::{with_asyncio_tasks, without_asyncio_tasks};
 
 /// `dump --async --json` of `pid`.
 fn dump_tasks(pid: u32) -> Value {
@@ -69,10 +72,8 @@ fn graph(dump: &Value) -> Graph {
         .collect()
 }
 
-#[rstest]
-fn dump_async_names_every_task_its_coroutine_stack_and_its_awaiter(
-    #[values("py314", "py315")] py: &str,
-) {
+#[apply(with_asyncio_tasks)]
+fn dump_async_names_every_task_its_coroutine_stack_and_its_awaiter(py: &str) {
     let target = PythonProcess::ready(py, "async_tasks.py", &[]);
     let g = graph(&dump_tasks(target.pid()));
     let line = |m| Some(u64::from(marker_line("async_tasks.py", m)));
@@ -164,7 +165,7 @@ fn tachyon_collapsed(py: &Interpreter, pid: u32, extra: &[&str]) -> String {
         "profiling.sampling: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let host = py.host_path_of(std::path::Path::new(&inside));
+    let host = py.host_path(std::path::Path::new(&inside));
     let text = std::fs::read_to_string(&host).expect("Tachyon's output");
     let _ = std::fs::remove_file(host);
     text
@@ -349,9 +350,9 @@ fn record_async_mode_all_samples_waiting_tasks_as_cpython_s_sampler_does() {
 /// builds (children under `parent`, `parent` under the root), in both modes and with waiting
 /// tasks sampled too (`--async-mode all`), and `dump --async` never fails while tasks come and
 /// go.
-#[rstest]
+#[apply(with_asyncio_tasks)]
 fn task_churn_never_shows_a_chain_that_did_not_exist(
-    #[values("py314", "py315")] py: &str,
+    py: &str,
     #[values("userspace", "ebpf", "all")] mode: &str,
 ) {
     let _host = host_wide_lock();
@@ -410,8 +411,8 @@ fn task_churn_never_shows_a_chain_that_did_not_exist(
 }
 
 /// Before 3.14 there is no task layout to read: one line, exit status 1, from every command.
-#[rstest]
-fn before_3_14_async_is_refused_in_one_line(#[values("py312", "py313")] py: &str) {
+#[apply(without_asyncio_tasks)]
+fn before_3_14_async_is_refused_in_one_line(py: &str) {
     let target = PythonProcess::ready(py, "async_tasks.py", &[]);
     let pid = target.pid().to_string();
     let file = fresh_path("async-old.txt");

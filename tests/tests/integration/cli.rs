@@ -203,7 +203,7 @@ fn subprocesses_of_a_non_python_parent_are_profiled() {
     let py = Interpreter::by_name("py312");
     let command = format!(
         "sleep 1; {} {} 3; true",
-        py.host_path().display(),
+        py.host_exe().display(),
         script("busy.py").display()
     );
     let mut shell = std::process::Command::new("sh")

@@ -11,6 +11,9 @@ use pyagent_tests::agent::{pyagent_bin, run_pyagent};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::stacks::script;
 use pyagent_tests::{Interpreter, PythonProcess};
+use rstest_reuse::apply;
+
+use crate::shared_libpython;
 
 /// A shell classified as not Python that then execs Python (a container entrypoint's
 /// `exec python app.py`) keeps its pid and start time: the scanner must look at it again.
@@ -133,8 +136,8 @@ fn crafted_is_mapped_first(pid: u32) -> bool {
 /// Reliability defect 8: a mapping named like libpython whose `_PyRuntime` looks right (cookie,
 /// version, sane offsets) but whose interpreter list is garbage was taken as the runtime, and
 /// `dump` failed. It must be skipped and the real runtime found.
-#[rstest::rstest]
-fn defect_8_crafted_libpython_is_skipped(#[values("py312", "py313")] py: &str) {
+#[apply(shared_libpython)]
+fn defect_8_crafted_libpython_is_skipped(py: &str) {
     let interpreter = Interpreter::by_name(py);
     let dir = fresh_dir(&format!("defect8-{py}"));
     let lib = crafted_libpython(interpreter, &dir);

@@ -286,7 +286,7 @@ fn image_profiles_a_python_in_another_container_with_the_daemonsets_capabilities
     // The target: a pyenv CPython (read-only from the host) in a container of its own, based on
     // the agent's image for its glibc.
     let python = Interpreter::by_name("py312");
-    let pyenv = python.host_path();
+    let pyenv = python.host_exe();
     let pyenv_root = pyenv
         .ancestors()
         .find(|p| p.file_name().is_some_and(|n| n == "versions"))

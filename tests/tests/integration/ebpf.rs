@@ -11,7 +11,7 @@ use pyagent_tests::consumers::go_pprof_raw;
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::stacks::{line_after, marker_line, script};
 use pyagent_tests::wait::wait_for;
-use pyagent_tests::{Interpreter, PythonProcess, MATRIX};
+use pyagent_tests::{Interpreter, PythonProcess, ROLES};
 use rstest::rstest;
 
 /// A running `pyagent --all-python`.
@@ -146,13 +146,14 @@ fn assert_busy_profile(raw: &str, what: &str) {
 fn all_python_profiles_every_interpreter_at_once() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
-    let procs: Vec<PythonProcess> = MATRIX
+    let procs: Vec<PythonProcess> = ROLES
         .iter()
-        .map(|name| PythonProcess::ready(name, "busy.py", &["300"]))
+        .map(|role| PythonProcess::ready(role.name, "busy.py", &["300"]))
         .collect();
     let dir = fresh_dir("ebpf-matrix");
     let log = start_agent(&dir, "4", &[]).finish();
-    for (name, p) in MATRIX.iter().zip(&procs) {
+    for (role, p) in ROLES.iter().zip(&procs) {
+        let name = role.name;
         let raw = go_pprof_raw(&profile_of(&dir, p.pid(), &log));
         assert_busy_profile(&raw, name);
         assert!(

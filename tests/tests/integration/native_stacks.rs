@@ -6,7 +6,7 @@
 
 use pyagent_tests::agent::{host_wide_lock, number_before, pyagent_bin, record_collapsed};
 use pyagent_tests::scratch::fresh_dir;
-use pyagent_tests::PythonProcess;
+use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
 use rstest_reuse::apply;
 
@@ -55,11 +55,11 @@ fn native(f: &str) -> bool {
     f.ends_with(']') && !f.ends_with(" [kernel]")
 }
 
-/// Whether the interpreter names its static functions: Debian's 3.11, 3.14 and 3.15 are
-/// stripped of `.symtab` (their `list_sort` and built-in zlib module are `python3.15+0x…`), and
-/// their eval loop's body is found from the exported entry's jumps (`symbolize/eval_loop.rs`).
+/// Whether the interpreter names its static functions: Debian's packages are stripped of
+/// `.symtab` (their `list_sort` and built-in zlib module are `python3.15+0x…`), and their eval
+/// loop's body is found from the exported entry's jumps (`symbolize/eval_loop.rs`).
 fn names_static_functions(py: &str) -> bool {
-    !matches!(py, "py311-debian" | "py314" | "py315")
+    Interpreter::by_name(py).role().has_symtab()
 }
 
 /// In both modes: the program's copy (`ebpf`), or the agent's own, taken with each thread

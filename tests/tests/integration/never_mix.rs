@@ -149,7 +149,7 @@ fn never_mix(py: &str, target: Target) {
         "{py} {}: the blocking recording",
         target.script
     );
-    let caches: &[bool] = if Interpreter::by_name(py).minor() >= (3, 15) {
+    let caches: &[bool] = if Interpreter::by_name(py).role().frame_cache() {
         &[true, false]
     } else {
         &[true]

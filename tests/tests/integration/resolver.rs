@@ -192,7 +192,7 @@ fn second_libpython(py: &str) -> Option<String> {
         _ => return None,
     };
     let interp = Interpreter::by_name(py);
-    let on_host = interp.host_path_of(std::path::Path::new(&path));
+    let on_host = interp.host_path(std::path::Path::new(&path));
     on_host.exists().then_some(path)
 }
 

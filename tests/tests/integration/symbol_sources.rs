@@ -108,7 +108,7 @@ fn build_id(object: &Path) -> String {
 /// load it (inside its root for a chroot interpreter).
 fn build(py: &Interpreter, source: Source, tag: &str) -> Fixture {
     let inside = PathBuf::from(format!("/tmp/pyagent-symbols-{}-{tag}", std::process::id()));
-    let host = |p: &Path| py.host_path_of(p);
+    let host = |p: &Path| py.host_path(p);
     let host_dir = host(&inside);
     let (lib_dir, debug_dir) = (inside.join("lib"), inside.join("debug"));
     let work = host(&inside.join("work"));

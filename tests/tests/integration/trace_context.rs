@@ -36,7 +36,7 @@ type SpanCounts = BTreeMap<(String, String, String, String), u64>;
 /// returns its path as `py` sees it.
 fn build_publisher(py: &Interpreter, tag: &str, flags: &[&str]) -> String {
     let inside = format!("/tmp/pyagent-otel-ctx-{}-{tag}.so", std::process::id());
-    let host = py.host_path_of(Path::new(&inside));
+    let host = py.host_path(Path::new(&inside));
     let status = Command::new("cc")
         .args(["-shared", "-fPIC", "-O1"])
         .args(flags)

@@ -2,8 +2,6 @@
 //! a child's CPU time and peak RSS (`wait4`), this thread's CPU time, the load average, markdown
 //! tables, and re-running the bench from a release build.
 
-use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -12,47 +10,45 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde::Deserialize;
 
-use crate::{pythons, test};
+use crate::test;
 
 /// Where bench scripts are copied inside a chroot.
 const CHROOT_SCRIPTS: &str = "/tmp/pyagent-bench";
 
-/// `manifest.json` written by `cargo xtask pythons`.
-#[derive(Debug, Deserialize)]
+/// `manifest.json` written by `cargo xtask pythons` (the shared [`roles::Manifest`]), with
+/// each interpreter wrapped for the benchmarks.
+#[derive(Debug)]
 pub struct Manifest {
     /// The interpreter matrix.
     pub interpreters: Vec<Interpreter>,
-    /// Peer profilers by name (`py-spy`, `austin`).
-    #[serde(default)]
-    pub peers: BTreeMap<String, PathBuf>,
+    peers: roles::Peers,
 }
 
-/// One interpreter of the matrix.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Interpreter {
-    /// Matrix name (`py315`).
-    pub name: String,
-    /// Exact version (`3.15.2`).
-    pub version: String,
-    /// Chroot it runs in, if any.
-    pub root: Option<PathBuf>,
-    /// The executable (inside `root` when there is one).
-    pub exe: PathBuf,
+/// One interpreter of the matrix: the shared manifest entry (its fields and `minor`,
+/// `host_path`, `command` through `Deref`), plus what the benchmarks do with it.
+#[derive(Debug, Clone)]
+pub struct Interpreter(roles::Entry);
+
+impl std::ops::Deref for Interpreter {
+    type Target = roles::Entry;
+
+    fn deref(&self) -> &roles::Entry {
+        &self.0
+    }
 }
 
 impl Manifest {
     /// Reads the manifest of the interpreter cache, naming `cargo xtask pythons` if it is missing.
     pub fn load() -> Result<Manifest> {
-        let path = pythons::Args::prepare().dir().join("manifest.json");
-        let text = std::fs::read_to_string(&path).with_context(|| {
-            format!(
-                "cannot read {}: run `cargo xtask pythons` first",
-                path.display()
-            )
-        })?;
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+        let roles::Manifest {
+            interpreters,
+            peers,
+        } = roles::Manifest::load()?;
+        Ok(Manifest {
+            interpreters: interpreters.into_iter().map(Interpreter).collect(),
+            peers,
+        })
     }
 
     /// The interpreter called `name`.
@@ -67,34 +63,11 @@ impl Manifest {
 
     /// The peer profiler called `name`, if the manifest has it and it exists.
     pub fn peer(&self, name: &str) -> Option<&Path> {
-        self.peers
-            .get(name)
-            .map(PathBuf::as_path)
-            .filter(|p| p.exists())
+        self.peers.get(name).filter(|p| p.exists())
     }
 }
 
 impl Interpreter {
-    /// `(major, minor)` of the version.
-    pub fn minor(&self) -> (u32, u32) {
-        let mut it = self.version.split('.').map(|s| s.parse().unwrap_or(0));
-        (it.next().unwrap_or(0), it.next().unwrap_or(0))
-    }
-
-    /// A command running the interpreter with `args` (inside its chroot if it has one).
-    pub fn command<S: AsRef<OsStr>>(&self, args: impl IntoIterator<Item = S>) -> Command {
-        let mut cmd = match &self.root {
-            Some(root) => {
-                let mut c = Command::new("chroot");
-                c.arg(root).arg(&self.exe);
-                c
-            }
-            None => Command::new(&self.exe),
-        };
-        cmd.args(args);
-        cmd
-    }
-
     /// A command running `script` (copied into the chroot first if there is one) with `args`.
     pub fn script_command(&self, script: &Path, args: &[String]) -> Result<Command> {
         let script = self.visible_path(script)?;
@@ -117,14 +90,6 @@ impl Interpreter {
         std::fs::copy(path, &host)
             .with_context(|| format!("cannot copy {} to {}", path.display(), host.display()))?;
         Ok(inside)
-    }
-
-    /// The host path of `path` as the interpreter sees it.
-    pub fn host_path(&self, path: &Path) -> PathBuf {
-        match &self.root {
-            Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
-            None => path.to_owned(),
-        }
     }
 
     /// A scratch directory the interpreter sees (created): `(inside, on the host)`.
@@ -503,16 +468,6 @@ impl Table {
     pub fn print(&self) {
         print!("{}", self.render());
     }
-}
-
-/// The `q` quantile (0..=1) of non-empty `v`, interpolating between neighbours (`q` = 0.5: the
-/// median).
-pub fn quantile(v: &[f64], q: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let pos = q.clamp(0.0, 1.0) * (s.len() - 1) as f64;
-    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-    s[lo] + (s[hi] - s[lo]) * (pos - lo as f64)
 }
 
 /// A rate with a thousands unit (`12.3k`, `1.20M`).

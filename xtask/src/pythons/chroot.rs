@@ -1,5 +1,5 @@
-//! `py314` and `py315`: Debian sid's `python3.14` and `python3.15` packages, which need a
-//! newer glibc than the bookworm host has, so they live in a `debootstrap --variant=minbase
+//! The [`roles::Build::SidChroot`] roles (`py314`, `py315`): Debian sid's `python3.14` and
+//! `python3.15` packages, which need a newer glibc than the bookworm host has, so they live in a `debootstrap --variant=minbase
 //! sid` tree at `DIR/sid-chroot` and run as `chroot DIR/sid-chroot /usr/bin/python3.X`.
 //!
 //! /proc: a fresh procfs is mounted at `DIR/sid-chroot/proc` (same PID namespace, so host
@@ -15,7 +15,9 @@ use std::process::Command;
 use anyhow::{bail, ensure, Context, Result};
 
 use super::cmd::{self, say, Log};
-use super::{Layout, Provider, Spec};
+use roles::Build;
+
+use super::{Layout, Spec};
 
 const TAG: &str = "sid-chroot";
 pub const MIRROR: &str = "http://deb.debian.org/debian";
@@ -60,13 +62,20 @@ pub fn ensure(layout: &Layout, specs: &[Spec]) -> Result<()> {
 
     let missing: Vec<&str> = specs
         .iter()
-        .filter_map(|spec| match spec.provider {
-            Provider::SidChroot(package) if spec.verify().is_err() => Some(package),
+        .filter_map(|spec| match spec.role.build {
+            Build::SidChroot(package) if spec.verify().is_err() => Some(package),
             _ => None,
         })
         .collect();
     if missing.is_empty() {
-        say(TAG, "python3.14 and python3.15 are installed");
+        let packages: Vec<&str> = specs
+            .iter()
+            .filter_map(|spec| match spec.role.build {
+                Build::SidChroot(package) => Some(package),
+                _ => None,
+            })
+            .collect();
+        say(TAG, format_args!("installed: {}", packages.join(" ")));
         return Ok(());
     }
     say(

@@ -10,7 +10,9 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 
 use super::cmd::{self, say, Log};
-use super::{Layout, Provider, Spec};
+use roles::Build;
+
+use super::{Layout, Spec};
 
 const TAG: &str = "host";
 
@@ -36,8 +38,8 @@ const APT_LOCK_PAUSE: Duration = Duration::from_secs(15);
 /// Installs, with apt, those of the needed host packages that are not installed.
 pub(super) fn ensure_packages(layout: &Layout, specs: &[Spec]) -> Result<()> {
     let mut wanted: Vec<&str> = TOOLS.to_vec();
-    wanted.extend(specs.iter().filter_map(|spec| match spec.provider {
-        Provider::HostApt(package) => Some(package),
+    wanted.extend(specs.iter().filter_map(|spec| match spec.role.build {
+        Build::HostApt(package) => Some(package),
         _ => None,
     }));
     ensure_installed(&layout.logs(), TAG, &wanted)
@@ -66,18 +68,16 @@ pub fn ensure_installed(logs_dir: &Path, tag: &'static str, packages: &[&str]) -
 pub(super) fn require_pyenv(specs: &[Spec]) -> Result<()> {
     let missing: Vec<String> = specs
         .iter()
-        .filter(|spec| matches!(spec.provider, Provider::Pyenv(_)) && !spec.exe.exists())
-        .map(|spec| format!("{} ({})", spec.name, spec.exe.display()))
+        .filter(|spec| spec.role.build == Build::Pyenv && !spec.exe.exists())
+        .map(|spec| format!("{} ({})", spec.role.name, spec.exe.display()))
         .collect();
     if missing.is_empty() {
         return Ok(());
     }
-    let versions: Vec<&str> = specs
+    let versions: Vec<String> = specs
         .iter()
-        .filter_map(|spec| match spec.provider {
-            Provider::Pyenv(version) if !spec.exe.exists() => Some(version),
-            _ => None,
-        })
+        .filter(|spec| spec.role.build == Build::Pyenv && !spec.exe.exists())
+        .map(|spec| spec.role.version.to_string())
         .collect();
     bail!(
         "pyenv interpreters missing: {}. They come preinstalled (in /root/.pyenv) on the project's \

@@ -8,7 +8,9 @@ use std::process::Command;
 use anyhow::{ensure, Context, Result};
 
 use super::cmd::{self, say, Log};
-use super::{Layout, Peers, Spec};
+use roles::Peers;
+
+use super::{Layout, Spec};
 
 const TAG: &str = "peers";
 const PY_SPY_VERSION: &str = "0.4.3";
@@ -33,7 +35,7 @@ pub fn ensure(layout: &Layout, specs: &[Spec]) -> Result<()> {
     let log = Log::new(TAG, &layout.logs(), TAG)?;
     let base = specs
         .iter()
-        .find(|spec| spec.name == VENV_PYTHON)
+        .find(|spec| spec.role.name == VENV_PYTHON)
         .context("the matrix has no py311 entry")?;
     // `--clear` also repairs a venv left half-made (say, without pip) by an interrupted run.
     log.run(

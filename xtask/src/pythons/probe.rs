@@ -7,10 +7,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use roles::Libpython;
 use serde::Deserialize;
 
 use super::cmd;
-use super::Libpython;
 
 /// What an interpreter reports about itself.
 #[derive(Debug, Deserialize)]

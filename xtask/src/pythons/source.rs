@@ -16,7 +16,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use super::cmd::{self, say, Log};
-use super::{Layout, Provider, Spec};
+use roles::Build;
+
+use super::{Layout, Spec};
 
 /// Debian source package and version the tarball is taken from.
 const DEB_SOURCE: &str = "python3.13";
@@ -31,20 +33,20 @@ const SOURCES_LIST: &str =
 /// File in an install prefix recording how it was built, written after verification.
 const STAMP: &str = ".pyagent-build";
 
-/// Builds every `Provider::Source` entry whose prefix is missing or stale.
+/// Builds every [`Build::Source`] role whose prefix is missing or stale.
 pub fn ensure(layout: &Layout, specs: &[Spec]) -> Result<()> {
     for spec in specs {
-        if let Provider::Source(configure) = spec.provider {
-            ensure_build(layout, spec, configure)
-                .with_context(|| format!("{}: build failed", spec.name))?;
+        if spec.role.build == Build::Source {
+            ensure_build(layout, spec, spec.role.configure_args())
+                .with_context(|| format!("{}: build failed", spec.role.name))?;
         }
     }
     Ok(())
 }
 
 fn ensure_build(layout: &Layout, spec: &Spec, configure: &[&str]) -> Result<()> {
-    let tag = spec.name;
-    let prefix = layout.dir.join(spec.name);
+    let tag = spec.role.name;
+    let prefix = layout.dir.join(spec.role.name);
     let mut configure_args = vec![format!("--prefix={}", prefix.display())];
     configure_args.extend(configure.iter().map(|arg| arg.to_string()));
     let stamp_text = format!(
@@ -59,12 +61,12 @@ fn ensure_build(layout: &Layout, spec: &Spec, configure: &[&str]) -> Result<()> 
 
     let source = ensure_source(layout)?;
     let started = Instant::now();
-    let build = layout.dir.join("build").join(spec.name);
+    let build = layout.dir.join("build").join(spec.role.name);
     for dir in [&build, &prefix] {
         remove_dir(dir)?;
     }
     fs::create_dir_all(&build).with_context(|| format!("cannot create {}", build.display()))?;
-    let log = Log::new(tag, &layout.logs(), &format!("{}-build", spec.name))?;
+    let log = Log::new(tag, &layout.logs(), &format!("{}-build", spec.role.name))?;
     let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
     say(
         tag,

@@ -1,0 +1,143 @@
+//! One role of the matrix: what interpreter it is, how it is provided, and what it can do,
+//! derived from its version and build rather than stated twice.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Version;
+
+/// How `cargo xtask pythons` provides a role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Build {
+    /// A package of the host (Debian bookworm), installed with apt.
+    HostApt(&'static str),
+    /// The preinstalled pyenv version directory named after the role's exact version.
+    Pyenv,
+    /// CPython built from Debian's source package by `cargo xtask pythons` (see its
+    /// `source` step), `--disable-gil` for a free-threaded role.
+    Source,
+    /// A package of Debian sid, installed in the chroot `cargo xtask pythons` makes.
+    SidChroot(&'static str),
+}
+
+/// Where an interpreter's `_PyRuntime` lives, which decides where discovery finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Libpython {
+    /// In the executable itself.
+    Static,
+    /// In a `libpython3.X.so` the executable links.
+    Shared,
+}
+
+impl Libpython {
+    /// `static` or `shared`, as in the manifest.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Libpython::Static => "static",
+            Libpython::Shared => "shared",
+        }
+    }
+}
+
+/// Whether the build has a GIL (`Py_GIL_DISABLED` unset) or is free-threaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Threading {
+    Gil,
+    FreeThreaded,
+}
+
+/// One interpreter of the matrix: a row of [`crate::ROLES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Role {
+    /// Matrix name, such as `py313t`: the manifest's key and the tests' handle.
+    pub name: &'static str,
+    /// What it must report.
+    pub version: Version,
+    pub build: Build,
+    pub threading: Threading,
+}
+
+impl Role {
+    /// A row of the table.
+    pub const fn new(
+        name: &'static str,
+        version: Version,
+        build: Build,
+        threading: Threading,
+    ) -> Role {
+        Role {
+            name,
+            version,
+            build,
+            threading,
+        }
+    }
+
+    /// `(major, minor)`, such as `(3, 13)`.
+    pub fn minor(&self) -> (u32, u32) {
+        (self.version.major, self.version.minor)
+    }
+
+    /// Built with `--disable-gil`.
+    pub fn free_threaded(&self) -> bool {
+        self.threading == Threading::FreeThreaded
+    }
+
+    /// Has a GIL for threads to hold and wait for.
+    pub fn with_gil(&self) -> bool {
+        self.threading == Threading::Gil
+    }
+
+    /// Debian's packages and a plain `configure` link the runtime into the executable; the
+    /// pyenv versions this matrix uses are built with `--enable-shared`.
+    pub fn libpython(&self) -> Libpython {
+        match self.build {
+            Build::Pyenv => Libpython::Shared,
+            Build::HostApt(_) | Build::Source | Build::SidChroot(_) => Libpython::Static,
+        }
+    }
+
+    /// Runs through chroot(8), in the sid tree.
+    pub fn in_chroot(&self) -> bool {
+        matches!(self.build, Build::SidChroot(_))
+    }
+
+    /// Keeps `.symtab`, so that its static functions have names; Debian's packages are
+    /// stripped of it (their eval loop's body is found from the exported entry's jumps).
+    pub fn has_symtab(&self) -> bool {
+        matches!(self.build, Build::Pyenv | Build::Source)
+    }
+
+    /// Has the asyncio task layout an outside reader can walk (3.14+).
+    pub fn asyncio_tasks(&self) -> bool {
+        self.version.at_least(3, 14)
+    }
+
+    /// Has the frame cache `last_profiled_frame` (3.15+).
+    pub fn frame_cache(&self) -> bool {
+        self.version.at_least(3, 15)
+    }
+
+    /// Ships CPython's own sampler, `python -m profiling.sampling` ("tachyon", 3.15+).
+    pub fn tachyon(&self) -> bool {
+        self.version.at_least(3, 15)
+    }
+
+    /// The executable's file name, such as `python3.13t`: CPython's own naming, which pyenv,
+    /// Debian and `make install` all follow.
+    pub fn executable_name(&self) -> String {
+        let suffix = if self.free_threaded() { "t" } else { "" };
+        format!(
+            "python{}.{}{suffix}",
+            self.version.major, self.version.minor
+        )
+    }
+
+    /// The extra `configure` arguments of a [`Build::Source`] role.
+    pub fn configure_args(&self) -> &'static [&'static str] {
+        match self.threading {
+            Threading::Gil => &[],
+            Threading::FreeThreaded => &["--disable-gil"],
+        }
+    }
+}
