@@ -18,21 +18,28 @@
 //! The main table runs on one interpreter every peer supports (`--python`, py313); Tachyon exists
 //! only in 3.15, so it and pyagent get their own rows on `--tachyon-python` (py315, in the sid
 //! chroot). Results go to stdout, `target/bench/compare.md` and `target/bench/compare.svg`.
+//!
+//! Modules, lowest first (each imports only those before it): [`profiler`] (the profilers and
+//! their output), [`plan`] (what runs), [`results`] (what was measured), [`profiled_run`] (a
+//! target with a profiler attached), [`toggled`] (the toggled slowdown), [`measure`] (every run),
+//! [`report`] (the tables and the chart). Statistics come from [`crate::bench::stats`].
 
 mod measure;
+mod plan;
+mod profiled_run;
 mod profiler;
 mod report;
+mod results;
 mod toggled;
-
-use super::util;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use self::measure::{Plan, Suite};
+use self::plan::{Plan, Suite};
+use self::profiled_run::script;
 use self::profiler::{Profiler, Tools};
-use self::util::Manifest;
+use super::util::Manifest;
 use crate::test;
 
 /// Arguments.
@@ -82,13 +89,6 @@ pub struct Args {
     /// Interpreter (manifest name) of the Tachyon rows: 3.15 or later.
     #[arg(long, default_value = "py315")]
     tachyon_python: String,
-}
-
-/// The bench scripts of this benchmark (`xtask/compare-scripts`).
-fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("compare-scripts")
-        .join(name)
 }
 
 /// Runs the benchmark.

@@ -23,58 +23,38 @@
 //! with the Rust toolchain alone, so it installs the build packages and re-runs itself from a
 //! release build with the `agent-lib` feature, building the release agent as well
 //! ([`super::util::reexec_release`]).
-
-/// Arguments.
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Seconds per BPF cost measurement.
-    #[arg(long, default_value_t = 3.0)]
-    seconds: f64,
-    /// Seconds the agent profiles per overhead measurement.
-    #[arg(long, default_value_t = 20.0)]
-    agent_seconds: f64,
-    /// About a minute: 1 s BPF measurements, 5 s agent runs.
-    #[arg(long)]
-    quick: bool,
-    /// Stack depths of the BPF cost targets.
-    #[arg(long, value_delimiter = ',', default_values_t = [10, 100, 1000])]
-    depths: Vec<usize>,
-    /// Interpreters of the BPF cost targets, by manifest name.
-    #[arg(long, value_delimiter = ',', default_values_t = ["py315".to_owned(), "py312".to_owned()])]
-    pythons: Vec<String>,
-    /// Numbers of busy Python processes for the agent-overhead runs.
-    #[arg(long, value_delimiter = ',', default_values_t = [1, 10, 50])]
-    processes: Vec<usize>,
-    /// Number of blocking processes (about 1,000 blocking calls a second each) for the
-    /// off-CPU overhead runs.
-    #[arg(long, default_value_t = 50)]
-    blocking_processes: usize,
-    /// Number of processes whose leaf is in C (`deep.py 30 native`) for the agent runs with
-    /// `--native` off and on.
-    #[arg(long, default_value_t = 50)]
-    native_processes: usize,
-    /// Interpreter of the busy processes (manifest name).
-    #[arg(long, default_value = "py312")]
-    busy_python: String,
-    /// Perf-event rate (per CPU) of the BPF cost runs.
-    #[arg(long, default_value_t = 999)]
-    bpf_rate: u64,
-    /// Only one part: `cost` (ns per run), `agent` (agent overhead), `offcpu` (agent and BPF
-    /// cost with off-CPU profiling, beside many blocking processes) or `native` (BPF cost per
-    /// sample and agent overhead with native stacks, `--native`).
-    #[arg(long)]
-    only: Option<String>,
-    /// Also measure each stage of an anchored depth-100 walk on 3.15 (the program stops after
-    /// stage N: what each part of a run costs).
-    #[arg(long)]
-    stages: bool,
-    /// Run in this build even if it is a debug build.
-    #[arg(long)]
-    no_release: bool,
-}
+//!
+//! Modules, lowest first (each imports only those before it). What no process runs, with unit
+//! tests: `cost` (what a load of the sampler measured), `cost_rows` (the program-cost tables'
+//! rows), `agent_output` (what a run of the agent printed and cost), `agent_rows` (the agent
+//! tables' rows), `targets` (the targets' settings). What runs processes: `program_run` (one
+//! load of the sampler beside a target), `program_cost` (sections 1 and 4's program costs),
+//! `agent_run` (one run of the agent), `agent_overhead` (sections 2, 3 and 4's agent runs),
+//! `measure` (the parts in order). `args` holds the arguments.
 
 #[cfg(feature = "agent-lib")]
+mod agent_output;
+#[cfg(feature = "agent-lib")]
+mod agent_overhead;
+#[cfg(feature = "agent-lib")]
+mod agent_rows;
+#[cfg(feature = "agent-lib")]
+mod agent_run;
+mod args;
+#[cfg(feature = "agent-lib")]
+mod cost;
+#[cfg(feature = "agent-lib")]
+mod cost_rows;
+#[cfg(feature = "agent-lib")]
 mod measure;
+#[cfg(feature = "agent-lib")]
+mod program_cost;
+#[cfg(feature = "agent-lib")]
+mod program_run;
+#[cfg(feature = "agent-lib")]
+mod targets;
+
+pub use self::args::Args;
 
 /// Runs the benchmark, from a build that links the agent library.
 pub fn run(args: &Args) -> anyhow::Result<()> {

@@ -11,6 +11,9 @@
 pub mod compare;
 pub mod ebpf;
 pub mod soak;
+// Parts of it serve only the in-process benches, which the toolchain-only build leaves out.
+#[cfg_attr(not(feature = "agent-lib"), allow(dead_code))]
+pub mod stats;
 pub mod unwind;
 // Parts of it serve only the in-process benches, which the toolchain-only build leaves out.
 #[cfg_attr(not(feature = "agent-lib"), allow(dead_code))]

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
+use super::stats;
 use super::util::{self, Features, Manifest, Proc, Table};
 
 /// Arguments.
@@ -186,7 +187,7 @@ fn print_trend(readings: &[Reading]) {
     let (first, last) = (&readings[..third], &readings[readings.len() - third..]);
     let median = |rows: &[Reading], f: Metric| {
         let v: Vec<f64> = rows.iter().map(f).collect();
-        util::quantile(&v, 0.5)
+        stats::median(&v)
     };
     let mut table = Table::new(&["", "first third", "last third", "change"]);
     let metrics: [(&str, Metric); 3] = [
@@ -200,7 +201,7 @@ fn print_trend(readings: &[Reading]) {
             name.to_owned(),
             format!("{a:.2}"),
             format!("{b:.2}"),
-            format!("{:+.1}%", 100.0 * (b - a) / a.abs().max(1e-9)),
+            format!("{:+.1}%", stats::percent_change(a, b)),
         ]);
     }
     table.print();

@@ -18,43 +18,22 @@
 //! The measurements link the agent library, whose build needs clang: `cargo xtask` itself is built
 //! with the Rust toolchain alone, so it installs the build packages and re-runs itself from a
 //! release build with the `agent-lib` feature ([`super::util::reexec_release`]).
+//!
+//! Modules, lowest first: `args`, `cell` (a sampler's result and the cells' text), `samplers`
+//! (each sampler on a running target), `asyncio_row`, `measure` (the depth table, then the
+//! asyncio row).
 
-/// Arguments.
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Seconds of sampling per measurement of pyagent's unwinder.
-    #[arg(long, default_value_t = 3.0)]
-    seconds: f64,
-    /// Seconds each peer profiler (Tachyon, py-spy) samples.
-    #[arg(long, default_value_t = 5.0)]
-    peer_seconds: f64,
-    /// Depths 10 and 100 only, 1 s per measurement.
-    #[arg(long)]
-    quick: bool,
-    /// Stack depths (Python frames, module frame included).
-    #[arg(long, value_delimiter = ',', default_values_t = [10, 100, 1000])]
-    depths: Vec<usize>,
-    /// Interpreters, by manifest name.
-    #[arg(long, value_delimiter = ',', default_values_t = ["py315".to_owned(), "py313".to_owned()])]
-    pythons: Vec<String>,
-    /// Target kinds: `park` (sleeping leaf) and/or `busy` (leaf looping on the CPU).
-    #[arg(long, value_delimiter = ',', default_values_t = ["park".to_owned(), "busy".to_owned()])]
-    kinds: Vec<String>,
-    /// Run in this build even if it is a debug build (numbers are then meaningless).
-    #[arg(long)]
-    no_release: bool,
-    /// Only the asyncio row (100 tasks, coroutine depth 20, on py315).
-    #[arg(long, conflicts_with = "no_asyncio")]
-    asyncio_only: bool,
-    /// Leave out the asyncio row.
-    #[arg(long)]
-    no_asyncio: bool,
-}
-
+mod args;
 #[cfg(feature = "agent-lib")]
 mod asyncio_row;
 #[cfg(feature = "agent-lib")]
+mod cell;
+#[cfg(feature = "agent-lib")]
 mod measure;
+#[cfg(feature = "agent-lib")]
+mod samplers;
+
+pub use self::args::Args;
 
 /// Runs the benchmark, from a build that links the agent library.
 pub fn run(args: &Args) -> anyhow::Result<()> {

@@ -1,5 +1,6 @@
 //! The three kinds of runs: slowdown (which also gives the profilers' cost), accuracy and
-//! throughput. Every process is bounded by a deadline and killed when its handle drops.
+//! throughput, then the toggled slowdown ([`super::toggled`]). Every process is bounded by a
+//! deadline and killed when its handle drops.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,229 +9,14 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 
+use super::plan::{configurations, rate_label, Plan, Suite};
+use super::profiled_run::{script, ProfiledRun, READY, SLACK};
 use super::profiler::{self, Profiler, Sampled, Tools};
-use super::script;
-use super::util::{self, Interpreter, Proc};
-
-/// How long a target may take to print `ready` (a chroot's interpreter on a loaded machine).
-const READY: Duration = Duration::from_secs(30);
-/// Slack on top of a run's own length before it counts as hung and is killed.
-const SLACK: Duration = Duration::from_secs(30);
-
-/// An interpreter and the profilers compared on it.
-#[derive(Debug)]
-pub struct Suite {
-    /// The interpreter every target of the suite runs on.
-    pub interp: Interpreter,
-    /// The profilers, besides none.
-    pub profilers: Vec<Profiler>,
-}
-
-/// Durations, rates and repetitions.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    /// Slowdown repetitions.
-    pub reps: usize,
-    /// Seconds a target runs before its measured window: the profiler attaches meanwhile.
-    pub lead_s: f64,
-    /// Seconds of the slowdown window.
-    pub window_s: f64,
-    /// Rates of the slowdown runs.
-    pub slowdown_rates_hz: Vec<u32>,
-    /// Rate of the accuracy runs.
-    pub accuracy_rate_hz: u32,
-    /// Seconds of an accuracy run after the lead.
-    pub accuracy_window_s: f64,
-    /// Stack depths of the throughput runs.
-    pub depths: Vec<u32>,
-    /// Rates tried, rising, in the throughput runs.
-    pub throughput_rates_hz: Vec<u32>,
-    /// Seconds each profiler samples in a throughput run.
-    pub throughput_s: u32,
-    /// Share of rate × duration a profiler must collect to sustain a rate.
-    pub sustain_share: f64,
-    /// Only the slowdown runs.
-    pub slowdown_only: bool,
-    /// Only the toggled slowdown runs (no paired runs, so no cost per sample either).
-    pub toggled_only: bool,
-    /// Seconds of pairs in each toggled slowdown run (one run per configuration; 0: none).
-    pub toggle_s: f64,
-    /// Seconds of each half of a toggled pair.
-    pub toggle_window_s: f64,
-    /// Seconds between attaching and the first toggled pair.
-    pub toggle_lead_s: f64,
-    /// The CPU every target is pinned to, so that a profiled run and the unprofiled runs it is
-    /// paired with run on the same CPU (`None` on a single-CPU machine).
-    pub target_cpu: Option<usize>,
-}
-
-impl Plan {
-    /// The full plan, or the quick one for the smoke test; `window_s` replaces the slowdown
-    /// window (and its lead, half of it up to 1 s).
-    pub fn new(
-        quick: bool,
-        reps: Option<usize>,
-        window_s: Option<f64>,
-        slowdown_only: bool,
-    ) -> Plan {
-        let mut plan = Plan::defaults(quick, reps);
-        if let Some(w) = window_s.filter(|w| *w > 0.0) {
-            plan.window_s = w;
-            plan.lead_s = (w / 2.0).min(1.0);
-        }
-        plan.slowdown_only = slowdown_only;
-        // The last CPU: the first takes most of the machine's interrupts and daemons.
-        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-        plan.target_cpu = (cpus > 1).then(|| cpus - 1);
-        plan
-    }
-
-    fn defaults(quick: bool, reps: Option<usize>) -> Plan {
-        if quick {
-            Plan {
-                reps: reps.unwrap_or(1).max(1),
-                lead_s: 0.6,
-                window_s: 0.6,
-                slowdown_rates_hz: vec![99, 1000],
-                accuracy_rate_hz: 1000,
-                accuracy_window_s: 1.0,
-                depths: vec![100],
-                throughput_rates_hz: vec![1000],
-                throughput_s: 1,
-                sustain_share: 0.9,
-                slowdown_only: false,
-                toggled_only: false,
-                toggle_s: 2.0,
-                toggle_window_s: 0.05,
-                toggle_lead_s: 2.0,
-                target_cpu: None,
-            }
-        } else {
-            Plan {
-                // Six: the fewest paired runs whose median has a distribution-free 95% interval
-                // (with five, section 1 reads "too few pairs" in every profiled row).
-                reps: reps.unwrap_or(6).max(1),
-                lead_s: 1.0,
-                window_s: 2.0,
-                slowdown_rates_hz: vec![99, 1000],
-                accuracy_rate_hz: 1000,
-                accuracy_window_s: 10.0,
-                depths: vec![30, 100, 1000],
-                throughput_rates_hz: vec![100, 1000, 5000, 10_000, 20_000],
-                throughput_s: 2,
-                sustain_share: 0.9,
-                slowdown_only: false,
-                toggled_only: false,
-                toggle_s: 60.0,
-                toggle_window_s: 0.05,
-                toggle_lead_s: 2.0,
-                target_cpu: None,
-            }
-        }
-    }
-
-    /// How long a profiler is told to sample in a slowdown or accuracy run: past the target's
-    /// end, which stops every profiler compared here.
-    fn attached_secs(&self, window_s: f64) -> u32 {
-        (self.lead_s + window_s).ceil() as u32 + 5
-    }
-}
-
-/// Everything measured.
-#[derive(Debug)]
-pub struct Results {
-    /// Slowdown and cost: one row per suite, profiler and rate (rate 0 for none).
-    pub slowdown: Vec<SlowRow>,
-    /// One row per suite and profiler.
-    pub accuracy: Vec<AccuracyRow>,
-    /// One row per suite, profiler and depth.
-    pub throughput: Vec<ThroughputRow>,
-    /// Toggled slowdown: one row per suite, profiler and rate (rate 0 for none).
-    pub toggled: Vec<super::toggled::ToggledRow>,
-    /// `kernel.perf_event_max_sample_rate` before and after the throughput runs.
-    pub perf_max_rate: (Option<u64>, Option<u64>),
-    /// CPU seconds per 1000 wakes of a thread doing nothing but sleep to the next tick at the
-    /// highest slowdown rate, beside a busy target ([`wake_floor`]).
-    pub wake_floor: Option<f64>,
-}
-
-impl Results {
-    /// Measurements that failed outright.
-    pub fn failures(&self) -> usize {
-        self.slowdown.iter().map(|r| r.errors.len()).sum::<usize>()
-            + self.accuracy.iter().filter(|r| r.result.is_err()).count()
-            + self
-                .throughput
-                .iter()
-                .flat_map(|r| &r.steps)
-                .filter(|s| matches!(s.outcome, Outcome::Failed(_)))
-                .count()
-            + self.toggled.iter().filter(|r| r.error.is_some()).count()
-    }
-}
-
-/// One slowdown configuration over the repetitions.
-#[derive(Debug)]
-pub struct SlowRow {
-    /// Index into the suites.
-    pub suite: usize,
-    /// The profiler.
-    pub profiler: Profiler,
-    /// Samples per second (0 for none).
-    pub rate_hz: u32,
-    /// The runs that finished (one per repetition; for none, one before the first profiled run
-    /// of each round and one after every profiled run).
-    pub runs: Vec<SlowRun>,
-    /// Why runs failed.
-    pub errors: Vec<String>,
-}
-
-/// One slowdown run.
-#[derive(Debug, Clone)]
-pub struct SlowRun {
-    /// Calls of the fixed function per wall-clock second in the window.
-    pub per_sec: f64,
-    /// Calls per second of the target's own CPU time in the window.
-    pub per_cpu_sec: f64,
-    /// The profiler's side, when there was one.
-    pub profiler: Option<Cost>,
-    /// `(per_sec, per_cpu_sec)` of the unprofiled runs just before and after (averaged): the
-    /// reference of a profiled run. For an unprofiled run, the average of the unprofiled runs
-    /// two places before and after, which measures the noise of that reference.
-    pub reference: Option<(f64, f64)>,
-}
-
-/// What a profiler spent and collected in one run.
-#[derive(Debug, Clone, Copy)]
-pub struct Cost {
-    /// User + system seconds of the profiler process, start to exit.
-    pub cpu_secs: f64,
-    /// Samples in its output.
-    pub samples: u64,
-    /// Lagged ticks (pyagent userspace).
-    pub lagged: Option<u64>,
-}
-
-impl Cost {
-    fn of(s: &Sampled) -> Cost {
-        Cost {
-            cpu_secs: s.usage.cpu_secs(),
-            samples: s.samples(),
-            lagged: s.lagged,
-        }
-    }
-}
-
-/// The accuracy of one profiler.
-#[derive(Debug)]
-pub struct AccuracyRow {
-    /// Index into the suites.
-    pub suite: usize,
-    /// The profiler.
-    pub profiler: Profiler,
-    /// The measurement, or why it failed.
-    pub result: Result<Accuracy, String>,
-}
+use super::results::{
+    describe, Accuracy, AccuracyRow, Cost, Outcome, Results, SlowRow, SlowRun, Step, ThroughputRow,
+};
+use super::toggled;
+use crate::bench::util::{self, Interpreter, Proc};
 
 /// The hot functions of compare_accuracy.py, with the callers each must have above it
 /// (innermost first).
@@ -239,135 +25,6 @@ pub const HOT: [(&str, &[&str]); 3] = [
     ("hot_b", &["b1", "run"]),
     ("hot_c", &["c3", "c2", "c1", "run"]),
 ];
-
-/// Shares measured by the target itself and by a profiler.
-#[derive(Debug, Clone)]
-pub struct Accuracy {
-    /// CPU-time shares of the hot functions (`time.process_time()` in the target).
-    pub truth: [f64; 3],
-    /// Sample shares of the hot functions.
-    pub measured: [f64; 3],
-    /// Samples in one of the hot functions.
-    pub hot_samples: u64,
-    /// All samples.
-    pub samples: u64,
-    /// Share of hot samples whose hot frame carries the hot loop's line.
-    pub lines_exact: f64,
-    /// Share of hot samples whose hot frame has no line or one outside its function (the rest
-    /// of the non-exact ones are on its `def` or `return` line, where it does spend time).
-    pub lines_wrong: f64,
-    /// Share of hot samples with the right callers above the hot frame.
-    pub callers_exact: f64,
-}
-
-impl Accuracy {
-    /// Error per function, percentage points.
-    pub fn errors_pp(&self) -> [f64; 3] {
-        std::array::from_fn(|i| (self.measured[i] - self.truth[i]).abs() * 100.0)
-    }
-
-    /// The largest error, percentage points.
-    pub fn max_error_pp(&self) -> f64 {
-        self.errors_pp().into_iter().fold(0.0, f64::max)
-    }
-
-    /// One binomial standard error of the largest share, percentage points: the error a
-    /// perfect sampler shows with this many samples.
-    pub fn sigma_pp(&self) -> f64 {
-        let p = self.truth[0];
-        (p * (1.0 - p) / self.hot_samples.max(1) as f64).sqrt() * 100.0
-    }
-}
-
-/// Throughput of one profiler at one depth.
-#[derive(Debug)]
-pub struct ThroughputRow {
-    /// Index into the suites.
-    pub suite: usize,
-    /// The profiler.
-    pub profiler: Profiler,
-    /// Python frames on the target's stack.
-    pub depth: u32,
-    /// Rates tried, rising; the last failed or was the last of the plan.
-    pub steps: Vec<Step>,
-}
-
-impl ThroughputRow {
-    /// The highest rate sustained (each lower one was, too).
-    pub fn sustained_hz(&self) -> Option<u32> {
-        self.steps
-            .iter()
-            .take_while(|s| s.sustained())
-            .last()
-            .map(|s| s.rate_hz)
-    }
-
-    /// The first rate not sustained, if one was tried.
-    pub fn first_miss(&self) -> Option<&Step> {
-        self.steps.iter().find(|s| !s.sustained())
-    }
-}
-
-/// One rate tried.
-#[derive(Debug)]
-pub struct Step {
-    /// Samples per second asked for.
-    pub rate_hz: u32,
-    /// What happened.
-    pub outcome: Outcome,
-    /// Share of rate × duration required.
-    pub sustain_share: f64,
-    /// Seconds a profiler may finish late and still sustain the rate.
-    pub late_allowed_s: f64,
-}
-
-impl Step {
-    /// Whether the profiler collected enough, in time.
-    pub fn sustained(&self) -> bool {
-        match &self.outcome {
-            Outcome::Measured {
-                collected,
-                expected,
-                late_s,
-                ..
-            } => {
-                *collected as f64 >= self.sustain_share * expected && *late_s <= self.late_allowed_s
-            }
-            _ => false,
-        }
-    }
-}
-
-/// The result of one throughput step.
-#[derive(Debug)]
-pub enum Outcome {
-    /// The profiler ran.
-    Measured {
-        /// Samples in its output.
-        collected: u64,
-        /// Samples a profiler keeping up would have: rate × duration, for eBPF (which samples a
-        /// thread only while it is on a CPU) times the share of a CPU the target had meanwhile.
-        expected: f64,
-        /// Samples whose stack had all `depth` frames.
-        full_depth: u64,
-        /// The target's CPU seconds while the profiler ran.
-        target_cpu_secs: f64,
-        /// Lagged ticks (pyagent userspace).
-        lagged: Option<u64>,
-        /// Dropped samples (pyagent ebpf).
-        dropped: Option<u64>,
-        /// The profiler's CPU seconds.
-        cpu_secs: f64,
-        /// Seconds the profiler ran past the duration and the startup and teardown it needed at
-        /// the lowest rate: py-spy's duration is a number of samples (rate × duration), which
-        /// it keeps collecting, late, until it has them or the target exits.
-        late_s: f64,
-    },
-    /// The profiler does not accept the rate.
-    Refused(&'static str),
-    /// It failed.
-    Failed(String),
-}
 
 /// What `compare_slowdown.py` prints at exit.
 #[derive(Debug, Deserialize)]
@@ -403,7 +60,7 @@ pub fn run(tools: &Tools, suites: &[Suite], plan: &Plan) -> Result<Results> {
         _ => None,
     };
     let toggled = if plan.toggle_s > 0.0 {
-        super::toggled::measure(tools, suites, plan)
+        toggled::measure(tools, suites, plan)
     } else {
         Vec::new()
     };
@@ -489,21 +146,6 @@ pub fn perf_max_sample_rate() -> Option<u64> {
         .trim()
         .parse()
         .ok()
-}
-
-/// The slowdown configurations of a suite: none (rate 0), then each profiler at each rate;
-/// nothing for a suite whose profilers were all left out (`--profilers`).
-pub(super) fn configurations<'a>(
-    suite: &'a Suite,
-    plan: &'a Plan,
-) -> impl Iterator<Item = (Profiler, u32)> + 'a {
-    let baseline = (!suite.profilers.is_empty()).then_some((Profiler::None, 0));
-    baseline.into_iter().chain(
-        suite
-            .profilers
-            .iter()
-            .flat_map(|&p| plan.slowdown_rates_hz.iter().map(move |&r| (p, r))),
-    )
 }
 
 fn slowdown(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<SlowRow> {
@@ -605,15 +247,6 @@ fn slowdown(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<SlowRow> {
     rows
 }
 
-/// `99 Hz`, `1 kHz`.
-pub fn rate_label(rate_hz: u32) -> String {
-    match rate_hz {
-        0 => "-".to_owned(),
-        r if r >= 1000 && r % 1000 == 0 => format!("{} kHz", r / 1000),
-        r => format!("{r} Hz"),
-    }
-}
-
 fn slowdown_run(
     tools: &Tools,
     interp: &Interpreter,
@@ -641,95 +274,6 @@ fn slowdown_run(
         profiler: sampled.as_ref().map(Cost::of),
         reference: None,
     })
-}
-
-/// A target script running, with its profiler attached (unless none).
-pub(super) struct ProfiledRun {
-    script_name: String,
-    target: Proc,
-    attached: Option<profiler::Attached>,
-    attached_secs: u32,
-}
-
-impl ProfiledRun {
-    /// Starts `script ARGS` on `interp` (pinned to `target_cpu`) and attaches `profiler` for
-    /// `attached_secs` once it is ready.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn start(
-        tools: &Tools,
-        interp: &Interpreter,
-        script_name: &str,
-        args: &[String],
-        profiler: Profiler,
-        rate_hz: u32,
-        attached_secs: u32,
-        target_cpu: Option<usize>,
-    ) -> Result<ProfiledRun> {
-        let mut cmd = interp.script_command(&script(script_name), args)?;
-        if let Some(cpu) = target_cpu {
-            pin_to_cpu(&mut cmd, cpu);
-        }
-        let mut target = Proc::spawn(&mut cmd, format!("{} {script_name}", interp.name))?;
-        target.wait_line(|l| l.starts_with("ready"), READY)?;
-        let attached = match profiler {
-            Profiler::None => None,
-            p => Some(profiler::attach(
-                tools,
-                p,
-                interp,
-                target.pid(),
-                rate_hz,
-                attached_secs,
-            )?),
-        };
-        Ok(ProfiledRun {
-            script_name: script_name.to_owned(),
-            target,
-            attached,
-            attached_secs,
-        })
-    }
-
-    /// The profiler's process id (`None` without a profiler).
-    pub(super) fn profiler_pid(&self) -> Option<u32> {
-        self.attached.as_ref().map(profiler::Attached::pid)
-    }
-
-    /// Waits (up to `target_secs` and some slack) for the JSON line the target prints before
-    /// exiting, then for the profiler. Returns both.
-    pub(super) fn finish(mut self, target_secs: f64) -> Result<(String, Option<Sampled>)> {
-        let json = self.target.wait_line(
-            |l| l.starts_with('{'),
-            Duration::from_secs_f64(target_secs) + SLACK,
-        )?;
-        let (usage, stderr) = self.target.wait(SLACK)?;
-        if !usage.success() {
-            bail!("{} failed: {}", self.script_name, stderr.trim());
-        }
-        let sampled = self
-            .attached
-            .map(|a| a.finish(Duration::from_secs(self.attached_secs.into()) + SLACK))
-            .transpose()?;
-        Ok((json, sampled))
-    }
-}
-
-/// Runs the command's process (and what it executes, a chroot's interpreter included) on `cpu`
-/// alone. The profilers are not pinned: on the other CPUs they take nothing from the target.
-pub(super) fn pin_to_cpu(cmd: &mut std::process::Command, cpu: usize) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: between fork and exec the closure only calls sched_setaffinity(2) on a set built
-    // on its own stack: no allocation, no lock.
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
 }
 
 fn accuracy(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<AccuracyRow> {
@@ -893,41 +437,6 @@ fn throughput(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ThroughputRow
         }
     }
     rows
-}
-
-/// A step in words, for progress lines and the report.
-pub fn describe(step: &Step) -> String {
-    match &step.outcome {
-        Outcome::Measured {
-            collected,
-            expected,
-            full_depth,
-            lagged,
-            dropped,
-            late_s,
-            ..
-        } => {
-            let mut s = format!(
-                "{collected} of {expected:.0} samples ({:.0}%)",
-                *collected as f64 * 100.0 / expected.max(1.0)
-            );
-            if full_depth < collected {
-                s += &format!(", {} not full depth", collected - full_depth);
-            }
-            if let Some(l) = lagged {
-                s += &format!(", {l} lagged ticks");
-            }
-            if let Some(d) = dropped.filter(|&d| d > 0) {
-                s += &format!(", {d} dropped");
-            }
-            if *late_s > step.late_allowed_s {
-                s += &format!(", {late_s:.1} s late");
-            }
-            s
-        }
-        Outcome::Refused(why) => format!("refused ({why})"),
-        Outcome::Failed(e) => format!("failed: {e}"),
-    }
 }
 
 fn throughput_run(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use super::util::{Interpreter, Proc, Usage};
+use crate::bench::util::{Interpreter, Proc, Usage};
 
 /// One profiler configuration (a row of the tables).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -30,41 +30,22 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
-use super::measure::{Plan, ProfiledRun, Suite};
+use super::plan::{configurations, rate_label, Plan, Suite, RESOLVED_PP};
+use super::profiled_run::ProfiledRun;
 use super::profiler::{Profiler, Tools};
-use super::report::{median_ci95, RESOLVED_PP};
-use super::util::Interpreter;
+use super::results::ToggledRow;
+use crate::bench::stats;
+use crate::bench::util::Interpreter;
 
 /// Left out at the start of every window of `window_s` seconds: the change of state takes effect
 /// (signals delivered, a resumed profiler's catch-up burst). A fifth of the window: 10 ms of
 /// 50 ms, in which a profiler resumed after 50 ms catches up on at most 50 samples.
-pub(super) fn guard(window_s: f64) -> Duration {
+pub fn guard(window_s: f64) -> Duration {
     Duration::from_secs_f64(window_s / 5.0)
 }
 /// A window whose target used less CPU than this share of it is left out: the target was
 /// stopped (a blocking profiler paused while it held the target).
 const MIN_CPU_SHARE: f64 = 0.5;
-
-/// One configuration's pairs.
-#[derive(Debug)]
-pub struct ToggledRow {
-    /// Index into the suites.
-    pub suite: usize,
-    pub profiler: Profiler,
-    /// Samples per second (0 for none).
-    pub rate_hz: u32,
-    /// Slowdown of the profiled half against the paused half, percent, per pair.
-    pub pairs: Vec<f64>,
-    /// Pairs left out (a half with the target stopped).
-    pub left_out: usize,
-    /// Why it could not be measured.
-    pub error: Option<String>,
-    /// Why the first attempt failed, when the row comes from a second one.
-    pub first_failure: Option<String>,
-    /// Runs whose pairs the row pools: 2 when the first run's interval was wider than resolved
-    /// (a half-width above [`RESOLVED_PP`] points) and a second run's pairs were added.
-    pub runs: usize,
-}
 
 /// What `compare_toggle.py` prints at exit.
 #[derive(Debug, Deserialize)]
@@ -84,14 +65,13 @@ pub fn measure(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ToggledRow> 
                 .iter()
                 .map(|&r| (Profiler::TimerOnly, r))
         });
-        let configurations =
-            super::measure::configurations(s, plan).chain(control.into_iter().flatten());
+        let configurations = configurations(s, plan).chain(control.into_iter().flatten());
         for (profiler, rate_hz) in configurations {
             let what = format!(
                 "toggled slowdown {} {} {}",
                 s.interp.name,
                 profiler.label(),
-                super::measure::rate_label(rate_hz)
+                rate_label(rate_hz)
             );
             // A target that dies mid-run (once, py-spy's blocking mode at 1 kHz) loses the row
             // of a 40-minute run: one more attempt, and the report says why it was needed.
@@ -107,7 +87,8 @@ pub fn measure(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ToggledRow> 
             // run's pairs: the same configuration, so the pairs pool.
             let mut runs = 1;
             if let Ok((pairs, left_out)) = &mut result {
-                let wide = median_ci95(pairs).is_some_and(|(lo, hi)| (hi - lo) / 2.0 > RESOLVED_PP);
+                let wide =
+                    stats::median_ci95(pairs).is_some_and(|(lo, hi)| (hi - lo) / 2.0 > RESOLVED_PP);
                 if wide {
                     eprintln!("{what}: interval wider than resolved, one more run to pool");
                     match run(tools, &s.interp, profiler, rate_hz, plan) {
@@ -122,7 +103,7 @@ pub fn measure(tools: &Tools, suites: &[Suite], plan: &Plan) -> Vec<ToggledRow> 
             }
             let row = match result {
                 Ok((pairs, left_out)) => {
-                    let median = super::util::quantile(&pairs, 0.5);
+                    let median = stats::median(&pairs);
                     eprintln!(
                         "{what}: {} pairs ({left_out} left out), median {median:+.2}%",
                         pairs.len()

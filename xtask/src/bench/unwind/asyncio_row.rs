@@ -5,8 +5,9 @@
 use anyhow::Result;
 use pyagent::unwind::{ThreadSample, UnwindOptions};
 
-use super::super::util::{self, Manifest, Proc, Table};
-use super::measure::{ours_checked, print_heading, ratio, tachyon_with, Cell, READY};
+use super::cell::{ratio, Cell};
+use super::samplers::{ours_checked, print_heading, tachyon_with, READY};
+use crate::bench::util::{self, Manifest, Proc, Table};
 
 /// Tasks the root task gathers.
 const TASKS: usize = 100;

@@ -1,63 +1,16 @@
-//! The measurements (they link the agent library; see the parent module).
+//! The table of depths: every sampler on `deep.py` targets of each interpreter, depth and kind,
+//! then the asyncio row ([`super::asyncio_row`]).
 
-use std::fmt::Write as _;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use pyagent::discovery::locate_runtime;
-use pyagent::unwind::{ThreadSample, UnwindOptions, Unwinder};
+use anyhow::{bail, Result};
+use pyagent::unwind::{ThreadSample, UnwindOptions};
 
-use super::super::util::{Interpreter, Manifest, Proc, Table};
-
-use super::super::util;
-use super::Args;
-
-pub(super) const READY: Duration = Duration::from_secs(30);
-
-/// One profiler's result on one target.
-#[derive(Debug, Clone)]
-pub(super) enum Cell {
-    Measured(Rate),
-    NotApplicable(String),
-    Failed(String),
-}
-
-#[derive(Debug, Clone, Default)]
-pub(super) struct Rate {
-    pub(super) samples: u64,
-    pub(super) wrong: u64,
-    pub(super) cpu_secs: f64,
-    pub(super) wall_secs: f64,
-    /// one-line extras for the details table
-    pub(super) note: String,
-}
-
-impl Rate {
-    fn per_cpu_sec(&self) -> f64 {
-        self.samples as f64 / self.cpu_secs.max(1e-9)
-    }
-}
-
-impl Cell {
-    pub(super) fn rate(&self) -> Option<f64> {
-        match self {
-            Cell::Measured(r) if r.samples > 0 => Some(r.per_cpu_sec()),
-            _ => None,
-        }
-    }
-
-    pub(super) fn show(&self) -> String {
-        match self {
-            Cell::Measured(r) if r.wrong > 0 => {
-                format!("{} ({} wrong)", util::si(r.per_cpu_sec()), r.wrong)
-            }
-            Cell::Measured(r) => util::si(r.per_cpu_sec()),
-            Cell::NotApplicable(why) => format!("n/a ({why})"),
-            Cell::Failed(why) => format!("failed ({why})"),
-        }
-    }
-}
+use super::args::Args;
+use super::asyncio_row;
+use super::cell::{ratio, Cell};
+use super::samplers::{ours_checked, print_heading, py_spy, tachyon_with, READY};
+use crate::bench::util::{self, Interpreter, Manifest, Proc, Table};
 
 struct Row {
     python: String,
@@ -157,7 +110,7 @@ pub fn run(args: &Args) -> Result<()> {
         print_report(&rows, &load_before);
     }
     if !args.no_asyncio {
-        super::asyncio_row::run(&manifest, seconds, peer_seconds)?;
+        asyncio_row::run(&manifest, seconds, peer_seconds)?;
     }
     Ok(())
 }
@@ -188,261 +141,11 @@ fn ours(target: &Proc, depth: usize, frame_cache: bool, secs: f64) -> Cell {
     )
 }
 
-/// [`ours`] with `options`, counting the samples `check` accepts (`expected` says what it wants).
-pub(super) fn ours_checked(
-    target: &Proc,
-    options: UnwindOptions,
-    check: impl Fn(&[ThreadSample]) -> bool,
-    expected: &str,
-    secs: f64,
-) -> Cell {
-    let frame_cache = options.frame_cache;
-    let located = match locate_runtime(target.pid()) {
-        Ok(t) => t,
-        Err(e) => return Cell::Failed(e.to_string()),
-    };
-    let mut u = Unwinder::new(located, options);
-    if frame_cache && !u.frame_cache_enabled() {
-        return Cell::NotApplicable("no anchor in this layout".into());
-    }
-    // Warm up the code-object and frame caches: the steady state is what is measured.
-    for _ in 0..20 {
-        if let Err(e) = u.sample() {
-            return Cell::Failed(e.to_string());
-        }
-    }
-    let first = match u.sample() {
-        Ok(s) => s,
-        Err(e) => return Cell::Failed(e.to_string()),
-    };
-    if !check(&first) {
-        let got: Vec<usize> = first.iter().map(|s| s.frames.len()).collect();
-        return Cell::Failed(format!("expected {expected}, got depths {got:?}"));
-    }
-    let stats0 = u.stats();
-    let reads0 = u.remote_reads();
-    let pages0 = u.page_cache_stats();
-    let wall0 = Instant::now();
-    let cpu0 = util::thread_cpu_time();
-    let sys0 = thread_sys_time();
-    let (mut samples, mut wrong, mut errors) = (0u64, 0u64, 0u64);
-    let limit = Duration::from_secs_f64(secs);
-    loop {
-        match u.sample() {
-            Ok(s) if check(&s) => samples += 1,
-            Ok(_) => wrong += 1,
-            Err(_) => errors += 1,
-        }
-        if (samples + wrong + errors) % 64 == 0 && wall0.elapsed() >= limit {
-            break;
-        }
-    }
-    let cpu = (util::thread_cpu_time() - cpu0).as_secs_f64();
-    let sys = (thread_sys_time() - sys0).as_secs_f64();
-    let wall = wall0.elapsed().as_secs_f64();
-    let st = u.stats();
-    let reads = u.remote_reads();
-    let pages = u.page_cache_stats();
-    let n = (st.samples - stats0.samples).max(1) as f64;
-    let mut note = format!(
-        "{:.1} µs/sample ({:.0}% in the kernel), {:.1} frames read/sample, {:.2} process_vm_readv/sample ({:.1} pages)",
-        cpu * 1e6 / n,
-        100.0 * sys / cpu.max(1e-9),
-        (st.frames_read - stats0.frames_read) as f64 / n,
-        (reads - reads0) as f64 / n,
-        (pages.misses - pages0.misses + pages.prefetched - pages0.prefetched) as f64 / n,
-    );
-    if frame_cache {
-        let _ = write!(
-            note,
-            ", cache {}/{}/{} full/partial/miss",
-            st.cache_full_hits - stats0.cache_full_hits,
-            st.cache_partial_hits - stats0.cache_partial_hits,
-            st.cache_misses - stats0.cache_misses
-        );
-    }
-    if errors > 0 {
-        let _ = write!(note, ", {errors} errors");
-    }
-    Cell::Measured(Rate {
-        samples,
-        wrong: wrong + errors,
-        cpu_secs: cpu,
-        wall_secs: wall,
-        note,
-    })
-}
-
-/// System CPU time of the calling thread (`getrusage(RUSAGE_THREAD)`).
-fn thread_sys_time() -> Duration {
-    // SAFETY: a zeroed rusage is a valid out-parameter.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid `who` and out-pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    Duration::new(ru.ru_stime.tv_sec as u64, ru.ru_stime.tv_usec as u32 * 1000)
-}
-
 /// Tachyon attached to the target, flat out, in the target's chroot.
 fn tachyon(py: &Interpreter, target: &Proc, depth: usize, secs: f64) -> Cell {
     // `tid:N;outer;...;inner COUNT`
     let right = |stack: &str| stack.split(';').filter(|f| !f.starts_with("tid:")).count() == depth;
     tachyon_with(py, target, &["-a"], right, secs)
-}
-
-/// [`tachyon`] with `extra` flags, counting the collapsed stacks `right` accepts.
-pub(super) fn tachyon_with(
-    py: &Interpreter,
-    target: &Proc,
-    extra: &[&str],
-    right: impl Fn(&str) -> bool,
-    secs: f64,
-) -> Cell {
-    let run = || -> Result<Cell> {
-        let (inside, host) = py.scratch_dir()?;
-        let name = format!("tachyon-{}.txt", target.pid());
-        let _ = std::fs::remove_file(host.join(&name));
-        let out = inside.join(&name);
-        let mut cmd = py.command([
-            "-m".to_owned(),
-            "profiling.sampling".to_owned(),
-            "attach".to_owned(),
-            target.pid().to_string(),
-            "-r".to_owned(),
-            "100khz".to_owned(),
-            "-d".to_owned(),
-            format!("{}", secs.ceil() as u64),
-            "--collapsed".to_owned(),
-            "-o".to_owned(),
-            out.display().to_string(),
-        ]);
-        cmd.args(extra);
-        let mut p = Proc::spawn(&mut cmd, "tachyon")?;
-        let (usage, stderr) = p.wait(Duration::from_secs_f64(secs + 60.0))?;
-        if !usage.success() {
-            return Ok(Cell::Failed(first_line(&stderr)));
-        }
-        let text = std::fs::read_to_string(host.join(&name))
-            .with_context(|| format!("tachyon wrote no {}", host.join(&name).display()))?;
-        let _ = std::fs::remove_file(host.join(&name));
-        let (samples, wrong) = count_collapsed(&text, &right);
-        Ok(Cell::Measured(Rate {
-            samples,
-            wrong,
-            cpu_secs: usage.cpu_secs(),
-            wall_secs: usage.wall.as_secs_f64(),
-            note: stats_line(&p.rest_of_stdout(), &stderr),
-        }))
-    };
-    run().unwrap_or_else(|e| Cell::Failed(format!("{e:#}")))
-}
-
-/// py-spy recording the target flat out, stopped with SIGINT after `secs`.
-fn py_spy(bin: &Path, target: &Proc, depth: usize, secs: f64) -> Cell {
-    let run = || -> Result<Cell> {
-        let out = std::env::temp_dir().join(format!("pyagent-bench-pyspy-{}.txt", target.pid()));
-        let _ = std::fs::remove_file(&out);
-        let mut cmd = std::process::Command::new(bin);
-        cmd.args([
-            "record",
-            "--pid",
-            &target.pid().to_string(),
-            "--rate",
-            "10000",
-        ])
-        .args([
-            "--duration",
-            "3600",
-            "--nonblocking",
-            "--idle",
-            "-f",
-            "raw",
-            "-o",
-        ])
-        .arg(&out);
-        let mut p = Proc::spawn(&mut cmd, "py-spy")?;
-        // py-spy falls behind at this rate and would run long past --duration: interrupt it.
-        std::thread::sleep(Duration::from_secs_f64(secs));
-        p.signal(libc::SIGINT);
-        let (usage, stderr) = p.wait(Duration::from_secs(60))?;
-        let Ok(text) = std::fs::read_to_string(&out) else {
-            return Ok(Cell::Failed(format!("no output: {}", first_line(&stderr))));
-        };
-        let _ = std::fs::remove_file(&out);
-        let (samples, wrong) = count_collapsed(&text, |stack| stack.split(';').count() == depth);
-        if samples + wrong == 0 {
-            return Ok(Cell::Failed(format!("no samples: {}", first_line(&stderr))));
-        }
-        let note = stderr
-            .lines()
-            .find_map(|l| {
-                l.split_once("Samples:")
-                    .map(|(_, r)| format!("Samples:{r}"))
-            })
-            .unwrap_or_default();
-        Ok(Cell::Measured(Rate {
-            samples,
-            wrong,
-            cpu_secs: usage.cpu_secs(),
-            wall_secs: usage.wall.as_secs_f64(),
-            note,
-        }))
-    };
-    run().unwrap_or_else(|e| Cell::Failed(format!("{e:#}")))
-}
-
-/// Sums the counts of collapsed stacks (`a;b;c COUNT`), split into (those `right` accepts, the
-/// others).
-fn count_collapsed(text: &str, right: impl Fn(&str) -> bool) -> (u64, u64) {
-    let (mut good, mut wrong) = (0, 0);
-    for line in text.lines() {
-        let Some((stack, count)) = line.trim_end().rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(count) = count.parse::<u64>() else {
-            continue;
-        };
-        if right(stack) {
-            good += count;
-        } else {
-            wrong += count;
-        }
-    }
-    (good, wrong)
-}
-
-/// Tachyon's own summary (rate, missed samples) from its output.
-fn stats_line(stdout: &str, stderr: &str) -> String {
-    stdout
-        .lines()
-        .chain(stderr.lines())
-        .filter(|l| l.starts_with("Sample rate") || l.starts_with("Warning: missed"))
-        .map(str::trim)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-pub(super) fn first_line(s: &str) -> String {
-    s.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("no message")
-        .chars()
-        .take(120)
-        .collect()
-}
-
-pub(super) fn ratio(ours: Option<f64>, theirs: Option<f64>) -> String {
-    match (ours, theirs) {
-        (Some(a), Some(b)) => format!("{:.1}×", a / b),
-        _ => "—".to_owned(),
-    }
-}
-
-/// A table's title, the command line and the load averages at its start and now.
-pub(super) fn print_heading(title: &str, load_before: &str) {
-    println!("\n## {title}: samples per CPU-second (higher is better)\n");
-    util::print_command_line();
-    println!("{load_before} at start, {} at end\n", util::load_average());
 }
 
 fn print_report(rows: &[Row], load_before: &str) {

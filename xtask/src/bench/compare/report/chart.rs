@@ -2,7 +2,12 @@
 
 use plotters::prelude::*;
 
-use super::*;
+use std::path::Path;
+
+use super::summary::{noise_pp, slow_row, slowdown_of, Spread};
+use crate::bench::compare::plan::{rate_label, Plan, Suite};
+use crate::bench::compare::profiler::Profiler;
+use crate::bench::compare::results::Results;
 
 /// Grouped bars: the median slowdown of every profiler at each slowdown rate, with min–max
 /// whiskers, over a grey band of each interpreter's noise (two standard errors).
@@ -104,7 +109,7 @@ pub(super) fn chart(
         });
         chart
             .draw_series(bars)?
-            .label(measure::rate_label(rate))
+            .label(rate_label(rate))
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
         chart.draw_series(values.iter().enumerate().filter_map(|(g, v)| {
             v[k].filter(|s| s.n > 1).map(|s| {

@@ -1,7 +1,23 @@
 //! Where pyagent is not ahead: each pyagent mode against each peer on the same interpreter, on
 //! every metric of the report.
 
-use super::*;
+use super::cells::one_line;
+use super::summary::{cost_of, marginal_cost, noise_pp, slow_row, slowdown_of, toggled_of};
+use crate::bench::compare::plan::{rate_label, Plan, Suite};
+use crate::bench::compare::profiler::Profiler;
+use crate::bench::compare::results::{describe, Results};
+
+/// What a ranking metric measures (for the explanation of a loss).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    /// At this rate.
+    Slowdown(u32),
+    Cost(u32),
+    MarginalCost,
+    AccuracyError,
+    WrongLines,
+    Throughput(u32),
+}
 
 /// One way of ranking profilers.
 struct Metric<'a> {
@@ -37,7 +53,7 @@ pub(super) fn ranking(suites: &[Suite], plan: &Plan, results: &Results) -> Vec<S
         };
         let mut metrics = Vec::new();
         for &rate in &plan.slowdown_rates_hz {
-            let at = measure::rate_label(rate);
+            let at = rate_label(rate);
             metrics.push(Metric {
                 name: format!("slowdown at {at} (%)"),
                 kind: Kind::Slowdown(rate),
@@ -124,7 +140,7 @@ pub(super) fn ranking(suites: &[Suite], plan: &Plan, results: &Results) -> Vec<S
                         (Some(a), Some(b)) if rate == low && a < b => format!(
                             "startup dominates at {}: per extra sample pyagent costs {a:.4} s / \
                              1000, {} {b:.4}",
-                            measure::rate_label(rate),
+                            rate_label(rate),
                             peer.label()
                         ),
                         _ => "measured".into(),
@@ -147,8 +163,8 @@ pub(super) fn ranking(suites: &[Suite], plan: &Plan, results: &Results) -> Vec<S
                     |s| {
                         format!(
                             "at {} pyagent got {}",
-                            measure::rate_label(s.rate_hz),
-                            one_line(&measure::describe(s))
+                            rate_label(s.rate_hz),
+                            one_line(&describe(s))
                         )
                     },
                 ),

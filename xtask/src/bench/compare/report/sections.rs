@@ -2,9 +2,19 @@
 
 use std::fmt::Write as _;
 
+use super::cells::{failed, one_line, opt, pass, python};
+use super::machine::Machine;
 use super::ranking;
+use super::summary::{
+    cost_of, depth_cost, marginal_cost, noise_pp, slow_row, slowdowns, toggled_of, Paired, Spread,
+};
 use super::targets::{self, Target};
-use super::*;
+use crate::bench::compare::plan::{rate_label, Plan, Suite, RESOLVED_PP};
+use crate::bench::compare::profiler::{Profiler, Tools};
+use crate::bench::compare::results::{describe, Outcome, Results, SlowRow};
+use crate::bench::compare::toggled;
+use crate::bench::stats::median;
+use crate::bench::util::Table;
 
 /// The first columns of a slowdown table: profiler, Python, and per rate the median with its
 /// interval and the verdict against the target.
@@ -21,7 +31,7 @@ fn per_depth_table(depths: &[u32], columns: [&str; 2]) -> Table {
 fn slowdown_header(rates: &[u32]) -> Vec<String> {
     let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
     for r in rates {
-        let at = measure::rate_label(*r);
+        let at = rate_label(*r);
         header.push(format!("{at}: per CPU-s [95% CI]"));
         header.push(format!("{at}: target"));
     }
@@ -92,7 +102,7 @@ impl<'a> Report<'a> {
             plan.window_s,
             plan.lead_s,
             plan.lead_s + plan.accuracy_window_s,
-            measure::rate_label(plan.accuracy_rate_hz),
+            rate_label(plan.accuracy_rate_hz),
             plan.throughput_s,
             plan.sustain_share * 100.0
         );
@@ -157,11 +167,7 @@ impl<'a> Report<'a> {
         );
         let rates = &plan.slowdown_rates_hz;
         let mut header = slowdown_header(rates);
-        header.extend(
-            rates
-                .iter()
-                .map(|r| format!("{} (wall)", measure::rate_label(*r))),
-        );
+        header.extend(rates.iter().map(|r| format!("{} (wall)", rate_label(*r))));
         let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
         let mut t = Table::new(&hdr);
         let wall = |row: &SlowRow| {
@@ -234,7 +240,7 @@ impl<'a> Report<'a> {
              the harness: what any perf-event sampler pays before its own work.\n",
             plan.toggle_s,
             plan.toggle_window_s,
-            super::super::toggled::guard(plan.toggle_window_s).as_millis(),
+            toggled::guard(plan.toggle_window_s).as_millis(),
         );
         let rates = &plan.slowdown_rates_hz;
         let header = slowdown_header(rates);
@@ -318,13 +324,13 @@ impl<'a> Report<'a> {
              the startup both pay. pyagent's eBPF program runs in the perf interrupt on the target's \
              CPU, so its time is charged to the target (it shows in section 1), not here.\n",
             plan.lead_s + plan.window_s,
-            measure::rate_label(*rates.first().expect("a slowdown rate")),
-            measure::rate_label(*rates.last().expect("a slowdown rate"))
+            rate_label(*rates.first().expect("a slowdown rate")),
+            rate_label(*rates.last().expect("a slowdown rate"))
         );
         let mut header = vec!["profiler".to_owned(), "Python".to_owned()];
         for r in rates {
-            header.push(format!("{}: CPU s / 1000 samples", measure::rate_label(*r)));
-            header.push(format!("{}: samples / run", measure::rate_label(*r)));
+            header.push(format!("{}: CPU s / 1000 samples", rate_label(*r)));
+            header.push(format!("{}: samples / run", rate_label(*r)));
         }
         header.push("marginal CPU s / 1000 samples".to_owned());
         header.push("lagged ticks / run".to_owned());
@@ -349,11 +355,7 @@ impl<'a> Report<'a> {
                             .filter_map(|r| r.profiler?.lagged.map(|l| l as f64))
                             .collect();
                         if !l.is_empty() {
-                            lagged.push(format!(
-                                "{:.0} at {}",
-                                median(&l),
-                                measure::rate_label(rate)
-                            ));
+                            lagged.push(format!("{:.0} at {}", median(&l), rate_label(rate)));
                         }
                     }
                 }
@@ -379,7 +381,7 @@ impl<'a> Report<'a> {
                  pyagent's userspace mode with it, woken by a cpu-clock perf event on its own CPU \
                  (re-armed in the kernel's interrupt, not by the sleeper), nor its eBPF mode, whose \
                  samples are taken in the target's perf interrupt.",
-                measure::rate_label(rate)
+                rate_label(rate)
             );
             // What each sampler's extra samples cost above it, on the first interpreter (the
             // peers' one): the marginal cost, which like the floor has no start in it. pyagent's
@@ -431,7 +433,7 @@ impl<'a> Report<'a> {
              `return`, where it does spend a little time, unless counted as wrong: no line, or one \
              outside the function. Callers exact: samples with the right callers above the hot frame. \
              One run per profiler at {}.\n",
-            measure::rate_label(plan.accuracy_rate_hz)
+            rate_label(plan.accuracy_rate_hz)
         );
         let mut t = Table::new(&[
             "profiler",
@@ -504,13 +506,13 @@ impl<'a> Report<'a> {
              Samples short of the full depth are counted.\n",
             plan.throughput_rates_hz
                 .iter()
-                .map(|r| measure::rate_label(*r))
+                .map(|r| rate_label(*r))
                 .collect::<Vec<_>>()
                 .join(", "),
             plan.sustain_share * 100.0,
             plan.throughput_s,
             plan.depths.first().copied().unwrap_or(0),
-            measure::rate_label(plan.throughput_rates_hz.first().copied().unwrap_or(0)),
+            rate_label(plan.throughput_rates_hz.first().copied().unwrap_or(0)),
             3 * plan.throughput_s + 5
         );
         let mut t = per_depth_table(&plan.depths, ["sustained", "next rate"]);
@@ -526,16 +528,9 @@ impl<'a> Report<'a> {
                         cells.extend(["-".to_owned(), "-".to_owned()]);
                         continue;
                     };
-                    cells.push(
-                        row.sustained_hz()
-                            .map_or("none".into(), measure::rate_label),
-                    );
+                    cells.push(row.sustained_hz().map_or("none".into(), rate_label));
                     cells.push(row.first_miss().map_or("- (all sustained)".into(), |s| {
-                        format!(
-                            "{}: {}",
-                            measure::rate_label(s.rate_hz),
-                            one_line(&measure::describe(s))
-                        )
+                        format!("{}: {}", rate_label(s.rate_hz), one_line(&describe(s)))
                     }));
                 }
                 t.row(cells);
@@ -549,13 +544,7 @@ impl<'a> Report<'a> {
                 let steps: Vec<String> = r
                     .steps
                     .iter()
-                    .map(|s| {
-                        format!(
-                            "{} {}",
-                            measure::rate_label(s.rate_hz),
-                            one_line(&measure::describe(s))
-                        )
-                    })
+                    .map(|s| format!("{} {}", rate_label(s.rate_hz), one_line(&describe(s))))
                     .collect();
                 let cpu: Vec<String> = r
                     .steps
@@ -606,10 +595,10 @@ impl<'a> Report<'a> {
              whole (marginal). pyagent's eBPF mode walks in the target's perf interrupt, charged \
              to the target, not here. Section 2 is the shallow stack (`compare_slowdown.py`, \
              three frames).\n",
-            measure::rate_label(RATE_HZ),
+            rate_label(RATE_HZ),
             plan.throughput_s,
-            measure::rate_label(lowest),
-            measure::rate_label(RATE_HZ),
+            rate_label(lowest),
+            rate_label(RATE_HZ),
         );
         let mut t = per_depth_table(
             &plan.depths,
@@ -730,7 +719,7 @@ impl<'a> Report<'a> {
                 };
                 Some(format!(
                     "slowdown at {} per CPU-s, {method} (target ≤ {max_pct}%): {verdict}",
-                    measure::rate_label(rate_hz),
+                    rate_label(rate_hz),
                 ))
             }
             Target::Accuracy { max_error_pp } => {
