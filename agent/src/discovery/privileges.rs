@@ -33,7 +33,9 @@ pub enum Capability {
 /// process already has would send the user in circles: with `CAP_SYS_PTRACE` held, the refusal
 /// comes from something else.
 pub fn denied_hint() -> &'static str {
-    if Privileges::current().has(Capability::SysPtrace) {
+    // A host scan asks once per refused process; the agent's capabilities do not change.
+    static HOLDS_PTRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *HOLDS_PTRACE.get_or_init(|| Privileges::current().has(Capability::SysPtrace)) {
         "refused although pyagent holds CAP_SYS_PTRACE (the process may be in a user namespace pyagent is not privileged over, not dumpable, or protected by a security module such as Yama, SELinux or AppArmor)"
     } else {
         "run as root or grant CAP_SYS_PTRACE"

@@ -64,7 +64,9 @@ pub struct Unwinder {
     /// the OTel thread context (OTEP 4947), where the process publishes one
     traces: TraceContexts,
     raw: Vec<RawFrame>,
-    /// the bytes of a walk's frames read again to prove them current, kept for the next walk
+    /// the ranges and bytes of a walk's frames read again to prove them current, kept for the
+    /// next walk (one of each per sampled thread otherwise)
+    recheck_ranges: Vec<(u64, usize)>,
     recheck_buf: Vec<u8>,
     stats: UnwindStats,
     /// the main interpreter (the oldest, last in the list) as the last thread-list read found it
@@ -91,6 +93,7 @@ impl Unwinder {
             names: ThreadNames::default(),
             traces: TraceContexts::default(),
             raw: Vec::with_capacity(256),
+            recheck_ranges: Vec::new(),
             recheck_buf: Vec::new(),
             stats: UnwindStats::default(),
             main_interp: None,

@@ -107,8 +107,7 @@ impl Unwinder {
                 && end == WalkEnd::Bottom
                 && o.thread_state.base_frame.is_none()
                 && !raw.last().is_some_and(|f| walk::starts_evaluation(&o, f));
-            let check = self.recheck_chain(t, &raw)?;
-            let moved = ends_short || !check.still();
+            let moved = ends_short || !self.chain_still_current(t, &raw)?;
             let bottoms = &self.bottoms;
             let at_known_bottom = |addr| bottoms.is_bottom(key, addr);
             if moved
@@ -290,11 +289,10 @@ impl Unwinder {
             .then(|| Frame::pseudo(FrameKind::Gc))
     }
 
-    /// Reads the walked frames (read through the page cache, one after another while the
-    /// thread ran) again now, in one vectored read without the cache, to tell whether the walk
-    /// is one instant's stack: the thread state still names the top frame, which runs the same
-    /// code under the same caller, and every frame below it is in the same call (code, caller,
-    /// call site). See [`ChainCheck`].
+    /// Whether the walked frames (read through the page cache, one after another while the
+    /// thread ran) are still the thread's stack, read again now in one vectored read without the
+    /// cache: the thread state still names the top frame, which runs the same code under the same
+    /// caller, and every frame below it is in the same call (code, caller, call site).
     ///
     /// Checking the top alone let torn walks through: a chain that returns and is replaced at the
     /// same addresses by another with the same leaf (a generator resumed by another caller, a
@@ -304,108 +302,68 @@ impl Unwinder {
     /// On 3.11/3.12 the thread state's frame pointer leads through the `_PyCFrame` the
     /// page-cached thread state named; reading the pointer again in the same call proves it is
     /// still the thread's.
-    pub(in crate::unwind) fn recheck_chain(
+    pub(in crate::unwind) fn chain_still_current(
         &mut self,
         t: &ThreadInfo,
         raw: &[RawFrame],
-    ) -> Result<ChainCheck, MemoryError> {
-        let changed = ChainCheck {
-            top_current: false,
-            settled_from: raw.len(),
-        };
+    ) -> Result<bool, MemoryError> {
         let Some(top) = raw.first() else {
-            return Ok(ChainCheck {
-                top_current: true,
-                settled_from: 0,
-            });
+            return Ok(true);
         };
         let o = self.target.offsets;
         let ts = &o.thread_state;
         let frame_len = o.frame_read_len();
-        // The frames bottom first, the thread state's frame pointer, then the frames again top
-        // first: both orders, in one syscall. A walk torn between two chains (some frames read in
-        // one, the others in the next, in whatever order the page cache read them) reads the
-        // same here only if the thread went from one chain to the other and back within it.
-        let mut ranges: Vec<(u64, usize)> = Vec::with_capacity(2 * raw.len() + 2);
-        ranges.extend(raw.iter().rev().map(|f| (f.addr, frame_len)));
-        ranges.push((t.addr + ts.current_frame, 8));
         let cframe = match ts.cframe_current_frame {
             Some(off) => {
                 let cframe = self.mem.read_u64(t.addr + ts.current_frame)?;
                 if cframe == 0 {
-                    return Ok(changed);
+                    return Ok(false);
                 }
-                ranges.push((cframe + off, 8));
-                Some(cframe)
+                Some((cframe, off))
             }
             None => None,
         };
+        // The frames bottom first, the thread state's frame pointer, then the frames again top
+        // first: both orders, in one syscall. A walk torn between two chains (some frames read in
+        // one, the others in the next, in whatever order the page cache read them) reads the
+        // same here only if the thread went from one chain to the other and back within it.
+        let ranges = &mut self.recheck_ranges;
+        ranges.clear();
+        ranges.extend(raw.iter().rev().map(|f| (f.addr, frame_len)));
+        ranges.push((t.addr + ts.current_frame, 8));
+        if let Some((cframe, off)) = cframe {
+            ranges.push((cframe + off, 8));
+        }
         let pointers = ranges.len() - raw.len();
         ranges.extend(raw.iter().map(|f| (f.addr, frame_len)));
-        let pointers_at = (raw.len() * frame_len) as u64;
-        let want = 2 * raw.len() * frame_len + pointers * 8;
-        let forward_at = raw.len() * frame_len + pointers * 8;
-        let mut b = std::mem::take(&mut self.recheck_buf);
+        let pointers_at = raw.len() * frame_len;
+        let forward_at = pointers_at + pointers * 8;
+        let want = forward_at + raw.len() * frame_len;
+        let b = &mut self.recheck_buf;
         b.clear();
         b.resize(want, 0);
-        let read = self.mem.remote().read_ranges(&ranges, &mut b);
-        let check = match read {
-            Ok(n) if n == want => {
-                let current = match cframe {
-                    Some(cframe) if b.u64_at(pointers_at) != cframe => 0,
-                    Some(_) => b.u64_at(pointers_at + 8),
-                    None => b.u64_at(pointers_at),
-                };
-                // Frame `i` as read now, in both orders, if both reads agree.
-                let now = |i: usize| {
-                    let at = (raw.len() - 1 - i) * frame_len;
-                    let first = walk::parse_frame(&o, raw[i].addr, &b[at..at + frame_len]);
-                    let at = forward_at + i * frame_len;
-                    let second = walk::parse_frame(&o, raw[i].addr, &b[at..at + frame_len]);
-                    (first.same_call(&second) && first.ip == second.ip).then_some(first)
-                };
-                // From the bottom up, the first frame that changed. A frame still in the same
-                // call (code, caller) whose instruction moved (a caller that returned from one
-                // call and made another; the top, which runs) settles the frames below it and
-                // itself as the walk read it; one in another call settles only those below.
-                // Above a caller, the top frame's instruction may move as it runs.
-                let settled_from = (0..raw.len())
-                    .rev()
-                    .find_map(|i| match now(i) {
-                        Some(now) if now.same_call(&raw[i]) => {
-                            (i > 0 && now.ip != raw[i].ip).then_some(i)
-                        }
-                        _ => Some(i + 1),
-                    })
-                    .unwrap_or(0);
-                ChainCheck {
-                    top_current: current == top.addr,
-                    settled_from,
-                }
-            }
-            Ok(_) => changed,
-            Err(e) => {
-                self.recheck_buf = b;
-                return Err(e);
-            }
+        if self.mem.remote().read_ranges(ranges, b)? < want {
+            return Ok(false);
+        }
+        let current = match cframe {
+            Some((cframe, _)) if b.u64_at(pointers_at as u64) != cframe => return Ok(false),
+            Some(_) => b.u64_at(pointers_at as u64 + 8),
+            None => b.u64_at(pointers_at as u64),
         };
-        self.recheck_buf = b;
-        Ok(check)
-    }
-}
-
-/// What reading a walk's frames again found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::unwind) struct ChainCheck {
-    /// the thread state still names the walk's top frame
-    top_current: bool,
-    /// the frames from this position down were unchanged (the walk's length: none were)
-    settled_from: usize,
-}
-
-impl ChainCheck {
-    /// Whether the walk is still the thread's whole stack: one instant's.
-    fn still(&self) -> bool {
-        self.top_current && self.settled_from == 0
+        if current != top.addr {
+            return Ok(false);
+        }
+        Ok(raw.iter().enumerate().all(|(i, walked)| {
+            let at = (raw.len() - 1 - i) * frame_len;
+            let first = walk::parse_frame(&o, walked.addr, &b[at..at + frame_len]);
+            let at = forward_at + i * frame_len;
+            let second = walk::parse_frame(&o, walked.addr, &b[at..at + frame_len]);
+            // Both reads agree and match the walk; the top frame's instruction moves as it runs,
+            // a caller's is its call site, fixed while the callee runs.
+            first.same_call(&second)
+                && first.ip == second.ip
+                && first.same_call(walked)
+                && (i == 0 || first.ip == walked.ip)
+        }))
     }
 }
