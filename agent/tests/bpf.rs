@@ -59,21 +59,32 @@ struct Chain {
     words: Vec<u64>,
     layout: &'static Layout,
     depth: usize,
+    /// Every frame owned by the thread: any of them may serve as an anchor.
+    thread_owned: bool,
 }
 
 impl Chain {
     fn new(layout: &'static Layout, depth: usize) -> Chain {
+        Self::build(layout, depth, false)
+    }
+
+    fn thread_owned(layout: &'static Layout, depth: usize) -> Chain {
+        Self::build(layout, depth, true)
+    }
+
+    fn build(layout: &'static Layout, depth: usize, thread_owned: bool) -> Chain {
         let mut c = Chain {
             words: vec![0; depth * layout.size / 8],
             layout,
             depth,
+            thread_owned,
         };
         for i in 0..depth {
             let prev = if i + 1 < depth { c.addr(i + 1) } else { 0 };
             c.put_u64(i, layout.previous, prev);
             c.put_u64(i, layout.executable, Self::executable(i));
             c.put_u64(i, layout.instr_ptr, Self::instr_ptr(i));
-            c.put_u8(i, layout.owner, Self::owner(i));
+            c.put_u8(i, layout.owner, c.owner_of(i));
         }
         c
     }
@@ -85,8 +96,23 @@ impl Chain {
     fn instr_ptr(i: usize) -> u64 {
         0x7f20_0000_0000 + i as u64 * 2
     }
+    /// Owners cycle thread (0), generator (1), C-stack entry (3): only a thread-owned frame,
+    /// every third one from the top, may vouch for its callers as an anchor.
     fn owner(i: usize) -> u8 {
         [0, 1, 3][i % 3]
+    }
+
+    fn owner_of(&self, i: usize) -> u8 {
+        if self.thread_owned {
+            0
+        } else {
+            Self::owner(i)
+        }
+    }
+
+    /// The nearest frame at or below `i` that may serve as an anchor.
+    fn anchorable(i: usize) -> usize {
+        i.next_multiple_of(3)
     }
 
     fn addr(&self, i: usize) -> u64 {
@@ -112,7 +138,7 @@ impl Chain {
             addr: self.addr(i),
             executable: Self::executable(i) & !self.layout.tag_mask,
             instr_ptr: Self::instr_ptr(i),
-            owner: u32::from(Self::owner(i)),
+            owner: u32::from(self.owner_of(i)),
             is_entry: 0,
         }
     }
@@ -523,18 +549,39 @@ fn complete_chain_315() {
 #[test]
 fn anchor_stops_walk() {
     let chain = Chain::new(&PY315, 1000);
+    let anchor = Chain::anchorable(500);
     let mut ts = TState::new();
     ts.set(72, chain.addr(0))
         .set(80, 0xbad)
-        .set(88, chain.addr(500))
+        .set(88, chain.addr(anchor))
         .set(96, 0xabcdef);
     let (h, frames) = first_record(&config(), &proc315(PROC_ANCHOR), ts.addr());
     assert_eq!(h.flags, SAMPLE_ANCHOR_HIT, "{h:?}");
     assert_eq!(
         (h.anchor_frame, h.anchor_seq, h.base_frame),
-        (chain.addr(500), 0xabcdef, 0)
+        (chain.addr(anchor), 0xabcdef, 0)
     );
-    chain.check_prefix(&frames, 501);
+    chain.check_prefix(&frames, anchor + 1);
+
+    // A generator's frame or a C-stack entry frame leaves the chain without moving the anchor and
+    // comes back under other callers at the same address: as an anchor it vouches for nothing,
+    // and the walk goes on to the end.
+    for below in [1, 2] {
+        ts.set(88, chain.addr(anchor + below));
+        let (h, frames) = first_record(&config(), &proc315(PROC_ANCHOR), ts.addr());
+        assert_eq!(
+            h.flags,
+            SAMPLE_COMPLETE,
+            "owner {}: {h:?}",
+            Chain::owner(anchor + below)
+        );
+        assert_eq!(
+            h.anchor_frame,
+            chain.addr(anchor + below),
+            "reported, not hit"
+        );
+        chain.check_prefix(&frames, 1000);
+    }
 
     // No anchor set (0): a full walk, still reporting the sequence.
     ts.set(88, 0);
@@ -589,7 +636,7 @@ fn short_and_long_records_meet_at_the_switch() {
         assert_eq!(h.flags, SAMPLE_COMPLETE, "depth {depth}: {h:?}");
         chain.check_prefix(&frames, depth);
     }
-    let chain = Chain::new(&PY315, 100);
+    let chain = Chain::thread_owned(&PY315, 100);
     for stop in [short - 1, short, short + 1] {
         let mut ts = TState::new();
         ts.set(72, chain.addr(0)).set(88, chain.addr(stop - 1));

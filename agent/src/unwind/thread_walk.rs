@@ -97,6 +97,13 @@ impl Unwinder {
                 }
             }
             self.stats.frames_read += raw.len() as u64;
+            // A loop is judged before the recheck: the looping frames repeat in the walk, and the
+            // running top's instruction, read again, differs from its repeat's, which would call
+            // a standing loop a moved walk and re-read it for the whole budget of every tick.
+            // A loop seen while the target moved is read again like any other failed walk.
+            if end == WalkEnd::Cycle {
+                return Err(AttemptError::Lost(StackLoss::CyclicChain));
+            }
             // The thread ran on while we read: frames read after its top returned may belong
             // to another call chain pushed at the same addresses. The walk is one instant's
             // only if the thread is still in every frame it read.
@@ -126,8 +133,7 @@ impl Unwinder {
             }
             match end {
                 WalkEnd::Corrupt => return Err(AttemptError::Lost(StackLoss::BrokenChain)),
-                WalkEnd::Cycle => return Err(AttemptError::Lost(StackLoss::CyclicChain)),
-                WalkEnd::Bottom | WalkEnd::Anchor | WalkEnd::DepthLimit => {}
+                WalkEnd::Bottom | WalkEnd::Anchor | WalkEnd::DepthLimit | WalkEnd::Cycle => {}
             }
             let mut resolved = Vec::with_capacity(raw.len() + 4);
             // Frames that returned under the walk are named only where a moved top is kept:

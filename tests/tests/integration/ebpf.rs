@@ -414,16 +414,20 @@ fn ebpf_frame_cache_keeps_event_loops_anchored(
 fn ebpf_frame_cache_never_mixes_chains() {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
-    // Leaves of about 100 µs: long enough for a refresh's walk to be proven and anchored.
-    let p = PythonProcess::ready("py315", "alternate.py", &["3000"]);
+    // Leaves of about 1 ms: long enough for most refresh walks to be proven and anchored (at
+    // 100 µs a busy host anchored under half the walks). Short leaves are the race test's.
+    let p = PythonProcess::ready("py315", "alternate.py", &["30000"]);
     let dir = fresh_dir("ebpf-aba");
     let file = dir.join("alt.txt");
     let (text, err) = record_collapsed(p.pid(), &["--mode", "ebpf", "-d", "3", "-r", "499"], &file);
     let anchor_stops = anchor_stops(&err);
     let samples = number_before(&err, " samples,");
     let misses = number_before(&err, " anchor misses");
+    // How many walks stop there is timing: a thread is anchored only after a refresh walk
+    // proven whole, and 40 to 77% of the walks stopped at the anchor in runs here. A fifth
+    // proves the cache's splice was exercised, which is what the mixing check needs.
     assert!(
-        anchor_stops > samples / 2,
+        anchor_stops * 5 >= samples,
         "the BPF walks used the anchor: {err}"
     );
     assert!(misses * 20 <= samples, "few anchor misses: {err}");
