@@ -14,12 +14,11 @@ use pyagent::discovery::privileges::Shortfall;
 use pyagent::discovery::service_name::service_name;
 use pyagent::export;
 use pyagent::export::atomic_file::write_atomically;
-use pyagent::profiler::ProcessInfo;
+use pyagent::profiler::{HostConfig, ProcessInfo};
 
 use crate::cli::{debug_dir_flags, FormatArg, FrameArgs, HostArgs, ModeArg};
 use crate::{
-    host_profiler, install_stop_handlers, print_off_cpu_summary, privilege_shortfalls,
-    unwind_options, OffCpu, STOP,
+    host_profiler, install_stop_handlers, privilege_shortfalls, unwind_options, OffCpu, STOP,
 };
 
 /// The settings the flags give, as the top configuration layer.
@@ -152,15 +151,15 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         async_tasks: config.async_tasks,
         ..args.frames
     };
-    let mut profiler = host_profiler(
-        config.mode,
-        rate,
-        None,
-        &frames,
-        OffCpu::from_config(config.off_cpu, args.off_cpu),
-        config.native || args.frames.native,
-        config.debug_dirs.clone(),
-    )?;
+    let host = HostConfig {
+        mode: config.mode,
+        rate_hz: rate,
+        unwind: unwind_options(&frames),
+        native_stacks: config.native || args.frames.native,
+        debug_dirs: config.debug_dirs.clone(),
+        ..HostConfig::default()
+    };
+    let mut profiler = host_profiler(host, OffCpu::from_config(config.off_cpu, args.off_cpu))?;
     install_stop_handlers();
     // The first scan parses every Python binary on the host: the duration starts after it.
     profiler.scan();
@@ -242,7 +241,9 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         );
     }
     if args.off_cpu {
-        print_off_cpu_summary(&profiler);
+        if let Some(line) = crate::summary::off_cpu_line(&profiler) {
+            eprintln!("{line}");
+        }
     }
     if failed > 0 {
         bail!(

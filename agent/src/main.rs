@@ -2,6 +2,7 @@
 
 mod all_python;
 mod cli;
+mod summary;
 mod top;
 
 use std::fs::File;
@@ -9,18 +10,16 @@ use std::io::{BufWriter, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context, Result};
-use pyagent::aggregate::{Aggregator, ProfileWindow};
-use pyagent::discovery::locate_runtime;
+use pyagent::aggregate::ProfileWindow;
 use pyagent::discovery::privileges::{Privileges, Shortfall};
+use pyagent::discovery::{locate_runtime, DiscoveryError};
 use pyagent::export;
 use pyagent::offsets::AsyncioUnsupported;
 use pyagent::sampler::bpf::ProgramBuild;
-use pyagent::sampler::tick::TickSource;
-use pyagent::sampler::userspace::{SamplerStats, UserspaceConfig, UserspaceSampler};
 use pyagent::unwind::UnwindOptions;
 
 use all_python::{all_python, service, service_config};
-use cli::{debug_dir_flags, AsyncModeArg, Cli, Command, DumpArgs, FrameArgs, ModeArg, RecordArgs};
+use cli::{debug_dir_flags, AsyncModeArg, Cli, Command, DumpArgs, FrameArgs, RecordArgs};
 use pyagent::config::{DebugDirs, Mode};
 use pyagent::profiler::{HostConfig, HostProfiler};
 
@@ -83,134 +82,139 @@ fn dump_tasks(args: &DumpArgs) -> Result<()> {
     Ok(())
 }
 
+/// `record`: one process (and with `--subprocesses` its descendants) through the host
+/// profiler, in whichever mode, into one file.
 fn record(args: &RecordArgs) -> Result<()> {
-    if args.off_cpu {
+    let mode: Mode = args.mode.into();
+    if mode != Mode::Userspace {
+        if args.blocking || args.idle || args.subprocesses {
+            bail!("--blocking, --idle and --subprocesses need --mode userspace");
+        }
+        if args.async_mode == AsyncModeArg::All {
+            // The program walks only the threads on a CPU; a waiting task is on no stack, and
+            // reading every task at each tick is the userspace sampler's job.
+            bail!("--async-mode all needs --mode userspace (the BPF program samples running threads only; waiting tasks are read at each tick by the userspace sampler)");
+        }
+    } else if args.off_cpu {
         bail!("--off-cpu needs --mode ebpf (the userspace sampler cannot see a thread block; --idle samples waiting threads instead)");
     }
-    let config = UserspaceConfig {
+    // Open the output first: a bad path should fail before anything else.
+    let (output, format) = output_and_format(args)?;
+    let existed = output.symlink_metadata().is_ok();
+    let file =
+        File::create(&output).with_context(|| format!("cannot create {}", output.display()))?;
+    if let Err(e) = check_record_target(args) {
+        // Nothing was recorded: no empty file of ours left behind (one that was there before,
+        // such as /dev/null, is not ours to remove).
+        if !existed {
+            let _ = std::fs::remove_file(&output);
+        }
+        return Err(e);
+    }
+    let config = HostConfig {
+        mode,
         rate_hz: args.rate,
-        duration: args.duration,
-        subprocesses: args.subprocesses,
-        blocking: args.blocking,
-        idle: args.idle,
-        native_stacks: args.frames.native,
-        debug_dirs: record_debug_dirs(args),
+        pids: Some(vec![args.pid]),
         unwind: UnwindOptions {
             async_mode: args.async_mode.into(),
             ..unwind_options(&args.frames)
         },
+        native_stacks: args.frames.native,
+        debug_dirs: record_debug_dirs(args),
+        blocking: args.blocking,
+        idle: args.idle,
+        subprocesses: args.subprocesses,
+        ..HostConfig::default()
     };
-    // Open the output first: a bad path should fail before sampling, not after.
-    let (output, format) = output_and_format(args)?;
-    let file =
-        File::create(&output).with_context(|| format!("cannot create {}", output.display()))?;
-    let mut sampler = UserspaceSampler::new(&[args.pid], config)?;
-    let mut agg = Aggregator::new(1_000_000_000 / args.rate as u64);
-    if let Some(u) = sampler.unwinder(args.pid) {
-        check_gil_filter(args, &u.target().offsets)?;
-        if args.frames.async_tasks && u.target().offsets.coroutines.is_none() {
-            return Err(AsyncioUnsupported(u.target().version()).into());
-        }
-        agg.set_label("python_version", u.target().version().to_string());
-    }
+    let mut profiler = host_profiler(config, OffCpu::from_config(args.off_cpu, args.off_cpu))?;
     install_stop_handlers();
+    let until = args.duration.map(|d| std::time::Instant::now() + d);
+    let started = std::time::Instant::now();
     let tty = std::io::stderr().is_terminal();
-    sampler.run(&mut agg, &STOP, |stats, elapsed| {
-        if tty {
+    let mut last_progress = started;
+    let mut scanned = false;
+    profiler.run(&STOP, until, |p| {
+        // Every process exited (with --subprocesses: the root too): stop, keeping the samples.
+        let root_lives = args.subprocesses && pyagent::discovery::process_alive(args.pid);
+        if scanned && p.pids().is_empty() && !root_lives {
+            STOP.store(true, Ordering::Relaxed);
+        }
+        scanned = true;
+        if tty && last_progress.elapsed() >= std::time::Duration::from_millis(250) {
+            last_progress = std::time::Instant::now();
             eprint!(
-                "\r{} samples in {:.1}s ({} failed)",
-                stats.samples,
-                elapsed.as_secs_f64(),
-                stats.failed
+                "\r{} samples in {:.1}s",
+                p.stats().samples,
+                started.elapsed().as_secs_f64()
             );
-            // Threads without a stack are counted in the summary at the end.
         }
     });
     if tty {
         eprintln!();
     }
-    let stats = sampler.stats();
-    let mut window = agg.cut();
+    let mut window = merged_window(profiler.cut(), args.rate, args.off_cpu);
     let without_gil = keep_gil_holders(args, &mut window);
     let mut w = BufWriter::new(file);
     export::write(format, &window, &mut w)
         .with_context(|| format!("writing {}", output.display()))?;
     w.flush()
         .with_context(|| format!("writing {}", output.display()))?;
-    let u = sampler.unwind_stats();
-    let mut summary = format!(
-        "pyagent: wrote {} ({} samples, {} stacks, {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads, {} unverified stacks, {} frames named after they returned",
-        output.display(),
-        window.total_samples(),
-        window.counts.len(),
-        stats.failed,
-        stats.lagged,
-        stats.ticks,
-        u.lost.total(),
-        u.lost.summary(),
-        u.rereads,
-        u.unverified,
-        u.popped_frames_named,
-    );
-    if args.frames.async_tasks {
-        summary += &format!(
-            ", {} samples in asyncio tasks, {} not attributed to a task",
-            u.task_samples, u.task_unattributed
-        );
-        if args.async_mode == AsyncModeArg::All {
-            summary += &format!(", {} samples of waiting tasks", u.task_waiting_samples);
-        }
-        if u.task_read_errors > 0 {
-            summary += &format!(
-                ", {} task reads that made no sense or changed under the read",
-                u.task_read_errors
-            );
-        }
+    let shown = summary::Shown {
+        async_tasks: args.frames.async_tasks.then_some(args.async_mode),
+        off_cpu: args.off_cpu,
+        native: args.frames.native,
+        threads_stopped: args.blocking || args.frames.native,
+        without_gil,
+    };
+    for line in summary::record_lines(&profiler, &window, &output, &shown) {
+        eprintln!("{line}");
     }
-    if let Some(n) = without_gil {
-        summary += &format!(", {n} samples left out by --gil");
-    }
-    summary += &tick_summary(&stats);
-    if sampler.frame_cache_used() {
-        summary += &format!(
-            ", frame cache {}/{}/{} full/partial/miss",
-            u.cache_full_hits, u.cache_partial_hits, u.cache_misses
-        );
-    }
-    if args.blocking || args.frames.native {
-        let s = stats.seize;
-        summary += &format!(
-            ", threads not stopped: {} denied (EPERM), {} gone (ESRCH), {} failed",
-            s.skipped_denied, s.skipped_gone, s.failed
-        );
-    }
-    eprintln!("{summary})");
     if args.frames.native {
-        let n = sampler.native_stats();
-        eprintln!(
-            "pyagent: native stacks (each thread stopped while read): {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone), {} not copied; {} frames outside every mapped object",
-            n.merged, n.cut, n.mismatch, n.not_copied, n.unmapped_frames
-        );
         print_symbol_sources();
     }
     Ok(())
 }
 
-/// `, ticks from ...`: what woke the sampler (a perf event on its CPU, or sleeping).
-fn tick_summary(stats: &SamplerStats) -> String {
-    let t = stats.tick;
-    match stats.tick_source {
-        Some(TickSource::PerfEvent) => format!(
-            ", ticks from a cpu-clock perf event: {} from the event, {} from deadlines (the event throttled {} times, or late), {} moves to another CPU",
-            t.event_ticks, t.deadline_ticks, t.throttles, t.moves
-        ),
-        Some(TickSource::Sleep) if t.event_ticks > 0 => format!(
-            ", ticks from a cpu-clock perf event ({} from the event), then from sleeping (the event failed)",
-            t.event_ticks
-        ),
-        Some(TickSource::Sleep) => ", ticks from sleeping".to_string(),
-        None => String::new(),
+/// The process `record` is asked for must be Python (unless it only launches Python children),
+/// of a version and build that has what the flags ask for.
+fn check_record_target(args: &RecordArgs) -> Result<()> {
+    match locate_runtime(args.pid) {
+        Ok(target) => {
+            check_gil_filter(args, &target.offsets)?;
+            if args.frames.async_tasks && target.offsets.coroutines.is_none() {
+                return Err(AsyncioUnsupported(target.version()).into());
+            }
+        }
+        Err(DiscoveryError::NotPython { .. }) if args.subprocesses => {
+            tracing::info!(
+                pid = args.pid,
+                "not Python: following its Python subprocesses only"
+            );
+        }
+        Err(e) => return Err(e.into()),
     }
+    Ok(())
+}
+
+/// The windows of a recording as one profile: the process's, or with `--subprocesses` every
+/// process's (each stack keeps its pid); an empty one when nothing was sampled.
+fn merged_window(
+    windows: Vec<(pyagent::profiler::ProcessInfo, ProfileWindow)>,
+    rate: u32,
+    off_cpu: bool,
+) -> ProfileWindow {
+    let mut windows = windows.into_iter().map(|(_, w)| w);
+    let Some(mut window) = windows.next() else {
+        let mut agg = pyagent::aggregate::Aggregator::new(1_000_000_000 / u64::from(rate.max(1)));
+        if off_cpu {
+            agg.trace_off_cpu();
+        }
+        return agg.cut();
+    };
+    for other in windows {
+        window.merge(other);
+    }
+    window
 }
 
 /// `pyagent: native symbols: ...`: where the names of the native objects came from.
@@ -306,26 +310,15 @@ impl OffCpu {
     }
 }
 
-fn host_profiler(
-    mode: Mode,
-    rate: u32,
-    pids: Option<Vec<u32>>,
-    frames: &FrameArgs,
-    off_cpu: OffCpu,
-    native_stacks: bool,
-    debug_dirs: DebugDirs,
-) -> Result<HostProfiler> {
+/// The host profiler for `config`, its knobs from the environment added, saying in one line
+/// each what it falls back from.
+fn host_profiler(config: HostConfig, off_cpu: OffCpu) -> Result<HostProfiler> {
+    let native_stacks = config.native_stacks;
     let config = HostConfig {
-        mode,
-        rate_hz: rate,
-        pids,
-        unwind: unwind_options(frames),
         thread_search_max: thread_search_max()?,
         bpf_build: bpf_build()?,
         off_cpu: off_cpu != OffCpu::Off,
-        native_stacks,
-        debug_dirs,
-        ..HostConfig::default()
+        ..config
     };
     let profiler = HostProfiler::new(config)?;
     if native_stacks && profiler.fallback_reason().is_some() {
@@ -376,140 +369,6 @@ fn bpf_build() -> Result<Option<ProgramBuild>> {
     }
 }
 
-fn record_ebpf(args: &RecordArgs) -> Result<()> {
-    if args.blocking || args.idle || args.subprocesses {
-        bail!("--blocking, --idle and --subprocesses need --mode userspace");
-    }
-    if args.async_mode == AsyncModeArg::All {
-        // The program walks only the threads on a CPU; a waiting task is on no stack, and
-        // reading every task at each tick is the userspace sampler's job.
-        bail!("--async-mode all needs --mode userspace (the BPF program samples running threads only; waiting tasks are read at each tick by the userspace sampler)");
-    }
-    let target = locate_runtime(args.pid)?;
-    check_gil_filter(args, &target.offsets)?;
-    if args.frames.async_tasks && target.offsets.coroutines.is_none() {
-        return Err(AsyncioUnsupported(target.version()).into());
-    }
-    let (output, format) = output_and_format(args)?;
-    let file =
-        File::create(&output).with_context(|| format!("cannot create {}", output.display()))?;
-    let mut profiler = host_profiler(
-        args.mode.into(),
-        args.rate,
-        Some(vec![args.pid]),
-        &args.frames,
-        OffCpu::from_config(args.off_cpu, args.off_cpu),
-        args.frames.native,
-        record_debug_dirs(args),
-    )?;
-    install_stop_handlers();
-    let until = args.duration.map(|d| std::time::Instant::now() + d);
-    let pid = args.pid;
-    let mut scanned = false;
-    profiler.run(&STOP, until, |p| {
-        // The target exited: stop (its samples are kept).
-        if scanned && p.pids().is_empty() {
-            STOP.store(true, Ordering::Relaxed);
-        }
-        scanned = true;
-    });
-    let windows = profiler.cut();
-    let window = windows
-        .into_iter()
-        .find(|(i, _)| i.pid == pid)
-        .map(|(_, w)| w);
-    let mut window = window.unwrap_or_else(|| {
-        let mut agg = pyagent::aggregate::Aggregator::new(1_000_000_000 / args.rate as u64);
-        if args.off_cpu {
-            agg.trace_off_cpu();
-        }
-        agg.cut()
-    });
-    let without_gil = keep_gil_holders(args, &mut window);
-    let mut w = BufWriter::new(file);
-    export::write(format, &window, &mut w)
-        .with_context(|| format!("writing {}", output.display()))?;
-    w.flush()?;
-    let s = profiler.stats();
-    let (cache_hits, cache_misses) = profiler
-        .cache_stats()
-        .get("frame")
-        .copied()
-        .unwrap_or((0, 0));
-    let (repeated, resolved) = profiler
-        .cache_stats()
-        .get("record")
-        .copied()
-        .unwrap_or((0, 0));
-    let bpf_counter = |c| profiler.bpf().and_then(|b| b.counter(c).ok()).unwrap_or(0);
-    let anchor_hits = bpf_counter(common::Counter::AnchorHit);
-    let threads_found = bpf_counter(common::Counter::ThreadFound);
-    eprintln!(
-        "pyagent: {} mode, wrote {} ({} samples, {} stacks, {}; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF / {} stored stacks dropped because an anchor write raced the thread; {} records repeated their thread's last stack below the top frame, {} resolved whole; {} thread lists read, {} thread-exit notices)",
-        profiler.mode_name(),
-        output.display(),
-        window.total_samples(),
-        window.counts.len(),
-        s.dropped_summary(),
-        anchor_hits,
-        threads_found,
-        cache_hits,
-        cache_misses,
-        profiler.frame_cache_bypassed(),
-        profiler.unwind_stats().anchor_write_races,
-        repeated,
-        resolved,
-        s.thread_list_reads,
-        s.thread_exit_notices
-    );
-    if let Some(n) = without_gil {
-        eprintln!("pyagent: --gil left out {n} samples of threads that did not hold the GIL");
-    }
-    if args.frames.async_tasks {
-        let u = profiler.unwind_stats();
-        eprintln!(
-            "pyagent: {} samples in asyncio tasks, {} not attributed to a task",
-            u.task_samples, u.task_unattributed
-        );
-    }
-    if args.off_cpu {
-        print_off_cpu_summary(&profiler);
-    }
-    if args.frames.native && profiler.bpf().is_some() {
-        eprintln!(
-            "pyagent: native stacks: {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone); {} stack copies cut at an unreadable page; {} frames outside every mapped object; {:.1} ms of agent CPU resolving {} records (the first parse of each object and of kallsyms included)",
-            s.native_merged,
-            s.native_cut,
-            s.native_mismatch,
-            bpf_counter(common::Counter::NativeStackShort),
-            s.native_unmapped,
-            s.drain_cpu_ns as f64 / 1e6,
-            s.records
-        );
-        print_symbol_sources();
-    }
-    Ok(())
-}
-
-/// `pyagent: off-CPU: ...`: waits recorded, context switches seen and their mean cost.
-fn print_off_cpu_summary(profiler: &HostProfiler) {
-    let Some(bpf) = profiler.bpf() else { return };
-    let counter = |c| bpf.counter(c).unwrap_or(0);
-    let switch_cost = bpf
-        .off_cpu_run_stats()
-        .filter(|(_, runs)| *runs > 0)
-        .map_or("unknown".to_string(), |(ns, runs)| {
-            format!("{:.0} ns", ns as f64 / runs as f64)
-        });
-    eprintln!(
-        "pyagent: off-CPU: {} waits recorded, {} more already under way at attach, {} repeats timed only, {} context switches seen at {switch_cost} each",
-        counter(common::Counter::OffCpuWalks),
-        profiler.stats().blocked_at_attach,
-        counter(common::Counter::OffCpuCarried),
-        counter(common::Counter::Switches)
-    );
-}
-
 fn init_logging(filter: &str) {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -534,7 +393,6 @@ fn main() {
         init_logging(cli.log.as_deref().unwrap_or("warn"));
         match &cli.command {
             Some(Command::Dump(a)) => dump(a),
-            Some(Command::Record(a)) if a.mode != ModeArg::Userspace => record_ebpf(a),
             Some(Command::Record(a)) => record(a),
             Some(Command::Top(a)) => {
                 install_stop_handlers();

@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use pyagent::discovery::locate_runtime;
 use pyagent::offsets::AsyncioUnsupported;
-use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
-use pyagent::unwind::{ThreadSample, UnwindOptions};
+use pyagent::profiler::{HostConfig, HostProfiler, Mode};
+use pyagent::unwind::UnwindOptions;
 
 /// Self and total counts of one function (qualified name and file).
 #[derive(Default)]
@@ -27,55 +28,42 @@ pub fn run(
     unwind: UnwindOptions,
     stop: &AtomicBool,
 ) -> Result<()> {
-    let config = UserspaceConfig {
-        rate_hz,
-        duration: None,
-        subprocesses: false,
-        blocking: false,
-        idle,
-        native_stacks: false,
-        debug_dirs: pyagent::config::DebugDirs::default(),
-        unwind,
-    };
-    let async_tasks = config.unwind.async_tasks;
-    let mut sampler = UserspaceSampler::new(&[pid], config)?;
-    if let Some(u) = sampler.unwinder(pid) {
-        // Refused as `dump` and `record` refuse it, rather than shown without tasks.
-        if async_tasks && u.target().offsets.coroutines.is_none() {
-            return Err(AsyncioUnsupported(u.target().version()).into());
-        }
+    let target = locate_runtime(pid)?;
+    // Refused as `dump` and `record` refuse it, rather than shown without tasks.
+    if unwind.async_tasks && target.offsets.coroutines.is_none() {
+        return Err(AsyncioUnsupported(target.version()).into());
     }
-    let version = sampler
-        .unwinder(pid)
-        .map(|u| u.target().version().to_string())
-        .unwrap_or_default();
+    let version = target.version().to_string();
+    let mut profiler = HostProfiler::new(HostConfig {
+        mode: Mode::Userspace,
+        rate_hz,
+        pids: Some(vec![pid]),
+        unwind,
+        idle,
+        ..HostConfig::default()
+    })?;
     let tty = std::io::stdout().is_terminal();
-    let period = Duration::from_secs_f64(1.0 / rate_hz.max(1) as f64);
     let mut shown = 0u64;
     while !stop.load(Ordering::Relaxed) && iterations.is_none_or(|n| shown < n) {
+        profiler.run(stop, Some(Instant::now() + Duration::from_secs(1)), |_| {});
+        let alive = !profiler.pids().is_empty();
         let mut table: HashMap<(String, String), Row> = HashMap::new();
         let mut samples = 0u64;
-        let window = Instant::now();
-        let mut alive = true;
-        while alive && window.elapsed() < Duration::from_secs(1) && !stop.load(Ordering::Relaxed) {
-            let tick = Instant::now();
-            alive = sampler.sample_once(&mut |s: &ThreadSample| {
-                samples += 1;
+        for (_, window) in profiler.cut() {
+            for (key, n) in window.stacks() {
+                samples += n;
                 let mut seen = std::collections::HashSet::new();
-                for (i, f) in s.frames.iter().enumerate() {
-                    let key = (f.function().to_string(), f.file().to_string());
-                    let row = table.entry(key.clone()).or_default();
+                for (i, f) in key.frames.iter().enumerate() {
+                    let name = (f.function().to_string(), f.file().to_string());
+                    let row = table.entry(name.clone()).or_default();
                     if i == 0 {
-                        row.own += 1;
+                        row.own += n;
                     }
                     // Recursion counts once towards total.
-                    if seen.insert(key) {
-                        row.total += 1;
+                    if seen.insert(name) {
+                        row.total += n;
                     }
                 }
-            });
-            if let Some(rest) = period.checked_sub(tick.elapsed()) {
-                std::thread::sleep(rest);
             }
         }
         shown += 1;

@@ -170,6 +170,25 @@ impl ProfileWindow {
         stacks
     }
 
+    /// Adds `other`'s samples, off-CPU time and losses to this window (`record --subprocesses`:
+    /// one profile for the processes of a tree; stacks keep their pid). The window spans both;
+    /// only the labels both carry with the same value stay.
+    pub fn merge(&mut self, other: ProfileWindow) {
+        let end = (self.start + self.duration).max(other.start + other.duration);
+        self.start = self.start.min(other.start);
+        self.duration = end.duration_since(self.start).unwrap_or(self.duration);
+        for (key, n) in other.counts {
+            *self.counts.entry(key).or_default() += n;
+        }
+        for (key, ns) in other.off_cpu {
+            *self.off_cpu.entry(key).or_default() += ns;
+        }
+        self.labels
+            .retain(|k, v| other.labels.get(k).is_some_and(|o| o == v));
+        self.dropped += other.dropped;
+        self.off_cpu_traced |= other.off_cpu_traced;
+    }
+
     /// The distinct PIDs in the window, ascending.
     pub fn pids(&self) -> Vec<u32> {
         let pids: std::collections::BTreeSet<u32> =
@@ -397,6 +416,37 @@ pub(crate) mod tests {
         );
         assert_eq!(window.dropped, 1, "past the bound of 3 stacks");
         assert_eq!(window.total_samples(), 1);
+    }
+
+    #[test]
+    fn merged_windows_add_up_and_keep_the_labels_they_share() {
+        let (a, b) = two_stacks();
+        let mut first = Aggregator::new(10_000_000);
+        first.set_label("pid", "100");
+        first.set_label("python_version", "3.12.1");
+        first.add(&a);
+        first.add_off_cpu(&a, WaitReason::Io, 5);
+        first.add_dropped(1);
+        let mut second = Aggregator::new(10_000_000);
+        second.set_label("pid", "200");
+        second.set_label("python_version", "3.12.1");
+        let child = sample(200, 201, None, b.frames.clone());
+        second.add(&child);
+        second.add(&a);
+        second.add_off_cpu(&a, WaitReason::Io, 7);
+        second.trace_off_cpu();
+        let mut window = first.cut();
+        window.merge(second.cut());
+        assert_eq!(window.total_samples(), 3);
+        assert_eq!(window.counts.len(), 2, "a's stack twice, the child's once");
+        assert_eq!(window.pids(), vec![100, 200]);
+        assert_eq!(window.off_cpu_by_wait()[0], (WaitReason::Io, 12));
+        assert_eq!(window.dropped, 1);
+        assert!(window.off_cpu_traced);
+        assert_eq!(
+            window.labels.into_iter().collect::<Vec<_>>(),
+            [("python_version".to_string(), "3.12.1".to_string())]
+        );
     }
 
     #[test]

@@ -158,6 +158,8 @@ pub struct HostScanner {
     known: HashMap<u32, Known>,
     /// only these pids (and nothing else) when set
     only: Option<HashSet<u32>>,
+    /// with `only`: their descendants too, as they appear (a launcher's Python children)
+    subprocesses: bool,
     pending_timeout: Duration,
     /// our own pid: never profiled
     own_pid: u32,
@@ -265,6 +267,7 @@ impl HostScanner {
         HostScanner {
             known: HashMap::new(),
             only: only.map(|p| p.iter().copied().collect()),
+            subprocesses: false,
             pending_timeout: Duration::from_secs(30),
             own_pid: std::process::id(),
             notices: ProcessNotices::None,
@@ -275,6 +278,13 @@ impl HostScanner {
             scans_since_listing: LIST_EVERY,
             denied_reported: 0,
         }
+    }
+
+    /// Scans the given pids' descendants too, found anew at each scan: a child is looked at
+    /// when it appears, again after it execs (a shell's fork on its way to Python), and until
+    /// its interpreter is initialized.
+    pub fn follow_subprocesses(&mut self) {
+        self.subprocesses = true;
     }
 
     /// From now on what `notices` says is reported with [`HostScanner::notice`] (the BPF
@@ -340,7 +350,16 @@ impl HostScanner {
 
     fn pids(&self) -> Vec<u32> {
         if let Some(only) = &self.only {
-            return only.iter().copied().collect();
+            let mut pids: Vec<u32> = only.iter().copied().collect();
+            if self.subprocesses {
+                pids.extend(super::procfs_util::descendants(&pids));
+                // A child outlives its parent as an orphan, no longer a descendant: still
+                // followed until it exits (the identity check below sees that).
+                pids.extend(self.known.keys());
+                pids.sort_unstable();
+                pids.dedup();
+            }
+            return pids;
         }
         let Ok(dir) = std::fs::read_dir("/proc") else {
             return Vec::new();

@@ -239,6 +239,22 @@ pub fn children(pid: u32) -> Vec<u32> {
     out
 }
 
+/// The children of `roots`, their children, and so on (not the roots), each once.
+pub fn descendants(roots: &[u32]) -> Vec<u32> {
+    let mut seen: std::collections::HashSet<u32> = roots.iter().copied().collect();
+    let mut queue = roots.to_vec();
+    let mut out = Vec::new();
+    while let Some(pid) = queue.pop() {
+        for kid in children(pid) {
+            if seen.insert(kid) {
+                out.push(kid);
+                queue.push(kid);
+            }
+        }
+    }
+    out
+}
+
 /// Mount points of this process's mount namespace (`/proc/self/mountinfo`, field 5, with its
 /// `\NNN` escapes of space, tab, newline and backslash undone: procfs keeps them).
 pub fn mount_points() -> std::io::Result<Vec<PathBuf>> {

@@ -21,7 +21,6 @@ use crate::sampler::bpf::{
 };
 use crate::sampler::off_cpu::{blocked_in, monotonic_ns, wait_reason, BlockedIn};
 use crate::symbolize::native::DebugDirs;
-use crate::unwind::native::merge::{merge, Merge};
 use crate::unwind::native::NativeUnwinder;
 use crate::unwind::{
     DecodedRecord, ExternalSkip, InterpreterInfo, RecordKind, ThreadInfo, ThreadSample,
@@ -503,15 +502,7 @@ fn resolve(
     let sample = match unwinder.resolve_record(walk, raw) {
         Ok(mut sample) => {
             if let Some((n, section)) = native {
-                let stack = n.stack(section);
-                stats.native_unmapped += u64::from(stack.unmapped_frames);
-                let (merged, how) = merge(std::mem::take(&mut sample.frames), stack);
-                sample.frames = merged;
-                match how {
-                    Merge::Whole => stats.native_merged += 1,
-                    Merge::NativeCut => stats.native_cut += 1,
-                    Merge::Mismatch => stats.native_mismatch += 1,
-                }
+                stats.native.merge_into(n, section, &mut sample);
             }
             sample
         }

@@ -28,12 +28,14 @@ use crate::aggregate::ProfileWindow;
 use crate::discovery::host::{NotProfiled, ProcessKind, ProcessNotices};
 use crate::discovery::{HostScanner, PythonTarget};
 use crate::sampler::bpf::{BpfConfig, BpfError, BpfSampler, ProgramBuild};
-use crate::sampler::userspace::UserspaceSampler;
+use crate::sampler::userspace::SamplerStats;
 use crate::symbolize::native::DebugDirs;
+use crate::unwind::native::NativeMix;
 use crate::unwind::{CacheTotals, ExternalSkip, UnwindOptions, UnwindStats, Unwinder};
 
 use bpf::BpfBackend;
 use process::Collected;
+use userspace::UserspaceBackend;
 
 /// Where samples come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +87,13 @@ pub struct HostConfig {
     /// eBPF: load this build of the program whatever the kernel has (None: the one its
     /// helpers allow)
     pub bpf_build: Option<ProgramBuild>,
+    /// userspace: stop each process's threads while it is read
+    pub blocking: bool,
+    /// userspace: read every thread at each tick, labelled on or off the CPU, not only those
+    /// on a CPU
+    pub idle: bool,
+    /// with `pids`: their descendants too, as they start
+    pub subprocesses: bool,
 }
 
 /// How often the BPF ring buffer is drained by default. Longer would spare each drain's fixed
@@ -109,6 +118,9 @@ impl Default for HostConfig {
             native_stacks: false,
             debug_dirs: DebugDirs::default(),
             bpf_build: None,
+            blocking: false,
+            idle: false,
+            subprocesses: false,
         }
     }
 }
@@ -166,15 +178,9 @@ pub struct HostStats {
     pub unmatched_wakes: u64,
     /// off-CPU records carrying the time of repeated waits whose first one was not seen
     pub carried_lost: u64,
-    /// native stacks: samples whose Python and native frames merged whole
-    pub native_merged: u64,
-    /// native stacks: merged, but the native unwind ended above the bottom of the stack
-    pub native_cut: u64,
-    /// native stacks: more eval-loop frames than Python evaluations; the Python stack kept alone
-    pub native_mismatch: u64,
-    /// native stacks: frames outside every object their process maps (a library unloaded
-    /// since the maps were read, a JIT), named `[unknown]`
-    pub native_unmapped: u64,
+    /// native stacks: how they merged with the Python ones (eBPF records, or the userspace
+    /// sampler's copies of stopped threads)
+    pub native: NativeMix,
     /// task-aware stacks asked for: processes tracked without them (CPython before 3.14)
     pub async_unsupported: u64,
     /// eBPF: whole re-reads of a process's thread list (its tasks registered again)
@@ -182,6 +188,8 @@ pub struct HostStats {
     /// eBPF: notices of a tracked process's threads (not its main one) exiting, one per process
     /// per take however many exited; each has the thread list read again
     pub thread_exit_notices: u64,
+    /// userspace: the sampler's ticks and reads (none in eBPF mode)
+    pub userspace: Option<SamplerStats>,
     /// CPU time (of the collecting thread, ns) spent draining and resolving records (eBPF) or
     /// taking samples (userspace, timed on one tick in eight): what samples cost the agent,
     /// whatever else runs on the host
@@ -227,7 +235,7 @@ impl HostStats {
 /// Where samples come from: one backend for the whole host.
 enum Backend {
     Bpf(Box<BpfBackend>),
-    Userspace(Box<UserspaceSampler>),
+    Userspace(Box<UserspaceBackend>),
 }
 
 /// Profiles every CPython process of the host.
@@ -238,8 +246,7 @@ pub struct HostProfiler {
     collected: Collected,
     fallback_reason: Option<String>,
     off_cpu_unavailable: Option<String>,
-    /// The cache totals of processes the BPF backend no longer tracks, so that the host's
-    /// totals only grow (the userspace sampler keeps its own).
+    /// The cache totals of processes no longer tracked, so that the host's totals only grow.
     retired: CacheTotals,
     /// The unwinder counters of those processes, for the same reason.
     retired_unwind: UnwindStats,
@@ -273,7 +280,7 @@ impl HostProfiler {
         let bpf =
             |s: BpfSampler| Backend::Bpf(Box::new(BpfBackend::new(s, config.debug_dirs.clone())));
         let backend = match config.mode {
-            Mode::Userspace => Backend::Userspace(Box::new(userspace::sampler_for(&config))),
+            Mode::Userspace => Backend::Userspace(Box::new(UserspaceBackend::new(&config))),
             Mode::Ebpf => bpf(load()?),
             Mode::Auto => match load() {
                 Ok(s) => bpf(s),
@@ -283,11 +290,14 @@ impl HostProfiler {
                         off_cpu_unavailable =
                             Some("the userspace sampler cannot see a thread block".to_string());
                     }
-                    Backend::Userspace(Box::new(userspace::sampler_for(&config)))
+                    Backend::Userspace(Box::new(UserspaceBackend::new(&config)))
                 }
             },
         };
         let mut scanner = HostScanner::new(config.pids.as_deref());
+        if config.subprocesses {
+            scanner.follow_subprocesses();
+        }
         if let Backend::Bpf(b) = &backend {
             scanner.use_notices(if b.sampler.notices_lifetimes() {
                 ProcessNotices::Lifetimes
@@ -346,7 +356,7 @@ impl HostProfiler {
     /// dropped records of [`HostStats`].
     pub fn userspace_unwind_stats(&self) -> Option<UnwindStats> {
         match &self.backend {
-            Backend::Userspace(s) => Some(s.unwind_stats()),
+            Backend::Userspace(_) => Some(self.unwind_stats()),
             Backend::Bpf(_) => None,
         }
     }
@@ -402,8 +412,9 @@ impl HostProfiler {
     /// before it, at most one drain interval's worth, count at the new period.)
     pub fn set_rate(&mut self, rate_hz: u32) -> Result<(), HostError> {
         let rate_hz = rate_hz.max(1);
-        if let Backend::Bpf(b) = &mut self.backend {
-            b.sampler.set_rate(u64::from(rate_hz))?;
+        match &mut self.backend {
+            Backend::Bpf(b) => b.sampler.set_rate(u64::from(rate_hz))?,
+            Backend::Userspace(u) => u.sampler.set_rate(rate_hz),
         }
         self.config.rate_hz = rate_hz;
         let period_ns = self.period_ns();
@@ -497,25 +508,22 @@ impl HostProfiler {
                     b.seed_blocked_threads(pid, &mut self.collected);
                 }
             }
-            Backend::Userspace(s) => {
+            Backend::Userspace(u) => {
                 self.collected.start(info, period_ns, false);
-                s.add_target(Unwinder::new(target, unwind));
+                u.track(Unwinder::new(target, unwind));
             }
         }
     }
 
     fn untrack(&mut self, pid: u32) {
         tracing::debug!(pid, "no longer profiling the process");
-        match &mut self.backend {
-            Backend::Bpf(b) => {
-                if let Some(u) = b.untrack(pid) {
-                    self.retired.add(&u);
-                    self.retired_unwind += u.stats();
-                }
-            }
-            Backend::Userspace(s) => {
-                s.remove_target(pid);
-            }
+        let unwinder = match &mut self.backend {
+            Backend::Bpf(b) => b.untrack(pid),
+            Backend::Userspace(u) => u.untrack(pid),
+        };
+        if let Some(u) = unwinder {
+            self.retired.add(&u);
+            self.retired_unwind += u.stats();
         }
         self.collected.finish(pid);
     }
@@ -524,8 +532,16 @@ impl HostProfiler {
     /// process (userspace).
     pub fn collect(&mut self) {
         match &mut self.backend {
-            Backend::Userspace(s) => userspace::collect(s, &mut self.collected),
             Backend::Bpf(b) => b.collect(&mut self.scanner, &mut self.collected),
+            Backend::Userspace(u) => {
+                let gone = u.collect(&mut self.collected);
+                self.collected.stats.userspace = Some(u.stats());
+                self.collected.stats.native = u.native_mix();
+                // Its windows are cut now: a one-shot run ends as soon as its target exits.
+                for pid in gone {
+                    self.untrack(pid);
+                }
+            }
         }
     }
 
@@ -545,48 +561,46 @@ impl HostProfiler {
                 self.scan();
                 next_scan = now + self.config.scan_interval;
             }
-            if now >= next_collect {
+            let drain_due = matches!(self.backend, Backend::Bpf(_)) && now >= next_collect;
+            if drain_due {
                 self.collect();
                 tick(self);
-                // After the tick: it may have changed the rate.
-                let collect_every = self.collect_every();
-                next_collect += collect_every;
+                let every = self.config.drain_interval;
+                next_collect += every;
                 if next_collect < Instant::now() {
-                    next_collect = Instant::now() + collect_every;
+                    next_collect = Instant::now() + every;
                 }
             }
-            let wake = next_scan.min(next_collect);
-            let wake = until.map_or(wake, |u| wake.min(u));
-            if let Some(d) = wake.checked_duration_since(Instant::now()) {
-                // At most 100 ms: the stop flag is read between waits.
-                let d = d.min(Duration::from_millis(100));
-                match &self.backend {
-                    // A ring filling up (a burst of off-CPU or native records) is drained at
-                    // once, not at the next tick.
-                    Backend::Bpf(b) => {
-                        if b.sampler.wait_for_wakeup(d) {
-                            next_collect = Instant::now();
-                        }
+            // At most 100 ms: the stop flag is read between waits.
+            let now = Instant::now();
+            let mut wake = next_scan.min(now + Duration::from_millis(100));
+            if let Some(u) = until {
+                wake = wake.min(u);
+            }
+            let sample_now = match &mut self.backend {
+                // A ring filling up (a burst of off-CPU or native records) is drained at once,
+                // not at the next drain.
+                Backend::Bpf(b) => {
+                    let d = wake.min(next_collect).saturating_duration_since(now);
+                    if !d.is_zero() && b.sampler.wait_for_wakeup(d) {
+                        next_collect = Instant::now();
                     }
-                    Backend::Userspace(_) => std::thread::sleep(d),
+                    false
                 }
+                // The sampler's timer decides when processes are read.
+                Backend::Userspace(u) => u.wait(wake),
+            };
+            if sample_now {
+                self.collect();
+                // After the collection: the tick may change the rate.
+                tick(self);
             }
         }
         // The run ends now: the program stops recording these processes, and what the ring
         // buffer holds is this run's (no per-record timestamp needed to tell).
         if let Backend::Bpf(b) = &mut self.backend {
             b.stop_recording();
-        }
-        self.collect();
-    }
-
-    /// How often `run` collects: the drain interval (BPF), the sampling period (userspace).
-    fn collect_every(&self) -> Duration {
-        match self.backend {
-            Backend::Bpf(_) => self.config.drain_interval,
-            Backend::Userspace(_) => {
-                Duration::from_secs_f64(1.0 / self.config.rate_hz.max(1) as f64)
-            }
+            self.collect();
         }
     }
 
@@ -669,18 +683,13 @@ impl HostProfiler {
         self.cache_totals().frame_cache_bypassed
     }
 
-    /// Unwinder counters of the processes profiled now (userspace: and of those that exited).
+    /// Unwinder counters since the start (processes that exited included).
     pub fn unwind_stats(&self) -> UnwindStats {
-        match &self.backend {
-            Backend::Userspace(s) => s.unwind_stats(),
-            Backend::Bpf(b) => {
-                let mut total = self.retired_unwind;
-                for u in b.unwinders() {
-                    total += u.stats();
-                }
-                total
-            }
+        let mut total = self.retired_unwind;
+        for u in self.unwinders() {
+            total += u.stats();
         }
+        total
     }
 
     /// Unwinder cache hits and misses since the start (processes that exited included), per
@@ -690,15 +699,22 @@ impl HostProfiler {
     }
 
     fn cache_totals(&self) -> CacheTotals {
+        let mut totals = self.retired.clone();
+        for u in self.unwinders() {
+            totals.add(u);
+        }
+        totals
+    }
+
+    /// Whether any process was read with the 3.15 frame cache.
+    pub fn frame_cache_used(&self) -> bool {
+        self.unwinders().any(|u| u.frame_cache_enabled()) || self.retired_unwind.anchor_writes > 0
+    }
+
+    fn unwinders(&self) -> Box<dyn Iterator<Item = &Unwinder> + '_> {
         match &self.backend {
-            Backend::Userspace(s) => s.cache_totals(),
-            Backend::Bpf(b) => {
-                let mut totals = self.retired.clone();
-                for u in b.unwinders() {
-                    totals.add(u);
-                }
-                totals
-            }
+            Backend::Bpf(b) => Box::new(b.unwinders()),
+            Backend::Userspace(u) => Box::new(u.unwinders()),
         }
     }
 }

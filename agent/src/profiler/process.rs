@@ -140,6 +140,13 @@ impl Collected {
             });
     }
 
+    /// `n` samples of process `pid` lost (its read failed), counted in its profile.
+    pub fn add_dropped(&mut self, pid: u32, n: u64) {
+        if let Some(p) = self.profiles.get_mut(&pid) {
+            p.agg.add_dropped(n);
+        }
+    }
+
     /// One on-CPU sample into its process's profile (none: the process is no longer tracked).
     pub fn add(&mut self, sample: &ThreadSample) {
         if let Some(p) = self.profiles.get_mut(&sample.thread.pid) {

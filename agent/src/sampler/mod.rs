@@ -2,9 +2,10 @@
 //!
 //! [`bpf`]: a perf-event BPF program on every CPU walks the frame chain of whatever Python
 //! thread the CPU is running and hands raw frame addresses over a ring buffer.
-//! [`userspace`]: a timer that unwinds each target through `process_vm_readv` (no privileges
-//! beyond ptrace rights, no BPF), woken by [`tick`]; [`blocking`] optionally stops a process
-//! around its sample; [`run_state`] tells it which threads are on a CPU. [`perf_event`] opens the
+//! [`userspace`]: a timer, woken by [`tick`], at whose ticks each tracked process is read through
+//! `process_vm_readv` by the unwinder the conductor hands it (no privileges beyond ptrace rights,
+//! no BPF); [`blocking`] optionally stops a process around its read, [`native_copy`] copies a
+//! stopped thread's registers and stack; [`run_state`] tells it which threads are on a CPU. [`perf_event`] opens the
 //! cpu-clock events both samplers use.
 //! Both feed the same unwinder, symbolizer and aggregator, driven by the conductor
 //! ([`crate::profiler`]). With off-CPU on, the BPF program also records a thread's stack as it

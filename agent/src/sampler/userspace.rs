@@ -1,38 +1,32 @@
-//! The userspace sampler: a timer that unwinds every target process through `process_vm_readv`,
-//! no BPF needed (unprivileged use, or kernels without BPF).
+//! The userspace sampler: a timer at whose ticks each tracked process's threads are read
+//! through `process_vm_readv`, no BPF needed (unprivileged use, or kernels without BPF).
 //!
-//! In: root PIDs, a rate. Out: [`ThreadSample`]s into an [`Aggregator`]. With `subprocesses` it
-//! follows the children of the roots as they appear; with `blocking` it stops each process
-//! around its sample. A process that exits is dropped from the set; the run ends when none
-//! remain, the duration is over, or `stop` is set.
+//! In: a tick ([`UserspaceSampler::wait`]), then each tracked process with its unwinder. Out:
+//! that process's [`ThreadSample`]s. The sampler decides when a process is read and how: which
+//! of its threads are on a CPU (only those, or all of them with `idle`, labelled on or off the
+//! CPU), whether it is stopped around the read (`blocking`), and, with native stacks, each
+//! stopped thread's registers and stack copy. Which processes to read, and where their samples
+//! go, is the conductor's ([`crate::profiler`]).
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::aggregate::{Aggregator, WaitReason};
-use crate::discovery::{children, exe_path, locate_runtime, DiscoveryError};
+use crate::aggregate::WaitReason;
 use crate::sampler::blocking::{PausedThreads, SeizeStats};
-use crate::sampler::native_copy::{MixStats, NativeStacks};
+use crate::sampler::native_copy::copy_stopped_thread;
 use crate::sampler::off_cpu::{blocked_in, wait_reason};
 use crate::sampler::run_state::RunStates;
 use crate::sampler::tick::{TickSource, TickStats, Ticker, Wait};
 use crate::symbolize::native::DebugDirs;
-use crate::unwind::{
-    CacheTotals, CpuState, GilState, ThreadSample, UnwindError, UnwindOptions, UnwindStats,
-    Unwinder,
-};
+use crate::unwind::native::{NativeMix, NativeUnwinder};
+use crate::unwind::{CpuState, GilState, ThreadSample, UnwindError, Unwinder};
+use common::NativeSection;
 
-/// What to sample and how.
+/// How to sample.
 #[derive(Debug, Clone)]
 pub struct UserspaceConfig {
     /// samples per second
     pub rate_hz: u32,
-    /// stop after this long (None: until the targets exit or `stop` is set)
-    pub duration: Option<Duration>,
-    /// follow child processes
-    pub subprocesses: bool,
     /// stop the threads of a process while it is sampled
     pub blocking: bool,
     /// also record threads that are not on a CPU
@@ -43,8 +37,6 @@ pub struct UserspaceConfig {
     pub native_stacks: bool,
     /// native stacks: where stripped objects' separate debug files are looked for
     pub debug_dirs: DebugDirs,
-    /// unwinder knobs
-    pub unwind: UnwindOptions,
 }
 
 /// Counters of a run.
@@ -54,111 +46,81 @@ pub struct SamplerStats {
     pub ticks: u64,
     /// ticks skipped because sampling fell behind the rate
     pub lagged: u64,
-    /// thread stacks recorded
-    pub samples: u64,
     /// process samples that failed (process gone mid-sample, unreadable interpreter list);
-    /// threads that yielded no stack are counted by reason in [`UnwindStats::lost`]
+    /// threads that yielded no stack are counted by reason in the unwinder's statistics
     pub failed: u64,
     /// blocking-mode seize counters
     pub seize: SeizeStats,
-    /// where the ticks came from (none before the run)
+    /// where the ticks came from (none before the first wait)
     pub tick_source: Option<TickSource>,
     /// how the ticks came
     pub tick: TickStats,
 }
 
-/// Samples a set of processes on a timer.
-pub struct UserspaceSampler {
-    config: UserspaceConfig,
-    roots: Vec<u32>,
-    targets: HashMap<u32, Unwinder>,
-    /// each target's open thread-state files (not with `blocking`, which reads them all
-    /// before stopping the process)
-    run_states: HashMap<u32, RunStates>,
-    /// pids found not to be Python, with the executable they ran then (retried after an exec)
-    rejected: HashMap<u32, Option<PathBuf>>,
-    stats: SamplerStats,
-    /// unwinder counters of processes that already exited
-    retired: Vec<UnwindStats>,
-    /// cache counters of the targets that exited or were removed
-    retired_caches: CacheTotals,
-    last_scan: Option<Instant>,
-    native: NativeStacks,
+/// What reading one process at a tick gave.
+#[derive(Debug)]
+pub enum ProcessRead {
+    /// Its threads' stacks (those that had one).
+    Samples(Vec<ThreadSample>),
+    /// The process exited.
+    Gone,
+    /// This read failed (counted in [`SamplerStats::failed`]); the process lives on.
+    Failed,
 }
 
-/// Errors that end a run before it starts.
-#[derive(Debug, thiserror::Error)]
-pub enum SamplerError {
-    /// The root process is not something we can profile.
-    #[error(transparent)]
-    Discovery(#[from] DiscoveryError),
+/// Takes the samples of the userspace backend, one process at a time, at each tick.
+pub struct UserspaceSampler {
+    config: UserspaceConfig,
+    /// started at the first wait, on the thread that samples (its perf event follows that
+    /// thread's CPU)
+    ticker: Option<Ticker>,
+    /// each process's open thread-state files (not with `blocking`, which reads them all
+    /// before stopping the process)
+    run_states: HashMap<u32, RunStates>,
+    /// each process's native unwinder (native stacks only)
+    native: HashMap<u32, NativeUnwinder>,
+    native_mix: NativeMix,
+    stack_copy: Vec<u8>,
+    stats: SamplerStats,
 }
 
 impl UserspaceSampler {
-    /// A sampler with no targets yet (host-wide use adds them as discovery finds them).
-    pub fn empty(config: UserspaceConfig) -> UserspaceSampler {
-        let native = NativeStacks::new(config.debug_dirs.clone());
+    /// A sampler whose first tick comes at the first [`UserspaceSampler::wait`].
+    pub fn new(config: UserspaceConfig) -> UserspaceSampler {
         UserspaceSampler {
             config,
-            roots: Vec::new(),
-            targets: HashMap::new(),
+            ticker: None,
             run_states: HashMap::new(),
-            rejected: HashMap::new(),
+            native: HashMap::new(),
+            native_mix: NativeMix::default(),
+            stack_copy: Vec::new(),
             stats: SamplerStats::default(),
-            retired: Vec::new(),
-            retired_caches: CacheTotals::default(),
-            last_scan: None,
-            native,
         }
     }
 
-    /// Locates the runtime of each root pid; fails if any root is not a profilable CPython.
-    /// With `subprocesses`, a root that is not Python (a shell, a launcher) is only watched for
-    /// Python children, as py-spy does.
-    pub fn new(roots: &[u32], config: UserspaceConfig) -> Result<UserspaceSampler, SamplerError> {
-        let mut targets = HashMap::new();
-        for &pid in roots {
-            match locate_runtime(pid) {
-                Ok(target) => {
-                    targets.insert(pid, Unwinder::new(target, config.unwind));
-                }
-                Err(DiscoveryError::NotPython { .. }) if config.subprocesses => {
-                    tracing::info!(pid, "not Python: following its Python subprocesses only");
-                }
-                Err(e) => return Err(e.into()),
+    /// Waits for the next tick, until `until` at most (or a signal); true when it came.
+    pub fn wait(&mut self, until: Option<Instant>) -> bool {
+        let rate_hz = self.config.rate_hz;
+        let ticker = self.ticker.get_or_insert_with(|| Ticker::new(rate_hz));
+        let tick = match ticker.wait(until) {
+            Wait::Tick { missed } => {
+                self.stats.lagged += missed;
+                self.stats.ticks += 1;
+                true
             }
+            Wait::Until | Wait::Interrupted => false,
+        };
+        self.stats.tick = ticker.stats();
+        self.stats.tick_source = Some(ticker.source());
+        tick
+    }
+
+    /// Ticks `rate_hz` times a second from the next wait on.
+    pub fn set_rate(&mut self, rate_hz: u32) {
+        if rate_hz != self.config.rate_hz {
+            self.config.rate_hz = rate_hz;
+            self.ticker = None;
         }
-        let native = NativeStacks::new(config.debug_dirs.clone());
-        Ok(UserspaceSampler {
-            config,
-            roots: roots.to_vec(),
-            targets,
-            run_states: HashMap::new(),
-            rejected: HashMap::new(),
-            stats: SamplerStats::default(),
-            retired: Vec::new(),
-            retired_caches: CacheTotals::default(),
-            last_scan: None,
-            native,
-        })
-    }
-
-    /// Processes currently sampled.
-    pub fn pids(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.targets.keys().copied().collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// The unwinder of a sampled process.
-    pub fn unwinder(&self, pid: u32) -> Option<&Unwinder> {
-        self.targets.get(&pid)
-    }
-
-    /// Whether any process is sampled with the 3.15 frame cache.
-    pub fn frame_cache_used(&self) -> bool {
-        self.targets.values().any(|u| u.frame_cache_enabled())
-            || self.retired.iter().any(|s| s.anchor_writes > 0)
     }
 
     /// Run counters.
@@ -166,213 +128,100 @@ impl UserspaceSampler {
         self.stats
     }
 
-    /// Unwinder counters summed over every process sampled so far.
-    pub fn unwind_stats(&self) -> UnwindStats {
-        let mut total = UnwindStats::default();
-        for s in self
-            .retired
-            .iter()
-            .copied()
-            .chain(self.targets.values().map(|u| u.stats()))
-        {
-            total += s;
-        }
-        total
-    }
-
-    /// Looks for new Python children of the roots (at most once a second).
-    fn scan_children(&mut self) {
-        if !self.config.subprocesses
-            || self
-                .last_scan
-                .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
-        {
-            return;
-        }
-        self.last_scan = Some(Instant::now());
-        let mut queue: Vec<u32> = self.roots.clone();
-        let mut seen = HashSet::new();
-        while let Some(pid) = queue.pop() {
-            if !seen.insert(pid) {
-                continue;
-            }
-            let kids = children(pid);
-            for &kid in &kids {
-                // A child rejected before its exec (a shell's fork on its way to Python) is
-                // looked at again once it runs another program.
-                let exe = exe_path(kid);
-                if self.targets.contains_key(&kid) || self.rejected.get(&kid) == Some(&exe) {
-                    continue;
-                }
-                match locate_runtime(kid) {
-                    Ok(t) => {
-                        tracing::info!(pid = kid, version = %t.version(), "following subprocess");
-                        self.targets
-                            .insert(kid, Unwinder::new(t, self.config.unwind));
-                    }
-                    // Still starting up: try again at the next scan.
-                    Err(DiscoveryError::NotInitialized { .. }) => {}
-                    Err(e) => {
-                        tracing::debug!(pid = kid, error = %e, "not following subprocess");
-                        self.rejected.insert(kid, exe);
-                    }
-                }
-            }
-            queue.extend(kids);
-        }
-    }
-
     /// Counters of the native stacks mixed in (`native_stacks`).
-    pub fn native_stats(&self) -> MixStats {
-        self.native.stats()
+    pub fn native_mix(&self) -> NativeMix {
+        self.native_mix
     }
 
-    /// Starts sampling another process.
-    pub fn add_target(&mut self, unwinder: Unwinder) {
-        self.targets.insert(unwinder.target().pid, unwinder);
-    }
-
-    /// Stops sampling a process (it exited or exec'd).
-    pub fn remove_target(&mut self, pid: u32) -> Option<Unwinder> {
+    /// Forgets what is kept of a process no longer tracked.
+    pub fn forget(&mut self, pid: u32) {
         self.run_states.remove(&pid);
-        self.native.forget(pid);
-        let u = self.targets.remove(&pid)?;
-        self.retired.push(u.stats());
-        self.retired_caches.add(&u);
-        Some(u)
+        self.native.remove(&pid);
     }
 
-    /// Cache hits and misses since the start, targets that exited included: totals that only
-    /// grow.
-    pub fn cache_totals(&self) -> CacheTotals {
-        let mut totals = self.retired_caches.clone();
-        for u in self.targets.values() {
-            totals.add(u);
-        }
-        totals
-    }
-
-    /// The unwinders of every sampled process.
-    pub fn unwinders(&self) -> impl Iterator<Item = &Unwinder> {
-        self.targets.values()
-    }
-
-    /// Takes one sample of every process, handing each thread's stack to `sink`. Returns false
-    /// when no process is left (with `subprocesses`: nor a live root that may start one).
-    pub fn sample_once(&mut self, sink: &mut dyn FnMut(&ThreadSample)) -> bool {
-        self.scan_children();
-        self.stats.ticks += 1;
-        let mut gone = Vec::new();
+    /// Reads the stacks of process `pid` through its unwinder: the threads on a CPU, or every
+    /// thread with `idle`.
+    pub fn read_process(&mut self, pid: u32, unwinder: &mut Unwinder) -> ProcessRead {
         let idle = self.config.idle;
-        for (&pid, unwinder) in self.targets.iter_mut() {
-            // Which threads are on a CPU: to sample only those, or with --idle to label each
-            // sample on or off the CPU. A process stopped around its sample (blocking, or native
-            // stacks, whose registers are read by ptrace from stopped threads) has them all read
-            // before (stopped is not R); otherwise each thread's state is read as it comes up.
-            let stop = self.config.blocking || self.config.native_stacks;
-            let on_cpu_before = stop.then(|| on_cpu_threads(pid));
-            let _paused = stop.then(|| PausedThreads::pause(pid, &mut self.stats.seize));
-            let (result, on_cpu) = if let Some(on_cpu) = on_cpu_before {
-                let result = unwinder.sample_filtered(|host_tid| {
-                    idle || host_tid.is_some_and(|t| on_cpu.contains(&t))
-                });
-                (result, on_cpu)
-            } else {
-                let states = self
-                    .run_states
-                    .entry(pid)
-                    .or_insert_with(|| RunStates::new(pid));
-                states.begin_tick();
-                let mut on_cpu = HashSet::new();
-                let result = unwinder.sample_filtered(|host_tid| {
-                    let running = host_tid.is_some_and(|t| states.is_running(t));
-                    if running {
-                        on_cpu.extend(host_tid);
-                    }
-                    idle || running
-                });
-                (result, on_cpu)
-            };
-            match result {
-                Ok(mut samples) => {
-                    if idle {
-                        // Threads not stopped had their state files read this tick.
-                        let mut states = (!stop).then(|| self.run_states.get_mut(&pid)).flatten();
-                        for s in &mut samples {
-                            label_wall_state(pid, unwinder, &on_cpu, states.as_deref_mut(), s);
-                        }
-                    }
-                    if self.config.native_stacks {
-                        for s in samples.iter_mut().filter(|s| !s.frames.is_empty()) {
-                            self.native.mix(s);
-                        }
-                    }
-                    for s in samples.iter().filter(|s| !s.frames.is_empty()) {
-                        sink(s);
-                        self.stats.samples += 1;
-                    }
+        // Which threads are on a CPU: to sample only those, or with idle to label each sample
+        // on or off the CPU. A process stopped around its sample (blocking, or native stacks,
+        // whose registers are read by ptrace from stopped threads) has them all read before
+        // (stopped is not R); otherwise each thread's state is read as it comes up.
+        let stop = self.config.blocking || self.config.native_stacks;
+        let on_cpu_before = stop.then(|| on_cpu_threads(pid));
+        let _paused = stop.then(|| PausedThreads::pause(pid, &mut self.stats.seize));
+        let (result, on_cpu) = if let Some(on_cpu) = on_cpu_before {
+            let result = unwinder
+                .sample_filtered(|host_tid| idle || host_tid.is_some_and(|t| on_cpu.contains(&t)));
+            (result, on_cpu)
+        } else {
+            let states = self
+                .run_states
+                .entry(pid)
+                .or_insert_with(|| RunStates::new(pid));
+            states.begin_tick();
+            let mut on_cpu = HashSet::new();
+            let result = unwinder.sample_filtered(|host_tid| {
+                let running = host_tid.is_some_and(|t| states.is_running(t));
+                if running {
+                    on_cpu.extend(host_tid);
                 }
-                Err(UnwindError::Gone { .. }) => gone.push(pid),
-                Err(e) => {
-                    self.stats.failed += 1;
-                    tracing::debug!(pid, error = %e, "sample failed");
-                    if !crate::discovery::process_alive(pid) {
-                        gone.push(pid);
-                    }
-                }
+                idle || running
+            });
+            (result, on_cpu)
+        };
+        let mut samples = match result {
+            Ok(samples) => samples,
+            Err(UnwindError::Gone { .. }) => return ProcessRead::Gone,
+            Err(e) => {
+                self.stats.failed += 1;
+                tracing::debug!(pid, error = %e, "sample failed");
+                return if crate::discovery::process_alive(pid) {
+                    ProcessRead::Failed
+                } else {
+                    ProcessRead::Gone
+                };
+            }
+        };
+        samples.retain(|s| !s.frames.is_empty());
+        if idle {
+            // Threads not stopped had their state files read this tick.
+            let mut states = (!stop).then(|| self.run_states.get_mut(&pid)).flatten();
+            for s in &mut samples {
+                label_wall_state(pid, unwinder, &on_cpu, states.as_deref_mut(), s);
             }
         }
-        for pid in gone {
-            self.remove_target(pid);
+        if self.config.native_stacks {
+            for s in &mut samples {
+                self.mix_native(s);
+            }
         }
-        // With subprocesses, a root that lives may start Python children yet.
-        !self.targets.is_empty()
-            || (self.config.subprocesses
-                && self
-                    .roots
-                    .iter()
-                    .any(|&pid| crate::discovery::process_alive(pid)))
+        ProcessRead::Samples(samples)
     }
 
-    /// Samples at the configured rate until the duration is over, every target exited, or
-    /// `stop` is set. `progress` is called about 4 times a second.
-    pub fn run(
-        &mut self,
-        agg: &mut Aggregator,
-        stop: &AtomicBool,
-        mut progress: impl FnMut(&SamplerStats, Duration),
-    ) {
-        let mut ticker = Ticker::new(self.config.rate_hz);
-        self.stats.tick_source = Some(ticker.source());
-        let start = Instant::now();
-        let end = self.config.duration.map(|d| start + d);
-        let mut last_progress = start;
-        while !stop.load(Ordering::Relaxed) {
-            if end.is_some_and(|end| Instant::now() >= end) {
-                break;
+    /// Merges the native stack of a stopped thread into its sample.
+    fn mix_native(&mut self, sample: &mut ThreadSample) {
+        let regs = match copy_stopped_thread(sample.thread.tid, &mut self.stack_copy) {
+            Ok(regs) => regs,
+            Err(e) => {
+                self.native_mix.not_copied += 1;
+                tracing::debug!(pid = sample.thread.pid, "no native stack: {e}");
+                return;
             }
-            match ticker.wait(end) {
-                Wait::Tick { missed } => self.stats.lagged += missed,
-                Wait::Until | Wait::Interrupted => continue,
-            }
-            let failed_before = self.stats.failed;
-            if !self.sample_once(&mut |s| agg.add(s)) {
-                break;
-            }
-            agg.add_dropped(self.stats.failed - failed_before);
-            if last_progress.elapsed() >= Duration::from_millis(250) {
-                last_progress = Instant::now();
-                progress(&self.stats, start.elapsed());
-            }
-        }
-        // Where the ticks came from, once the last wait is over.
-        self.stats.tick = ticker.stats();
-        self.stats.tick_source = Some(ticker.source());
+        };
+        let section = NativeSection::from_user_copy(regs.ip, regs.sp, regs.bp, &self.stack_copy);
+        let pid = sample.thread.pid;
+        let debug_dirs = &self.config.debug_dirs;
+        let unwinder = self
+            .native
+            .entry(pid)
+            .or_insert_with(|| NativeUnwinder::new(pid, debug_dirs.clone()));
+        self.native_mix.merge_into(unwinder, &section, sample);
     }
 }
 
-/// Labels a wall-clock (`--idle`) sample on or off the CPU, and a thread off the CPU without
-/// the GIL as waiting for it when it is blocked on the GIL's futex (one read of its system call:
+/// Labels a wall-clock (`idle`) sample on or off the CPU, and a thread off the CPU without the
+/// GIL as waiting for it when it is blocked on the GIL's futex (one read of its system call:
 /// only threads that are off the CPU and not holding the GIL pay it). `states`: the process's
 /// open state files, read this tick (none when its threads were stopped around the sample).
 fn label_wall_state(

@@ -45,6 +45,22 @@ fn pid_that_is_not_python() {
         }
         assert_one_line_error(&run_pyagent(&args), "is not a CPython process");
     }
+    // A refused recording removes the file it created, never one that was there.
+    use std::os::unix::fs::FileTypeExt;
+    let null = std::fs::metadata("/dev/null").expect("/dev/null is still there");
+    assert!(null.file_type().is_char_device(), "{null:?}");
+    let fresh = fresh_dir("cli-not-python").join("x.pb");
+    let out = run_pyagent(&[
+        "record",
+        "--pid",
+        &pid,
+        "-d",
+        "1",
+        "-o",
+        fresh.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&out, "is not a CPython process");
+    assert!(!fresh.exists(), "an empty profile was left behind");
     sleeper.kill().expect("kill");
     let _ = sleeper.wait();
 }

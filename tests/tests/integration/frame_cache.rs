@@ -2,10 +2,9 @@
 //! happen (gh-151613), and gives the same stacks as walking without it.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use pyagent::aggregate::Aggregator;
-use pyagent::sampler::userspace::{UserspaceConfig, UserspaceSampler};
+use pyagent::profiler::{HostConfig, HostProfiler, Mode};
 use pyagent::unwind::UnwindOptions;
 use pyagent_tests::stacks::{at, sample_until, simple, unwinder};
 use pyagent_tests::PythonProcess;
@@ -17,30 +16,30 @@ fn record_stacks(
     idle: bool,
     blocking: bool,
 ) -> (BTreeSet<Vec<String>>, u64, pyagent::unwind::UnwindStats) {
-    let config = UserspaceConfig {
+    let mut profiler = HostProfiler::new(HostConfig {
+        mode: Mode::Userspace,
         rate_hz: 1000,
-        duration: Some(Duration::from_secs_f64(seconds)),
-        subprocesses: false,
-        blocking,
-        idle,
-        native_stacks: false,
-        debug_dirs: pyagent::config::DebugDirs::default(),
+        pids: Some(vec![pid]),
         unwind: UnwindOptions {
             frame_cache,
             ..Default::default()
         },
-    };
-    let mut sampler = UserspaceSampler::new(&[pid], config).expect("target is Python");
-    let mut agg = Aggregator::new(1_000_000);
+        blocking,
+        idle,
+        ..HostConfig::default()
+    })
+    .expect("the userspace backend always starts");
     let stop = std::sync::atomic::AtomicBool::new(false);
-    sampler.run(&mut agg, &stop, |_, _| {});
-    let window = agg.cut();
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    profiler.run(&stop, Some(until), |_| {});
+    let mut windows = profiler.cut().into_iter().map(|(_, w)| w);
+    let window = windows.next().expect("the target was sampled");
     let stacks = window
         .counts
         .keys()
         .map(|k| k.frames.iter().map(|f| f.function().to_string()).collect())
         .collect();
-    (stacks, window.total_samples(), sampler.unwind_stats())
+    (stacks, window.total_samples(), profiler.unwind_stats())
 }
 
 /// The cache's own guarantee (gh-151613): between samples the target reuses frame addresses

@@ -9,7 +9,10 @@
 //! frame per address, bounded.
 
 pub mod merge;
+mod mix;
 mod modules;
+
+pub use mix::NativeMix;
 
 use std::sync::Arc;
 

@@ -1,0 +1,205 @@
+//! What a recording says on stderr when it ends: one summary for every mode, from the host
+//! profiler's counters. The first line names the mode, the file and its samples, then what
+//! yielded none and why; the lines after it cover what was asked for (asyncio tasks, off-CPU
+//! time, native stacks, `--gil`).
+
+use std::path::Path;
+
+use pyagent::aggregate::ProfileWindow;
+use pyagent::profiler::HostProfiler;
+use pyagent::sampler::tick::TickSource;
+use pyagent::sampler::userspace::SamplerStats;
+use pyagent::unwind::UnwindStats;
+
+use crate::cli::AsyncModeArg;
+
+/// The parts of the summary a run asked for.
+pub struct Shown {
+    /// `--async` with its mode
+    pub async_tasks: Option<AsyncModeArg>,
+    /// `--off-cpu`
+    pub off_cpu: bool,
+    /// `--native`
+    pub native: bool,
+    /// threads were stopped around their reads (`--blocking`, or native stacks in userspace)
+    pub threads_stopped: bool,
+    /// `--gil`: the samples left out
+    pub without_gil: Option<u64>,
+}
+
+/// The summary of a recording written to `output`, a line each.
+pub fn record_lines(
+    profiler: &HostProfiler,
+    window: &ProfileWindow,
+    output: &Path,
+    shown: &Shown,
+) -> Vec<String> {
+    let u = profiler.unwind_stats();
+    let mut head = format!(
+        "pyagent: {} mode, wrote {} ({} samples, {} stacks",
+        profiler.mode_name(),
+        output.display(),
+        window.total_samples(),
+        window.counts.len(),
+    );
+    match profiler.stats().userspace {
+        Some(sampler) => head += &userspace_counts(&sampler, &u, profiler, shown),
+        None => head += &ebpf_counts(profiler, &u),
+    }
+    head.push(')');
+    let mut lines = vec![head];
+    if let Some(n) = shown.without_gil {
+        lines.push(format!(
+            "pyagent: --gil left out {n} samples of threads that did not hold the GIL"
+        ));
+    }
+    if let Some(mode) = shown.async_tasks {
+        lines.push(async_line(&u, mode));
+    }
+    if shown.off_cpu {
+        lines.extend(off_cpu_line(profiler));
+    }
+    if shown.native {
+        lines.push(native_line(profiler));
+    }
+    lines
+}
+
+/// `, N failed, ... re-reads, ...`: the userspace sampler's ticks and the threads that gave no
+/// stack, by reason.
+fn userspace_counts(
+    s: &SamplerStats,
+    u: &UnwindStats,
+    profiler: &HostProfiler,
+    shown: &Shown,
+) -> String {
+    let mut out = format!(
+        ", {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads, {} unverified stacks, {} frames named after they returned",
+        s.failed,
+        s.lagged,
+        s.ticks,
+        u.lost.total(),
+        u.lost.summary(),
+        u.rereads,
+        u.unverified,
+        u.popped_frames_named,
+    );
+    out += &tick_summary(s);
+    if profiler.frame_cache_used() {
+        out += &format!(
+            ", frame cache {}/{}/{} full/partial/miss",
+            u.cache_full_hits, u.cache_partial_hits, u.cache_misses
+        );
+    }
+    if shown.threads_stopped {
+        let seize = s.seize;
+        out += &format!(
+            ", threads not stopped: {} denied (EPERM), {} gone (ESRCH), {} failed",
+            seize.skipped_denied, seize.skipped_gone, seize.failed
+        );
+    }
+    out
+}
+
+/// `, ticks from ...`: what woke the sampler (a perf event on its CPU, or sleeping).
+fn tick_summary(stats: &SamplerStats) -> String {
+    let t = stats.tick;
+    match stats.tick_source {
+        Some(TickSource::PerfEvent) => format!(
+            ", ticks from a cpu-clock perf event: {} from the event, {} from deadlines (the event throttled {} times, or late), {} moves to another CPU",
+            t.event_ticks, t.deadline_ticks, t.throttles, t.moves
+        ),
+        Some(TickSource::Sleep) if t.event_ticks > 0 => format!(
+            ", ticks from a cpu-clock perf event ({} from the event), then from sleeping (the event failed)",
+            t.event_ticks
+        ),
+        Some(TickSource::Sleep) => ", ticks from sleeping".to_string(),
+        None => String::new(),
+    }
+}
+
+/// `, N dropped: ...; BPF stopped at the 3.15 anchor ...`: the records that yielded no sample,
+/// by reason, and how the frame cache and the thread lists served the BPF walks.
+fn ebpf_counts(profiler: &HostProfiler, u: &UnwindStats) -> String {
+    let s = profiler.stats();
+    let caches = profiler.cache_stats();
+    let (cache_hits, cache_misses) = caches.get("frame").copied().unwrap_or((0, 0));
+    let (repeated, resolved) = caches.get("record").copied().unwrap_or((0, 0));
+    let bpf_counter = |c| profiler.bpf().and_then(|b| b.counter(c).ok()).unwrap_or(0);
+    format!(
+        ", {}; BPF stopped at the 3.15 anchor {} times, found {} new threads' states itself, frame cache {} hits / {} misses / {} walks past its bounds, walked whole by BPF / {} stored stacks dropped because an anchor write raced the thread; {} records repeated their thread's last stack below the top frame, {} resolved whole; {} thread lists read, {} thread-exit notices",
+        s.dropped_summary(),
+        bpf_counter(common::Counter::AnchorHit),
+        bpf_counter(common::Counter::ThreadFound),
+        cache_hits,
+        cache_misses,
+        profiler.frame_cache_bypassed(),
+        u.anchor_write_races,
+        repeated,
+        resolved,
+        s.thread_list_reads,
+        s.thread_exit_notices
+    )
+}
+
+/// `pyagent: N samples in asyncio tasks, ...`.
+fn async_line(u: &UnwindStats, mode: AsyncModeArg) -> String {
+    let mut line = format!(
+        "pyagent: {} samples in asyncio tasks, {} not attributed to a task",
+        u.task_samples, u.task_unattributed
+    );
+    if mode == AsyncModeArg::All {
+        line += &format!(", {} samples of waiting tasks", u.task_waiting_samples);
+    }
+    if u.task_read_errors > 0 {
+        line += &format!(
+            ", {} task reads that made no sense or changed under the read",
+            u.task_read_errors
+        );
+    }
+    line
+}
+
+/// `pyagent: off-CPU: ...`: waits recorded, context switches seen and their mean cost (none
+/// without the BPF sampler, which alone sees threads block).
+pub fn off_cpu_line(profiler: &HostProfiler) -> Option<String> {
+    let bpf = profiler.bpf()?;
+    let counter = |c| bpf.counter(c).unwrap_or(0);
+    let switch_cost = bpf
+        .off_cpu_run_stats()
+        .filter(|(_, runs)| *runs > 0)
+        .map_or("unknown".to_string(), |(ns, runs)| {
+            format!("{:.0} ns", ns as f64 / runs as f64)
+        });
+    Some(format!(
+        "pyagent: off-CPU: {} waits recorded, {} more already under way at attach, {} repeats timed only, {} context switches seen at {switch_cost} each",
+        counter(common::Counter::OffCpuWalks),
+        profiler.stats().blocked_at_attach,
+        counter(common::Counter::OffCpuCarried),
+        counter(common::Counter::Switches)
+    ))
+}
+
+/// `pyagent: native stacks: ...`: how the native stacks merged with the Python ones.
+fn native_line(profiler: &HostProfiler) -> String {
+    let s = profiler.stats();
+    let n = s.native;
+    let mut line = format!(
+        "pyagent: native stacks: {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone)",
+        n.merged, n.cut, n.mismatch
+    );
+    match profiler.bpf() {
+        Some(bpf) => line += &format!(
+            "; {} stack copies cut at an unreadable page; {} frames outside every mapped object; {:.1} ms of agent CPU resolving {} records (the first parse of each object and of kallsyms included)",
+            bpf.counter(common::Counter::NativeStackShort).unwrap_or(0),
+            n.unmapped_frames,
+            s.drain_cpu_ns as f64 / 1e6,
+            s.records
+        ),
+        None => line += &format!(
+            ", {} not copied (each thread stopped while read); {} frames outside every mapped object",
+            n.not_copied, n.unmapped_frames
+        ),
+    }
+    line
+}
