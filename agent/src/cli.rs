@@ -21,7 +21,8 @@ use pyagent::export::Format;
 /// pyagent: a sampling profiler for CPython 3.11–3.15.
 ///
 /// `pyagent --all-python` profiles every CPython process on the host (eBPF, or the userspace
-/// sampler where eBPF is unavailable); the subcommands work on one process.
+/// sampler where eBPF is unavailable); `dump`, `record` and `top` work on one process, `spans`
+/// on a profile written before.
 #[derive(Debug, Parser)]
 #[command(name = "pyagent", version, about)]
 pub struct Cli {
@@ -112,6 +113,52 @@ pub enum Command {
     Record(RecordArgs),
     /// Live view of the functions a process spends its time in, refreshed every second.
     Top(TopArgs),
+    /// Where each span's time went, in a pprof profile pyagent wrote: on CPU with or without
+    /// the GIL, waiting for it, io, lock, sleep, other.
+    Spans(SpansArgs),
+}
+
+/// `pyagent spans`
+#[derive(Debug, Args)]
+pub struct SpansArgs {
+    /// A pprof profile written by pyagent (`record`, `--all-python`, the service), gzipped or
+    /// not; with `--off-cpu` for the waits.
+    pub file: PathBuf,
+    /// How many groups to show, most wall time first (0: all).
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Print one JSON object (every part of each group, in seconds and as a share) instead of
+    /// text.
+    #[arg(long)]
+    pub json: bool,
+    /// What to group samples by [default: span when a sample has `trace_id` and `span_id`
+    /// labels, else thread].
+    #[arg(long, value_enum)]
+    pub by: Option<GroupByArg>,
+}
+
+/// `spans --by`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GroupByArg {
+    /// the `trace_id` and `span_id` labels (OpenTelemetry thread context); samples without
+    /// them are only totalled
+    Span,
+    /// the sampled thread (`pid`, `thread_id`; `thread_name` shown)
+    Thread,
+    /// the `service_name` label of the service's profiles; a profile without it (`record`)
+    /// is one service named after the file
+    Service,
+}
+
+impl From<GroupByArg> for pyagent::report::spans::GroupBy {
+    fn from(b: GroupByArg) -> Self {
+        use pyagent::report::spans::GroupBy;
+        match b {
+            GroupByArg::Span => GroupBy::Span,
+            GroupByArg::Thread => GroupBy::Thread,
+            GroupByArg::Service => GroupBy::Service,
+        }
+    }
 }
 
 /// `pyagent top`

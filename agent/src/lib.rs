@@ -9,6 +9,7 @@
 //! [`symbolize`] (code object + instruction → function, file, line) →
 //! [`aggregate`] (stacks → counts per profile window) →
 //! [`export`] (pprof, collapsed stacks, flame graphs).
+//! [`report`] reads an exported pprof file back (`pyagent spans`: where each span's time went).
 //!
 //! [`profiler`] is the conductor that drives them for a whole host (discovery, one backend,
 //! each process's unwinder and aggregator); [`service`] runs it as a daemon and hands its
@@ -23,6 +24,7 @@ pub mod export;
 pub mod memory;
 pub mod offsets;
 pub mod profiler;
+pub mod report;
 pub mod sampler;
 pub mod service;
 pub mod symbolize;

@@ -19,7 +19,9 @@ use pyagent::sampler::bpf::ProgramBuild;
 use pyagent::unwind::UnwindOptions;
 
 use all_python::{all_python, service, service_config};
-use cli::{debug_dir_flags, AsyncModeArg, Cli, Command, DumpArgs, FrameArgs, RecordArgs};
+use cli::{
+    debug_dir_flags, AsyncModeArg, Cli, Command, DumpArgs, FrameArgs, RecordArgs, SpansArgs,
+};
 use pyagent::config::{DebugDirs, Mode};
 use pyagent::profiler::{HostConfig, HostProfiler};
 
@@ -80,6 +82,40 @@ fn dump_tasks(args: &DumpArgs) -> Result<()> {
         pyagent::dump::write_task_tree(&tasks, &mut out)?;
     }
     Ok(())
+}
+
+/// `pyagent spans FILE`: the profile's time by span (or thread, or service), split by where it
+/// went.
+fn spans(args: &SpansArgs) -> Result<()> {
+    use pyagent::report::{read_profile, render, spans::summarize};
+    let file = &args.file;
+    let named = || file.display().to_string();
+    let profile = read_profile(file).with_context(named)?;
+    let summary =
+        summarize(&profile, args.by.map(Into::into), &file_stem(file)).with_context(named)?;
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        render::write_json(&summary, file, args.top, &mut out)
+    } else {
+        render::write_text(&summary, file, args.top, &mut out)
+    };
+    match written {
+        // `pyagent spans FILE | head`: the reader has what it wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing the report"),
+    }
+}
+
+/// A profile's file name without its pprof extension: `web-1234.pb.gz` → `web-1234`.
+fn file_stem(file: &std::path::Path) -> String {
+    let name = file.file_name().map_or_else(
+        || file.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    [".pb.gz", ".pb", ".pprof", ".gz"]
+        .iter()
+        .find_map(|ext| name.strip_suffix(ext).filter(|s| !s.is_empty()))
+        .map_or(name.clone(), str::to_owned)
 }
 
 /// `record`: one process (and with `--subprocesses` its descendants) through the host
@@ -406,6 +442,7 @@ fn main() {
                     &STOP,
                 )
             }
+            Some(Command::Spans(a)) => spans(a),
             None if cli.host.all_python => all_python(&cli.host),
             None => Err(anyhow::anyhow!(
                 "nothing to do: give --all-python or a subcommand (see --help)"
@@ -419,6 +456,8 @@ fn main() {
             msg.push_str(&format!(": {cause}"));
         }
         eprintln!("{msg}");
-        std::process::exit(1);
+        // `spans` only reads its file: whatever fails is bad input, which exits with 2.
+        let bad_input = matches!(cli.command, Some(Command::Spans(_)));
+        std::process::exit(if bad_input { 2 } else { 1 });
     }
 }

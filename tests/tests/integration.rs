@@ -43,6 +43,8 @@ mod otlp;
 mod resolver;
 #[path = "integration/service.rs"]
 mod service;
+#[path = "integration/spans.rs"]
+mod spans;
 #[path = "integration/symbol_sources.rs"]
 mod symbol_sources;
 #[path = "integration/torn.rs"]

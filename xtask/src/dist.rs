@@ -135,7 +135,7 @@ fn man_page(log: &Log, binary: &Path, dir: &Path) -> Result<()> {
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     // help2man reads one program's --help; the subcommands' own are added as a section.
     let mut include = String::from("[COMMANDS]\n");
-    for sub in ["dump", "record", "top"] {
+    for sub in ["dump", "record", "top", "spans"] {
         let help = Command::new(binary)
             .args([sub, "--help"])
             .output()

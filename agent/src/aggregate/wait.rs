@@ -36,6 +36,11 @@ impl WaitReason {
             WaitReason::Other => "other",
         }
     }
+
+    /// The reason a `wait` label value names; `None` for any other text.
+    pub fn from_label(text: &str) -> Option<WaitReason> {
+        WaitReason::ALL.into_iter().find(|w| w.label() == text)
+    }
 }
 
 impl std::fmt::Display for WaitReason {

@@ -119,6 +119,13 @@ impl GilState {
             GilState::Waiting => "waiting",
         }
     }
+
+    /// The state a `gil` label value names; `None` for any other text.
+    pub fn from_label(text: &str) -> Option<GilState> {
+        [GilState::Held, GilState::Released, GilState::Waiting]
+            .into_iter()
+            .find(|g| g.label() == text)
+    }
 }
 
 /// Whether a sampled thread was on a CPU: the `state` label of userspace wall-clock profiles.
@@ -137,5 +144,12 @@ impl CpuState {
             CpuState::OnCpu => "on_cpu",
             CpuState::OffCpu => "off_cpu",
         }
+    }
+
+    /// The state a `state` label value names; `None` for any other text.
+    pub fn from_label(text: &str) -> Option<CpuState> {
+        [CpuState::OnCpu, CpuState::OffCpu]
+            .into_iter()
+            .find(|c| c.label() == text)
     }
 }

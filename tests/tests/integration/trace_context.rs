@@ -34,7 +34,7 @@ type SpanCounts = BTreeMap<(String, String, String, String), u64>;
 
 /// Builds otel_thread_ctx.c where `py` can load it, with the given extra compiler flags;
 /// returns its path as `py` sees it.
-fn build_publisher(py: &Interpreter, tag: &str, flags: &[&str]) -> String {
+pub(crate) fn build_publisher(py: &Interpreter, tag: &str, flags: &[&str]) -> String {
     let inside = format!("/tmp/pyagent-otel-ctx-{}-{tag}.so", std::process::id());
     let host = py.host_path(Path::new(&inside));
     let status = Command::new("cc")
