@@ -285,7 +285,7 @@ pub struct HostArgs {
     #[arg(long)]
     pub all_python: bool,
     /// Also profile the time threads spend blocked (eBPF only), as an `off_cpu` sample type
-    /// with a `wait` label (io, sleep, lock, gil, other) [config: off_cpu].
+    /// with a `wait` label (io, sleep, lock, gil, other, cpu) [config: off_cpu].
     #[arg(long)]
     pub off_cpu: bool,
     /// How long to profile, in seconds (`30`, `1.5`) or with a unit (`500ms`, `2m`), then write
@@ -385,7 +385,7 @@ pub struct RecordArgs {
     #[arg(long, value_enum, default_value_t = ModeArg::Userspace)]
     pub mode: ModeArg,
     /// Also profile the time threads spend blocked (`--mode ebpf`): the pprof profile gets an
-    /// `off_cpu` sample type, with a `wait` label (io, sleep, lock, gil, other).
+    /// `off_cpu` sample type, with a `wait` label (io, sleep, lock, gil, other, cpu).
     #[arg(long)]
     pub off_cpu: bool,
     /// Keep only samples whose thread held the GIL (not for free-threaded builds, which have

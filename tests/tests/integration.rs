@@ -15,6 +15,8 @@ use matrices::*;
 
 #[path = "integration/asyncio_tasks.rs"]
 mod asyncio_tasks;
+#[path = "integration/busy_host.rs"]
+mod busy_host;
 #[path = "integration/cli.rs"]
 mod cli;
 #[path = "integration/cycles.rs"]

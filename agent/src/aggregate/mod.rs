@@ -133,7 +133,7 @@ impl ProfileWindow {
     }
 
     /// Off-CPU nanoseconds per wait reason, in [`WaitReason::ALL`] order.
-    pub fn off_cpu_by_wait(&self) -> [(WaitReason, u64); 5] {
+    pub fn off_cpu_by_wait(&self) -> [(WaitReason, u64); WaitReason::ALL.len()] {
         WaitReason::ALL.map(|wait| {
             let ns = self
                 .off_cpu

@@ -14,16 +14,19 @@ pub enum WaitReason {
     Gil,
     /// Any other call, or none (a page fault, a stop).
     Other,
+    /// Runnable, waiting on a run queue for a CPU: preempted, or throttled by a CPU limit.
+    Cpu,
 }
 
 impl WaitReason {
     /// Every reason, in label order.
-    pub const ALL: [WaitReason; 5] = [
+    pub const ALL: [WaitReason; 6] = [
         WaitReason::Io,
         WaitReason::Sleep,
         WaitReason::Lock,
         WaitReason::Gil,
         WaitReason::Other,
+        WaitReason::Cpu,
     ];
 
     /// The `wait` label value.
@@ -34,6 +37,7 @@ impl WaitReason {
             WaitReason::Lock => "lock",
             WaitReason::Gil => "gil",
             WaitReason::Other => "other",
+            WaitReason::Cpu => "cpu",
         }
     }
 

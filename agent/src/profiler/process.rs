@@ -147,11 +147,22 @@ impl Collected {
         }
     }
 
-    /// One on-CPU sample into its process's profile (none: the process is no longer tracked).
-    pub fn add(&mut self, sample: &ThreadSample) {
+    /// A sample standing for `n` sampling periods into its process's profile (none: the process
+    /// is no longer tracked); nothing for 0.
+    pub fn add_periods(&mut self, sample: &ThreadSample, n: u64) {
+        if n == 0 {
+            return;
+        }
         if let Some(p) = self.profiles.get_mut(&sample.thread.pid) {
-            p.agg.add(sample);
-            self.stats.samples += 1;
+            p.agg.add_count(sample, n);
+            self.stats.samples += n;
+        }
+    }
+
+    /// `ns` of off-CPU time waiting for `wait` in this stack, into its process's profile.
+    pub fn add_off_cpu(&mut self, sample: &ThreadSample, wait: WaitReason, ns: u64) {
+        if let Some(p) = self.profiles.get_mut(&sample.thread.pid) {
+            p.agg.add_off_cpu(sample, wait, ns);
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use crate::aggregate::WaitReason;
 use crate::sampler::userspace::{ProcessRead, SamplerStats, UserspaceConfig, UserspaceSampler};
 use crate::unwind::native::NativeMix;
 use crate::unwind::Unwinder;
@@ -80,7 +81,10 @@ impl UserspaceBackend {
             match self.sampler.read_process(pid, unwinder) {
                 ProcessRead::Samples(samples) => {
                     for s in &samples {
-                        out.add(s);
+                        out.add_periods(&s.sample, s.periods);
+                        if s.runqueue_ns > 0 {
+                            out.add_off_cpu(&s.sample, WaitReason::Cpu, s.runqueue_ns);
+                        }
                     }
                 }
                 ProcessRead::Failed => out.add_dropped(pid, 1),

@@ -113,7 +113,7 @@ struct Document<'a> {
     /// Groups in the profile, shown or not.
     groups_total: usize,
     /// The parts, in the order every group lists them.
-    parts: [Part; 7],
+    parts: [Part; Part::ALL.len()],
     groups: &'a [Group],
 }
 
@@ -213,7 +213,8 @@ thread 11 MainThread (pid 10)  wall 1.000 s
         assert_eq!(groups[0]["thread_id"], 11);
         assert_eq!(groups[0]["thread_name"], "MainThread");
         let parts = groups[0]["parts"].as_object().unwrap();
-        assert_eq!(parts.len(), 7);
+        assert_eq!(parts.len(), Part::ALL.len());
+        assert!(parts["cpu_wait"]["top_function"].is_null());
         assert_eq!(parts["io"]["top_function"]["function"], "recv_all");
         assert!(parts["sleep"]["top_function"].is_null());
     }

@@ -35,16 +35,19 @@ pub enum Part {
     Lock,
     /// Off-CPU sleeping (`wait=sleep`).
     Sleep,
+    /// Runnable, waiting for a CPU (`wait=cpu`): preempted, or throttled by a CPU limit.
+    CpuWait,
     /// Off-CPU for any other reason, or for none the profile names.
     Other,
 }
 
 impl Part {
     /// Every part, in report order.
-    pub const ALL: [Part; 7] = [
+    pub const ALL: [Part; 8] = [
         Part::CpuGilHeld,
         Part::CpuNoGil,
         Part::GilWait,
+        Part::CpuWait,
         Part::Io,
         Part::Lock,
         Part::Sleep,
@@ -60,6 +63,7 @@ impl Part {
             Part::Io => "io",
             Part::Lock => "lock",
             Part::Sleep => "sleep",
+            Part::CpuWait => "waiting for a CPU",
             Part::Other => "other",
         }
     }
@@ -83,6 +87,7 @@ impl Part {
             Some(WaitReason::Io) => Part::Io,
             Some(WaitReason::Lock) => Part::Lock,
             Some(WaitReason::Sleep) => Part::Sleep,
+            Some(WaitReason::Cpu) => Part::CpuWait,
             Some(WaitReason::Other) | None => Part::Other,
         }
     }

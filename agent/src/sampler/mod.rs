@@ -14,6 +14,7 @@
 
 pub mod blocking;
 pub mod bpf;
+pub mod cpu_time;
 pub mod native_copy;
 pub mod off_cpu;
 pub mod perf_event;

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use crate::aggregate::WaitReason;
 use crate::sampler::blocking::{PausedThreads, SeizeStats};
+use crate::sampler::cpu_time::{CpuTime, Credit};
 use crate::sampler::native_copy::copy_stopped_thread;
 use crate::sampler::off_cpu::{blocked_in, wait_reason};
 use crate::sampler::run_state::RunStates;
@@ -57,11 +58,24 @@ pub struct SamplerStats {
     pub tick: TickStats,
 }
 
+/// A thread's stack read at a tick, and what it stands for.
+#[derive(Debug)]
+pub struct ReadSample {
+    /// the thread's stack
+    pub sample: ThreadSample,
+    /// sampling periods of CPU time it stands for: the CPU time the thread had since its last
+    /// credit ([`CpuTime`]); with `idle`, 1 (a wall-clock sample, labelled on or off the CPU)
+    pub periods: u64,
+    /// ns the thread waited on a run queue since its last read, spent in this stack
+    /// (`wait=cpu`; 0 with `idle`, whose samples carry the on/off-CPU label instead)
+    pub runqueue_ns: u64,
+}
+
 /// What reading one process at a tick gave.
 #[derive(Debug)]
 pub enum ProcessRead {
     /// Its threads' stacks (those that had one).
-    Samples(Vec<ThreadSample>),
+    Samples(Vec<ReadSample>),
     /// The process exited.
     Gone,
     /// This read failed (counted in [`SamplerStats::failed`]); the process lives on.
@@ -77,6 +91,8 @@ pub struct UserspaceSampler {
     /// each process's open thread-state files (not with `blocking`, which reads them all
     /// before stopping the process)
     run_states: HashMap<u32, RunStates>,
+    /// each process's threads' CPU clocks, and what samples were credited of them
+    cpu_times: HashMap<u32, CpuTime>,
     /// each process's native unwinder (native stacks only)
     native: HashMap<u32, NativeUnwinder>,
     native_mix: NativeMix,
@@ -91,6 +107,7 @@ impl UserspaceSampler {
             config,
             ticker: None,
             run_states: HashMap::new(),
+            cpu_times: HashMap::new(),
             native: HashMap::new(),
             native_mix: NativeMix::default(),
             stack_copy: Vec::new(),
@@ -136,40 +153,59 @@ impl UserspaceSampler {
     /// Forgets what is kept of a process no longer tracked.
     pub fn forget(&mut self, pid: u32) {
         self.run_states.remove(&pid);
+        self.cpu_times.remove(&pid);
         self.native.remove(&pid);
     }
 
-    /// Reads the stacks of process `pid` through its unwinder: the threads on a CPU, or every
-    /// thread with `idle`.
+    /// Reads the stacks of process `pid` through its unwinder: the threads on a CPU that had CPU
+    /// time to credit or waited for a CPU, or every thread with `idle`.
     pub fn read_process(&mut self, pid: u32, unwinder: &mut Unwinder) -> ProcessRead {
         let idle = self.config.idle;
-        // Which threads are on a CPU: to sample only those, or with idle to label each sample
-        // on or off the CPU. A process stopped around its sample (blocking, or native stacks,
-        // whose registers are read by ptrace from stopped threads) has them all read before
-        // (stopped is not R); otherwise each thread's state is read as it comes up.
+        let period_ns = 1_000_000_000 / u64::from(self.config.rate_hz.max(1));
+        // Which threads are runnable now: to read only those, or with idle to label each
+        // sample on or off the CPU. A process stopped around its sample (blocking, or native
+        // stacks, whose registers are read by ptrace from stopped threads) has them all read
+        // before (stopped is not R); otherwise each thread's state is read as it comes up.
         let stop = self.config.blocking || self.config.native_stacks;
-        let on_cpu_before = stop.then(|| on_cpu_threads(pid));
+        let runnable_before = stop.then(|| on_cpu_threads(pid));
         let _paused = stop.then(|| PausedThreads::pause(pid, &mut self.stats.seize));
-        let (result, on_cpu) = if let Some(on_cpu) = on_cpu_before {
-            let result = unwinder
-                .sample_filtered(|host_tid| idle || host_tid.is_some_and(|t| on_cpu.contains(&t)));
-            (result, on_cpu)
-        } else {
+        let mut states = (!stop).then(|| {
             let states = self
                 .run_states
                 .entry(pid)
                 .or_insert_with(|| RunStates::new(pid));
             states.begin_tick();
-            let mut on_cpu = HashSet::new();
-            let result = unwinder.sample_filtered(|host_tid| {
-                let running = host_tid.is_some_and(|t| states.is_running(t));
-                if running {
-                    on_cpu.extend(host_tid);
-                }
-                idle || running
+            states
+        });
+        let cpu = self
+            .cpu_times
+            .entry(pid)
+            .or_insert_with(|| CpuTime::new(pid));
+        // What each thread read is worth, by host TID; every thread the interpreter lists.
+        let mut credits: HashMap<u32, (Credit, bool)> = HashMap::new();
+        let mut listed: HashSet<u32> = HashSet::new();
+        let result = unwinder.sample_filtered(|host_tid| {
+            let Some(tid) = host_tid else {
+                return idle;
+            };
+            listed.insert(tid);
+            let runnable = match (&runnable_before, states.as_deref_mut()) {
+                (Some(before), _) => before.contains(&tid),
+                (None, Some(states)) => states.is_running(tid),
+                (None, None) => false,
+            };
+            if !runnable && !idle {
+                return false;
+            }
+            // Without a clock (no schedstat), a runnable thread counts one period, as before.
+            let credit = cpu.credit(tid, period_ns, runnable).unwrap_or(Credit {
+                periods: u64::from(runnable),
+                ..Credit::default()
             });
-            (result, on_cpu)
-        };
+            credits.insert(tid, (credit, runnable));
+            idle || credit.periods > 0 || credit.runqueue_ns > 0
+        });
+        cpu.retain(|tid| listed.contains(&tid));
         let mut samples = match result {
             Ok(samples) => samples,
             Err(UnwindError::Gone { .. }) => return ProcessRead::Gone,
@@ -184,19 +220,45 @@ impl UserspaceSampler {
             }
         };
         samples.retain(|s| !s.frames.is_empty());
-        if idle {
-            // Threads not stopped had their state files read this tick.
-            let mut states = (!stop).then(|| self.run_states.get_mut(&pid)).flatten();
-            for s in &mut samples {
-                label_wall_state(pid, unwinder, &on_cpu, states.as_deref_mut(), s);
-            }
-        }
         if self.config.native_stacks {
             for s in &mut samples {
                 self.mix_native(s);
             }
         }
-        ProcessRead::Samples(samples)
+        let states = (!stop).then(|| self.run_states.get_mut(&pid)).flatten();
+        let mut states = states;
+        let read = samples
+            .into_iter()
+            .map(|mut sample| {
+                let (credit, runnable) =
+                    credits.get(&sample.thread.tid).copied().unwrap_or_default();
+                if idle {
+                    // On the CPU when its CPU time since the last such label adds up to a
+                    // period: the labels add up to the CPU time the thread had, where a label
+                    // by its state now would call a thread waiting on a run queue on the CPU.
+                    // At its first read there is no time to judge by but its state.
+                    let on_cpu = if credit.elapsed_ns == 0 {
+                        runnable
+                    } else {
+                        credit.periods > 0
+                    };
+                    // Threads not stopped had their state files read this tick.
+                    label_wall_state(pid, unwinder, on_cpu, states.as_deref_mut(), &mut sample);
+                    ReadSample {
+                        sample,
+                        periods: 1,
+                        runqueue_ns: 0,
+                    }
+                } else {
+                    ReadSample {
+                        sample,
+                        periods: credit.periods,
+                        runqueue_ns: credit.runqueue_ns,
+                    }
+                }
+            })
+            .collect();
+        ProcessRead::Samples(read)
     }
 
     /// Merges the native stack of a stopped thread into its sample.
@@ -220,19 +282,18 @@ impl UserspaceSampler {
     }
 }
 
-/// Labels a wall-clock (`idle`) sample on or off the CPU, and a thread off the CPU without the
-/// GIL as waiting for it when it is blocked on the GIL's futex (one read of its system call:
-/// only threads that are off the CPU and not holding the GIL pay it). `states`: the process's
-/// open state files, read this tick (none when its threads were stopped around the sample).
+/// Labels a wall-clock (`idle`) sample on or off the CPU (`running`), and a
+/// thread off the CPU without the GIL as waiting for it when it is blocked on the GIL's futex
+/// (one read of its system call: only threads that are off the CPU and not holding the GIL pay
+/// it). `states`: the process's open state files, read this tick (none when its threads were
+/// stopped around the sample).
 fn label_wall_state(
     pid: u32,
     unwinder: &mut Unwinder,
-    on_cpu: &HashSet<u32>,
+    running: bool,
     states: Option<&mut RunStates>,
     s: &mut ThreadSample,
 ) {
-    let host_tid = unwinder.host_tid(s.thread.ns_tid());
-    let running = host_tid.is_some_and(|t| on_cpu.contains(&t));
     s.thread.cpu = Some(if running {
         CpuState::OnCpu
     } else {
@@ -241,14 +302,14 @@ fn label_wall_state(
     if running || s.thread.gil != Some(GilState::Released) {
         return;
     }
-    let waits_for_gil = host_tid
-        .and_then(|tid| match states {
-            Some(states) => states.blocked_in(tid),
-            None => blocked_in(pid, tid),
-        })
-        .is_some_and(|b| {
-            wait_reason(b.class, b.wait_addr, unwinder.main_gil_words()) == WaitReason::Gil
-        });
+    let host_tid = s.thread.tid;
+    let blocked = match states {
+        Some(states) => states.blocked_in(host_tid),
+        None => blocked_in(pid, host_tid),
+    };
+    let waits_for_gil = blocked.is_some_and(|b| {
+        wait_reason(b.class, b.wait_addr, unwinder.main_gil_words()) == WaitReason::Gil
+    });
     if waits_for_gil {
         s.thread.gil = Some(GilState::Waiting);
     }

@@ -119,7 +119,7 @@ impl AgentMetrics {
                 CounterVec::new(
                     Opts::new(
                         "pyagent_service_off_cpu_seconds_total",
-                        "Time Python threads per service spent off the CPU, by wait reason (io, sleep, lock, gil, other; eBPF mode with off-CPU on). The share of wait=\"gil\" is the time spent waiting for the GIL.",
+                        "Time Python threads per service spent off the CPU, by wait reason (io, sleep, lock, gil, other, cpu; eBPF mode with off-CPU on). The share of wait=\"gil\" is the time spent waiting for the GIL.",
                     ),
                     &["service", "wait"],
                 )
