@@ -337,6 +337,29 @@ impl Drop for Proc {
     }
 }
 
+/// `inner` run under `nice -n niceness`.
+pub fn niced(inner: &Command, niceness: u32) -> Command {
+    let mut cmd = Command::new("nice");
+    cmd.args(["-n", &niceness.to_string()])
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    cmd
+}
+
+/// Makes the process `cmd` starts receive SIGKILL when the thread that started it ends: nothing
+/// the bench starts outlives it, even when the bench itself is killed.
+pub fn die_with_bench(cmd: &mut Command) {
+    // SAFETY: between fork and exec the closure only calls prctl(2): no allocation, no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// CPU time consumed by the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
 pub fn thread_cpu_time() -> Duration {
     // SAFETY: a zeroed timespec is a valid out-parameter.
@@ -378,13 +401,18 @@ pub fn proc_rss_bytes(pid: u32) -> Option<u64> {
 /// The command line of this run and the build it runs (a debug build's numbers say little),
 /// as the first line of a report.
 pub fn print_command_line() {
+    println!("{}", command_line());
+}
+
+/// What [`print_command_line`] prints.
+pub fn command_line() -> String {
     let cmd: Vec<String> = std::env::args().skip(1).collect();
     let build = if cfg!(debug_assertions) {
         "DEBUG"
     } else {
         "release"
     };
-    println!("`xtask {}` ({build} build)", cmd.join(" "));
+    format!("`xtask {}` ({build} build)", cmd.join(" "))
 }
 
 /// The 1, 5 and 15 minute load averages and the CPU count, as one line.
@@ -579,5 +607,25 @@ mod tests {
             "{load}"
         );
         assert_eq!(proc_cpu_secs(4_194_305), None);
+    }
+
+    #[test]
+    fn a_niced_command_keeps_its_program_and_arguments() {
+        let mut inner = Command::new("/usr/bin/python3");
+        inner.args(["deep.py", "30", "busy"]);
+        let cmd = niced(&inner, 19);
+        assert_eq!(cmd.get_program(), "nice");
+        let args: Vec<_> = cmd.get_args().collect();
+        assert_eq!(
+            args,
+            ["-n", "19", "/usr/bin/python3", "deep.py", "30", "busy"]
+        );
+    }
+
+    #[test]
+    fn a_process_that_dies_with_the_bench_runs() {
+        let mut cmd = Command::new("true");
+        die_with_bench(&mut cmd);
+        assert!(cmd.status().expect("true runs").success());
     }
 }

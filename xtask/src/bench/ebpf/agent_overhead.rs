@@ -8,8 +8,8 @@ use anyhow::Result;
 
 use super::agent_rows::{flag_row, flag_target_line, overhead_row, overhead_target_line, Flag};
 use super::agent_run::run_agent;
-use super::targets::{niced, AGENT_TARGET_DEPTH, READY};
-use crate::bench::util::{self, Interpreter, Proc, Table};
+use super::targets::{AGENT_TARGET_DEPTH, READY};
+use crate::bench::util::{self, niced, Interpreter, Proc, Table};
 
 /// Section 2: the agent in ebpf then userspace mode beside each number of busy processes.
 pub(super) fn agent_overhead(
