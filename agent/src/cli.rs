@@ -187,9 +187,9 @@ pub struct TopArgs {
 #[derive(Debug, Args, Clone, Copy)]
 pub struct FrameArgs {
     /// Native stacks: the native (C, C++, Rust) frames between and below the Python ones, and
-    /// with the eBPF sampler the kernel frames at the leaf. `record` in userspace mode stops each
-    /// thread while it reads it (ptrace); `top`, `dump` and `--all-python --mode userspace` show
-    /// `<native>` where Python code called into C that called back into Python.
+    /// with the eBPF sampler the kernel frames at the leaf. `record` in userspace mode and `dump`
+    /// stop each thread while they read it (ptrace); `top` and `--all-python --mode userspace`
+    /// show `<native>` where Python code called into C that called back into Python.
     #[arg(long)]
     pub native: bool,
     /// Do not show `<GC>` where the garbage collector runs.

@@ -1,22 +1,32 @@
 //! `dump`: one snapshot of every thread of a process: each thread's stack, whether it is on the
-//! CPU or what it waits in, and whether it holds the GIL. [`snapshot`] takes it
-//! as typed values; [`write_text`] renders it as `dump` prints it, and `dump --json` serializes
-//! it. The service writes the text next to the profiles when a thread stalls.
+//! CPU or what it waits in, whether it holds the GIL, and for a thread waiting for the GIL, the
+//! thread that holds it and where. [`snapshot`] takes it as typed values; [`write_text`] renders
+//! it as `dump` prints it, and `dump --json` serializes it. The service writes the text next to
+//! the profiles when a thread stalls.
+//!
+//! With native stacks (`dump --native`), the process's threads are stopped (ptrace) around the
+//! read, and each thread's registers and stack copy are unwound and merged with its Python
+//! frames, as `record --native` does in userspace mode.
 
+use std::collections::HashMap;
 use std::io::{self, Write};
 use std::ops::Range;
 
 use serde::Serialize;
 
 use crate::aggregate::WaitReason;
-use crate::discovery::{locate_runtime, DiscoveryError};
-use crate::sampler::blocking::PausedThreads;
+use crate::discovery::{locate_runtime, task_ids, DiscoveryError};
+use crate::sampler::blocking::{PausedThreads, SeizeStats};
+use crate::sampler::native_copy::copy_stopped_thread;
 use crate::sampler::off_cpu::{blocked_in, syscall_name, wait_reason};
+use crate::symbolize::native::DebugDirs;
 use crate::symbolize::{Frame, FrameKind};
+use crate::unwind::native::{NativeMix, NativeUnwinder};
 use crate::unwind::{
-    AsyncTask, AsyncioError, GilState, LostThread, StackLoss, ThreadOutcome, UnwindError,
-    UnwindOptions, Unwinder,
+    AsyncTask, AsyncioError, GilState, LostThread, StackLoss, ThreadOutcome, ThreadSample,
+    UnwindError, UnwindOptions, Unwinder,
 };
+use common::NativeSection;
 
 /// Why a process could not be dumped.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +79,29 @@ pub struct ThreadDump {
     pub truncated: bool,
     /// Why the stack could not be read, when it could not.
     pub no_stack: Option<String>,
+    /// Native stacks only (`dump --native`): why this thread has its Python frames alone (its
+    /// registers or stack could not be copied, or its native stack did not match its Python
+    /// one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub native_missing: Option<String>,
+    /// Waiting for the GIL only: the thread that holds it (`null`: none could be named).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gil_holder: Option<Option<GilHolder>>,
+}
+
+/// The thread holding the GIL, as a thread waiting for it names it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GilHolder {
+    /// Its thread id, as CPython stores it.
+    pub tid: u32,
+    /// Its name, when known.
+    pub name: Option<String>,
+    /// Its innermost Python function (`None`: no Python frames).
+    pub function: Option<String>,
+    /// That function's file.
+    pub file: Option<String>,
+    /// The line it executes.
+    pub line: Option<u32>,
 }
 
 /// What a thread was doing.
@@ -102,8 +135,12 @@ pub struct FrameDump {
     pub file: String,
     /// Line being executed.
     pub line: Option<u32>,
-    /// `python`, `native`, `gc` or `task`.
+    /// `python`, `native` (the `<native>` marker), `gc`, `task`, `native_code` (a function of
+    /// a loaded object) or `kernel`.
     pub kind: &'static str,
+    /// Native code: the object's file name (`libz.so.1.2.13`), or `[kernel]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
 }
 
 impl From<&Frame> for FrameDump {
@@ -120,12 +157,20 @@ impl From<&Frame> for FrameDump {
                 FrameKind::NativeCode => "native_code",
                 FrameKind::Kernel => "kernel",
             },
+            object: f.code.object.as_ref().map(|o| o.file_name().to_string()),
         }
     }
 }
 
-/// Takes the snapshot of process `pid`.
-pub fn snapshot(pid: u32, options: UnwindOptions) -> Result<ProcessDump, DumpError> {
+/// Takes the snapshot of process `pid`. With `native` (the directories separate debug files
+/// are looked for in), every thread of the process is stopped around the read and its native
+/// frames are merged with its Python ones; `options.native` must then be on (the merge needs
+/// the `<native>` boundaries).
+pub fn snapshot(
+    pid: u32,
+    options: UnwindOptions,
+    native: Option<&DebugDirs>,
+) -> Result<ProcessDump, DumpError> {
     let target = locate_runtime(pid)?;
     let mut dump = ProcessDump {
         pid: target.pid,
@@ -139,6 +184,7 @@ pub fn snapshot(pid: u32, options: UnwindOptions) -> Result<ProcessDump, DumpErr
     // (`read_stopped`) rather than shown as read on the move.
     let options = UnwindOptions {
         keep_moved_top: false,
+        native: options.native || native.is_some(),
         ..options
     };
     let mut unwinder = Unwinder::new(target, options);
@@ -148,44 +194,129 @@ pub fn snapshot(pid: u32, options: UnwindOptions) -> Result<ProcessDump, DumpErr
         .threads()
         .ok()
         .and_then(|_| unwinder.main_gil_words());
+    // Native stacks: the threads' states are read before they are stopped (a stopped thread
+    // is `t`, and no longer in its system call), then the whole process is stopped.
+    let mut stopped = native.map(|dirs| {
+        let states: HashMap<u32, (ThreadState, bool)> = task_ids(pid)
+            .into_iter()
+            .map(|t| (t.host_tid, thread_state(pid, Some(t.host_tid), gil.clone())))
+            .collect();
+        let paused = PausedThreads::pause(pid, &mut SeizeStats::default());
+        Stopped {
+            states,
+            native: NativeUnwinder::new(pid, dirs.clone()),
+            mix: NativeMix::default(),
+            copy: Vec::new(),
+            _paused: paused,
+        }
+    });
+    let mut waits_for_gil = Vec::new();
     for outcome in unwinder.sample_round(|_| true)? {
         let outcome = match outcome {
+            // The whole process is stopped: the stack can no longer move, read it again.
+            ThreadOutcome::Lost(lost) if stopped.is_some() => {
+                unwinder.sample_thread_again(lost.tid)?
+            }
             ThreadOutcome::Lost(lost) => read_stopped(&mut unwinder, &lost)?,
             stack => stack,
         };
         let thread = match outcome {
-            ThreadOutcome::Stack(s) => {
+            ThreadOutcome::Stack(mut s) => {
                 let host_tid = unwinder.host_tid(s.thread.ns_tid());
-                let (state, waits_for_gil) = thread_state(pid, host_tid, gil.clone());
+                let (state, waits) = match &stopped {
+                    Some(st) => host_tid
+                        .and_then(|t| st.states.get(&t).cloned())
+                        .unwrap_or((ThreadState::Unknown, false)),
+                    None => thread_state(pid, host_tid, gil.clone()),
+                };
+                let native_missing = stopped.as_mut().and_then(|st| st.mix_native(&mut s));
+                waits_for_gil.push(waits);
                 ThreadDump {
                     tid: s.thread.ns_tid(),
                     name: s.thread.thread_name.as_deref().map(str::to_string),
                     state,
                     // Blocked on the GIL's own futex: it has just released it, whatever
                     // `last_holder` says.
-                    holds_gil: s
-                        .thread
-                        .gil
-                        .filter(|_| !waits_for_gil)
-                        .map(|g| g == GilState::Held),
+                    holds_gil: s.thread.gil.filter(|_| !waits).map(|g| g == GilState::Held),
                     frames: s.frames.iter().map(FrameDump::from).collect(),
                     truncated: s.truncated,
                     no_stack: None,
+                    native_missing,
+                    gil_holder: None,
                 }
             }
-            ThreadOutcome::Lost(lost) => ThreadDump {
-                tid: lost.tid,
-                name: lost.thread_name.as_deref().map(str::to_string),
-                state: ThreadState::Unknown,
-                holds_gil: None,
-                frames: Vec::new(),
-                truncated: false,
-                no_stack: Some(lost.reason.to_string()),
-            },
+            ThreadOutcome::Lost(lost) => {
+                waits_for_gil.push(false);
+                ThreadDump {
+                    tid: lost.tid,
+                    name: lost.thread_name.as_deref().map(str::to_string),
+                    state: ThreadState::Unknown,
+                    holds_gil: None,
+                    frames: Vec::new(),
+                    truncated: false,
+                    no_stack: Some(lost.reason.to_string()),
+                    native_missing: None,
+                    gil_holder: None,
+                }
+            }
         };
         dump.threads.push(thread);
     }
+    drop(stopped);
+    let holder = gil_holder(&dump.threads);
+    for (t, waits) in dump.threads.iter_mut().zip(waits_for_gil) {
+        if waits {
+            t.gil_holder = Some(holder.clone());
+        }
+    }
     Ok(dump)
+}
+
+/// The thread holding the GIL: the one thread whose state says it holds it (3.11–3.14: the
+/// GIL's `last_holder` while it is locked; 3.15: the thread state's `holds_gil` flag), and not
+/// blocked on the GIL's own futex (see [`snapshot`]). `None` when no thread, or more than one
+/// (threads of sub-interpreters with their own GIL, or flags read at different instants), does.
+fn gil_holder(threads: &[ThreadDump]) -> Option<GilHolder> {
+    let mut holders = threads.iter().filter(|t| t.holds_gil == Some(true));
+    let (Some(h), None) = (holders.next(), holders.next()) else {
+        return None;
+    };
+    let top = h.frames.iter().find(|f| f.kind == "python");
+    Some(GilHolder {
+        tid: h.tid,
+        name: h.name.clone(),
+        function: top.map(|f| f.function.clone()),
+        file: top.map(|f| f.file.clone()),
+        line: top.and_then(|f| f.line),
+    })
+}
+
+/// A process stopped for its native stacks (`dump --native`); it resumes when this is dropped.
+struct Stopped {
+    /// each thread's state (and whether it waits for the GIL) by host TID, read before it was
+    /// stopped
+    states: HashMap<u32, (ThreadState, bool)>,
+    native: NativeUnwinder,
+    mix: NativeMix,
+    copy: Vec<u8>,
+    _paused: PausedThreads,
+}
+
+impl Stopped {
+    /// Merges the native stack of the stopped thread of `sample` into its frames; on failure,
+    /// why its Python frames are shown alone.
+    fn mix_native(&mut self, sample: &mut ThreadSample) -> Option<String> {
+        let regs = match copy_stopped_thread(sample.thread.tid, &mut self.copy) {
+            Ok(regs) => regs,
+            Err(e) => return Some(format!("no native stack: {e}")),
+        };
+        let section = NativeSection::from_user_copy(regs.ip, regs.sp, regs.bp, &self.copy);
+        let mismatched = self.mix.mismatch;
+        self.mix.merge_into(&mut self.native, &section, sample);
+        (self.mix.mismatch != mismatched).then(|| {
+            "no native stack: its eval-loop frames did not match its Python frames".to_string()
+        })
+    }
 }
 
 /// The asyncio tasks of one process (`dump --async`).
@@ -284,7 +415,7 @@ fn write_task(
 
 /// Writes the snapshot of process `pid` as text (what `dump` prints).
 pub fn write(pid: u32, options: UnwindOptions, out: &mut dyn Write) -> Result<(), DumpError> {
-    write_text(&snapshot(pid, options)?, out)?;
+    write_text(&snapshot(pid, options, None)?, out)?;
     Ok(())
 }
 
@@ -330,13 +461,24 @@ pub fn write_text(dump: &ProcessDump, out: &mut dyn Write) -> io::Result<()> {
             None => {}
         }
         writeln!(out, "\nThread {}{name} ({})", t.tid, parts.join(", "))?;
+        if let Some(holder) = &t.gil_holder {
+            writeln!(out, "    {}", holder_line(holder.as_ref()))?;
+        }
+        if let Some(why) = &t.native_missing {
+            writeln!(out, "    ({why}; Python frames only)")?;
+        }
         if t.frames.is_empty() {
             writeln!(out, "    (no Python frames)")?;
         }
         for f in &t.frames {
-            match (f.kind, f.line) {
-                ("python", Some(line)) => writeln!(out, "    {} ({}:{line})", f.function, f.file)?,
-                ("python", None) => writeln!(out, "    {} ({})", f.function, f.file)?,
+            match (f.kind, f.line, &f.object) {
+                ("python", Some(line), _) => {
+                    writeln!(out, "    {} ({}:{line})", f.function, f.file)?
+                }
+                ("python", None, _) => writeln!(out, "    {} ({})", f.function, f.file)?,
+                // As the collapsed and pprof exporters name them: `deflate [libz.so.1.2.13]`.
+                (_, _, Some(o)) if o.starts_with('[') => writeln!(out, "    {} {o}", f.function)?,
+                (_, _, Some(o)) => writeln!(out, "    {} [{o}]", f.function)?,
                 _ => writeln!(out, "    {}", f.function)?,
             }
         }
@@ -345,6 +487,24 @@ pub fn write_text(dump: &ProcessDump, out: &mut dyn Write) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `waiting for the GIL held by thread 12 "spinner" in spin (app.py:7)`.
+fn holder_line(holder: Option<&GilHolder>) -> String {
+    let Some(h) = holder else {
+        return "waiting for the GIL held by an unknown thread".to_string();
+    };
+    let name = h
+        .name
+        .as_deref()
+        .map(|n| format!(" \"{n}\""))
+        .unwrap_or_default();
+    let at = match (&h.function, &h.file, h.line) {
+        (Some(f), Some(file), Some(line)) => format!(" in {f} ({file}:{line})"),
+        (Some(f), Some(file), None) => format!(" in {f} ({file})"),
+        _ => " (no Python frames)".to_string(),
+    };
+    format!("waiting for the GIL held by thread {}{name}{at}", h.tid)
 }
 
 /// A thread's state: on or off the CPU, what it waits in (the reason and system call, as
@@ -397,4 +557,111 @@ fn read_stopped(unwinder: &mut Unwinder, lost: &LostThread) -> Result<ThreadOutc
     let outcome = unwinder.sample_thread_again(lost.tid)?;
     drop(paused);
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(function: &str, file: &str, line: Option<u32>, kind: &'static str) -> FrameDump {
+        FrameDump {
+            function: function.to_string(),
+            file: file.to_string(),
+            line,
+            kind,
+            object: None,
+        }
+    }
+
+    fn thread(tid: u32, name: &str, holds_gil: Option<bool>, frames: Vec<FrameDump>) -> ThreadDump {
+        ThreadDump {
+            tid,
+            name: Some(name.to_string()),
+            state: ThreadState::OnCpu,
+            holds_gil,
+            frames,
+            truncated: false,
+            no_stack: None,
+            native_missing: None,
+            gil_holder: None,
+        }
+    }
+
+    fn text(threads: Vec<ThreadDump>) -> String {
+        let dump = ProcessDump {
+            pid: 1,
+            python_version: "3.12.1".to_string(),
+            free_threaded: false,
+            shared_libpython: false,
+            runtime_object: "/usr/bin/python3.12".to_string(),
+            threads,
+        };
+        let mut out = Vec::new();
+        write_text(&dump, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// The holder is the one thread saying it holds the GIL, named by its innermost Python
+    /// frame (a native frame above it is skipped); two such threads name none.
+    #[test]
+    fn the_holder_is_the_one_thread_holding_the_gil() {
+        let mut native = frame("deflate", "/lib/libz.so.1", None, "native_code");
+        native.object = Some("libz.so.1".to_string());
+        let spin = frame("spin", "app.py", Some(7), "python");
+        let holder = thread(12, "spinner", Some(true), vec![native, spin]);
+        let waiter = thread(13, "w", Some(false), vec![]);
+        assert_eq!(
+            gil_holder(&[waiter.clone(), holder.clone()]),
+            Some(GilHolder {
+                tid: 12,
+                name: Some("spinner".to_string()),
+                function: Some("spin".to_string()),
+                file: Some("app.py".to_string()),
+                line: Some(7),
+            })
+        );
+        assert_eq!(gil_holder(&[holder.clone(), holder]), None);
+        assert_eq!(gil_holder(&[waiter]), None);
+    }
+
+    /// A waiting thread's holder line comes first under it, then a native stack's absence,
+    /// then the frames, native ones as the exporters name them.
+    #[test]
+    fn text_names_the_holder_and_native_frames() {
+        let mut native = frame("deflate", "/lib/libz.so.1", None, "native_code");
+        native.object = Some("libz.so.1".to_string());
+        let mut kernel = frame("do_syscall_64", "[kernel]", None, "kernel");
+        kernel.object = Some("[kernel]".to_string());
+        let mut holder = thread(12, "spinner", Some(true), vec![kernel, native]);
+        holder
+            .frames
+            .push(frame("spin", "app.py", Some(7), "python"));
+        let mut waiter = thread(13, "w", None, vec![frame("f", "app.py", Some(3), "python")]);
+        waiter.gil_holder = Some(gil_holder(std::slice::from_ref(&holder)));
+        waiter.native_missing = Some("no native stack: gone".to_string());
+        let mut lost = thread(14, "x", None, vec![]);
+        lost.gil_holder = Some(None);
+        let out = text(vec![waiter, holder, lost]);
+        assert!(
+            out.contains(
+                "Thread 13 \"w\" (on CPU)\n    waiting for the GIL held by thread 12 \
+                 \"spinner\" in spin (app.py:7)\n    (no native stack: gone; Python frames \
+                 only)\n    f (app.py:3)\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "    do_syscall_64 [kernel]\n    deflate [libz.so.1]\n    spin (app.py:7)\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "Thread 14 \"x\" (on CPU)\n    waiting for the GIL held by an unknown thread\n    \
+                 (no Python frames)\n"
+            ),
+            "{out}"
+        );
+    }
 }

@@ -60,7 +60,10 @@ fn dump(args: &DumpArgs) -> Result<()> {
     if args.frames.async_tasks {
         return dump_tasks(args);
     }
-    let snapshot = pyagent::dump::snapshot(args.pid, unwind_options(&args.frames))?;
+    // `--native`: the process is stopped around the read, and its native frames merged in.
+    let debug_dirs = args.frames.native.then(DebugDirs::default);
+    let snapshot =
+        pyagent::dump::snapshot(args.pid, unwind_options(&args.frames), debug_dirs.as_ref())?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &snapshot).context("writing the dump")?;

@@ -25,6 +25,8 @@ mod cycles;
 mod discovery;
 #[path = "integration/dist.rs"]
 mod dist;
+#[path = "integration/dump.rs"]
+mod dump;
 #[path = "integration/ebpf.rs"]
 mod ebpf;
 #[path = "integration/export.rs"]

@@ -24,7 +24,7 @@ use crate::service::{series_value, Service};
 
 /// How the test library's static functions are named once it is stripped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
+pub(crate) enum Source {
     /// `.gnu_debugdata`: an xz'd ELF with the `.symtab` entries `.dynsym` lacks
     MiniDebugInfo,
     /// a debug file at `<debug-dir>/.build-id/ab/cdef….debug`
@@ -39,18 +39,18 @@ enum Source {
 }
 
 /// The C functions of the chain, caller first; only `fixture_entry` is exported.
-const CHAIN: [&str; 4] = [
+pub(crate) const CHAIN: [&str; 4] = [
     "fixture_entry",
     "fixture_outer",
     "fixture_middle",
     "fixture_leaf",
 ];
-const LIB: &str = "libfixture.so";
+pub(crate) const LIB: &str = "libfixture.so";
 
 /// The library and debug directory built for one run, as paths the interpreter sees; removed
 /// on drop.
-struct Fixture {
-    lib: String,
+pub(crate) struct Fixture {
+    pub(crate) lib: String,
     debug_dir: String,
     /// what a frame of each static function must read without a symbol table:
     /// `libfixture.so+0x…` at its address (from the unstripped build's `.symtab`)
@@ -106,7 +106,7 @@ fn build_id(object: &Path) -> String {
 
 /// Builds the library stripped, with its names where `source` puts them, somewhere `py` can
 /// load it (inside its root for a chroot interpreter).
-fn build(py: &Interpreter, source: Source, tag: &str) -> Fixture {
+pub(crate) fn build(py: &Interpreter, source: Source, tag: &str) -> Fixture {
     let inside = PathBuf::from(format!("/tmp/pyagent-symbols-{}-{tag}", std::process::id()));
     let host = |p: &Path| py.host_path(p);
     let host_dir = host(&inside);
