@@ -21,7 +21,7 @@ use crate::sampler::native_copy::copy_stopped_thread;
 use crate::sampler::off_cpu::{blocked_in, syscall_name, wait_reason};
 use crate::symbolize::native::DebugDirs;
 use crate::symbolize::{Frame, FrameKind};
-use crate::unwind::native::{NativeMix, NativeUnwinder};
+use crate::unwind::native::{NativeMixer, NativeUnwinder};
 use crate::unwind::{
     AsyncTask, AsyncioError, GilState, LostThread, StackLoss, ThreadOutcome, ThreadSample,
     UnwindError, UnwindOptions, Unwinder,
@@ -154,6 +154,7 @@ impl From<&Frame> for FrameDump {
                 FrameKind::Native => "native",
                 FrameKind::Gc => "gc",
                 FrameKind::Task => "task",
+                FrameKind::TruncatedNative => "truncated_native",
                 FrameKind::NativeCode => "native_code",
                 FrameKind::Kernel => "kernel",
             },
@@ -205,7 +206,7 @@ pub fn snapshot(
         Stopped {
             states,
             native: NativeUnwinder::new(pid, dirs.clone()),
-            mix: NativeMix::default(),
+            mix: NativeMixer::default(),
             copy: Vec::new(),
             _paused: paused,
         }
@@ -297,7 +298,7 @@ struct Stopped {
     /// stopped
     states: HashMap<u32, (ThreadState, bool)>,
     native: NativeUnwinder,
-    mix: NativeMix,
+    mix: NativeMixer,
     copy: Vec<u8>,
     _paused: PausedThreads,
 }
@@ -311,9 +312,9 @@ impl Stopped {
             Err(e) => return Some(format!("no native stack: {e}")),
         };
         let section = NativeSection::from_user_copy(regs.ip, regs.sp, regs.bp, &self.copy);
-        let mismatched = self.mix.mismatch;
+        let mismatched = self.mix.counts.mismatch;
         self.mix.merge_into(&mut self.native, &section, sample);
-        (self.mix.mismatch != mismatched).then(|| {
+        (self.mix.counts.mismatch != mismatched).then(|| {
             "no native stack: its eval-loop frames did not match its Python frames".to_string()
         })
     }

@@ -86,11 +86,13 @@ impl FrameTable {
                 file: Some(f.file().to_string()),
                 line: None,
             },
-            FrameKind::Native | FrameKind::Gc | FrameKind::Task => FrameEntry {
-                name: f.function().to_string(),
-                file: None,
-                line: None,
-            },
+            FrameKind::Native | FrameKind::Gc | FrameKind::Task | FrameKind::TruncatedNative => {
+                FrameEntry {
+                    name: f.function().to_string(),
+                    file: None,
+                    line: None,
+                }
+            }
         })
     }
 

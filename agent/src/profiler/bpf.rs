@@ -21,7 +21,7 @@ use crate::sampler::bpf::{
 };
 use crate::sampler::off_cpu::{blocked_in, monotonic_ns, wait_reason, BlockedIn};
 use crate::symbolize::native::DebugDirs;
-use crate::unwind::native::NativeUnwinder;
+use crate::unwind::native::{NativeMixer, NativeUnwinder};
 use crate::unwind::{
     DecodedRecord, ExternalSkip, InterpreterInfo, RecordKind, ThreadInfo, ThreadSample,
     UnwindOptions, Unwinder,
@@ -93,6 +93,8 @@ pub(super) struct BpfBackend {
     stopped: bool,
     /// where the native unwinders look for stripped objects' debug files
     debug_dirs: DebugDirs,
+    /// native stacks: merges them into the Python ones, keeping each thread's root frames
+    mixer: NativeMixer,
 }
 
 impl BpfBackend {
@@ -106,6 +108,7 @@ impl BpfBackend {
             counters_read: None,
             stopped: false,
             debug_dirs,
+            mixer: NativeMixer::default(),
         }
     }
 
@@ -167,6 +170,7 @@ impl BpfBackend {
     /// Stops sampling `pid` and forgets its threads; returns its unwinder (for its totals).
     pub fn untrack(&mut self, pid: u32) -> Option<Unwinder> {
         let p = self.procs.remove(&pid);
+        self.mixer.forget(pid);
         let _ = self.sampler.untrack_process(pid);
         let p = p?;
         for tid in p.threads.into_keys() {
@@ -363,6 +367,7 @@ impl BpfBackend {
     pub fn drain_records(&mut self, out: &mut Collected, now: Instant) -> HashSet<u32> {
         let mut sampled = HashSet::new();
         let procs = &mut self.procs;
+        let mixer = &mut self.mixer;
         // One frame buffer for the whole drain: each record is decoded into the last one's.
         let mut spare_raw = Vec::new();
         let n = self.sampler.drain(|rec: SampleRecord<'_>| {
@@ -384,7 +389,11 @@ impl BpfBackend {
                     tracing::debug!(pid, "reading the interpreters failed: {e}");
                 }
             }
-            let native = p.native.as_mut().zip(rec.native());
+            let native = p
+                .native
+                .as_mut()
+                .zip(rec.native())
+                .map(|(n, section)| (n, section, &mut *mixer));
             resolve(
                 &mut p.unwinder,
                 native,
@@ -396,6 +405,7 @@ impl BpfBackend {
             spare_raw = record.raw;
         });
         out.stats.records += n as u64;
+        out.stats.native = self.mixer.counts;
         sampled
     }
 
@@ -490,7 +500,7 @@ fn woke(out: &mut Collected, pid: u32, tid: u32, at_ns: u64) {
 /// blocked threads until its wake-up; a record without a stack is counted by reason.
 fn resolve(
     unwinder: &mut Unwinder,
-    native: Option<(&mut NativeUnwinder, &NativeSection<'_>)>,
+    native: Option<(&mut NativeUnwinder, &NativeSection<'_>, &mut NativeMixer)>,
     record: &DecodedRecord,
     profile: &mut Profile,
     stats: &mut HostStats,
@@ -501,8 +511,8 @@ fn resolve(
     } = record;
     let sample = match unwinder.resolve_record(walk, raw) {
         Ok(mut sample) => {
-            if let Some((n, section)) = native {
-                stats.native.merge_into(n, section, &mut sample);
+            if let Some((n, section, mixer)) = native {
+                mixer.merge_into(n, section, &mut sample);
             }
             sample
         }

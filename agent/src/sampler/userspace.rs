@@ -19,7 +19,7 @@ use crate::sampler::off_cpu::{blocked_in, wait_reason};
 use crate::sampler::run_state::RunStates;
 use crate::sampler::tick::{TickSource, TickStats, Ticker, Wait};
 use crate::symbolize::native::DebugDirs;
-use crate::unwind::native::{NativeMix, NativeUnwinder};
+use crate::unwind::native::{NativeMix, NativeMixer, NativeUnwinder};
 use crate::unwind::{CpuState, GilState, ThreadSample, UnwindError, Unwinder};
 use common::NativeSection;
 
@@ -95,7 +95,7 @@ pub struct UserspaceSampler {
     cpu_times: HashMap<u32, CpuTime>,
     /// each process's native unwinder (native stacks only)
     native: HashMap<u32, NativeUnwinder>,
-    native_mix: NativeMix,
+    native_mix: NativeMixer,
     stack_copy: Vec<u8>,
     stats: SamplerStats,
 }
@@ -109,7 +109,7 @@ impl UserspaceSampler {
             run_states: HashMap::new(),
             cpu_times: HashMap::new(),
             native: HashMap::new(),
-            native_mix: NativeMix::default(),
+            native_mix: NativeMixer::default(),
             stack_copy: Vec::new(),
             stats: SamplerStats::default(),
         }
@@ -147,7 +147,7 @@ impl UserspaceSampler {
 
     /// Counters of the native stacks mixed in (`native_stacks`).
     pub fn native_mix(&self) -> NativeMix {
-        self.native_mix
+        self.native_mix.counts
     }
 
     /// Forgets what is kept of a process no longer tracked.
@@ -155,6 +155,7 @@ impl UserspaceSampler {
         self.run_states.remove(&pid);
         self.cpu_times.remove(&pid);
         self.native.remove(&pid);
+        self.native_mix.forget(pid);
     }
 
     /// Reads the stacks of process `pid` through its unwinder: the threads on a CPU that had CPU
@@ -266,7 +267,7 @@ impl UserspaceSampler {
         let regs = match copy_stopped_thread(sample.thread.tid, &mut self.stack_copy) {
             Ok(regs) => regs,
             Err(e) => {
-                self.native_mix.not_copied += 1;
+                self.native_mix.counts.not_copied += 1;
                 tracing::debug!(pid = sample.thread.pid, "no native stack: {e}");
                 return;
             }

@@ -18,6 +18,9 @@ pub enum FrameKind {
     NativeCode,
     /// A kernel function.
     Kernel,
+    /// `[truncated native]`: native frames the unwind did not reach (the stack copy's end, code
+    /// it could not unwind) between the last native frame it named and the Python frames below.
+    TruncatedNative,
 }
 
 /// What a frame runs: the parts of a code object a profile shows, shared by every frame of it.
@@ -107,6 +110,8 @@ static NATIVE: LazyLock<Arc<CodeName>> =
     LazyLock::new(|| Arc::new(CodeName::new("<native>", "~", 0)));
 static GC: LazyLock<Arc<CodeName>> = LazyLock::new(|| Arc::new(CodeName::new("<GC>", "~", 0)));
 static TASK: LazyLock<Arc<CodeName>> = LazyLock::new(|| Arc::new(CodeName::new("<task>", "~", 0)));
+static TRUNCATED: LazyLock<Arc<CodeName>> =
+    LazyLock::new(|| Arc::new(CodeName::new("[truncated native]", "~", 0)));
 static PYTHON: LazyLock<Arc<CodeName>> =
     LazyLock::new(|| Arc::new(CodeName::new("<python>", "~", 0)));
 
@@ -117,6 +122,7 @@ impl Frame {
             FrameKind::Native => &NATIVE,
             FrameKind::Gc => &GC,
             FrameKind::Task => &TASK,
+            FrameKind::TruncatedNative => &TRUNCATED,
             FrameKind::Python | FrameKind::NativeCode | FrameKind::Kernel => &PYTHON,
         };
         Frame {

@@ -270,3 +270,76 @@ fn qsort_through_ctypes_calls_the_python_comparator_between_libc_frames(
         "{py}: {ordered} samples with sort_loop → qsort (libc) → comparator:\n{text}\n{err}"
     );
 }
+
+/// Builds big_frame.c where `py` can load it (inside its root for a chroot interpreter); the
+/// path as the interpreter sees it.
+fn build_big_frame(py: &str) -> String {
+    let inside = std::path::PathBuf::from(format!(
+        "/tmp/pyagent-big-frame-{}-{py}.so",
+        std::process::id()
+    ));
+    let host = Interpreter::by_name(py).host_path(&inside);
+    let out = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&host)
+        .arg(pyagent_tests::stacks::script("big_frame.c"))
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    inside.to_str().expect("utf-8 path").to_string()
+}
+
+/// A C frame larger than the 16 KiB of stack a native sample copies cuts the unwind inside it:
+/// such a stack keeps its Python frames below a single `[truncated native]` frame and ends with
+/// the frames its thread's whole stacks have below their bottom evaluation, so that both grow
+/// from one root (one tower in a flame graph, not a second one at `<module>`).
+#[rstest]
+fn a_stack_cut_at_the_copy_window_joins_the_whole_ones(#[values("ebpf", "userspace")] mode: &str) {
+    pyagent_bin(); // built before the target starts: a slow build must not outlive it
+    let _serial = host_wide_lock();
+    let py = "py312";
+    let lib = build_big_frame(py);
+    let p = PythonProcess::ready(py, "big_frame.py", &[&lib]);
+    let dir = fresh_dir(&format!("native-big-frame-{mode}"));
+    let (text, err) = record_collapsed(
+        p.pid(),
+        &["--mode", mode, "--native", "-d", "3", "-r", "199"],
+        &dir.join("stacks.txt"),
+    );
+    let stacks: Vec<(Vec<&str>, u64)> = text.lines().map(stack).collect();
+    let through = |entry: &str| -> Vec<&(Vec<&str>, u64)> {
+        stacks
+            .iter()
+            .filter(|(f, _)| f.iter().any(|x| x.starts_with(&format!("{entry} ["))))
+            .collect()
+    };
+    let (big, small) = (through("big_frame_entry"), through("small_frame_entry"));
+    assert!(!big.is_empty() && !small.is_empty(), "{err}\n{text}");
+    let root = small[0].0[0];
+    assert!(
+        small.iter().all(|(f, _)| f[0] == root),
+        "whole stacks share their root {root}:\n{text}"
+    );
+    let samples = |v: &[&(Vec<&str>, u64)]| v.iter().map(|(_, n)| n).sum::<u64>();
+    let joined: Vec<_> = big
+        .iter()
+        .copied()
+        .filter(|(f, _)| {
+            f[0] == root
+                && position(f, |x| x == "[truncated native]")
+                    .is_some_and(|at| f[at + 1].starts_with("big_frame_entry ["))
+                && position(f, in_script("big_frame.py", "burn_big")).is_some()
+        })
+        .collect();
+    // Until the thread's first whole stack, its root is unknown: a few may stand alone.
+    assert!(
+        samples(&joined) * 10 >= samples(&big) * 9,
+        "{} of {} samples in big_frame_entry joined the tower at {root}:\n{text}",
+        samples(&joined),
+        samples(&big)
+    );
+}

@@ -17,7 +17,8 @@ pub enum Merge {
     /// every eval frame took its group of Python frames, and every group was placed
     Whole,
     /// the native unwind ended before the bottom (the copy's end, code without CFI): the
-    /// groups it did not reach follow its last frame, `<native>` between them
+    /// groups it did not reach follow its last frame, `[truncated native]` first and `<native>`
+    /// between them, then the thread's root frames when they are known
     NativeCut,
     /// more eval-loop frames than groups of Python frames (the two stacks do not describe one
     /// instant, or a boundary was missed: 3.11 records carry none), or fewer although the
@@ -26,9 +27,23 @@ pub enum Merge {
     Mismatch,
 }
 
+/// A merged stack.
+#[derive(Debug)]
+pub struct Merged {
+    /// innermost first
+    pub frames: Vec<Frame>,
+    /// how the merge went
+    pub how: Merge,
+    /// [`Merge::Whole`]: the native frames below the bottom evaluation (the thread's entry:
+    /// `PyEval_EvalCode` … `_start`, or a thread's start routine), to root the thread's cut
+    /// stacks on, so that they join its whole ones in one tower
+    pub root: Option<Vec<Frame>>,
+}
+
 /// The merged stack (innermost first) of `python` (innermost first, `<native>` between
-/// evaluations) and `stack`; on [`Merge::Mismatch`], `python` unchanged.
-pub fn merge(python: Vec<Frame>, stack: &NativeStack) -> (Vec<Frame>, Merge) {
+/// evaluations) and `stack`; on [`Merge::Mismatch`], `python` unchanged. A cut stack ends with
+/// `root`, the thread's frames below its bottom evaluation as a whole merge found them.
+pub fn merge(python: Vec<Frame>, stack: &NativeStack, root: Option<&[Frame]>) -> Merged {
     let native = &stack.frames;
     let groups = || {
         python
@@ -38,7 +53,11 @@ pub fn merge(python: Vec<Frame>, stack: &NativeStack) -> (Vec<Frame>, Merge) {
     let ngroups = groups().count();
     let evals = native.iter().filter(|n| n.eval).count();
     if evals > ngroups || (evals < ngroups && stack.reached_root) {
-        return (python, Merge::Mismatch);
+        return Merged {
+            frames: python,
+            how: Merge::Mismatch,
+            root: None,
+        };
     }
     let mut out = Vec::with_capacity(python.len() + native.len());
     let mut next = groups();
@@ -50,15 +69,31 @@ pub fn merge(python: Vec<Frame>, stack: &NativeStack) -> (Vec<Frame>, Merge) {
             out.push(n.frame.clone());
         }
     }
-    let mut outcome = Merge::Whole;
+    let mut how = Merge::Whole;
     for (i, g) in next.enumerate() {
-        outcome = Merge::NativeCut;
-        if i > 0 || evals > 0 {
+        how = Merge::NativeCut;
+        if i == 0 && !out.is_empty() {
+            out.push(Frame::pseudo(FrameKind::TruncatedNative));
+        } else if i > 0 {
             out.push(Frame::pseudo(FrameKind::Native));
         }
         out.extend(g.iter().cloned());
     }
-    (out, outcome)
+    let found_root = match how {
+        Merge::Whole if evals > 0 => {
+            let below = native.iter().rposition(|n| n.eval).map_or(0, |i| i + 1);
+            Some(native[below..].iter().map(|n| n.frame.clone()).collect())
+        }
+        _ => None,
+    };
+    if how == Merge::NativeCut {
+        out.extend(root.into_iter().flatten().cloned());
+    }
+    Merged {
+        frames: out,
+        how,
+        root: found_root,
+    }
 }
 
 #[cfg(test)]
@@ -124,7 +159,9 @@ mod tests {
             c("Py_RunMain", false),
             c("main", false),
         ];
-        let (out, how) = merge(python, &stack(&native, true));
+        let Merged {
+            frames: out, how, ..
+        } = merge(python, &stack(&native, true), None);
         assert_eq!(how, Merge::Whole);
         assert_eq!(
             names(&out),
@@ -143,20 +180,86 @@ mod tests {
 
     #[test]
     fn a_cut_native_stack_keeps_the_python_below() {
-        let python = vec![py("key"), Frame::pseudo(FrameKind::Native), py("work")];
+        let python = vec![
+            py("key"),
+            Frame::pseudo(FrameKind::Native),
+            py("work"),
+            Frame::pseudo(FrameKind::Native),
+            py("main"),
+        ];
         let native = [c("deflate", false), c("_PyEval_EvalFrameDefault", true)];
-        let (out, how) = merge(python.clone(), &stack(&native, false));
-        assert_eq!(how, Merge::NativeCut);
-        assert_eq!(names(&out), ["deflate", "key", "<native>", "work"]);
+        let out = merge(python.clone(), &stack(&native, false), None);
+        assert_eq!(out.how, Merge::NativeCut);
+        assert_eq!(
+            names(&out.frames),
+            [
+                "deflate",
+                "key",
+                "[truncated native]",
+                "work",
+                "<native>",
+                "main"
+            ]
+        );
+        assert!(
+            out.root.is_none(),
+            "a cut stack does not know the thread's root"
+        );
         // Nothing unwound past the leaf: the leaf goes on top of the Python stack.
-        let (out, how) = merge(vec![py("work")], &stack(&[c("deflate", false)], false));
-        assert_eq!(how, Merge::NativeCut);
-        assert_eq!(names(&out), ["deflate", "work"]);
+        let out = merge(
+            vec![py("work")],
+            &stack(&[c("deflate", false)], false),
+            None,
+        );
+        assert_eq!(out.how, Merge::NativeCut);
+        assert_eq!(
+            names(&out.frames),
+            ["deflate", "[truncated native]", "work"]
+        );
         // The same frames, but the unwind reached the root: an evaluation had no eval-loop
         // frame, so the eval loop was not recognised (a stripped interpreter).
-        let (out, how) = merge(python.clone(), &stack(&native, true));
-        assert_eq!(how, Merge::Mismatch);
-        assert_eq!(out, python);
+        let out = merge(python.clone(), &stack(&native, true), None);
+        assert_eq!(out.how, Merge::Mismatch);
+        assert_eq!(out.frames, python);
+    }
+
+    /// A whole merge gives the frames below the bottom evaluation; a cut stack of the same
+    /// thread ends with them, so that both grow from one root.
+    #[test]
+    fn a_cut_stack_takes_the_root_of_the_threads_whole_ones() {
+        let whole = merge(
+            vec![py("work"), py("main")],
+            &stack(
+                &[
+                    c("deflate", false),
+                    c("_PyEval_EvalFrameDefault", true),
+                    c("Py_RunMain", false),
+                    c("_start", false),
+                ],
+                true,
+            ),
+            None,
+        );
+        assert_eq!(whole.how, Merge::Whole);
+        let root = whole.root.expect("the frames below the bottom evaluation");
+        assert_eq!(names(&root), ["Py_RunMain", "_start"]);
+        let cut = merge(
+            vec![py("work"), py("main")],
+            &stack(&[c("big_frame", false)], false),
+            Some(&root),
+        );
+        assert_eq!(cut.how, Merge::NativeCut);
+        assert_eq!(
+            names(&cut.frames),
+            [
+                "big_frame",
+                "[truncated native]",
+                "work",
+                "main",
+                "Py_RunMain",
+                "_start"
+            ]
+        );
     }
 
     #[test]
@@ -184,7 +287,9 @@ mod tests {
             c("_PyEval_EvalFrameDefault", true),
             c("main", false),
         ];
-        let (out, how) = merge(python, &stack(&native, true));
+        let Merged {
+            frames: out, how, ..
+        } = merge(python, &stack(&native, true), None);
         assert_eq!(how, Merge::Whole);
         assert_eq!(
             names(&out),
@@ -211,8 +316,8 @@ mod tests {
             c("_PyEval_EvalFrameDefault", true),
             c("_PyEval_EvalFrameDefault", true),
         ];
-        let (out, how) = merge(python.clone(), &stack(&native, false));
-        assert_eq!(how, Merge::Mismatch);
-        assert_eq!(out, python);
+        let out = merge(python.clone(), &stack(&native, false), None);
+        assert_eq!(out.how, Merge::Mismatch);
+        assert_eq!(out.frames, python);
     }
 }

@@ -3,11 +3,27 @@
 //! [`NativeUnwinder`] and merged with the sample's Python frames ([`merge`]), and the outcome
 //! counted.
 
+use std::collections::HashMap;
+
 use common::NativeSection;
 
-use super::merge::{merge, Merge};
+use super::merge::{merge, Merge, Merged};
 use super::NativeUnwinder;
+use crate::symbolize::Frame;
 use crate::unwind::ThreadSample;
+
+/// Threads whose root frames are kept at most: past it the memory starts again.
+const MAX_ROOTS: usize = 4096;
+
+/// Native stacks into Python ones, and the root frames of each thread whose stacks merged whole
+/// (the frames below its bottom evaluation), which its cut stacks end with.
+#[derive(Debug, Default)]
+pub struct NativeMixer {
+    /// how the merges went
+    pub counts: NativeMix,
+    /// (pid, host TID) → the thread's frames below its bottom evaluation
+    roots: HashMap<(u32, u32), Vec<Frame>>,
+}
 
 /// How the native stacks merged with the Python ones, since the start.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +42,7 @@ pub struct NativeMix {
     pub unmapped_frames: u64,
 }
 
-impl NativeMix {
+impl NativeMixer {
     /// Replaces `sample`'s frames by the merge of its Python frames and the native frames the
     /// copy `section` unwinds to.
     pub fn merge_into(
@@ -36,13 +52,27 @@ impl NativeMix {
         sample: &mut ThreadSample,
     ) {
         let stack = unwinder.stack(section);
-        self.unmapped_frames += u64::from(stack.unmapped_frames);
-        let (frames, how) = merge(std::mem::take(&mut sample.frames), stack);
+        let counts = &mut self.counts;
+        counts.unmapped_frames += u64::from(stack.unmapped_frames);
+        let thread = (sample.thread.pid, sample.thread.tid);
+        let known = self.roots.get(&thread).map(Vec::as_slice);
+        let Merged { frames, how, root } = merge(std::mem::take(&mut sample.frames), stack, known);
         sample.frames = frames;
         match how {
-            Merge::Whole => self.merged += 1,
-            Merge::NativeCut => self.cut += 1,
-            Merge::Mismatch => self.mismatch += 1,
+            Merge::Whole => counts.merged += 1,
+            Merge::NativeCut => counts.cut += 1,
+            Merge::Mismatch => counts.mismatch += 1,
         }
+        if let Some(root) = root {
+            if self.roots.len() >= MAX_ROOTS && !self.roots.contains_key(&thread) {
+                self.roots.clear();
+            }
+            self.roots.insert(thread, root);
+        }
+    }
+
+    /// Forgets the roots of process `pid`'s threads (it exited).
+    pub fn forget(&mut self, pid: u32) {
+        self.roots.retain(|&(p, _), _| p != pid);
     }
 }

@@ -12,7 +12,7 @@ pub mod merge;
 mod mix;
 mod modules;
 
-pub use mix::NativeMix;
+pub use mix::{NativeMix, NativeMixer};
 
 use std::sync::Arc;
 
