@@ -11,10 +11,10 @@ use pyagent::aggregate::ProfileWindow;
 use pyagent::config::{Overrides, ServiceConfig, ServiceNameRule};
 use pyagent::discovery::host::count_processes;
 use pyagent::discovery::privileges::Shortfall;
-use pyagent::discovery::service_name::service_name;
+use pyagent::discovery::service_name::{service_name, ProcessRole};
 use pyagent::export;
 use pyagent::export::atomic_file::write_atomically;
-use pyagent::profiler::{HostConfig, ProcessInfo};
+use pyagent::profiler::{process_roles, HostConfig, HostProfiler, ProcessInfo};
 
 use crate::cli::{debug_dir_flags, FormatArg, FrameArgs, HostArgs, ModeArg};
 use crate::{
@@ -199,14 +199,12 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         &config.service_names,
     );
     profiler.run(&STOP, Some(until), |profiler| {
-        for (info, window) in profiler.take_finished() {
-            files.write(&info, window);
-        }
+        let finished = profiler.take_finished();
+        files.write_all(profiler, finished);
     });
     let idle = profiler.idle_pids();
-    for (info, window) in profiler.cut() {
-        files.write(&info, window);
-    }
+    let windows = profiler.cut();
+    files.write_all(&profiler, windows);
     let ProfileFiles {
         written, failed, ..
     } = files;
@@ -299,11 +297,26 @@ impl<'a> ProfileFiles<'a> {
         }
     }
 
+    /// Writes each window with [`ProfileFiles::write`], its process's role taken from the
+    /// processes `profiler` tracks (a master is known by its workers).
+    fn write_all(&mut self, profiler: &HostProfiler, windows: Vec<(ProcessInfo, ProfileWindow)>) {
+        let roles = process_roles(
+            profiler
+                .process_infos()
+                .chain(windows.iter().map(|(info, _)| info)),
+            self.rules,
+        );
+        for (info, window) in windows {
+            let role = roles.get(&info.pid).copied();
+            self.write(&info, role, window);
+        }
+    }
+
     /// Writes `SERVICE-PID.EXT`, labelled as the service labels its profiles, counting it as
     /// written or failed (and saying why).
-    fn write(&mut self, info: &ProcessInfo, mut window: ProfileWindow) {
+    fn write(&mut self, info: &ProcessInfo, role: Option<ProcessRole>, mut window: ProfileWindow) {
         let service = service_name(info.identity(), self.rules);
-        window.labels = pyagent::service::process_labels(info, &service, &self.host);
+        window.labels = pyagent::service::process_labels(info, &service, role, &self.host);
         let path = self.dir.join(format!(
             "{}-{}.{}",
             pyagent::export::sinks::file_safe_service(&service),

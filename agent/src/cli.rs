@@ -179,6 +179,10 @@ pub struct TopArgs {
     /// Rows shown.
     #[arg(long, default_value_t = 20)]
     pub rows: usize,
+    /// Count samples since the start rather than in the last second (like py-spy top's
+    /// cumulative view): a function that ran once keeps its row.
+    #[arg(long)]
+    pub cumulative: bool,
     #[command(flatten)]
     pub frames: FrameArgs,
 }

@@ -437,10 +437,13 @@ fn main() {
                 install_stop_handlers();
                 top::run(
                     a.pid,
-                    a.rate,
-                    a.idle,
-                    a.rows,
-                    a.iterations,
+                    top::TopOptions {
+                        rate_hz: a.rate,
+                        idle: a.idle,
+                        rows: a.rows,
+                        iterations: a.iterations,
+                        cumulative: a.cumulative,
+                    },
                     unwind_options(&a.frames),
                     &STOP,
                 )

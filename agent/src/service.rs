@@ -12,16 +12,18 @@ use std::time::{Duration, Instant};
 
 use common::Counter;
 
-use crate::config::ServiceConfig;
+use crate::config::{ServiceConfig, ServiceNameRule};
 use crate::discovery::container::{container_id, pod_uid};
 use crate::discovery::privileges::{Privileges, Shortfall};
-use crate::discovery::service_name::service_name;
+use crate::discovery::service_name::{service_name, ProcessRole};
 use crate::export::metrics::{
-    serve, AgentMetrics, Deltas, FailureReason, MetricsError, ProcessState, NOT_PROFILED_SHOWN,
+    serve, AgentMetrics, Deltas, FailureReason, MetricsError, ProcessState, ServiceSeries,
+    NOT_PROFILED_SHOWN,
 };
 use crate::export::sinks::{ProfileMeta, ShutdownReport, SinkError, SinkSet};
 use crate::profiler::{
-    CpuBudget, Decision, HostConfig, HostError, HostProfiler, HostStats, ProcessInfo, RateGovernor,
+    process_roles, CpuBudget, Decision, HostConfig, HostError, HostProfiler, HostStats,
+    ProcessInfo, RateGovernor,
 };
 use crate::unwind::{LossReason, RecordLoss, StackLoss, UnwindOptions};
 
@@ -65,11 +67,20 @@ pub struct ServiceReport {
 }
 
 /// Labels of one process's profiles, the same for the service and `--duration` files:
-/// `service_name`, `hostname`, `pid` (`ns_pid` in a PID namespace), `python_version`, and
-/// `container_id`/`pod_uid` when its cgroup names them.
-pub fn process_labels(info: &ProcessInfo, service: &str, host: &str) -> BTreeMap<String, String> {
+/// `service_name`, `process_role` (`master` or `worker`, when it has one), `hostname`, `pid`
+/// (`ns_pid` in a PID namespace), `python_version`, and `container_id`/`pod_uid` when its cgroup
+/// names them.
+pub fn process_labels(
+    info: &ProcessInfo,
+    service: &str,
+    role: Option<ProcessRole>,
+    host: &str,
+) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
     labels.insert("service_name".into(), service.to_string());
+    if let Some(role) = role {
+        labels.insert("process_role".into(), role.label().to_string());
+    }
     labels.insert("hostname".into(), host.to_string());
     labels.insert("pid".into(), info.pid.to_string());
     if info.ns_pid != info.pid {
@@ -86,6 +97,19 @@ pub fn process_labels(info: &ProcessInfo, service: &str, host: &str) -> BTreeMap
         labels.insert(label.to_string(), value.clone());
     }
     labels
+}
+
+/// The labels of the per-service metrics of process `info`, whose role is `role`.
+pub fn series_of(
+    info: &ProcessInfo,
+    role: Option<ProcessRole>,
+    rules: &[ServiceNameRule],
+) -> ServiceSeries {
+    ServiceSeries {
+        service: service_name(info.identity(), rules),
+        python_version: info.version.clone(),
+        role,
+    }
 }
 
 /// This host's name (`unknown` when it cannot be read).
@@ -183,38 +207,58 @@ pub fn run(
         "pyagent service started"
     );
     let host = hostname();
-    let mut services: HashMap<u32, String> = HashMap::new();
+    let mut services: HashMap<u32, ServiceSeries> = HashMap::new();
     let mut deltas: Deltas<Total> = Deltas::default();
     let mut profiles = 0u64;
     let mut next_cut = Instant::now() + config.interval;
-    let emit =
-        |profiler: &mut HostProfiler, services: &mut HashMap<u32, String>, profiles: &mut u64| {
-            for (info, mut window) in profiler.cut() {
-                // Named again at every window: a process may publish its OpenTelemetry context
-                // (and so its name) after it was found. Cheap: no read, string rules only.
-                let service = service_name(info.identity(), &config.service_names);
-                services.insert(info.pid, service.clone());
-                window.labels = process_labels(&info, &service, &host);
-                metrics.add_window(&service, &window);
-                let meta = ProfileMeta {
-                    service,
-                    pid: info.pid,
-                    start: window.start,
-                    end: window.start + window.duration,
-                    labels: window.labels.clone(),
-                };
-                sinks.submit(&window, &meta);
-                *profiles += 1;
-            }
-            let live = profiler.pids();
-            services.retain(|pid, _| live.contains(pid));
-            let threads: Vec<(&str, u64)> = profiler
-                .python_threads()
-                .into_iter()
-                .filter_map(|(pid, n)| services.get(&pid).map(|s| (s.as_str(), n)))
-                .collect();
-            metrics.set_service_threads(&threads);
-        };
+    let rules = &config.service_names;
+    let emit = |profiler: &mut HostProfiler,
+                services: &mut HashMap<u32, ServiceSeries>,
+                profiles: &mut u64| {
+        let windows = profiler.cut();
+        // Roles from the whole tree as it is now: a master is known by its workers.
+        let roles = process_roles(
+            profiler
+                .process_infos()
+                .chain(windows.iter().map(|(info, _)| info)),
+            rules,
+        );
+        let role = |pid: u32| roles.get(&pid).copied();
+        for (info, mut window) in windows {
+            // Named again at every window: a process may publish its OpenTelemetry context
+            // (and so its name) after it was found. Cheap: no read, string rules only.
+            let series = series_of(&info, role(info.pid), rules);
+            window.labels = process_labels(&info, &series.service, series.role, &host);
+            metrics.add_window(&series, &window);
+            let meta = ProfileMeta {
+                service: series.service.clone(),
+                pid: info.pid,
+                start: window.start,
+                end: window.start + window.duration,
+                labels: window.labels.clone(),
+            };
+            services.insert(info.pid, series);
+            sinks.submit(&window, &meta);
+            *profiles += 1;
+        }
+        // Idle processes too: their threads count.
+        for info in profiler.process_infos() {
+            services.insert(info.pid, series_of(info, role(info.pid), rules));
+        }
+        let live = profiler.pids();
+        services.retain(|pid, _| live.contains(pid));
+        let threads: Vec<(&ServiceSeries, u64)> = profiler
+            .python_threads()
+            .into_iter()
+            .filter_map(|(pid, n)| services.get(&pid).map(|s| (s, n)))
+            .collect();
+        metrics.set_service_threads(&threads);
+        let versions: Vec<(&str, &str)> = services
+            .values()
+            .map(|s| (s.service.as_str(), s.python_version.as_str()))
+            .collect();
+        metrics.set_python_info(&versions);
+    };
     let budget = match config.cpu_budget {
         CpuBudget::Limit(share) => Some(share),
         CpuBudget::Off => None,

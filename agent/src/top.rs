@@ -18,16 +18,29 @@ struct Row {
     total: u64,
 }
 
+/// What `top` shows and for how long.
+pub struct TopOptions {
+    /// samples per second
+    pub rate_hz: u32,
+    /// count threads off the CPU too
+    pub idle: bool,
+    /// rows shown
+    pub rows: usize,
+    /// refreshes before it stops (`None`: until stopped or the process exits)
+    pub iterations: Option<u64>,
+    /// counts since the start rather than of the last second (py-spy top's toggle)
+    pub cumulative: bool,
+}
+
 /// Samples `pid` and redraws a table of functions by self time every second.
-pub fn run(
-    pid: u32,
-    rate_hz: u32,
-    idle: bool,
-    rows: usize,
-    iterations: Option<u64>,
-    unwind: UnwindOptions,
-    stop: &AtomicBool,
-) -> Result<()> {
+pub fn run(pid: u32, options: TopOptions, unwind: UnwindOptions, stop: &AtomicBool) -> Result<()> {
+    let TopOptions {
+        rate_hz,
+        idle,
+        rows,
+        iterations,
+        cumulative,
+    } = options;
     let target = locate_runtime(pid)?;
     // Refused as `dump` and `record` refuse it, rather than shown without tasks.
     if unwind.async_tasks && target.offsets.coroutines.is_none() {
@@ -44,11 +57,16 @@ pub fn run(
     })?;
     let tty = std::io::stdout().is_terminal();
     let mut shown = 0u64;
+    let started = Instant::now();
+    let mut table: HashMap<(String, String), Row> = HashMap::new();
+    let mut samples = 0u64;
     while !stop.load(Ordering::Relaxed) && iterations.is_none_or(|n| shown < n) {
         profiler.run(stop, Some(Instant::now() + Duration::from_secs(1)), |_| {});
         let alive = !profiler.pids().is_empty();
-        let mut table: HashMap<(String, String), Row> = HashMap::new();
-        let mut samples = 0u64;
+        if !cumulative {
+            table.clear();
+            samples = 0;
+        }
         for (_, window) in profiler.cut() {
             for (key, n) in window.stacks() {
                 samples += n;
@@ -67,20 +85,25 @@ pub fn run(
             }
         }
         shown += 1;
-        let mut sorted: Vec<_> = table.into_iter().collect();
+        let mut sorted: Vec<_> = table.iter().collect();
         sorted.sort_by(|a, b| {
             b.1.own
                 .cmp(&a.1.own)
                 .then(b.1.total.cmp(&a.1.total))
-                .then(a.0.cmp(&b.0))
+                .then(a.0.cmp(b.0))
         });
         let mut out = std::io::stdout().lock();
         if tty {
             write!(out, "\x1b[H\x1b[2J")?;
         }
+        let span = if cumulative {
+            format!("since the start ({} s)", started.elapsed().as_secs())
+        } else {
+            "in the last second".to_string()
+        };
         writeln!(
             out,
-            "pyagent top: pid {pid} (CPython {version}), {samples} samples in the last second"
+            "pyagent top: pid {pid} (CPython {version}), {samples} samples {span}"
         )?;
         writeln!(out, "{:>7} {:>7}  function (file)", "%own", "%total")?;
         for ((function, file), row) in sorted.into_iter().take(rows) {

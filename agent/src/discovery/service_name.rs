@@ -63,6 +63,50 @@ pub fn service_name(process: ProcessIdentity<'_>, rules: &[ServiceNameRule]) -> 
     name_from_cmdline(process.cmdline).unwrap_or_else(|| format!("pid-{}", process.pid))
 }
 
+/// A process's part in a service of several processes: a pre-forking server (gunicorn, uwsgi,
+/// celery prefork, `multiprocessing` with fork) is one service, whose master and workers an
+/// operator still wants told apart. Labelled `process_role` on profiles and per-service metrics;
+/// a process of neither role (a lone process) has no such label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProcessRole {
+    /// Parent of at least one worker.
+    Master,
+    /// A child of a process running the same program.
+    Worker,
+}
+
+impl ProcessRole {
+    /// The label value: `master` or `worker`.
+    pub fn label(self) -> &'static str {
+        match self {
+            ProcessRole::Master => "master",
+            ProcessRole::Worker => "worker",
+        }
+    }
+}
+
+/// The program a command line runs, as the service name names it but without the environment
+/// (which a child inherits, so it would make any child of a shell that exported
+/// `PYAGENT_SERVICE` look like the shell's worker): the operator's rules, then rules 3 to 5.
+fn program(cmdline: &[String], rules: &[ServiceNameRule]) -> Option<String> {
+    let joined = cmdline.join(" ");
+    if let Some(rule) = rules.iter().find(|rule| joined.contains(&rule.contains)) {
+        return Some(rule.name.trim().to_owned());
+    }
+    name_from_cmdline(cmdline)
+}
+
+/// Whether a process running `cmdline` whose parent runs `parent_cmdline` is a worker: both
+/// run the same program (gunicorn's, uwsgi's and celery's workers are forked from their master,
+/// with its command line or a title naming the same program, `gunicorn: worker [app]` under
+/// `gunicorn: master [app]`).
+pub fn is_worker(cmdline: &[String], parent_cmdline: &[String], rules: &[ServiceNameRule]) -> bool {
+    match (program(cmdline, rules), program(parent_cmdline, rules)) {
+        (Some(own), Some(parent)) => own == parent,
+        _ => false,
+    }
+}
+
 /// Rules 3 to 5: the module, the script or the executable; `None` without an executable.
 fn name_from_cmdline(cmdline: &[String]) -> Option<String> {
     // A title set by setproctitle replaces argv with one string ("gunicorn: worker [app]").
@@ -232,6 +276,36 @@ mod tests {
         assert_eq!(named(None, Some("checkout")), "checkout");
         assert_eq!(named(Some(" "), Some("checkout")), "checkout");
         assert_eq!(named(None, None), "billing-worker");
+    }
+
+    #[test]
+    fn a_child_running_the_parents_program_is_a_worker() {
+        let args = |a: &[&str]| a.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        let rules = [ServiceNameRule {
+            contains: "-A tasks".into(),
+            name: "billing-worker".into(),
+        }];
+        let gunicorn = args(&["/srv/venv/bin/python3", "/srv/venv/bin/gunicorn", "app:app"]);
+        assert!(is_worker(&gunicorn, &gunicorn, &rules));
+        // setproctitle's titles name the same program.
+        let titled = args(&["gunicorn: worker [app]"]);
+        assert!(is_worker(
+            &titled,
+            &args(&["gunicorn: master [app]"]),
+            &rules
+        ));
+        // A rule names both alike.
+        let celery = args(&["python3", "-m", "celery", "-A", "tasks", "worker"]);
+        assert!(is_worker(&celery, &celery, &rules));
+        // A script started by a shell, or by another script, is no worker.
+        assert!(!is_worker(&gunicorn, &args(&["-bash"]), &rules));
+        assert!(!is_worker(
+            &args(&["python3", "busy.py"]),
+            &args(&["python3", "parent.py"]),
+            &rules
+        ));
+        // A parent whose command line is gone says nothing.
+        assert!(!is_worker(&gunicorn, &[], &rules));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 pub use budget::{
     CoreShare, CostReading, CpuBudget, Decision, RateGovernor, WindowCost, LOWEST_RATE_HZ,
 };
-pub use process::ProcessInfo;
+pub use process::{process_roles, ProcessInfo};
 pub use waits::Stall;
 
 use crate::aggregate::ProfileWindow;
@@ -650,6 +650,11 @@ impl HostProfiler {
     /// What is known of tracked process `pid`.
     pub fn process_info(&self, pid: u32) -> Option<&ProcessInfo> {
         self.collected.profiles.get(&pid).map(|p| &p.info)
+    }
+
+    /// Every tracked process.
+    pub fn process_infos(&self) -> impl Iterator<Item = &ProcessInfo> {
+        self.collected.profiles.values().map(|p| &p.info)
     }
 
     /// Threads reported stalled and still blocked, per PID.

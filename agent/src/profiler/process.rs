@@ -1,12 +1,13 @@
 //! A profiled process as the exporters see it ([`ProcessInfo`]), and what its samples go into
 //! until the next cut.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::aggregate::{Aggregator, ProfileWindow, WaitReason};
 use crate::discovery::look_again::LookAgain;
 use crate::discovery::process_env::ProcessEnv;
-use crate::discovery::service_name::ProcessIdentity;
+use crate::discovery::service_name::{is_worker, ProcessIdentity, ProcessRole, ServiceNameRule};
 use crate::discovery::PythonTarget;
 use crate::unwind::ThreadSample;
 
@@ -29,6 +30,10 @@ pub struct ProcessInfo {
     pub env: ProcessEnv,
     /// cgroup path (container and pod ids are parsed from it)
     pub cgroup: String,
+    /// parent's host pid when it was found (0: unknown)
+    pub ppid: u32,
+    /// the parent's command line when it was found (a worker's parent runs the same program)
+    pub parent_cmdline: Vec<String>,
 }
 
 impl ProcessInfo {
@@ -42,25 +47,67 @@ impl ProcessInfo {
         }
     }
 
+    /// Whether it is a worker: its parent runs the same program (see
+    /// [`crate::discovery::service_name::is_worker`]).
+    pub fn is_worker(&self, rules: &[ServiceNameRule]) -> bool {
+        self.ppid > 1 && is_worker(&self.cmdline, &self.parent_cmdline, rules)
+    }
+
     pub(super) fn of(target: &PythonTarget) -> ProcessInfo {
         let pid = target.pid;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| {
-                b.split(|&c| c == 0)
-                    .filter(|a| !a.is_empty())
-                    .map(|a| String::from_utf8_lossy(a).into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let ppid = parent_pid(pid).unwrap_or(0);
         ProcessInfo {
             pid,
             ns_pid: target.ns_pid,
             version: target.version().to_string(),
-            cmdline,
+            cmdline: cmdline(pid),
             env: ProcessEnv::of(pid),
             cgroup: std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default(),
+            ppid,
+            parent_cmdline: if ppid > 1 { cmdline(ppid) } else { Vec::new() },
         }
     }
+}
+
+/// `/proc/PID/cmdline`, split at NULs (empty when it cannot be read).
+fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The parent's pid, the field after the state in `/proc/PID/stat` (after the last `)`: the
+/// command name may hold any character).
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The role of each of `processes` in its service: a worker runs its parent's program, and
+/// that parent is its master. Lone processes are left out.
+pub fn process_roles<'a>(
+    processes: impl IntoIterator<Item = &'a ProcessInfo>,
+    rules: &[ServiceNameRule],
+) -> HashMap<u32, ProcessRole> {
+    let mut roles = HashMap::new();
+    let mut masters = Vec::new();
+    for p in processes {
+        if p.is_worker(rules) {
+            roles.insert(p.pid, ProcessRole::Worker);
+            masters.push(p.ppid);
+        }
+    }
+    for pid in masters {
+        // A worker with workers of its own stays a worker: the tree's root is the master.
+        roles.entry(pid).or_insert(ProcessRole::Master);
+    }
+    roles
 }
 
 /// One tracked process's samples since the last cut.

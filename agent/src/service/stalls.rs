@@ -9,13 +9,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::ServiceNameRule;
-use crate::discovery::service_name::service_name;
 use crate::dump;
 use crate::export::atomic_file::write_atomically;
-use crate::export::metrics::AgentMetrics;
+use crate::export::metrics::{AgentMetrics, ServiceSeries};
 use crate::export::sinks::file_safe_service;
-use crate::profiler::HostProfiler;
 use crate::profiler::Stall;
+use crate::profiler::{process_roles, HostProfiler};
 use crate::unwind::UnwindOptions;
 
 /// Watches the profiler's waits for stalls.
@@ -35,25 +34,33 @@ impl StallWatch<'_> {
         &self,
         profiler: &mut HostProfiler,
         metrics: &AgentMetrics,
-        services: &mut HashMap<u32, String>,
+        services: &mut HashMap<u32, ServiceSeries>,
     ) {
         if self.after.is_zero() {
             return;
         }
-        let mut service_of = |profiler: &HostProfiler, pid: u32| -> String {
-            if let Some(name) = services.get(&pid) {
-                return name.clone();
+        let mut series_of = |profiler: &HostProfiler, pid: u32| -> ServiceSeries {
+            if let Some(series) = services.get(&pid) {
+                return series.clone();
             }
             let Some(info) = profiler.process_info(pid) else {
-                return "unknown".to_string();
+                return ServiceSeries {
+                    service: "unknown".to_string(),
+                    python_version: String::new(),
+                    role: None,
+                };
             };
-            let name = service_name(info.identity(), self.rules);
-            services.insert(pid, name.clone());
-            name
+            let role = process_roles(profiler.process_infos(), self.rules)
+                .get(&pid)
+                .copied();
+            let series = super::series_of(info, role, self.rules);
+            services.insert(pid, series.clone());
+            series
         };
         for stall in profiler.take_new_stalls(self.after) {
-            let service = service_of(profiler, stall.pid);
-            metrics.add_stall(&service);
+            let series = series_of(profiler, stall.pid);
+            metrics.add_stall(&series);
+            let service = series.service;
             let written = self.dir.map(|dir| self.write_dump(dir, &service, &stall));
             tracing::warn!(
                 service,
@@ -66,11 +73,11 @@ impl StallWatch<'_> {
                 "thread stalled"
             );
         }
-        let mut per_service: HashMap<String, u64> = HashMap::new();
+        let mut per_series: HashMap<ServiceSeries, u64> = HashMap::new();
         for (pid, n) in profiler.stalled_threads() {
-            *per_service.entry(service_of(profiler, pid)).or_default() += n;
+            *per_series.entry(series_of(profiler, pid)).or_default() += n;
         }
-        let stalled: Vec<(&str, u64)> = per_service.iter().map(|(s, &n)| (s.as_str(), n)).collect();
+        let stalled: Vec<(&ServiceSeries, u64)> = per_series.iter().map(|(s, &n)| (s, n)).collect();
         metrics.set_stalled_threads(&stalled);
     }
 

@@ -448,17 +448,7 @@ fn blocking_skips_threads_it_cannot_seize() {
 fn top_shows_the_hot_function(#[values("py311-debian", "py313t", "py315")] py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let p = PythonProcess::ready(py, "busy.py", &["60"]);
-    let out = run_pyagent(&[
-        "top",
-        "--pid",
-        &p.pid().to_string(),
-        "--iterations",
-        "1",
-        "--rows",
-        "3",
-    ]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = top(p.pid(), &["--iterations", "1", "--rows", "3"]);
     let first_row = text.lines().nth(2).unwrap_or_default();
     assert!(
         first_row.contains("hot (") && first_row.contains("busy.py"),
@@ -466,6 +456,38 @@ fn top_shows_the_hot_function(#[values("py311-debian", "py313t", "py315")] py: &
     );
     assert!(
         text.lines().skip(2).any(|l| l.contains("<module> (")),
+        "{text}"
+    );
+}
+
+/// `pyagent top --pid PID ARGS`, which must succeed: its stdout.
+fn top(pid: u32, args: &[&str]) -> String {
+    let pid = pid.to_string();
+    let mut all = vec!["top", "--pid", &pid];
+    all.extend_from_slice(args);
+    let out = run_pyagent(&all);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 39: `top --cumulative` counts since the start, like py-spy top's toggle: a function
+/// that ran only in the first 2 s (`warm_up`) still has its row after 5 refreshes, when a view
+/// of the last second shows only `steady`.
+#[test]
+fn top_cumulative_keeps_a_function_that_ran_only_at_the_start() {
+    pyagent_bin();
+    let p = PythonProcess::ready("py312", "warm_up.py", &["60"]);
+    let text = top(
+        p.pid(),
+        &["--iterations", "5", "--rows", "5", "--cumulative"],
+    );
+    // Not a terminal: the five tables one after the other, each after its header.
+    let tables: Vec<&str> = text.split("pyagent top: ").skip(1).collect();
+    assert_eq!(tables.len(), 5, "{text}");
+    let last = tables[4];
+    assert!(last.contains("samples since the start ("), "{text}");
+    assert!(
+        last.contains("warm_up (") && last.contains("steady ("),
         "{text}"
     );
 }

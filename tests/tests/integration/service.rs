@@ -10,7 +10,7 @@ use pyagent_tests::consumers::{go_pprof_raw, promtool_check_metrics};
 use pyagent_tests::http::{free_port, get as http_get};
 use pyagent_tests::scratch::{fresh_dir, fresh_path};
 use pyagent_tests::wait::wait_for;
-use pyagent_tests::PythonProcess;
+use pyagent_tests::{Interpreter, PythonProcess};
 
 pub(crate) struct Service {
     child: Child,
@@ -188,6 +188,19 @@ pub(crate) fn series_value(metrics: &str, series: &str) -> f64 {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0.0)
+}
+
+/// The sum of the series of `family` (its name and `{`) whose labels contain `label`.
+pub(crate) fn series_sum(metrics: &str, family: &str, label: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(family))
+        .filter(|l| {
+            l.rsplit_once('}')
+                .is_some_and(|(labels, _)| labels.contains(label))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }
 
 /// Issue 16, item 0: the userspace sampler used to drop torn reads of a fast-changing stack
@@ -583,7 +596,7 @@ fn service_profiles_off_cpu_time_with_wait_labels() {
     }
     // Issue 17, item 5: the Python threads of the service (main, sleeper, reader, locker).
     assert_eq!(
-        series_value(&metrics, "pyagent_service_threads{service=\"waits\"}"),
+        series_sum(&metrics, "pyagent_service_threads{", "service=\"waits\""),
         4.0,
         "{metrics}"
     );
@@ -914,4 +927,147 @@ fn over_its_cpu_budget_the_service_samples_less_often_and_stays_within_it() {
         stderr.contains("room in the CPU budget: sampling more often"),
         "{log}"
     );
+}
+
+/// Issue 39: one script on CPython 3.13, 3.14 and 3.15 is one service, but three series: the
+/// per-service metrics are labelled with `python_version` (their samples used to be summed into
+/// one `{service="busy"}` series, a migration between versions impossible to follow).
+#[test]
+fn one_service_on_three_interpreters_has_three_series() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let processes: Vec<PythonProcess> = ["py313", "py314", "py315"]
+        .iter()
+        .map(|py| PythonProcess::ready(py, "busy.py", &["60"]))
+        .collect();
+    let versions: Vec<String> = ["py313", "py314", "py315"]
+        .iter()
+        .map(|py| Interpreter::by_name(py).version.clone())
+        .collect();
+    let svc = Service::start("versions", "1s");
+    let series = |metrics: &str| -> Vec<(String, f64)> {
+        versions
+            .iter()
+            .map(|v| {
+                let label = format!("python_version=\"{v}\"");
+                let of_busy = metrics
+                    .lines()
+                    .filter(|l| l.starts_with("pyagent_service_samples_total{"))
+                    .filter(|l| l.contains("service=\"busy\"") && l.contains(&label))
+                    .collect::<Vec<_>>();
+                assert!(of_busy.len() <= 1, "{label}: {of_busy:?}");
+                let n = of_busy
+                    .first()
+                    .and_then(|l| l.rsplit_once(' ')?.1.parse().ok())
+                    .unwrap_or(0.0);
+                (v.clone(), n)
+            })
+            .collect()
+    };
+    let metrics = wait_for(
+        "samples of busy.py on each interpreter",
+        Duration::from_secs(60),
+        || {
+            let (_, metrics) = http_get(svc.port, "/metrics")?;
+            series(&metrics)
+                .iter()
+                .all(|(_, n)| *n > 0.0)
+                .then_some(metrics)
+        },
+    );
+    promtool_check_metrics(&metrics);
+    // Each process's threads are counted under its own version too.
+    for v in &versions {
+        let label = format!("python_version=\"{v}\"");
+        let threads: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("pyagent_service_threads{"))
+            .filter(|l| l.contains("service=\"busy\"") && l.contains(&label))
+            .collect();
+        assert_eq!(threads.len(), 1, "{v}:\n{metrics}");
+        // And the service's versions are listed (the dashboard's "CPython versions" panel).
+        let info = format!("pyagent_python_info{{service=\"busy\",version=\"{v}\"}} 1");
+        assert!(metrics.lines().any(|l| l == info), "{info}:\n{metrics}");
+    }
+    svc.stop();
+    drop(processes);
+}
+
+/// Issue 39: gunicorn's master and its workers are one service (`service_name` alike, as
+/// Pyroscope groups them) told apart by `process_role`: `master` on the master's profiles and
+/// series, `worker` on each worker's. Real gunicorn, pip-installed into a scratch directory.
+#[test]
+fn gunicorn_master_and_workers_are_one_service_with_two_roles() {
+    pyagent_bin();
+    let site = gunicorn_site();
+    let _serial = host_wide_lock();
+    let mut p = PythonProcess::spawn(
+        Interpreter::by_name("py312"),
+        &pyagent_tests::stacks::script("gunicorn_app.py"),
+        &[site.to_str().expect("utf-8 path"), "2"],
+    );
+    let workers: Vec<u32> = (0..2)
+        .map(|_| {
+            let line = p.wait_for_line("worker ", Duration::from_secs(60));
+            line["worker ".len()..].trim().parse().expect("worker pid")
+        })
+        .collect();
+    let svc = Service::start("gunicorn", "1s");
+    let master = p.pid();
+    let raw = svc.profile_where(master, |raw| raw.contains("process_role:["));
+    assert!(raw.contains("process_role:[master]"), "{raw}");
+    assert!(raw.contains("service_name:[gunicorn_app]"), "{raw}");
+    for &worker in &workers {
+        let raw = svc.profile_where(worker, |raw| raw.contains("worker_hot"));
+        assert!(raw.contains("process_role:[worker]"), "{raw}");
+        assert!(raw.contains("service_name:[gunicorn_app]"), "{raw}");
+    }
+    // The metrics tell them apart too: the workers' samples, the master's threads.
+    let version = &Interpreter::by_name("py312").version;
+    let metrics = wait_for("series of both roles", Duration::from_secs(30), || {
+        let (_, metrics) = http_get(svc.port, "/metrics")?;
+        let of = |family: &str, role: &str| {
+            let labels = format!(
+                "process_role=\"{role}\",python_version=\"{version}\",service=\"gunicorn_app\""
+            );
+            series_sum(&metrics, family, &labels)
+        };
+        (of("pyagent_service_samples_total{", "worker") > 0.0
+            && of("pyagent_service_threads{", "master") >= 1.0
+            && of("pyagent_service_threads{", "worker") >= 2.0)
+            .then_some(metrics)
+    });
+    promtool_check_metrics(&metrics);
+    svc.stop();
+    drop(p);
+}
+
+/// gunicorn, pip-installed once per test run into a scratch directory by py312's pip.
+fn gunicorn_site() -> PathBuf {
+    static SITE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SITE.get_or_init(|| {
+        let site = fresh_dir("gunicorn-site");
+        // pip's complaints go to the test's output.
+        let status = Command::new(&Interpreter::by_name("py312").exe)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(["--no-warn-script-location", "--target"])
+            .arg(&site)
+            .arg("gunicorn")
+            .env("PIP_ROOT_USER_ACTION", "ignore")
+            .status()
+            .expect("run pip");
+        assert!(
+            status.success(),
+            "pip install gunicorn into {} failed ({status}; it needs the Python package index)",
+            site.display()
+        );
+        site
+    })
+    .clone()
 }

@@ -8,7 +8,8 @@ use prometheus::{Counter, CounterVec, Gauge, GaugeVec, IntGauge, Opts, Registry}
 use super::own_process;
 use super::registration::{counter, counter_vec, gauge_vec, register};
 use super::{
-    AgentMetrics, BpfTotals, BudgetGauges, ServiceLabels, SinkFamilies, DEFAULT_MAX_SERVICES,
+    AgentMetrics, BpfTotals, BudgetGauges, ServiceLabels, ServiceSeries, SinkFamilies,
+    DEFAULT_MAX_SERVICES,
 };
 
 impl AgentMetrics {
@@ -105,43 +106,43 @@ impl AgentMetrics {
             service_samples: counter_vec(
                 &registry,
                 "pyagent_service_samples_total",
-                "Thread samples per service (services past the cap are counted as other).",
-                &["service"],
+                "Thread samples per service, CPython version and process role (master or worker of a pre-forking server, empty for a lone process; services past the cap are counted as other).",
+                &ServiceSeries::LABELS,
             ),
             service_gil_samples: counter_vec(
                 &registry,
                 "pyagent_service_gil_samples_total",
-                "Thread samples per service taken while the thread held the GIL.",
-                &["service"],
+                "Thread samples per service, CPython version and process role taken while the thread held the GIL.",
+                &ServiceSeries::LABELS,
             ),
             service_off_cpu: register(
                 &registry,
                 CounterVec::new(
                     Opts::new(
                         "pyagent_service_off_cpu_seconds_total",
-                        "Time Python threads per service spent off the CPU, by wait reason (io, sleep, lock, gil, other, cpu; eBPF mode with off-CPU on). The share of wait=\"gil\" is the time spent waiting for the GIL.",
+                        "Time Python threads per service, CPython version and process role spent off the CPU, by wait reason (io, sleep, lock, gil, other; cpu: runnable, waiting for a CPU; eBPF mode with off-CPU on, and cpu in userspace mode). The share of wait=\"gil\" is the time spent waiting for the GIL.",
                     ),
-                    &["service", "wait"],
+                    &["service", "python_version", "process_role", "wait"],
                 )
                 .expect("valid counter vec"),
             ),
             service_threads: gauge_vec(
                 &registry,
                 "pyagent_service_threads",
-                "Python threads per service at the last scan.",
-                &["service"],
+                "Python threads per service, CPython version and process role at the last scan.",
+                &ServiceSeries::LABELS,
             ),
             stalled_threads: gauge_vec(
                 &registry,
                 "pyagent_python_stalled_threads",
-                "Python threads per service blocked in one stack for longer than stall_after (needs off-CPU profiling).",
-                &["service"],
+                "Python threads per service, CPython version and process role blocked in one stack for longer than stall_after (needs off-CPU profiling).",
+                &ServiceSeries::LABELS,
             ),
             stalls: counter_vec(
                 &registry,
                 "pyagent_python_stalls_total",
-                "Stalls reported per service: a thread blocked in one stack past stall_after counts once per wait.",
-                &["service"],
+                "Stalls reported per service, CPython version and process role: a thread blocked in one stack past stall_after counts once per wait.",
+                &ServiceSeries::LABELS,
             ),
             python_info: gauge_vec(
                 &registry,

@@ -40,9 +40,39 @@ pub use service_labels::ServiceLabels;
 use sink::SinkFamilies;
 
 use crate::aggregate::ProfileWindow;
+use crate::discovery::service_name::ProcessRole;
 use crate::profiler::{CoreShare, WindowCost};
 use crate::unwind::LossReason;
 pub use sink::{DropReason, EvictReason, FailureReason, SinkHealth, SinkMetrics, SpoolOutcome};
+
+/// The labels of a process's per-service series: its service, its CPython version and its role
+/// in the service, if any. Processes of one service on different interpreters (a migration
+/// from 3.13 to 3.14 in progress), or a pre-forking server's master and workers, are told
+/// apart; every label but `service` takes values from a small set (the interpreters installed,
+/// two roles), so the series stay bounded by the service cap.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceSeries {
+    /// `service`: the service name
+    pub service: String,
+    /// `python_version`: the CPython version (`3.13.1`), as the profiles' label
+    pub python_version: String,
+    /// `process_role`: `master`, `worker`, or empty for a process of neither role
+    pub role: Option<ProcessRole>,
+}
+
+impl ServiceSeries {
+    /// The label names, in the order of [`ServiceSeries::values`].
+    pub const LABELS: [&'static str; 3] = ["service", "python_version", "process_role"];
+
+    /// The label values, in the order of [`ServiceSeries::LABELS`].
+    pub fn values(&self) -> [&str; 3] {
+        [
+            &self.service,
+            &self.python_version,
+            self.role.map_or("", ProcessRole::label),
+        ]
+    }
+}
 
 /// Distinct `service` label values kept before new services are counted as `other`.
 pub const DEFAULT_MAX_SERVICES: usize = 100;
@@ -131,29 +161,38 @@ impl AgentMetrics {
         String::from_utf8(out).expect("the text format is UTF-8")
     }
 
-    /// Counts `n` samples of `service`, of which `gil_held` were taken while the thread held the GIL.
-    pub fn add_samples(&self, service: &str, n: u64, gil_held: u64) {
+    /// Counts `n` samples of `series`, of which `gil_held` were taken while the thread held the
+    /// GIL.
+    pub fn add_samples(&self, series: &ServiceSeries, n: u64, gil_held: u64) {
         self.samples.inc_by(n);
-        let service = self.services.label(service);
-        self.service_samples
-            .with_label_values(&[service.as_str()])
-            .inc_by(n);
+        let labels = self.labels(series);
+        let labels = labels.values();
+        self.service_samples.with_label_values(&labels).inc_by(n);
         self.service_gil_samples
-            .with_label_values(&[service.as_str()])
+            .with_label_values(&labels)
             .inc_by(gil_held);
     }
 
-    /// Counts what a profile window of `service` holds: its samples, those that held the GIL,
-    /// and its off-CPU time by wait reason.
-    pub fn add_window(&self, service: &str, window: &ProfileWindow) {
-        self.add_samples(service, window.total_samples(), window.gil_held_samples());
-        let label = self.services.label(service);
+    /// Counts what a profile window of a process of `series` holds: its samples, those that held
+    /// the GIL, and its off-CPU time by wait reason.
+    pub fn add_window(&self, series: &ServiceSeries, window: &ProfileWindow) {
+        self.add_samples(series, window.total_samples(), window.gil_held_samples());
+        let labels = self.labels(series);
+        let [service, version, role] = labels.values();
         for (wait, ns) in window.off_cpu_by_wait() {
             if ns > 0 {
                 self.service_off_cpu
-                    .with_label_values(&[label.as_str(), wait.label()])
+                    .with_label_values(&[service, version, role, wait.label()])
                     .inc_by(ns as f64 / 1e9);
             }
+        }
+    }
+
+    /// The label values of `series`, its service capped.
+    fn labels(&self, series: &ServiceSeries) -> ServiceSeries {
+        ServiceSeries {
+            service: self.services.label(&series.service),
+            ..series.clone()
         }
     }
 
@@ -282,34 +321,34 @@ impl AgentMetrics {
         }
     }
 
-    /// Sets the number of Python threads per service; services left out disappear (their processes
+    /// Sets the number of Python threads per series; series left out disappear (their processes
     /// exited), services past the cap are summed into `other`.
-    pub fn set_service_threads(&self, threads: &[(&str, u64)]) {
+    pub fn set_service_threads(&self, threads: &[(&ServiceSeries, u64)]) {
         self.set_per_service(&self.service_threads, threads);
     }
 
-    /// Sets `gauge` to the sums of `values` per service label; services left out disappear.
-    fn set_per_service(&self, gauge: &IntGaugeVec, values: &[(&str, u64)]) {
-        let mut by_label: BTreeMap<String, u64> = BTreeMap::new();
-        for (service, n) in values {
-            *by_label.entry(self.services.label(service)).or_default() += n;
+    /// Sets `gauge` to the sums of `values` per series; series left out disappear.
+    fn set_per_service(&self, gauge: &IntGaugeVec, values: &[(&ServiceSeries, u64)]) {
+        let mut by_labels: BTreeMap<ServiceSeries, u64> = BTreeMap::new();
+        for (series, n) in values {
+            *by_labels.entry(self.labels(series)).or_default() += n;
         }
         gauge.reset();
-        for (service, n) in by_label {
+        for (series, n) in by_labels {
             gauge
-                .with_label_values(&[service.as_str()])
+                .with_label_values(&series.values())
                 .set(saturating_i64(n));
         }
     }
 
-    /// Counts one stall of `service`.
-    pub fn add_stall(&self, service: &str) {
-        let service = self.services.label(service);
-        self.stalls.with_label_values(&[service.as_str()]).inc();
+    /// Counts one stall of a process of `series`.
+    pub fn add_stall(&self, series: &ServiceSeries) {
+        let labels = self.labels(series);
+        self.stalls.with_label_values(&labels.values()).inc();
     }
 
-    /// Sets the stalled threads of each service; services left out go back to none.
-    pub fn set_stalled_threads(&self, stalled: &[(&str, u64)]) {
+    /// Sets the stalled threads of each series; series left out go back to none.
+    pub fn set_stalled_threads(&self, stalled: &[(&ServiceSeries, u64)]) {
         self.set_per_service(&self.stalled_threads, stalled);
     }
 

@@ -3,20 +3,30 @@
 use std::process::{Command, Stdio};
 
 use super::*;
+use crate::discovery::service_name::ProcessRole;
 use crate::unwind::RecordLoss;
+
+/// The series of a lone process of `service` on CPython 3.12.3.
+fn lone(service: &str) -> ServiceSeries {
+    ServiceSeries {
+        service: service.to_string(),
+        python_version: "3.12.3".to_string(),
+        role: None,
+    }
+}
 
 /// Metrics with at least one series in every family.
 pub(crate) fn busy_metrics() -> AgentMetrics {
     let metrics = AgentMetrics::new();
-    metrics.add_samples("web", 100, 40);
-    metrics.add_samples("worker", 7, 0);
+    metrics.add_samples(&lone("web"), 100, 40);
+    metrics.add_samples(&lone("worker"), 7, 0);
     metrics.add_lost(LossReason::Record(RecordLoss::TornRead), 3);
     metrics.set_bpf(Some((12_345_678, 200)), 1);
     metrics.add_cache("page", 90, 10);
     metrics.add_cache("frame", 50, 5);
     metrics.add_cache("code", 500, 2);
     metrics.set_process_states(&[(ProcessState::Ready, 2), (ProcessState::NotPython, 120)]);
-    metrics.set_service_threads(&[("web", 8), ("worker", 1)]);
+    metrics.set_service_threads(&[(&lone("web"), 8), (&lone("worker"), 1)]);
     metrics.set_python_info(&[("web", "3.12.3"), ("worker", "3.11.9")]);
     let sink = metrics.sink("pyroscope");
     sink.submitted();
@@ -92,33 +102,33 @@ fn dashboard_queries_parse_and_use_exported_metrics() {
 #[test]
 fn services_past_the_cap_fold_into_other() {
     let metrics = AgentMetrics::with_max_services(2);
-    metrics.add_samples("web", 10, 4);
-    metrics.add_samples("api", 5, 0);
-    metrics.add_samples("batch", 7, 7);
-    metrics.add_samples("cron", 1, 0);
-    metrics.add_samples("web", 1, 1);
+    metrics.add_samples(&lone("web"), 10, 4);
+    metrics.add_samples(&lone("api"), 5, 0);
+    metrics.add_samples(&lone("batch"), 7, 7);
+    metrics.add_samples(&lone("cron"), 1, 0);
+    metrics.add_samples(&lone("web"), 1, 1);
     assert_eq!(metrics.samples(), 24);
     assert_eq!(metrics.services().len(), 2);
     let text = metrics.encode();
     assert!(
-        text.contains("pyagent_service_samples_total{service=\"web\"} 11"),
+        text.contains("pyagent_service_samples_total{process_role=\"\",python_version=\"3.12.3\",service=\"web\"} 11"),
         "{text}"
     );
     assert!(
-        text.contains("pyagent_service_samples_total{service=\"other\"} 8"),
+        text.contains("pyagent_service_samples_total{process_role=\"\",python_version=\"3.12.3\",service=\"other\"} 8"),
         "{text}"
     );
     assert!(
-        text.contains("pyagent_service_gil_samples_total{service=\"other\"} 7"),
+        text.contains("pyagent_service_gil_samples_total{process_role=\"\",python_version=\"3.12.3\",service=\"other\"} 7"),
         "{text}"
     );
     assert!(!text.contains("batch"), "{text}");
 
-    metrics.set_service_threads(&[("web", 3), ("batch", 2), ("cron", 1)]);
+    metrics.set_service_threads(&[(&lone("web"), 3), (&lone("batch"), 2), (&lone("cron"), 1)]);
     metrics.set_python_info(&[("web", "3.12.3"), ("cron", "3.11.9")]);
     let text = metrics.encode();
     assert!(
-        text.contains("pyagent_service_threads{service=\"other\"} 3"),
+        text.contains("pyagent_service_threads{process_role=\"\",python_version=\"3.12.3\",service=\"other\"} 3"),
         "{text}"
     );
     assert!(
@@ -126,12 +136,40 @@ fn services_past_the_cap_fold_into_other() {
         "{text}"
     );
     // A service that went away loses its gauge.
-    metrics.set_service_threads(&[("api", 1)]);
+    metrics.set_service_threads(&[(&lone("api"), 1)]);
     let text = metrics.encode();
     assert!(
-        !text.contains("pyagent_service_threads{service=\"web\"}"),
+        !text.contains(
+            "pyagent_service_threads{process_role=\"\",python_version=\"3.12.3\",service=\"web\"}"
+        ),
         "{text}"
     );
+}
+
+/// Processes of one service on several interpreters, or a master and its workers, have
+/// series of their own: their samples are not summed into one.
+#[test]
+fn versions_and_roles_have_series_of_their_own() {
+    let metrics = AgentMetrics::new();
+    let of = |version: &str, role| ServiceSeries {
+        python_version: version.to_string(),
+        role,
+        ..lone("web")
+    };
+    metrics.add_samples(&of("3.13.0", None), 3, 0);
+    metrics.add_samples(&of("3.14.2", None), 4, 0);
+    metrics.add_samples(&of("3.14.2", Some(ProcessRole::Master)), 5, 0);
+    metrics.add_samples(&of("3.14.2", Some(ProcessRole::Worker)), 6, 0);
+    metrics.add_samples(&of("3.14.2", Some(ProcessRole::Worker)), 1, 0);
+    let text = metrics.encode();
+    for line in [
+        r#"pyagent_service_samples_total{process_role="",python_version="3.13.0",service="web"} 3"#,
+        r#"pyagent_service_samples_total{process_role="",python_version="3.14.2",service="web"} 4"#,
+        r#"pyagent_service_samples_total{process_role="master",python_version="3.14.2",service="web"} 5"#,
+        r#"pyagent_service_samples_total{process_role="worker",python_version="3.14.2",service="web"} 7"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+    }
 }
 
 #[test]

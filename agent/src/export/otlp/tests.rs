@@ -425,9 +425,11 @@ fn a_pods_process_names_its_container_and_pod() {
         cgroup: format!(
             "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b1d4c4e_2f4a_4b7e_9c1d_0a1b2c3d4e5f.slice/cri-containerd-{container}.scope\n"
         ),
+        ppid: 1,
+        parent_cmdline: Vec::new(),
     };
     let mut agg = Aggregator::new(PERIOD_NS);
-    for (key, value) in crate::service::process_labels(&info, "checkout", "node-1") {
+    for (key, value) in crate::service::process_labels(&info, "checkout", None, "node-1") {
         agg.set_label(key, value);
     }
     agg.add(&sample(4321, 4321, None, vec![frame("f", "app.py", 1, 1)]));
