@@ -20,7 +20,9 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::symbolize::Frame;
 use crate::unwind::{GilState, SampleThread, ThreadSample};
 
+mod part;
 mod wait;
+pub use part::WallPart;
 pub use wait::WaitReason;
 
 /// Distinct stacks one window holds before samples with new stacks are dropped (about 100 Hz x 60 s x a
@@ -143,6 +145,21 @@ impl ProfileWindow {
                 .sum();
             (wait, ns)
         })
+    }
+
+    /// Nanoseconds of wall time per [`WallPart`], in [`WallPart::ALL`] order: on-CPU samples
+    /// by their GIL and CPU labels (a sample stands for one period), off-CPU time by its wait.
+    pub fn wall_by_part(&self) -> [(WallPart, u64); WallPart::ALL.len()] {
+        let mut ns = [0u64; WallPart::ALL.len()];
+        let at = |part: WallPart| WallPart::ALL.iter().position(|&p| p == part).unwrap_or(0);
+        for (key, &n) in &self.counts {
+            let part = WallPart::of_on_cpu(key.thread.gil, key.thread.cpu);
+            ns[at(part)] += n.saturating_mul(self.period_ns);
+        }
+        for ((_, wait), &t) in &self.off_cpu {
+            ns[at(WallPart::of_off_cpu(Some(*wait)))] += t;
+        }
+        std::array::from_fn(|i| (WallPart::ALL[i], ns[i]))
     }
 
     /// Whether no sample was counted, on or off the CPU.
@@ -446,6 +463,39 @@ pub(crate) mod tests {
         assert_eq!(
             window.labels.into_iter().collect::<Vec<_>>(),
             [("python_version".to_string(), "3.12.1".to_string())]
+        );
+    }
+
+    #[test]
+    fn wall_time_splits_by_gil_cpu_and_wait() {
+        let (a, _) = two_stacks();
+        let with_gil = |gil| {
+            let mut s = a.clone();
+            s.thread.gil = Some(gil);
+            s
+        };
+        let mut agg = Aggregator::new(10);
+        agg.add_count(&with_gil(GilState::Held), 3);
+        agg.add(&with_gil(GilState::Released));
+        agg.add(&with_gil(GilState::Waiting));
+        agg.add_off_cpu(&a, WaitReason::Io, 7);
+        agg.add_off_cpu(&a, WaitReason::Cpu, 5);
+        let parts: Vec<(&str, u64)> = agg
+            .cut()
+            .wall_by_part()
+            .iter()
+            .filter(|(_, ns)| *ns > 0)
+            .map(|(p, ns)| (p.label(), *ns))
+            .collect();
+        assert_eq!(
+            parts,
+            [
+                ("cpu_gil_held", 30),
+                ("cpu_no_gil", 10),
+                ("gil_wait", 10),
+                ("cpu_wait", 5),
+                ("io", 7)
+            ]
         );
     }
 

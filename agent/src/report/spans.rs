@@ -15,83 +15,8 @@ use serde::Serialize;
 
 use super::{seconds_per_unit, text, type_name, ReportError};
 use crate::aggregate::WaitReason;
+pub use crate::aggregate::WallPart as Part;
 use crate::unwind::{CpuState, GilState};
-
-/// A part of a group's wall time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Part {
-    /// On a CPU, holding the GIL: Python code running.
-    CpuGilHeld,
-    /// On a CPU without the GIL (C code that released it, a free-threaded build), or with no
-    /// `gil` label to tell.
-    CpuNoGil,
-    /// Waiting to take the GIL: off-CPU with `wait=gil`, or on-CPU with `gil=waiting` (a thread
-    /// spinning or about to block in `take_gil`).
-    GilWait,
-    /// Off-CPU in a call on descriptors (`wait=io`).
-    Io,
-    /// Off-CPU on a futex that is not the GIL's (`wait=lock`).
-    Lock,
-    /// Off-CPU sleeping (`wait=sleep`).
-    Sleep,
-    /// Runnable, waiting for a CPU (`wait=cpu`): preempted, or throttled by a CPU limit.
-    CpuWait,
-    /// Off-CPU for any other reason, or for none the profile names.
-    Other,
-}
-
-impl Part {
-    /// Every part, in report order.
-    pub const ALL: [Part; 8] = [
-        Part::CpuGilHeld,
-        Part::CpuNoGil,
-        Part::GilWait,
-        Part::CpuWait,
-        Part::Io,
-        Part::Lock,
-        Part::Sleep,
-        Part::Other,
-    ];
-
-    /// What the part is, for people.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Part::CpuGilHeld => "on CPU, GIL held",
-            Part::CpuNoGil => "on CPU, no GIL",
-            Part::GilWait => "waiting for the GIL",
-            Part::Io => "io",
-            Part::Lock => "lock",
-            Part::Sleep => "sleep",
-            Part::CpuWait => "waiting for a CPU",
-            Part::Other => "other",
-        }
-    }
-
-    /// The part of on-CPU-typed time with these labels. Userspace `--idle` profiles put the
-    /// time of threads off a CPU (`state=off_cpu`) in the same sample type, without a wait
-    /// reason.
-    fn of_on_cpu(gil: Option<GilState>, state: Option<CpuState>) -> Part {
-        match (gil, state) {
-            (Some(GilState::Waiting), _) => Part::GilWait,
-            (_, Some(CpuState::OffCpu)) => Part::Other,
-            (Some(GilState::Held), _) => Part::CpuGilHeld,
-            _ => Part::CpuNoGil,
-        }
-    }
-
-    /// The part of off-CPU time with this `wait` label.
-    fn of_off_cpu(wait: Option<WaitReason>) -> Part {
-        match wait {
-            Some(WaitReason::Gil) => Part::GilWait,
-            Some(WaitReason::Io) => Part::Io,
-            Some(WaitReason::Lock) => Part::Lock,
-            Some(WaitReason::Sleep) => Part::Sleep,
-            Some(WaitReason::Cpu) => Part::CpuWait,
-            Some(WaitReason::Other) | None => Part::Other,
-        }
-    }
-}
 
 /// What samples are grouped by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

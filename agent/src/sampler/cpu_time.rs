@@ -172,6 +172,13 @@ mod tests {
         let tid = rx.recv().expect("tid");
         let mut cpu = CpuTime::new(std::process::id());
         let period = 1_000_000;
+        // Until it has run a period, a thread has no period to credit (on a loaded host that
+        // takes a while).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while cpu.read(tid).expect("readable").0 < period {
+            assert!(Instant::now() < deadline, "the spinner never ran 1 ms");
+            std::thread::yield_now();
+        }
         let first = cpu.credit(tid, period, true).expect("readable");
         assert_eq!(first.periods, 1, "{first:?}");
         let mut periods = 0;

@@ -126,6 +126,17 @@ impl AgentMetrics {
                 )
                 .expect("valid counter vec"),
             ),
+            python_wall: register(
+                &registry,
+                CounterVec::new(
+                    Opts::new(
+                        "pyagent_python_wall_seconds_total",
+                        "Where the time of Python threads per service, CPython version and process role went, by reason: cpu_gil_held, cpu_no_gil (on a CPU), gil_wait, cpu_wait (runnable, waiting for a CPU), io, lock, sleep, other. On-CPU parts count sampled CPU time; the waits need off-CPU profiling (eBPF), or --idle style wall-clock samples. The split pyagent spans gives per span, for a dashboard.",
+                    ),
+                    &["service", "python_version", "process_role", "reason"],
+                )
+                .expect("valid counter vec"),
+            ),
             service_threads: gauge_vec(
                 &registry,
                 "pyagent_service_threads",

@@ -121,6 +121,7 @@ pub struct AgentMetrics {
     service_samples: IntCounterVec,
     service_gil_samples: IntCounterVec,
     service_off_cpu: CounterVec,
+    python_wall: CounterVec,
     service_threads: IntGaugeVec,
     stalled_threads: IntGaugeVec,
     stalls: IntCounterVec,
@@ -183,6 +184,13 @@ impl AgentMetrics {
             if ns > 0 {
                 self.service_off_cpu
                     .with_label_values(&[service, version, role, wait.label()])
+                    .inc_by(ns as f64 / 1e9);
+            }
+        }
+        for (part, ns) in window.wall_by_part() {
+            if ns > 0 {
+                self.python_wall
+                    .with_label_values(&[service, version, role, part.label()])
                     .inc_by(ns as f64 / 1e9);
             }
         }

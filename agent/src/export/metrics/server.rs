@@ -365,7 +365,8 @@ mod tests {
         assert_eq!(status, 200);
         let text = String::from_utf8(body).expect("UTF-8 exposition");
         for expected in [
-            "pyagent_samples_total 107",
+            "pyagent_samples_total 109",
+            "pyagent_python_wall_seconds_total{process_role=\"\",python_version=\"3.12.3\",reason=\"lock\",service=\"web\"} 0.5",
             "pyagent_samples_lost_total{reason=\"torn_read\"} 3",
             "pyagent_bpf_runs_total 200",
             "pyagent_cache_lookups_total{cache=\"page\",result=\"hit\"} 90",

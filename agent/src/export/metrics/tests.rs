@@ -20,6 +20,7 @@ pub(crate) fn busy_metrics() -> AgentMetrics {
     let metrics = AgentMetrics::new();
     metrics.add_samples(&lone("web"), 100, 40);
     metrics.add_samples(&lone("worker"), 7, 0);
+    metrics.add_window(&lone("web"), &one_second_window());
     metrics.add_lost(LossReason::Record(RecordLoss::TornRead), 3);
     metrics.set_bpf(Some((12_345_678, 200)), 1);
     metrics.add_cache("page", 90, 10);
@@ -167,6 +168,32 @@ fn versions_and_roles_have_series_of_their_own() {
         r#"pyagent_service_samples_total{process_role="",python_version="3.14.2",service="web"} 4"#,
         r#"pyagent_service_samples_total{process_role="master",python_version="3.14.2",service="web"} 5"#,
         r#"pyagent_service_samples_total{process_role="worker",python_version="3.14.2",service="web"} 7"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+    }
+}
+
+/// A window of two 1-second samples of a thread holding the GIL and half a second waiting on a
+/// lock.
+fn one_second_window() -> crate::aggregate::ProfileWindow {
+    use crate::aggregate::tests::{frame, sample};
+    let mut agg = crate::aggregate::Aggregator::new(1_000_000_000);
+    let mut sample = sample(1, 1, None, vec![frame("work", "app.py", 3, 1)]);
+    sample.thread.gil = Some(crate::unwind::GilState::Held);
+    agg.add_count(&sample, 2);
+    agg.add_off_cpu(&sample, crate::aggregate::WaitReason::Lock, 500_000_000);
+    agg.cut()
+}
+
+/// A window's time goes into the wall-time family by reason, per series.
+#[test]
+fn wall_time_is_exported_by_reason() {
+    let metrics = AgentMetrics::new();
+    metrics.add_window(&lone("web"), &one_second_window());
+    let text = metrics.encode();
+    for line in [
+        r#"pyagent_python_wall_seconds_total{process_role="",python_version="3.12.3",reason="cpu_gil_held",service="web"} 2"#,
+        r#"pyagent_python_wall_seconds_total{process_role="",python_version="3.12.3",reason="lock",service="web"} 0.5"#,
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
     }
