@@ -185,6 +185,7 @@ impl UserspaceSampler {
         // What each thread read is worth, by host TID; every thread the interpreter lists.
         let mut credits: HashMap<u32, (Credit, bool)> = HashMap::new();
         let mut listed: HashSet<u32> = HashSet::new();
+        let waiting_before = unwinder.stats().task_waiting_samples;
         let result = unwinder.sample_filtered(|host_tid| {
             let Some(tid) = host_tid else {
                 return idle;
@@ -206,9 +207,12 @@ impl UserspaceSampler {
             credits.insert(tid, (credit, runnable));
             idle || credit.periods > 0 || credit.runqueue_ns > 0
         });
-        cpu.retain(|tid| listed.contains(&tid));
-        let mut samples = match result {
-            Ok(samples) => samples,
+        let samples = match result {
+            Ok(samples) => {
+                // Only a whole read lists every thread: the others exited.
+                cpu.retain(|tid| listed.contains(&tid));
+                samples
+            }
             Err(UnwindError::Gone { .. }) => return ProcessRead::Gone,
             Err(e) => {
                 self.stats.failed += 1;
@@ -220,17 +224,26 @@ impl UserspaceSampler {
                 };
             }
         };
-        samples.retain(|s| !s.frames.is_empty());
+        // `--async-mode all`: the waiting tasks' samples come last (`sample_round`), on their
+        // event loop's thread, but none of them is that thread's CPU time: each stands for one
+        // tick, as a wall-clock sample does.
+        let waiting = unwinder.stats().task_waiting_samples - waiting_before;
+        let first_waiting = samples.len().saturating_sub(waiting as usize);
+        let mut samples: Vec<(ThreadSample, bool)> = samples
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| (s, i >= first_waiting))
+            .filter(|(s, _)| !s.frames.is_empty())
+            .collect();
         if self.config.native_stacks {
-            for s in &mut samples {
+            for (s, _) in &mut samples {
                 self.mix_native(s);
             }
         }
-        let states = (!stop).then(|| self.run_states.get_mut(&pid)).flatten();
-        let mut states = states;
+        let mut states = (!stop).then(|| self.run_states.get_mut(&pid)).flatten();
         let read = samples
             .into_iter()
-            .map(|mut sample| {
+            .map(|(mut sample, waiting_task)| {
                 let (credit, runnable) =
                     credits.get(&sample.thread.tid).copied().unwrap_or_default();
                 if idle {
@@ -245,6 +258,12 @@ impl UserspaceSampler {
                     };
                     // Threads not stopped had their state files read this tick.
                     label_wall_state(pid, unwinder, on_cpu, states.as_deref_mut(), &mut sample);
+                    ReadSample {
+                        sample,
+                        periods: 1,
+                        runqueue_ns: 0,
+                    }
+                } else if waiting_task {
                     ReadSample {
                         sample,
                         periods: 1,

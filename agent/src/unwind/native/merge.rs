@@ -80,7 +80,8 @@ pub fn merge(python: Vec<Frame>, stack: &NativeStack, root: Option<&[Frame]>) ->
         out.extend(g.iter().cloned());
     }
     let found_root = match how {
-        Merge::Whole if evals > 0 => {
+        // Only an unwind that reached the thread's first frame knows all of its root.
+        Merge::Whole if evals > 0 && stack.reached_root => {
             let below = native.iter().rposition(|n| n.eval).map_or(0, |i| i + 1);
             Some(native[below..].iter().map(|n| n.frame.clone()).collect())
         }
@@ -241,6 +242,16 @@ mod tests {
             None,
         );
         assert_eq!(whole.how, Merge::Whole);
+        // Whole, but the unwind stopped short of the thread's first frame: no root to keep.
+        let short = merge(
+            vec![py("work"), py("main")],
+            &stack(
+                &[c("_PyEval_EvalFrameDefault", true), c("Py_RunMain", false)],
+                false,
+            ),
+            None,
+        );
+        assert_eq!((short.how, short.root), (Merge::Whole, None));
         let root = whole.root.expect("the frames below the bottom evaluation");
         assert_eq!(names(&root), ["Py_RunMain", "_start"]);
         let cut = merge(
