@@ -33,6 +33,10 @@ const volatile __u32 pa_off_cpu_on = 0;
  * walked (pyagent.h, pa_off_cpu_threads). */
 const volatile __u64 pa_off_cpu_min_gap_ns = 50000000;
 
+/* Off-CPU records of GIL waits name the GIL's holder (pa_gil_holder); benchmarks turn it off
+ * to measure what it costs. */
+const volatile __u32 pa_gil_holder_on = 1;
+
 /* Benchmarks only: return right after stage PA_STAGE_* (0: run everything). */
 const volatile __u32 pa_stop_after = 0;
 
@@ -295,6 +299,48 @@ static __always_inline __u32 pa_gil_flags(const struct pa_proc *p, __u64 ts)
 	return 0;
 }
 
+/* For an off-CPU record of thread state `ts` blocked on the GIL's futex while another thread
+ * holds the GIL: that thread state, and the code object its current frame runs, into `h`
+ * (left 0 otherwise). Read at the switch, as the wait begins: who the thread waits for then.
+ * Costs nothing for other waits but the range check. */
+static __always_inline void pa_gil_holder(const struct pa_proc *p, __u64 ts,
+					  const struct pa_wait_info *why, struct pa_sample_hdr *h)
+{
+	__u64 locked_addr = p->gil_locked_addr;
+	__u64 pair[2] = {};
+	__u64 holder = 0, frame = 0, code = 0;
+	__u32 locked = 0;
+
+	if (!pa_gil_holder_on || !(why->flags & PA_SAMPLE_OFF_CPU) || why->wait != PA_WAIT_FUTEX ||
+	    !locked_addr ||
+	    !p->gil_holder_addr || why->wait_addr + PA_GIL_BYTES_BEFORE_LOCKED < locked_addr ||
+	    why->wait_addr >= locked_addr + PA_GIL_BYTES_AFTER_LOCKED)
+		return;
+	if (locked_addr == p->gil_holder_addr + 8) {
+		if (bpf_probe_read_user(pair, sizeof(pair), (const void *)p->gil_holder_addr))
+			return;
+		holder = pair[0];
+		locked = (__u32)pair[1];
+	} else if (bpf_probe_read_user(&locked, sizeof(locked), (const void *)locked_addr) ||
+		   bpf_probe_read_user(&holder, sizeof(holder), (const void *)p->gil_holder_addr)) {
+		return;
+	}
+	if (!locked || !holder || holder == ts)
+		return;
+	h->gil_holder = holder;
+	if (bpf_probe_read_user(&frame, sizeof(frame),
+				(const void *)(holder + p->thread_state_current_frame)))
+		return;
+	if ((p->flags & PA_PROC_CFRAME) && frame &&
+	    bpf_probe_read_user(&frame, sizeof(frame),
+				(const void *)(frame + p->cframe_current_frame)))
+		return;
+	if (!frame || bpf_probe_read_user(&code, sizeof(code),
+					  (const void *)(frame + p->interpreter_frame_executable)))
+		return;
+	h->gil_holder_code = code & ~p->executable_tag_mask;
+}
+
 /* Most DTV entries believed: a torn or foreign DTV reads as "no context", not a huge index. */
 #define PA_MAX_DTV_ENTRIES (1u << 20)
 
@@ -492,6 +538,8 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	h->wait_addr = why->wait_addr;
 	h->carried_ns = why->carried_ns;
 	h->flags = 0;
+	h->gil_holder = 0;
+	h->gil_holder_code = 0;
 	__builtin_memset(h->trace_id, 0, sizeof(h->trace_id));
 	__builtin_memset(h->span_id, 0, sizeof(h->span_id));
 	if (flags & PA_PROC_ANCHOR) {
@@ -511,6 +559,7 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 		return 0;
 	}
 	w->flags = why->flags | pa_gil_flags(p, ts) | h->flags;
+	pa_gil_holder(p, ts, why, h);
 	w->frame = cur;
 	w->anchor = h->anchor_frame;
 	w->base = h->base_frame;

@@ -120,8 +120,9 @@ struct pa_proc {
 	__u32 interpreter_frame_instr_ptr;
 	__u32 interpreter_frame_owner;
 	/* Where the GIL says who holds it (PA_GIL_*): absolute addresses of the main interpreter's
-	 * `locked` int and `last_holder` pointer (PA_GIL_HOLDER), or the offset of the thread
-	 * state's `holds_gil` int (PA_GIL_THREAD_FLAG). */
+	 * `locked` int and `last_holder` pointer (PA_GIL_HOLDER, and with PA_GIL_THREAD_FLAG where
+	 * off-CPU records name the holder of the GIL a thread waits for; 0: not known), and the
+	 * offset of the thread state's `holds_gil` int (PA_GIL_THREAD_FLAG). */
 	__u64 gil_locked_addr;
 	__u64 gil_holder_addr;
 	__u32 gil_model;
@@ -258,8 +259,19 @@ struct pa_sample_hdr {
 	 * zeros otherwise). */
 	__u8 trace_id[16];
 	__u8 span_id[8];
+	/* Off-CPU records of a thread blocked on the GIL's futex, while another thread held it:
+	 * that thread state, and the code object (tag bits cleared) its current frame ran at the
+	 * switch (0 when that read failed). Zeros otherwise. */
+	__u64 gil_holder;
+	__u64 gil_holder_code;
 };
-_Static_assert(sizeof(struct pa_sample_hdr) == 112, "struct pa_sample_hdr layout");
+_Static_assert(sizeof(struct pa_sample_hdr) == 128, "struct pa_sample_hdr layout");
+
+/* The bytes around the GIL's `locked` word that hold the whole _gil_runtime_state (interval and
+ * last holder before it; switch number, condition and mutex after it): a futex in there is a
+ * wait for the GIL. */
+#define PA_GIL_BYTES_BEFORE_LOCKED 32
+#define PA_GIL_BYTES_AFTER_LOCKED 256
 
 /* One _PyInterpreterFrame as read from the target; userspace symbolizes it later. */
 struct pa_frame {
@@ -290,7 +302,7 @@ struct pa_short_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_SHORT_FRAMES];
 };
-#define PA_SHORT_RECORD_BYTES (112 + 32 * PA_SHORT_FRAMES)
+#define PA_SHORT_RECORD_BYTES (128 + 32 * PA_SHORT_FRAMES)
 _Static_assert(sizeof(struct pa_short_record) == PA_SHORT_RECORD_BYTES, "struct pa_short_record layout");
 
 /* The largest record: header plus PA_MAX_FRAMES frames. */
@@ -298,7 +310,7 @@ struct pa_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_MAX_FRAMES];
 };
-_Static_assert(sizeof(struct pa_record) == 112 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+_Static_assert(sizeof(struct pa_record) == 128 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
 
 /* ---- Native section of a PA_SAMPLE_NATIVE record ------------------------------------------ */
 /*

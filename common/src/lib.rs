@@ -133,9 +133,10 @@ pub struct PaProc {
     pub interpreter_frame_instr_ptr: u32,
     /// `_PyInterpreterFrame.owner` (one byte).
     pub interpreter_frame_owner: u32,
-    /// Address of the main interpreter's GIL `locked` int (only with [`GIL_HOLDER`]).
+    /// Address of the main interpreter's GIL `locked` int (with [`GIL_HOLDER`], and with
+    /// [`GIL_THREAD_FLAG`] where off-CPU records name the holder; 0: not known).
     pub gil_locked_addr: u64,
-    /// Address of the main interpreter's GIL `last_holder` pointer (only with [`GIL_HOLDER`]).
+    /// Address of the main interpreter's GIL `last_holder` pointer (as `gil_locked_addr`).
     pub gil_holder_addr: u64,
     /// `GIL_*`: how records learn whether the sampled thread holds the GIL.
     pub gil_model: u32,
@@ -164,6 +165,14 @@ pub struct PaOtelCtx {
     /// The publisher's TLS module id: its index in the DTV.
     pub module_id: u32,
 }
+
+/// `PA_GIL_BYTES_BEFORE_LOCKED`: the GIL's whole `_gil_runtime_state` lies within this many
+/// bytes before its `locked` word and [`GIL_BYTES_AFTER_LOCKED`] after it (the interval and
+/// last holder before; the switch number, condition and mutex after, about 200 bytes in every
+/// supported version): a thread blocked on a futex in there waits for the GIL.
+pub const GIL_BYTES_BEFORE_LOCKED: u64 = 32;
+/// `PA_GIL_BYTES_AFTER_LOCKED`: see [`GIL_BYTES_BEFORE_LOCKED`].
+pub const GIL_BYTES_AFTER_LOCKED: u64 = 256;
 
 /// `PA_GIL_NONE`: free-threaded (no GIL) or unknown; records carry no GIL bits.
 pub const GIL_NONE: u32 = 0;
@@ -373,6 +382,12 @@ pub struct PaSampleHdr {
     /// The span the thread was in, bytes as the OTEP 4947 record has them ([`SAMPLE_SPAN`];
     /// zeros otherwise).
     pub span_id: [u8; 8],
+    /// Off-CPU records of a thread blocked on the GIL's futex while another thread held it:
+    /// that thread state (0 otherwise).
+    pub gil_holder: u64,
+    /// With [`PaSampleHdr::gil_holder`]: the code object (tag bits cleared) the holder's
+    /// current frame ran at the switch (0 when that read failed).
+    pub gil_holder_code: u64,
 }
 
 /// `PA_OFF_CPU_RECORDED`: the thread's current wait was recorded; its wake-up will be.
@@ -412,7 +427,7 @@ const _: () = {
 };
 
 const _: () = {
-    assert!(size_of::<PaSampleHdr>() == 112);
+    assert!(size_of::<PaSampleHdr>() == 128);
     assert!(offset_of!(PaSampleHdr, pid) == 0);
     assert!(offset_of!(PaSampleHdr, tid) == 4);
     assert!(offset_of!(PaSampleHdr, tstate) == 8);
@@ -429,6 +444,8 @@ const _: () = {
     assert!(offset_of!(PaSampleHdr, carried_ns) == 80);
     assert!(offset_of!(PaSampleHdr, trace_id) == 88);
     assert!(offset_of!(PaSampleHdr, span_id) == 104);
+    assert!(offset_of!(PaSampleHdr, gil_holder) == 112);
+    assert!(offset_of!(PaSampleHdr, gil_holder_code) == 120);
 };
 
 impl PaSampleHdr {
@@ -468,6 +485,11 @@ impl PaSampleHdr {
     /// ([`SAMPLE_GIL_KNOWN`]: not on free-threaded builds).
     pub fn holds_gil(&self) -> Option<bool> {
         (self.flags & SAMPLE_GIL_KNOWN != 0).then_some(self.flags & SAMPLE_GIL_HELD != 0)
+    }
+    /// The thread state holding the GIL this off-CPU record's thread waits for, and the code
+    /// object its current frame ran (0: that read failed), read at the switch.
+    pub fn gil_holder(&self) -> Option<(u64, u64)> {
+        (self.gil_holder != 0).then_some((self.gil_holder, self.gil_holder_code))
     }
     /// The trace and span the thread was in ([`SAMPLE_SPAN`]), where the process publishes
     /// them.

@@ -143,6 +143,8 @@ impl<'a> SampleRecord<'a> {
             carried_ns: u64_at(head, offset_of!(PaSampleHdr, carried_ns)),
             trace_id: bytes_at(head, offset_of!(PaSampleHdr, trace_id)),
             span_id: bytes_at(head, offset_of!(PaSampleHdr, span_id)),
+            gil_holder: u64_at(head, offset_of!(PaSampleHdr, gil_holder)),
+            gil_holder_code: u64_at(head, offset_of!(PaSampleHdr, gil_holder_code)),
         };
         if hdr.nframes > MAX_FRAMES {
             return Err(RecordError::TooManyFrames {
@@ -289,6 +291,9 @@ mod tests {
         }
         v.extend_from_slice(&hdr.trace_id);
         v.extend_from_slice(&hdr.span_id);
+        for x in [hdr.gil_holder, hdr.gil_holder_code] {
+            v.extend_from_slice(&x.to_ne_bytes());
+        }
         for f in frames {
             for x in [f.addr, f.executable, f.instr_ptr] {
                 v.extend_from_slice(&x.to_ne_bytes());
@@ -334,6 +339,8 @@ mod tests {
                 0x31, 0x9c,
             ],
             span_id: *b"\xb7\xad\x6b\x71\x69\x20\x33\x31",
+            gil_holder: 0x7f00_0000_2000,
+            gil_holder_code: 0x7f00_0000_3000,
         };
         let bytes = record(&hdr, &fr);
         let rec = SampleRecord::parse(&bytes).expect("valid record");
@@ -350,6 +357,10 @@ mod tests {
                 ],
                 [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31]
             ))
+        );
+        assert_eq!(
+            rec.header().gil_holder(),
+            Some((0x7f00_0000_2000, 0x7f00_0000_3000))
         );
         assert_eq!(rec.len(), 3);
         assert_eq!(rec.frames().collect::<Vec<_>>(), fr);

@@ -1,11 +1,14 @@
-"""One thread holds the GIL in a pure-Python loop while three others keep wanting it.
+"""One thread holds the GIL while three others keep wanting it.
 
-`hold_gil_spin` never releases the GIL on its own: the interpreter hands it over only when a
-waiter has asked for it for a switch interval (5 ms). The `wanter` threads do a few additions,
-then sleep a tenth of a millisecond (releasing the GIL), then want it back: each spends nearly
-all its time blocked on the GIL's condition variable while `hold_gil_spin` holds it. Prints
-"ready" once every thread runs.
+`python gil_holder.py [python|c]`: the holder runs `hold_gil_spin`, a pure-Python loop (the
+default), or `hold_gil_in_c`, which keeps the GIL through long C calls (`sum` over a range:
+no bytecode runs inside, so the GIL is handed over only between calls). Either way the
+interpreter hands the GIL over only when a waiter has asked for it for a switch interval
+(5 ms). The `wanter` threads do a few additions, then sleep a tenth of a millisecond
+(releasing the GIL), then want it back: each spends nearly all its time blocked on the GIL's
+condition variable while the holder holds it. Prints "ready" once every thread runs.
 """
+import sys
 import threading
 import time
 
@@ -14,6 +17,11 @@ def hold_gil_spin():
     n = 0
     while True:
         n += 1  # @spin
+
+
+def hold_gil_in_c():
+    while True:
+        sum(range(10_000_000))  # @in_c
 
 
 def wanter(started):
@@ -25,8 +33,9 @@ def wanter(started):
 
 
 def main():
+    hold = hold_gil_in_c if sys.argv[1:] == ["c"] else hold_gil_spin
     started = threading.Semaphore(0)
-    threading.Thread(target=hold_gil_spin, name="holder", daemon=True).start()
+    threading.Thread(target=hold, name="holder", daemon=True).start()
     for i in range(3):
         threading.Thread(target=wanter, args=(started,), name=f"wanter-{i}", daemon=True).start()
     for _ in range(3):

@@ -292,6 +292,10 @@ impl Aggregator {
         let mut thread = sample.thread.clone();
         thread.thread_name = thread.thread_name.map(|name| self.intern(&name));
         thread.task = thread.task.map(|name| self.intern(&name));
+        if let Some(holder) = &mut thread.gil_holder {
+            holder.thread = self.intern(&holder.thread);
+            holder.function = holder.function.take().map(|f| self.intern(&f));
+        }
         StackKey {
             thread,
             frames: sample.frames.clone(),

@@ -172,6 +172,13 @@ pub fn build(window: &ProfileWindow) -> Profile {
                 ..Label::default()
             });
         }
+        if let Some(holder) = &key.thread.gil_holder {
+            label.push(Label {
+                key: builder.string("gil_holder"),
+                str: builder.string(&holder.label()),
+                ..Label::default()
+            });
+        }
         if let Some(trace) = &key.thread.trace {
             for (name, value) in [
                 ("trace_id", trace.trace_id_hex()),

@@ -24,6 +24,8 @@ pub enum GilLocation {
         /// int `locked` of the interpreter's own `_gil` (absolute interpreter offset): where
         /// the GIL's condition and mutex are, for telling a GIL wait from other futex waits
         locked: u64,
+        /// `last_holder` tstate pointer of the same `_gil`: who a GIL waiter waits for
+        holder: u64,
     },
     /// Free-threaded build: there is no GIL to hold. Each thread state's `state` word says
     /// whether the thread is attached (running Python or C code on the interpreter's behalf).
@@ -45,6 +47,19 @@ impl GilLocation {
             GilLocation::Disabled { .. } => None,
         }
     }
+
+    /// Where the GIL's `locked` word and `last_holder` pointer are, as a base and two offsets:
+    /// who holds the GIL while it is locked, in every build with a GIL.
+    pub fn holder_words(self) -> Option<(GilBase, u64, u64)> {
+        match self {
+            GilLocation::Runtime { locked, holder } => Some((GilBase::Runtime, locked, holder)),
+            GilLocation::Interpreter { locked, holder }
+            | GilLocation::ThreadFlag { locked, holder, .. } => {
+                Some((GilBase::Interpreter, locked, holder))
+            }
+            GilLocation::Disabled { .. } => None,
+        }
+    }
 }
 
 /// What a GIL offset is relative to.
@@ -56,10 +71,6 @@ pub enum GilBase {
     Interpreter,
 }
 
-/// The bytes around the GIL's `locked` word that hold the whole `_gil_runtime_state`: the
-/// interval and last holder before it; the switch number, the condition and mutex (and the
-/// switching pair) after it, about 200 bytes in every supported version. A thread blocked on a
-/// futex in there waits for the GIL.
-pub const GIL_BYTES_BEFORE_LOCKED: u64 = 32;
-/// See [`GIL_BYTES_BEFORE_LOCKED`].
-pub const GIL_BYTES_AFTER_LOCKED: u64 = 256;
+/// Where a GIL's state lies around its `locked` word: shared with the BPF program, which tells
+/// GIL waits by it too.
+pub use common::{GIL_BYTES_AFTER_LOCKED, GIL_BYTES_BEFORE_LOCKED};

@@ -150,12 +150,22 @@ impl Offsets {
                     i.size,
                 )?;
             }
-            GilLocation::ThreadFlag { holds_gil, locked } => {
+            GilLocation::ThreadFlag {
+                holds_gil,
+                locked,
+                holder,
+            } => {
                 check("thread_state.holds_gil", holds_gil, 4, tmax)?;
                 check(
                     "interpreter_state.gil_runtime_state_locked",
                     locked,
                     4,
+                    i.size,
+                )?;
+                check(
+                    "interpreter_state.gil_runtime_state_holder",
+                    holder,
+                    8,
                     i.size,
                 )?;
             }

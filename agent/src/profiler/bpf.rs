@@ -531,13 +531,18 @@ fn resolve(
             wait_addr,
             at_ns,
             carried_ns,
+            gil_holder,
         } => {
             let gil = unwinder
                 .record_interpreter(walk.tstate)
                 .and_then(|interp| unwinder.gil_words(&interp));
             let wait = wait_reason(wait, wait_addr, gil);
             stats.off_cpu_waits += 1;
-            let waiting = Waiting::new(sample, wait, at_ns, None);
+            let mut waiting = Waiting::new(sample, wait, at_ns, None);
+            if wait == WaitReason::Gil {
+                waiting.sample.thread.gil_holder =
+                    gil_holder.and_then(|read| unwinder.gil_holder(read));
+            }
             let add = |s: &ThreadSample, w: WaitReason, ns: u64| {
                 profile.agg.add_off_cpu(s, w, ns);
                 true

@@ -70,6 +70,14 @@ pub fn write_text(
                     f.first_line
                 )?;
             }
+            if let Some(h) = &time.top_holder {
+                let s = if h.threads == 1 { "" } else { "s" };
+                write!(
+                    out,
+                    "; held in {} ({:.3} s, {} thread{s})",
+                    h.function, h.seconds, h.threads
+                )?;
+            }
             writeln!(out)?;
         }
     }
@@ -155,6 +163,7 @@ mod tests {
                 first_line: 7,
                 seconds,
             }),
+            top_holder: None,
         };
         let mut parts: BTreeMap<Part, PartTime> = Part::ALL
             .into_iter()

@@ -78,6 +78,23 @@ pub struct PartTime {
     pub share: f64,
     /// Where most of it went; `None` without time or without frames.
     pub top_function: Option<TopFunction>,
+    /// GIL waits: the holder most of it was spent waiting on; `None` for other parts and
+    /// where no sample names a holder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_holder: Option<TopHolder>,
+}
+
+/// The function a GIL wait was spent waiting on most (the holders' innermost Python function,
+/// from their `gil_holder` labels, `NAME in FUNCTION`), and how much: a pool of threads
+/// running the same code holds the GIL as one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopHolder {
+    /// The holders' function (the whole label for a holder whose function was not read).
+    pub function: String,
+    /// Seconds of the part spent waiting on threads running it.
+    pub seconds: f64,
+    /// The threads seen holding the GIL in it.
+    pub threads: usize,
 }
 
 /// One group: its wall time and its split.
@@ -148,6 +165,12 @@ pub fn summarize(
         let leaf = leaves.leaf_python_function(sample);
         for (part, seconds) in times {
             tally.add(part, leaf, seconds);
+            if let (Part::GilWait, Some(holder)) = (part, l.gil_holder) {
+                let (thread, function) = holder.rsplit_once(" in ").unwrap_or((holder, holder));
+                let (s, threads) = tally.by_holder.entry(function.to_owned()).or_default();
+                *s += seconds;
+                threads.insert(thread.to_owned());
+            }
         }
     }
     let mut groups: Vec<Group> = groups
@@ -252,6 +275,7 @@ struct SampleLabels<'a> {
     thread_id: Option<i64>,
     thread_name: Option<&'a str>,
     service: Option<&'a str>,
+    gil_holder: Option<&'a str>,
 }
 
 impl<'a> SampleLabels<'a> {
@@ -276,6 +300,7 @@ impl<'a> SampleLabels<'a> {
                 "thread_id" => out.thread_id = number,
                 "thread_name" => out.thread_name = value,
                 "service_name" => out.service = value,
+                "gil_holder" => out.gil_holder = value,
                 _ => {}
             }
         }
@@ -360,6 +385,8 @@ impl<'a> Leaves<'a> {
 struct Tally {
     seconds: BTreeMap<Part, f64>,
     by_function: HashMap<(Part, u64), f64>,
+    /// GIL-wait seconds per holder function, and the holder threads seen in it
+    by_holder: BTreeMap<String, (f64, std::collections::BTreeSet<String>)>,
     thread_name: Option<String>,
 }
 
@@ -389,10 +416,25 @@ impl Tally {
                 } else {
                     0.0
                 };
+                // Most time; of equal times the first name.
+                let top_holder = (part == Part::GilWait)
+                    .then(|| {
+                        self.by_holder
+                            .iter()
+                            .rev()
+                            .max_by(|a, b| a.1 .0.total_cmp(&b.1 .0))
+                            .map(|(function, (seconds, threads))| TopHolder {
+                                function: function.clone(),
+                                seconds: *seconds,
+                                threads: threads.len(),
+                            })
+                    })
+                    .flatten();
                 let time = PartTime {
                     seconds,
                     share,
                     top_function: top,
+                    top_holder,
                 };
                 (part, time)
             })
@@ -473,11 +515,21 @@ mod tests {
             WaitReason::Lock,
             50 * MS,
         );
-        agg.add_off_cpu(
-            &in_span(t11(leaf("take")), 1, None),
-            WaitReason::Gil,
-            20 * MS,
-        );
+        // The GIL wait: 12 ms on `parse` (6 ms in `parser`, 6 ms in `parser-2`), 8 ms on
+        // `MainThread` in `encode`.
+        for (holder, function, ms) in [
+            ("parser", "parse", 6),
+            ("MainThread", "encode", 8),
+            ("parser-2", "parse", 6),
+        ] {
+            let mut waiting = in_span(t11(leaf("take")), 1, None);
+            waiting.thread.gil_holder = Some(crate::unwind::GilHolder::new(
+                0,
+                Some(Arc::from(holder)),
+                Some(Arc::from(function)),
+            ));
+            agg.add_off_cpu(&waiting, WaitReason::Gil, ms * MS);
+        }
         let t12 = in_span(sample(10, 12, Some("worker"), leaf("nap")), 2, None);
         agg.add_off_cpu(&t12, WaitReason::Sleep, 100 * MS);
         agg.add_count(&sample(10, 13, None, leaf("idle")), 4);
@@ -523,6 +575,10 @@ mod tests {
         assert_eq!(top(a, Part::Io), Some("call"));
         assert_eq!(top(a, Part::Lock), Some("take"));
         assert_eq!(top(a, Part::GilWait), Some("take"));
+        let holder = a.parts[&Part::GilWait].top_holder.as_ref().unwrap();
+        assert_eq!((holder.function.as_str(), holder.threads), ("parse", 2));
+        assert!(close(holder.seconds, 0.012), "{holder:?}");
+        assert_eq!(a.parts[&Part::Io].top_holder, None);
         assert_eq!(top(a, Part::Sleep), None);
         let f = a.parts[&Part::Io].top_function.as_ref().unwrap();
         assert_eq!((f.file.as_str(), f.first_line), ("/srv/app.py", 19));

@@ -20,7 +20,7 @@ use crate::sampler::run_state::RunStates;
 use crate::sampler::tick::{TickSource, TickStats, Ticker, Wait};
 use crate::symbolize::native::DebugDirs;
 use crate::unwind::native::{NativeMix, NativeMixer, NativeUnwinder};
-use crate::unwind::{CpuState, GilState, ThreadSample, UnwindError, Unwinder};
+use crate::unwind::{label_gil_waiters, CpuState, GilState, ThreadSample, UnwindError, Unwinder};
 use common::NativeSection;
 
 /// How to sample.
@@ -241,7 +241,7 @@ impl UserspaceSampler {
             }
         }
         let mut states = (!stop).then(|| self.run_states.get_mut(&pid)).flatten();
-        let read = samples
+        let mut read: Vec<ReadSample> = samples
             .into_iter()
             .map(|(mut sample, waiting_task)| {
                 let (credit, runnable) =
@@ -278,6 +278,11 @@ impl UserspaceSampler {
                 }
             })
             .collect();
+        if idle {
+            // Every thread of the process was read at one instant: a waiter's holder is the
+            // thread read holding the GIL.
+            label_gil_waiters(read.iter_mut().map(|r| &mut r.sample));
+        }
         ProcessRead::Samples(read)
     }
 

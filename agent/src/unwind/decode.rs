@@ -6,7 +6,7 @@
 
 use common::SampleRecord;
 
-use super::{ExternalWalk, GilState, RawFrame, TraceContext};
+use super::{ExternalWalk, GilState, HolderRead, RawFrame, TraceContext};
 
 /// What one record says happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub enum RecordKind {
         at_ns: u64,
         /// blocked time of the repeats the program only timed
         carried_ns: u64,
+        /// who held the GIL, for a thread blocked waiting for it while another held it
+        gil_holder: Option<HolderRead>,
     },
     /// A blocked thread running again, and when.
     Wake {
@@ -72,6 +74,9 @@ impl DecodedRecord {
                 wait_addr: h.wait_addr,
                 at_ns: h.time_ns,
                 carried_ns: h.carried_ns,
+                gil_holder: h
+                    .gil_holder()
+                    .map(|(tstate, code)| HolderRead { tstate, code }),
             }
         } else {
             RecordKind::OnCpu

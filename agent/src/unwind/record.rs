@@ -30,6 +30,8 @@ const MAX_LAST_STACKS: usize = 4096;
 pub(super) struct RecordContext {
     /// interpreter of each thread state, from the last read of the thread list
     interp_of: HashMap<u64, InterpreterInfo>,
+    /// thread id (in the target's namespace) of each thread state, from the same read
+    tid_of: HashMap<u64, u32>,
     /// the interpreter whose thread list the BPF program searches for threads not registered
     /// with it: their records carry thread states the last read did not see
     searched: Option<InterpreterInfo>,
@@ -49,6 +51,7 @@ impl Default for RecordContext {
     fn default() -> Self {
         RecordContext {
             interp_of: HashMap::new(),
+            tid_of: HashMap::new(),
             searched: None,
             last_validated: Instant::now(),
             batch_began: Instant::now(),
@@ -68,12 +71,20 @@ impl RecordContext {
             .map(|(_, ns, name)| (*ns, name.clone()))
     }
 
-    /// Records which interpreter each thread state belongs to, as just read.
+    /// The thread id (in the target's namespace) of thread state `tstate`, as last read.
+    pub(super) fn thread_of(&self, tstate: u64) -> Option<u32> {
+        self.tid_of.get(&tstate).copied()
+    }
+
+    /// Records which interpreter each thread state belongs to, and its thread, as just read.
     fn set_interpreters(&mut self, interpreters: &[(InterpreterInfo, Vec<ThreadInfo>)]) {
         self.interp_of.clear();
+        self.tid_of.clear();
         for (interp, threads) in interpreters {
             self.interp_of
                 .extend(threads.iter().map(|t| (t.addr, *interp)));
+            self.tid_of
+                .extend(threads.iter().map(|t| (t.addr, t.native_thread_id)));
         }
         // A stack resolved against the code objects as validated before is not reused after.
         self.last_stacks.clear();

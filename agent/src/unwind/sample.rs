@@ -31,6 +31,9 @@ pub struct SampleThread {
     /// The asyncio task the thread was running (the `task_name` label), with task-aware
     /// stacks on.
     pub task: Option<Arc<str>>,
+    /// Who held the GIL while the thread waited for it (the `gil_holder` label), where the
+    /// sampler read that at the same instant: only with [`GilState::Waiting`].
+    pub gil_holder: Option<GilHolder>,
 }
 
 impl SampleThread {
@@ -46,6 +49,7 @@ impl SampleThread {
             cpu: None,
             trace: None,
             task: None,
+            gil_holder: None,
         }
     }
 
@@ -86,6 +90,35 @@ impl TraceContext {
     /// The span id as 16 lowercase hex digits (the `span_id` label value).
     pub fn span_id_hex(&self) -> String {
         hex(&self.span_id)
+    }
+}
+
+/// The thread holding the GIL another thread waits for, and what it ran: the `gil_holder`
+/// label, `NAME in FUNCTION` (`go tool pprof -tagfocus=gil=waiting -tagroot=gil_holder` puts
+/// the waiters' stacks under their blockers).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GilHolder {
+    /// The holder's Python thread name, or `thread TID` when none is known.
+    pub thread: Arc<str>,
+    /// The function of the holder's innermost Python frame, when it could be read.
+    pub function: Option<Arc<str>>,
+}
+
+impl GilHolder {
+    /// The holder `ns_tid` (named `name` when known) running `function`.
+    pub fn new(ns_tid: u32, name: Option<Arc<str>>, function: Option<Arc<str>>) -> GilHolder {
+        GilHolder {
+            thread: name.unwrap_or_else(|| format!("thread {ns_tid}").into()),
+            function,
+        }
+    }
+
+    /// The `gil_holder` label value.
+    pub fn label(&self) -> String {
+        match &self.function {
+            Some(f) => format!("{} in {f}", self.thread),
+            None => self.thread.to_string(),
+        }
     }
 }
 

@@ -9,6 +9,9 @@ use pyagent_tests::consumers::{go_pprof_raw, location_frames};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::PythonProcess;
 use rstest::rstest;
+use rstest_reuse::apply;
+
+use crate::{free_threaded, with_gil};
 
 /// One sample of `go tool pprof -raw`: its values, its top function, its frames (function and
 /// file, leaf first) and its string labels.
@@ -67,15 +70,19 @@ fn raw_samples(file: &Path) -> (Vec<String>, Vec<RawSample>) {
                 labels: BTreeMap::new(),
             });
         } else {
-            // `key:[value] key:[value]`, over one or more lines after the sample.
-            for token in line.split_whitespace() {
-                if let Some((key, value)) = token.split_once(":[") {
-                    samples
-                        .last_mut()
-                        .expect("labels follow a sample")
-                        .labels
-                        .insert(key.to_string(), value.trim_end_matches(']').to_string());
-                }
+            // `key:[value] key:[value]`, over one or more lines after the sample; a value may
+            // hold spaces (`gil_holder:[holder in spin]`).
+            let mut rest = line.trim_start();
+            while let Some((key, after)) = rest.split_once(":[") {
+                let Some((value, tail)) = after.split_once(']') else {
+                    break;
+                };
+                samples
+                    .last_mut()
+                    .expect("labels follow a sample")
+                    .labels
+                    .insert(key.trim().to_string(), value.to_string());
+                rest = tail.trim_start();
             }
         }
     }
@@ -672,4 +679,71 @@ fn off_cpu_is_declared_when_no_thread_waited() {
     assert!(!samples.is_empty(), "on-CPU samples recorded");
     let top = pyagent_tests::consumers::go_pprof(&["-sample_index=off_cpu", "-top"], &file);
     assert!(top.contains("off_cpu"), "{top}");
+}
+
+/// Issue 38, item 1: a thread waiting for the GIL names who holds it. gil_holder.py's `holder`
+/// thread keeps the GIL in a pure-Python loop (`hold_gil_spin`), then, in a second process,
+/// through long C calls (`hold_gil_in_c`), while three `wanter` threads keep waiting for it: at
+/// least 90% of their GIL-wait time (eBPF `--off-cpu`) or of their waiting samples (userspace
+/// `--idle`) carries `gil_holder:[holder in FUNCTION]`.
+#[apply(with_gil)]
+fn gil_waits_name_the_holder_and_its_function(py: &str, #[values("ebpf", "userspace")] mode: &str) {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    for (holds, function) in [("python", "hold_gil_spin"), ("c", "hold_gil_in_c")] {
+        let p = PythonProcess::ready(py, "gil_holder.py", &[holds]);
+        let dir = fresh_dir(&format!("gil-holder-{mode}-{holds}-{py}"));
+        let file = dir.join("holder.pb.gz");
+        let waits = if mode == "ebpf" {
+            "--off-cpu"
+        } else {
+            "--idle"
+        };
+        record(p.pid(), &["--mode", mode, "-d", "2", waits], &file);
+        let (types, samples) = raw_samples(&file);
+        // eBPF: nanoseconds off the CPU; userspace: samples of threads found waiting.
+        let column = match mode {
+            "ebpf" => types
+                .iter()
+                .position(|t| t == "off_cpu/nanoseconds")
+                .unwrap_or_else(|| panic!("no off_cpu sample type in {types:?}")),
+            _ => 0,
+        };
+        let mut by_holder: BTreeMap<String, u64> = BTreeMap::new();
+        for s in samples
+            .iter()
+            .filter(|s| s.label("gil") == Some("waiting") && s.values[column] > 0)
+        {
+            let holder = s.label("gil_holder").unwrap_or("-").to_string();
+            *by_holder.entry(holder).or_insert(0) += s.values[column];
+        }
+        let total: u64 = by_holder.values().sum();
+        let blamed = by_holder
+            .get(&format!("holder in {function}"))
+            .copied()
+            .unwrap_or(0);
+        let what = format!("{py} {mode} {holds}: GIL waits by holder {by_holder:?}");
+        assert!(total > 0, "no GIL waits: {what}");
+        assert!(blamed * 10 >= total * 9, "{what}");
+    }
+}
+
+/// A free-threaded build has no GIL: nobody waits for it and no sample names a holder.
+#[apply(free_threaded)]
+fn no_gil_holder_without_a_gil(py: &str) {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = PythonProcess::ready(py, "gil_holder.py", &[]);
+    let dir = fresh_dir(&format!("gil-holder-none-{py}"));
+    let file = dir.join("holder.pb.gz");
+    record(p.pid(), &["--mode", "ebpf", "-d", "1", "--off-cpu"], &file);
+    let (_, samples) = raw_samples(&file);
+    assert!(
+        samples.iter().any(|s| s.top == "hold_gil_spin"),
+        "{py}: the spinning thread is sampled"
+    );
+    assert!(
+        samples.iter().all(|s| s.label("gil_holder").is_none()),
+        "{py}: {samples:?}"
+    );
 }

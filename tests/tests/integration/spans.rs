@@ -138,3 +138,54 @@ fn bad_input_is_one_line_and_exit_status_2() {
         assert!(out.stdout.is_empty(), "{file}: nothing on stdout");
     }
 }
+
+/// A free port whose next one is free too: the app's and its upstream's.
+fn free_port_pair() -> u16 {
+    use std::net::TcpListener;
+    (0..100)
+        .find_map(|_| {
+            let first = TcpListener::bind("127.0.0.1:0").ok()?;
+            let port = first.local_addr().ok()?.port();
+            TcpListener::bind(("127.0.0.1", port.checked_add(1)?)).ok()?;
+            Some(port)
+        })
+        .expect("two free ports in a row")
+}
+
+/// Issue 38, item 4: the README's worked example. `slow_app.py` serves `/report` (Python code
+/// on the CPU, so concurrent reports wait for each other's GIL) and `/quote` (a wait on an
+/// upstream socket) from 8 worker threads under load. `pyagent spans --by service` of an eBPF
+/// `--off-cpu` recording puts the CPU under `render_report`, the io under `fetch_quote`, and the
+/// GIL waits on the workers running `render_report`.
+#[test]
+fn the_worked_examples_app_shows_where_its_time_goes() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let port = free_port_pair().to_string();
+    let app = PythonProcess::ready("py312", "slow_app.py", &["serve", &port]);
+    let _load = PythonProcess::ready("py312", "slow_app.py", &["load", &port]);
+    let dir = fresh_dir("worked-example");
+    let file = dir.join("app.pb.gz");
+    let path = file.to_str().unwrap();
+    record(
+        app.pid(),
+        &["--mode", "ebpf", "--off-cpu", "-d", "5"],
+        &file,
+    );
+    let json = spans(&[path, "--by", "service", "--json"]);
+    let report: Value = serde_json::from_str(&json).expect("JSON");
+    let parts = &report["groups"][0]["parts"];
+    assert_eq!(
+        parts["cpu_gil_held"]["top_function"]["function"], "render_report",
+        "{json}"
+    );
+    assert_eq!(
+        parts["io"]["top_function"]["function"], "fetch_quote",
+        "{json}"
+    );
+    let holder = &parts["gil_wait"]["top_holder"];
+    assert_eq!(holder["function"], "render_report", "{json}");
+    assert!(holder["threads"].as_u64().unwrap_or(0) >= 2, "{json}");
+    let text = spans(&[path, "--by", "service"]);
+    assert!(text.contains("; held in render_report ("), "{text}");
+}

@@ -18,6 +18,8 @@
 //! 4. Native stacks: ns per sample with and without the native section on a target whose leaf
 //!    is in C under 100 Python frames (`deep.py 100 native`), and the agent's CPU at 99 Hz with
 //!    `--native` off and on beside 50 such processes.
+//! 5. GIL holder: what naming the GIL's holder costs a GIL wait (the off-CPU program with the
+//!    lookup and without it, beside `gil_holder.py`).
 //!
 //! The measurements link the agent library, whose build needs clang: `cargo xtask` itself is built
 //! with the Rust toolchain alone, so it installs the build packages and re-runs itself from a
@@ -28,7 +30,7 @@
 //! tests: `cost` (what a load of the sampler measured), `cost_rows` (the program-cost tables'
 //! rows), `agent_output` (what a run of the agent printed and cost), `agent_rows` (the agent
 //! tables' rows), `targets` (the targets' settings). What runs processes: `program_run` (one
-//! load of the sampler beside a target), `program_cost` (sections 1 and 4's program costs),
+//! load of the sampler beside a target), `program_cost` (sections 1 and 4's program costs), `gil_cost` (section 5),
 //! `agent_run` (one run of the agent), `agent_overhead` (sections 2, 3 and 4's agent runs),
 //! `measure` (the parts in order). `args` holds the arguments.
 
@@ -45,6 +47,8 @@ mod args;
 mod cost;
 #[cfg(feature = "agent-lib")]
 mod cost_rows;
+#[cfg(feature = "agent-lib")]
+mod gil_cost;
 #[cfg(feature = "agent-lib")]
 mod measure;
 #[cfg(feature = "agent-lib")]

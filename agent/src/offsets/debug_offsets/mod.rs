@@ -115,6 +115,7 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
         GilLocation::ThreadFlag {
             holds_gil,
             locked: get("interpreter_state.gil_runtime_state_locked"),
+            holder: get("interpreter_state.gil_runtime_state_holder"),
         }
     } else {
         GilLocation::Interpreter {

@@ -98,6 +98,7 @@ const KNOB_STOP_AFTER: &str = "pa_stop_after";
 const KNOB_THREAD_SEARCH_MAX: &str = "pa_thread_search_max";
 const KNOB_OFF_CPU: &str = "pa_off_cpu_on";
 const KNOB_OFF_CPU_MIN_GAP: &str = "pa_off_cpu_min_gap_ns";
+const KNOB_GIL_HOLDER: &str = "pa_gil_holder_on";
 const MAP_OFF_CPU_THREADS: &str = "pa_off_cpu_threads";
 const OFF_CPU_PROGRAM: &str = "pa_switch";
 
@@ -136,6 +137,9 @@ pub struct BpfConfig {
     /// timed, not walked; its time goes to the thread's next recorded wait. Bounds the walks to
     /// one per thread per gap, whatever the rate of blocking (0: walk every wait).
     pub off_cpu_min_gap: std::time::Duration,
+    /// Off-CPU records of a thread blocked waiting for the GIL name the thread holding it and
+    /// the code it runs (the `gil_holder` label). Benchmarks turn it off to measure its cost.
+    pub gil_holder: bool,
     /// Load this build whatever the kernel has (tests and benchmarks); `None`: the build the
     /// kernel's helpers allow ([`KernelFacilities`]).
     pub build: Option<ProgramBuild>,
@@ -163,6 +167,7 @@ impl Default for BpfConfig {
             thread_search_max: THREAD_SEARCH_MAX,
             off_cpu: false,
             off_cpu_min_gap: DEFAULT_OFF_CPU_MIN_GAP,
+            gil_holder: true,
             build: None,
         }
     }

@@ -66,11 +66,18 @@ fn set_gil_follows_the_version() {
     o315.gil = GilLocation::ThreadFlag {
         holds_gil: 232,
         locked: 16,
+        holder: 8,
     };
     set_gil(&mut p, &o315, 0x1000, 0x20_0000);
     assert_eq!(
-        (p.gil_model, p.thread_state_holds_gil, p.gil_locked_addr),
-        (GIL_THREAD_FLAG, 232, 0)
+        (
+            p.gil_model,
+            p.thread_state_holds_gil,
+            p.gil_locked_addr,
+            p.gil_holder_addr
+        ),
+        (GIL_THREAD_FLAG, 232, 0x20_0010, 0x20_0008),
+        "3.15 reads the flag, and the pair for who holds the GIL a thread waits for"
     );
 
     o315.gil = GilLocation::Disabled { thread_state: 300 };

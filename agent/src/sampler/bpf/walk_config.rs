@@ -8,7 +8,7 @@ use common::{
 };
 
 use crate::discovery::thread_context::ThreadContextLayout;
-use crate::offsets::{GilLocation, Offsets};
+use crate::offsets::{GilBase, GilLocation, Offsets};
 
 /// Where the program looks for an unregistered thread of a process with layout `offsets`: the
 /// thread list of the interpreter at `interpreter_addr`, matched by `native_thread_id` in the
@@ -77,7 +77,8 @@ pub fn pa_proc_for(offsets: &Offsets, use_anchor: bool) -> PaProc {
 
 /// Tells the program of `proc` how to read whether a sampled thread holds the GIL: the main
 /// interpreter's `locked`/`last_holder` pair (3.11 in `_PyRuntime` at `runtime_addr`, 3.12-3.14
-/// in the interpreter at `interpreter_addr`), or the thread state's own flag (3.15). Threads of
+/// in the interpreter at `interpreter_addr`), or the thread state's own flag (3.15); and, with
+/// the pair (3.15 too), who holds the GIL a thread blocks waiting for. Threads of
 /// sub-interpreters with their own GIL read as not holding the main one. Free-threaded builds
 /// have no GIL: their records carry no GIL bits.
 pub fn set_gil(proc: &mut PaProc, offsets: &Offsets, runtime_addr: u64, interpreter_addr: u64) {
@@ -85,23 +86,27 @@ pub fn set_gil(proc: &mut PaProc, offsets: &Offsets, runtime_addr: u64, interpre
     proc.gil_locked_addr = 0;
     proc.gil_holder_addr = 0;
     proc.thread_state_holds_gil = 0;
-    let (base, locked, holder) = match offsets.gil {
-        GilLocation::Runtime { locked, holder } => (runtime_addr, locked, holder),
-        GilLocation::Interpreter { locked, holder } => (interpreter_addr, locked, holder),
-        GilLocation::ThreadFlag { holds_gil, .. } => {
-            if let Ok(off) = u32::try_from(holds_gil) {
-                proc.gil_model = GIL_THREAD_FLAG;
-                proc.thread_state_holds_gil = off;
-            }
-            return;
-        }
-        GilLocation::Disabled { .. } => return,
+    let Some((base, locked, holder)) = offsets.gil.holder_words() else {
+        return;
     };
-    if let (Some(locked), Some(holder)) = (base.checked_add(locked), base.checked_add(holder)) {
+    let base = match base {
+        GilBase::Runtime => runtime_addr,
+        GilBase::Interpreter => interpreter_addr,
+    };
+    let (Some(locked), Some(holder)) = (base.checked_add(locked), base.checked_add(holder)) else {
+        return;
+    };
+    if let GilLocation::ThreadFlag { holds_gil, .. } = offsets.gil {
+        let Ok(off) = u32::try_from(holds_gil) else {
+            return;
+        };
+        proc.gil_model = GIL_THREAD_FLAG;
+        proc.thread_state_holds_gil = off;
+    } else {
         proc.gil_model = GIL_HOLDER;
-        proc.gil_locked_addr = locked;
-        proc.gil_holder_addr = holder;
     }
+    proc.gil_locked_addr = locked;
+    proc.gil_holder_addr = holder;
 }
 
 /// Tells the program of `proc` where each thread's OTEP 4947 context is (`layout`, found in the

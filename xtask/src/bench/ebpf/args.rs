@@ -36,8 +36,9 @@ pub struct Args {
     #[arg(long, default_value_t = 999)]
     pub(super) bpf_rate: u64,
     /// Only one part: `cost` (ns per run), `agent` (agent overhead), `offcpu` (agent and BPF
-    /// cost with off-CPU profiling, beside many blocking processes) or `native` (BPF cost per
-    /// sample and agent overhead with native stacks, `--native`).
+    /// cost with off-CPU profiling, beside many blocking processes), `native` (BPF cost per
+    /// sample and agent overhead with native stacks, `--native`) or `gil` (what naming the
+    /// GIL's holder costs a GIL wait).
     #[arg(long)]
     pub(super) only: Option<String>,
     /// Also measure each stage of an anchored depth-100 walk on 3.15 (the program stops after

@@ -13,9 +13,9 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(o) = args
         .only
         .as_deref()
-        .filter(|o| !["cost", "agent", "offcpu", "native"].contains(o))
+        .filter(|o| !["cost", "agent", "offcpu", "native", "gil"].contains(o))
     {
-        bail!("--only {o}: use cost, agent, offcpu or native");
+        bail!("--only {o}: use cost, agent, offcpu, native or gil");
     }
     let manifest = Manifest::load()?;
     let script = util::bench_script("deep.py");
@@ -57,6 +57,17 @@ pub fn run(args: &Args) -> Result<()> {
             agent_seconds,
             Flag::Native,
         )?;
+        if args.only.is_some() {
+            return Ok(());
+        }
+    }
+    if args.only.is_none() || args.only.as_deref() == Some("gil") {
+        let pythons: Vec<&Interpreter> = args
+            .pythons
+            .iter()
+            .map(|n| manifest.interpreter(n))
+            .collect::<Result<_>>()?;
+        super::gil_cost::gil_holder_cost(&pythons, seconds.max(2.0))?;
         if args.only.is_some() {
             return Ok(());
         }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use pyagent::discovery::locate_runtime;
+use pyagent::discovery::{locate_runtime, PythonTarget};
 use pyagent::sampler::bpf::{pa_proc_for, set_gil, BpfConfig, BpfSampler};
 use pyagent::unwind::native::NativeUnwinder;
 use pyagent::unwind::{UnwindOptions, Unwinder};
@@ -52,6 +52,21 @@ impl Walk {
     }
 }
 
+/// Starts `script ARGS` under `py`, waits for its `ready` line and locates its runtime.
+pub(super) fn spawn_target(
+    py: &Interpreter,
+    script: &Path,
+    args: &[String],
+) -> Result<(Proc, PythonTarget)> {
+    let mut cmd = py.script_command(script, args)?;
+    let name = script.file_name().unwrap_or_default().to_string_lossy();
+    let what = format!("{} {name} {}", py.name, args.join(" "));
+    let target = Proc::spawn_ready(&mut cmd, what, "ready", READY)?;
+    let located = locate_runtime(target.pid())
+        .with_context(|| format!("locating the runtime of {}", py.name))?;
+    Ok((target, located))
+}
+
 /// Loads the sampler, tracks a fresh `deep.py DEPTH busy` (or `native`) target as `walk` says
 /// for `secs`, and returns the program's run statistics and counters.
 pub(super) fn measure(
@@ -64,16 +79,8 @@ pub(super) fn measure(
     rate: u64,
 ) -> Result<Cost> {
     let kind = walk.target_kind();
-    let mut cmd = py.script_command(script, &[depth.to_string(), kind.to_owned()])?;
-    let target = Proc::spawn_ready(
-        &mut cmd,
-        format!("{} deep.py {depth} {kind}", py.name),
-        "ready",
-        READY,
-    )?;
+    let (target, located) = spawn_target(py, script, &[depth.to_string(), kind.to_owned()])?;
     let pid = target.pid();
-    let located =
-        locate_runtime(pid).with_context(|| format!("locating the runtime of {}", py.name))?;
     let offsets = located.offsets;
     let anchored = walk.anchored();
     let mut u = Unwinder::new(
