@@ -458,6 +458,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
         let m = deltas.delta(Total::CacheMisses(cache), misses);
         metrics.add_cache(cache, h, m);
     }
+    metrics.set_cache_memory(&p.cache_memory());
     let symbols = crate::symbolize::native::symbol_source_stats();
     for (source, total) in symbols.objects_by_source() {
         let d = deltas.delta(Total::NativeObjects(source), total);

@@ -232,6 +232,18 @@ pub struct Aggregator {
 }
 
 impl Aggregator {
+    /// Heap bytes of the open window: its stack keys (their frames; names are shared with the
+    /// code-object cache) and counts.
+    pub fn bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let frames = |k: &StackKey| k.frames.capacity() * size_of::<Frame>();
+        let on: usize = self.counts.keys().map(frames).sum();
+        let off: usize = self.off_cpu.keys().map(|(k, _)| frames(k)).sum();
+        let maps = self.counts.capacity() * size_of::<(StackKey, u64)>()
+            + self.off_cpu.capacity() * size_of::<((StackKey, WaitReason), u64)>();
+        (on + off + maps) as u64
+    }
+
     /// An empty aggregator for samples taken every `period_ns` nanoseconds; its first window starts now.
     pub fn new(period_ns: u64) -> Aggregator {
         Aggregator {

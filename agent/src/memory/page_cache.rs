@@ -77,6 +77,18 @@ pub struct PageCache {
 }
 
 impl PageCache {
+    /// Bytes the cache holds: its pages (cached, and kept as buffers) and what says which
+    /// parts the next sample prefetches. At most `max_pages` of each kind of page.
+    pub fn bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let pages = self.pages.capacity() * (size_of::<(u64, CachedPage)>() + 8)
+            + (self.pages.len() + self.spare.len()) * PAGE as usize
+            + self.spare.capacity() * size_of::<Page>();
+        let plans = (self.used_order.capacity() + self.first_next.capacity()) * size_of::<u64>()
+            + self.plan.capacity() * size_of::<(u64, usize, usize)>();
+        (pages + plans) as u64
+    }
+
     /// A cache over `remote` holding at most `max_pages` pages per sample.
     pub fn new(remote: RemoteMemory, max_pages: usize) -> PageCache {
         PageCache {
@@ -137,6 +149,18 @@ impl PageCache {
     pub fn begin_without_prefetch(&mut self) {
         self.carry_used();
         self.drop_pages();
+    }
+
+    /// Frees every page buffer, cached or spare, for a process read seldom: in eBPF mode a
+    /// process's records are resolved in a batch per drain, and its buffers would otherwise
+    /// stay allocated between batches, a few dozen KiB per process. The next
+    /// [`PageCache::begin_sample`] still prefetches what this sample used.
+    pub fn release(&mut self) {
+        self.carry_used();
+        if !self.pages.is_empty() || !self.spare.is_empty() {
+            self.pages = HashMap::new();
+            self.spare = Vec::new();
+        }
     }
 
     /// Adds the used parts of this sample's pages to the next prefetch, in order of first use

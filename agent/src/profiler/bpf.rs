@@ -193,6 +193,11 @@ impl BpfBackend {
         self.procs.values().map(|p| &p.unwinder)
     }
 
+    /// The native unwinders of the processes sampled with native stacks.
+    pub fn native_unwinders(&self) -> impl Iterator<Item = &NativeUnwinder> {
+        self.procs.values().filter_map(|p| p.native.as_ref())
+    }
+
     /// Python threads (those with a thread state) of each process at its last thread-list read.
     pub fn python_threads(&self) -> HashMap<u32, u64> {
         self.procs
@@ -358,6 +363,8 @@ impl BpfBackend {
                 });
         }
         p.threads = now;
+        // Read seldom: its page buffers are not kept until the next read.
+        p.unwinder.end_records();
     }
 
     /// Resolves the records in the ring buffer; returns the pids that had some. Each record
@@ -406,6 +413,11 @@ impl BpfBackend {
         });
         out.stats.records += n as u64;
         out.stats.native = self.mixer.counts;
+        for pid in &sampled {
+            if let Some(p) = procs.get_mut(pid) {
+                p.unwinder.end_records();
+            }
+        }
         sampled
     }
 

@@ -30,8 +30,8 @@ use crate::discovery::{HostScanner, PythonTarget};
 use crate::sampler::bpf::{BpfConfig, BpfError, BpfSampler, ProgramBuild};
 use crate::sampler::userspace::SamplerStats;
 use crate::symbolize::native::DebugDirs;
-use crate::unwind::native::NativeMix;
-use crate::unwind::{CacheTotals, ExternalSkip, UnwindOptions, UnwindStats, Unwinder};
+use crate::unwind::native::{NativeMix, NativeUnwinder};
+use crate::unwind::{CacheMemory, CacheTotals, ExternalSkip, UnwindOptions, UnwindStats, Unwinder};
 
 use bpf::BpfBackend;
 use process::Collected;
@@ -714,6 +714,28 @@ impl HostProfiler {
     /// Whether any process was read with the 3.15 frame cache.
     pub fn frame_cache_used(&self) -> bool {
         self.unwinders().any(|u| u.frame_cache_enabled()) || self.retired_unwind.anchor_writes > 0
+    }
+
+    /// What the agent's caches hold now: every tracked process's unwinder, native unwinder and
+    /// open profile window, and the native objects they share.
+    pub fn cache_memory(&self) -> CacheMemory {
+        let mut m = CacheMemory::default();
+        for u in self.unwinders() {
+            m.add_unwinder(u);
+        }
+        let native: Box<dyn Iterator<Item = &NativeUnwinder>> = match &self.backend {
+            Backend::Bpf(b) => Box::new(b.native_unwinders()),
+            Backend::Userspace(u) => Box::new(u.native_unwinders()),
+        };
+        m.native_frames = native.map(NativeUnwinder::bytes).sum();
+        m.native_objects = crate::symbolize::native::ObjectCache::memory().1;
+        m.profiles = self
+            .collected
+            .profiles
+            .values()
+            .map(|p| p.agg.bytes())
+            .sum();
+        m
     }
 
     fn unwinders(&self) -> Box<dyn Iterator<Item = &Unwinder> + '_> {

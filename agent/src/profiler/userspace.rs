@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::aggregate::WaitReason;
 use crate::sampler::userspace::{ProcessRead, SamplerStats, UserspaceConfig, UserspaceSampler};
-use crate::unwind::native::NativeMix;
+use crate::unwind::native::{NativeMix, NativeUnwinder};
 use crate::unwind::Unwinder;
 
 use super::process::Collected;
@@ -68,6 +68,10 @@ impl UserspaceBackend {
 
     pub fn native_mix(&self) -> NativeMix {
         self.sampler.native_mix()
+    }
+
+    pub fn native_unwinders(&self) -> impl Iterator<Item = &NativeUnwinder> {
+        self.sampler.native_unwinders()
     }
 
     /// One read of every tracked process, into its profile; returns the processes found gone.

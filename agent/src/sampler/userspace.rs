@@ -150,6 +150,11 @@ impl UserspaceSampler {
         self.native_mix.counts
     }
 
+    /// The native unwinders of the processes whose stacks were copied.
+    pub fn native_unwinders(&self) -> impl Iterator<Item = &NativeUnwinder> {
+        self.native.values()
+    }
+
     /// Forgets what is kept of a process no longer tracked.
     pub fn forget(&mut self, pid: u32) {
         self.run_states.remove(&pid);

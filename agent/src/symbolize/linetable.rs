@@ -62,6 +62,11 @@ impl Cursor<'_> {
 }
 
 impl LineTable {
+    /// Heap bytes of the decoded table.
+    pub fn heap_bytes(&self) -> usize {
+        self.ranges.capacity() * std::mem::size_of::<LineRange>()
+    }
+
     /// Decodes `table` for a code object whose first line is `first_line`. Decoding stops at
     /// the first malformed entry; what came before stays usable.
     pub fn decode(table: &[u8], first_line: u32) -> LineTable {

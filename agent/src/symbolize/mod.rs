@@ -76,6 +76,17 @@ pub struct Symbolizer {
     epoch: u64,
     max_entries: usize,
     stats: SymbolizerStats,
+    /// heap bytes of the cached entries ([`code_entry_bytes`]), kept as they come and go
+    bytes: u64,
+}
+
+/// Heap bytes one cached code object holds: its entry in both maps, its names and its decoded
+/// line table (names shared with frames in profiles are counted here once).
+fn code_entry_bytes(info: &CodeInfo) -> u64 {
+    use std::mem::size_of;
+    let maps = size_of::<(u64, CodeEntry)>() + size_of::<(u64, u64)>() + 16;
+    let name = size_of::<CodeName>() + info.name.function.len() + info.name.file.len();
+    (maps + size_of::<CodeInfo>() + name + info.lines.heap_bytes()) as u64
 }
 
 impl Symbolizer {
@@ -90,6 +101,7 @@ impl Symbolizer {
             epoch: 0,
             max_entries: 65536,
             stats: SymbolizerStats::default(),
+            bytes: 0,
         }
     }
 
@@ -190,7 +202,8 @@ impl Symbolizer {
         }
         let bytecode = addr + self.offsets.code_object.co_code_adaptive;
         self.by_bytecode.insert(bytecode, addr);
-        self.cache.insert(
+        self.bytes += code_entry_bytes(&info);
+        let replaced = self.cache.insert(
             addr,
             CodeEntry {
                 info: info.clone(),
@@ -198,12 +211,22 @@ impl Symbolizer {
                 checked_epoch: self.epoch,
             },
         );
+        if let Some(old) = replaced {
+            self.bytes = self.bytes.saturating_sub(code_entry_bytes(&old.info));
+        }
         Ok(Some(info))
     }
 
     fn clear(&mut self) {
         self.cache.clear();
         self.by_bytecode.clear();
+        self.bytes = 0;
+    }
+
+    /// Heap bytes of the cached code objects (bounded: the cache holds at most 65,536 and
+    /// starts over when full).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// The cached code object whose own bytecode holds `ip`, with its address: what a frame

@@ -71,6 +71,22 @@ impl RecordContext {
             .map(|(_, ns, name)| (*ns, name.clone()))
     }
 
+    /// Heap bytes of the maps and of the threads' last stacks.
+    pub(super) fn bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let stacks: usize = self
+            .last_stacks
+            .values()
+            .map(|l| {
+                l.raw.capacity() * size_of::<RawFrame>() + l.frames.capacity() * size_of::<Frame>()
+            })
+            .sum();
+        let maps = self.interp_of.capacity() * size_of::<(u64, InterpreterInfo)>()
+            + self.tid_of.capacity() * size_of::<(u64, u32)>()
+            + self.last_stacks.capacity() * size_of::<(u32, LastStack)>();
+        (stacks + maps) as u64
+    }
+
     /// The thread id (in the target's namespace) of thread state `tstate`, as last read.
     pub(super) fn thread_of(&self, tstate: u64) -> Option<u32> {
         self.tid_of.get(&tstate).copied()
@@ -269,6 +285,12 @@ impl Unwinder {
         }
 
         Ok(interpreters)
+    }
+
+    /// Ends a batch of records: the page buffers it read into are freed until the next one
+    /// (a process's records come in a batch per drain; see [`crate::memory::PageCache::release`]).
+    pub fn end_records(&mut self) {
+        self.mem.release();
     }
 
     /// Starts a batch of records without reading anything: the code-object cache stays as the

@@ -134,6 +134,33 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
         series_value(&metrics, "process_cpu_seconds_total") > 0.0,
         "{metrics}"
     );
+    // Issue 36, item 2: what the caches hold, by cache. The target's code objects, the pages
+    // read from it and its open window are held; all of them are a part of the agent's RSS.
+    let memory = |cache: &str| {
+        series_value(
+            &metrics,
+            &format!("pyagent_agent_memory_bytes{{cache=\"{cache}\"}}"),
+        )
+    };
+    for cache in ["page", "code", "profile"] {
+        assert!(memory(cache) > 0.0, "{cache}: {metrics}");
+    }
+    let held: f64 = [
+        "page",
+        "code",
+        "frame",
+        "record",
+        "native_frames",
+        "native_objects",
+        "profile",
+    ]
+    .iter()
+    .map(|c| memory(c))
+    .sum();
+    assert!(
+        held < series_value(&metrics, "process_resident_memory_bytes"),
+        "{metrics}"
+    );
     let before = svc.profiles().len();
     let dir = svc.dir.clone();
     let stderr = svc.stop();

@@ -97,6 +97,12 @@ impl AgentMetrics {
                 "Lookups in the agent's caches (page, frame, code; record: BPF records that repeated their thread's last stack below the top frame, against those resolved whole), by cache and result (hit, miss; bypassed: frame-cache walks beyond its bounds, done whole).",
                 &["cache", "result"],
             ),
+            memory: gauge_vec(
+                &registry,
+                "pyagent_agent_memory_bytes",
+                "Heap bytes the agent's caches hold, by cache, estimated from what they hold: page (copies of target memory, per process), code (code objects' names and line tables, per process), frame (3.15 frame cache), record (eBPF: each thread's last stack), native_frames (native frames named per process), native_objects (native objects' symbol tables, shared by every process), profile (the open profile windows). Each per-process cache is bounded; compare with process_resident_memory_bytes.",
+                &["cache"],
+            ),
             processes: gauge_vec(
                 &registry,
                 "pyagent_processes",

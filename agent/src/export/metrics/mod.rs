@@ -117,6 +117,7 @@ pub struct AgentMetrics {
     bpf_counters: Vec<IntCounter>,
     bpf_counters_last: Mutex<[u64; common::COUNTER_COUNT]>,
     cache_lookups: IntCounterVec,
+    memory: IntGaugeVec,
     processes: IntGaugeVec,
     service_samples: IntCounterVec,
     service_gil_samples: IntCounterVec,
@@ -252,6 +253,15 @@ impl AgentMetrics {
             self.processes
                 .with_label_values(&[state.label()])
                 .set(saturating_i64(n));
+        }
+    }
+
+    /// Sets the bytes each of the agent's caches holds now.
+    pub fn set_cache_memory(&self, memory: &crate::unwind::CacheMemory) {
+        for (cache, bytes) in memory.by_cache() {
+            self.memory
+                .with_label_values(&[cache])
+                .set(saturating_i64(bytes));
         }
     }
 

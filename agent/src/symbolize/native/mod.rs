@@ -123,6 +123,9 @@ pub struct ElfObject {
     /// link-time ranges of CPython's eval loop (`_PyEval_EvalFrameDefault` and its `.cold`
     /// parts): a native frame in there runs Python frames
     eval_ranges: Vec<Range<u64>>,
+    /// heap bytes held (the symbol table, counted once at the parse); the sections are mapped
+    /// from the file, shared with the page cache
+    heap_bytes: u64,
 }
 
 /// Where an object's names beyond its `.dynsym` came from.
@@ -313,6 +316,7 @@ impl ElfObject {
                     eh_frame_hdr,
                 });
         let eval_ranges = eval_ranges(named_eval, text.as_ref(), unwind);
+        let heap_bytes = symbols.heap_bytes();
         Ok(ElfObject {
             build_id: build_id.map(Arc::from),
             loads,
@@ -323,7 +327,13 @@ impl ElfObject {
             symbol_source,
             symbols,
             eval_ranges,
+            heap_bytes,
         })
+    }
+
+    /// Heap bytes the object holds: its symbol table (its sections are mapped from the file).
+    pub fn heap_bytes(&self) -> u64 {
+        self.heap_bytes
     }
 
     /// The function holding link-time address `svma`. A symbol without a size covers nothing
@@ -490,6 +500,13 @@ impl ObjectCache {
         cache.order.push_back(key);
         cache.objects.insert(key, Arc::clone(&object));
         Ok(object)
+    }
+
+    /// Objects held, and the heap bytes they hold: the native objects of every process, shared.
+    pub fn memory() -> (usize, u64) {
+        let cache = Self::lock();
+        let bytes = cache.objects.values().map(|o| o.heap_bytes()).sum();
+        (cache.objects.len(), bytes)
     }
 
     fn lock() -> std::sync::MutexGuard<'static, ObjectCache> {

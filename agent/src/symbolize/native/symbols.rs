@@ -70,6 +70,12 @@ impl SymbolTable {
         SymbolTable { symbols }
     }
 
+    /// Heap bytes the table holds: its entries and their names.
+    pub fn heap_bytes(&self) -> u64 {
+        let names: usize = self.symbols.iter().map(|s| s.name.len()).sum();
+        (self.symbols.capacity() * std::mem::size_of::<Symbol>() + names) as u64
+    }
+
     /// Every symbol, by start address.
     pub fn iter(&self) -> impl Iterator<Item = &Symbol> {
         self.symbols.iter()

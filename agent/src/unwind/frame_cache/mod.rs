@@ -135,6 +135,24 @@ pub(crate) const MAX_THREADS: usize = 4096;
 pub(crate) const MAX_CACHED_FRAMES: usize = 4096;
 
 impl FrameCache {
+    /// Heap bytes of the stored stacks and the per-thread bookkeeping.
+    pub fn bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let stored = |s: &Stored| {
+            s.frames.capacity() * size_of::<CachedFrame>() + s.chain.capacity() * size_of::<Link>()
+        };
+        let stacks: usize = self
+            .entries
+            .values()
+            .map(|e| stored(&e.current) + e.previous.as_ref().map_or(0, stored))
+            .sum();
+        let maps = self.entries.capacity() * size_of::<(ThreadKey, Entry)>()
+            + self.external_misses.capacity() * size_of::<(ThreadKey, u32)>()
+            + self.demoted.capacity() * size_of::<(ThreadKey, u64)>()
+            + self.anchor_depths.capacity() * size_of::<(ThreadKey, (usize, u64))>();
+        (stacks + maps) as u64
+    }
+
     /// An empty cache.
     pub fn new() -> FrameCache {
         FrameCache::default()

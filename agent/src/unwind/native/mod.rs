@@ -89,6 +89,14 @@ impl std::fmt::Debug for NativeUnwinder {
 }
 
 impl NativeUnwinder {
+    /// Heap bytes of this process's named frames and unwind cache (the objects themselves are
+    /// shared by every process: [`crate::symbolize::native::ObjectCache::memory`]).
+    pub fn bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let named = self.named.capacity() * size_of::<(u64, NativeFrame)>();
+        (named + size_of::<CacheX86_64>() + self.addrs.capacity() * size_of::<u64>()) as u64
+    }
+
     /// An unwinder for process `pid` (its maps are read at the first capture), which looks
     /// for the debug files of stripped objects in `debug_dirs`.
     pub fn new(pid: u32, debug_dirs: DebugDirs) -> NativeUnwinder {
