@@ -145,18 +145,7 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
     for cache in ["page", "code", "profile"] {
         assert!(memory(cache) > 0.0, "{cache}: {metrics}");
     }
-    let held: f64 = [
-        "page",
-        "code",
-        "frame",
-        "record",
-        "native_frames",
-        "native_objects",
-        "profile",
-    ]
-    .iter()
-    .map(|c| memory(c))
-    .sum();
+    let held = series_sum(&metrics, "pyagent_agent_memory_bytes{", "cache=");
     assert!(
         held < series_value(&metrics, "process_resident_memory_bytes"),
         "{metrics}"
