@@ -89,7 +89,7 @@ pub struct PartTime {
 /// running the same code holds the GIL as one.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TopHolder {
-    /// The holders' function (the whole label for a holder whose function was not read).
+    /// The holders' function.
     pub function: String,
     /// Seconds of the part spent waiting on threads running it.
     pub seconds: f64,
@@ -166,10 +166,12 @@ pub fn summarize(
         for (part, seconds) in times {
             tally.add(part, leaf, seconds);
             if let (Part::GilWait, Some(holder)) = (part, l.gil_holder) {
-                let (thread, function) = holder.rsplit_once(" in ").unwrap_or((holder, holder));
-                let (s, threads) = tally.by_holder.entry(function.to_owned()).or_default();
-                *s += seconds;
-                threads.insert(thread.to_owned());
+                // A holder whose function was not read names no function to show.
+                if let Some((thread, function)) = holder.rsplit_once(" in ") {
+                    let (s, threads) = tally.by_holder.entry(function.to_owned()).or_default();
+                    *s += seconds;
+                    threads.insert(thread.to_owned());
+                }
             }
         }
     }

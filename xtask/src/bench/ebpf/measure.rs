@@ -25,6 +25,11 @@ pub fn run(args: &Args) -> Result<()> {
         (args.seconds, args.agent_seconds)
     };
     util::print_command_line();
+    let pythons: Vec<&Interpreter> = args
+        .pythons
+        .iter()
+        .map(|n| manifest.interpreter(n))
+        .collect::<Result<_>>()?;
     if args.only.is_none() || args.only.as_deref() == Some("offcpu") {
         let agent = util::release_binary("pyagent")?;
         let py = manifest.interpreter(&args.busy_python)?;
@@ -41,11 +46,6 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     if args.only.is_none() || args.only.as_deref() == Some("native") {
-        let pythons: Vec<&Interpreter> = args
-            .pythons
-            .iter()
-            .map(|n| manifest.interpreter(n))
-            .collect::<Result<_>>()?;
         program_cost::native_cost(&pythons, &script, seconds, args.bpf_rate)?;
         let agent = util::release_binary("pyagent")?;
         let py = manifest.interpreter(&args.busy_python)?;
@@ -62,22 +62,12 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     if args.only.is_none() || args.only.as_deref() == Some("gil") {
-        let pythons: Vec<&Interpreter> = args
-            .pythons
-            .iter()
-            .map(|n| manifest.interpreter(n))
-            .collect::<Result<_>>()?;
         super::gil_cost::gil_holder_cost(&pythons, seconds.max(2.0))?;
         if args.only.is_some() {
             return Ok(());
         }
     }
     if args.only.as_deref() != Some("agent") {
-        let pythons: Vec<&Interpreter> = args
-            .pythons
-            .iter()
-            .map(|n| manifest.interpreter(n))
-            .collect::<Result<_>>()?;
         program_cost::bpf_cost(&pythons, &args.depths, &script, seconds, args.bpf_rate)?;
         if args.stages {
             program_cost::stage_costs(&pythons, &script, seconds, args.bpf_rate)?;
