@@ -172,7 +172,10 @@ pub fn read_settled_task(
     if first[1..] != second[1..] {
         return Ok(SettledTask::Changed);
     }
-    if copy.coro != coro {
+    // A freed task keeps its fields, and a list read a moment earlier may still lead to it,
+    // while its coroutine's memory already holds another object: only its reference count,
+    // zero since its deallocation, tells.
+    if copy.coro != coro || !object_alive(l.o.free_threaded, &first[1..]) {
         return Ok(SettledTask::Finished);
     }
     Ok(
@@ -184,6 +187,22 @@ pub fn read_settled_task(
         },
     )
 }
+
+/// Whether the object whose header starts `header` has references: a deallocated object's
+/// count is zero (the allocator reuses a block's first words, below the count). A
+/// free-threaded object is dead when both its owner's count and the shared one (above its two
+/// flag bits) are.
+fn object_alive(free_threaded: bool, header: &[u8]) -> bool {
+    if free_threaded {
+        header.u32_at(FT_REF_LOCAL) != 0 || header.u64_at(FT_REF_SHARED) >> 2 != 0
+    } else {
+        header.u32_at(0) != 0
+    }
+}
+
+/// Free-threaded object header: `ob_ref_local` (u32) and `ob_ref_shared` offsets.
+const FT_REF_LOCAL: u64 = 12;
+const FT_REF_SHARED: u64 = 16;
 
 /// A task's name: a str as it is (at most 255 characters), an int `N` as `Task-N` (the counter
 /// asyncio names unnamed tasks with, kept as an int until asked for).
@@ -353,6 +372,7 @@ mod tests {
             image.put(l.a.task_name, &0x1000u64.to_le_bytes());
             image.put(l.a.task_awaited_by, &awaited_by.to_le_bytes());
             image.put(l.a.task_is_task, &[1]);
+            image.put(0, &1u64.to_le_bytes());
             image.put(CORO_AT as u64 + l.c.gi_frame_state, &[state]);
             image
         }
@@ -397,6 +417,13 @@ mod tests {
         let live = Image::new(&l, 1, 0x2000);
         assert_eq!(
             live.read(&l, live.coro() + 64).ok(),
+            Some(SettledTask::Finished)
+        );
+        // A freed task, its fields intact, whose coroutine's memory holds a live object now.
+        let mut freed = Image::new(&l, 1, 0);
+        freed.put(0, &0u64.to_le_bytes());
+        assert_eq!(
+            freed.read(&l, freed.coro()).ok(),
             Some(SettledTask::Finished)
         );
         // A state byte that is no state: garbage, an error.
