@@ -185,8 +185,8 @@ fn native_line(profiler: &HostProfiler) -> String {
     let s = profiler.stats();
     let n = s.native;
     let mut line = format!(
-        "pyagent: native stacks: {} merged whole, {} cut above the stack's bottom, {} mismatched (Python frames kept alone)",
-        n.merged, n.cut, n.mismatch
+        "pyagent: native stacks: {} merged whole, {} cut above the stack's bottom ({} at code without unwind entries), {} mismatched (Python frames kept alone)",
+        n.merged, n.cut, n.cut_without_cfi, n.mismatch
     );
     match profiler.bpf() {
         Some(bpf) => line += &format!(

@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod consumers;
 pub mod http;
+pub mod pip;
 pub mod process;
 pub mod pythons;
 pub mod scratch;

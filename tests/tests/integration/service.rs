@@ -1015,7 +1015,7 @@ fn one_service_on_three_interpreters_has_three_series() {
 #[test]
 fn gunicorn_master_and_workers_are_one_service_with_two_roles() {
     pyagent_bin();
-    let site = gunicorn_site();
+    let site = pyagent_tests::pip::site("gunicorn");
     let _serial = host_wide_lock();
     let mut p = PythonProcess::spawn(
         Interpreter::by_name("py312"),
@@ -1056,34 +1056,4 @@ fn gunicorn_master_and_workers_are_one_service_with_two_roles() {
     promtool_check_metrics(&metrics);
     svc.stop();
     drop(p);
-}
-
-/// gunicorn, pip-installed once per test run into a scratch directory by py312's pip.
-fn gunicorn_site() -> PathBuf {
-    static SITE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    SITE.get_or_init(|| {
-        let site = fresh_dir("gunicorn-site");
-        // pip's complaints go to the test's output.
-        let status = Command::new(&Interpreter::by_name("py312").exe)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .args(["--no-warn-script-location", "--target"])
-            .arg(&site)
-            .arg("gunicorn")
-            .env("PIP_ROOT_USER_ACTION", "ignore")
-            .status()
-            .expect("run pip");
-        assert!(
-            status.success(),
-            "pip install gunicorn into {} failed ({status}; it needs the Python package index)",
-            site.display()
-        );
-        site
-    })
-    .clone()
 }

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use goblin::elf::{program_header::PT_LOAD, section_header::SHT_NOBITS, Elf};
+use iced_x86::{Decoder, DecoderOptions};
 
 use super::eval_loop::{eval_ranges, fde_range, is_eval_symbol, UnwindTables};
 pub use debug_file::{hex, DebugDirs, DebugSearch, FoundBy, DEFAULT_DEBUG_DIR};
@@ -359,6 +360,37 @@ impl ElfObject {
         Some(fde_range(&unwind, svma)?.start)
     }
 
+    /// Whether an unwind entry (`.eh_frame`) covers link-time address `svma`: where none does
+    /// (hand-written assembly such as BLAS kernels), the caller can only be guessed.
+    pub fn has_cfi(&self, svma: u64) -> bool {
+        let (Some(eh_frame), Some(eh_frame_hdr)) = (&self.eh_frame, &self.eh_frame_hdr) else {
+            return false;
+        };
+        let unwind = UnwindTables {
+            eh_frame,
+            eh_frame_hdr,
+        };
+        fde_range(&unwind, svma).is_some_and(|r| r.contains(&svma))
+    }
+
+    /// Whether link-time address `svma` directly follows a near call in `.text`: what every
+    /// return address does, and a stray code address on the stack seldom does.
+    pub fn follows_call(&self, svma: u64) -> bool {
+        let Some(text) = &self.text else {
+            return false;
+        };
+        let Some(end) = svma
+            .checked_sub(text.svma.start)
+            .and_then(|o| usize::try_from(o).ok())
+        else {
+            return false;
+        };
+        let start = end.saturating_sub(MAX_CALL_LEN);
+        text.bytes
+            .get(start..end)
+            .is_some_and(|before| ends_with_call(before, svma))
+    }
+
     /// Whether link-time address `svma` lies in CPython's eval loop.
     pub fn in_eval_loop(&self, svma: u64) -> bool {
         self.eval_ranges.iter().any(|r| r.contains(&svma))
@@ -368,6 +400,20 @@ impl ElfObject {
     pub fn has_eval_loop(&self) -> bool {
         !self.eval_ranges.is_empty()
     }
+}
+
+/// Longest near call: `call [rsp+disp32]` with a REX prefix, 7 bytes (`call rax` is 2).
+const MAX_CALL_LEN: usize = 7;
+
+/// Whether the code `before` (the bytes right before address `at`) ends with a near call
+/// instruction, direct or indirect: the bytes before a return address.
+fn ends_with_call(before: &[u8], at: u64) -> bool {
+    (2..=before.len().min(MAX_CALL_LEN)).any(|len| {
+        let code = &before[before.len() - len..];
+        let mut decoder = Decoder::with_ip(64, code, at - len as u64, DecoderOptions::NONE);
+        let ins = decoder.decode();
+        !ins.is_invalid() && ins.len() == len && (ins.is_call_near() || ins.is_call_near_indirect())
+    })
 }
 
 /// The function symbols of `elf` beyond its `.dynsym`, and where they came from: its own
@@ -528,6 +574,34 @@ mod tests {
             "core::fmt::write"
         );
         assert_eq!(demangle("_Zgarbage"), "_Zgarbage");
+    }
+
+    #[test]
+    fn a_return_address_follows_a_call_of_any_form() {
+        let at = 0x1000;
+        let mov_rbx_rsp = [0x48, 0x89, 0xe3];
+        for call in [
+            &[0xe8, 0x10, 0x20, 0x00, 0x00][..],               // call rel32
+            &[0xff, 0xd0],                                     // call rax
+            &[0x41, 0xff, 0xd3],                               // call r11
+            &[0xff, 0x15, 0x10, 0x20, 0x00, 0x00],             // call [rip+disp32]
+            &[0xff, 0x54, 0x24, 0x08],                         // call [rsp+8]
+            &[0x41, 0xff, 0x94, 0x24, 0x00, 0x01, 0x00, 0x00], // call [r12+0x100]
+        ] {
+            // What precedes the call does not matter.
+            let before = [&mov_rbx_rsp[..], call].concat();
+            assert!(ends_with_call(&before, at), "{call:02x?}");
+        }
+        for not_a_call in [
+            &[0x48, 0x89, 0xe5][..],               // mov rbp, rsp
+            &[0x90, 0x90, 0x90, 0x90, 0x90],       // nops
+            &[0xe9, 0x10, 0x20, 0x00, 0x00],       // jmp rel32
+            &[0xff, 0xe0],                         // jmp rax
+            &[0xe8, 0x10, 0x20, 0x00, 0x00, 0x90], // a call, then one more byte
+            &[0xd0],                               // too short for any call
+        ] {
+            assert!(!ends_with_call(not_a_call, at), "{not_a_call:02x?}");
+        }
     }
 
     #[test]

@@ -135,6 +135,7 @@ mod tests {
             frames: frames.to_vec(),
             reached_root,
             unmapped_frames: 0,
+            stopped_without_cfi: false,
         }
     }
 

@@ -32,6 +32,8 @@ pub struct NativeMix {
     pub merged: u64,
     /// merged, but the native unwind ended above the bottom of the stack
     pub cut: u64,
+    /// of those, ended at code without unwind entries whose caller could not be proven
+    pub cut_without_cfi: u64,
     /// more eval-loop frames than Python evaluations: the Python stack kept alone
     pub mismatch: u64,
     /// threads whose registers or stack could not be copied (userspace: a thread not stopped);
@@ -60,7 +62,10 @@ impl NativeMixer {
         sample.frames = frames;
         match how {
             Merge::Whole => counts.merged += 1,
-            Merge::NativeCut => counts.cut += 1,
+            Merge::NativeCut => {
+                counts.cut += 1;
+                counts.cut_without_cfi += u64::from(stack.stopped_without_cfi);
+            }
             Merge::Mismatch => counts.mismatch += 1,
         }
         if let Some(root) = root {

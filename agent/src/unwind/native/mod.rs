@@ -31,6 +31,8 @@ use modules::Modules;
 pub const MAX_NATIVE_FRAMES: usize = 256;
 /// Named addresses kept per process; the cache starts again when full.
 const MAX_NAMED: usize = 1 << 16;
+/// Addresses whose unwind-entry coverage is kept per process; the cache starts again when full.
+const MAX_CFI_KNOWN: usize = 1 << 16;
 
 /// The native frames of one sample.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,6 +45,9 @@ pub struct NativeStack {
     /// frames outside every object the process maps, as of the last read of its maps (a
     /// library unloaded since, a JIT): named `[unknown]`
     pub unmapped_frames: u32,
+    /// the unwind stopped at a frame no unwind entry covers (hand-written assembly, a JIT),
+    /// whose caller, guessed from the frame pointer, was not a return address
+    pub stopped_without_cfi: bool,
 }
 
 /// One native frame of a sample.
@@ -72,6 +77,8 @@ pub struct NativeUnwinder {
     modules: Modules,
     cache: CacheX86_64,
     named: HashMap<u64, NativeFrame>,
+    /// lookup address → an unwind entry covers it
+    cfi: HashMap<u64, bool>,
     stats: NativeStats,
     /// the last sample's lookup addresses and frames: reused, so that a sample allocates
     /// nothing here once they have grown to the deepest stack
@@ -94,7 +101,8 @@ impl NativeUnwinder {
     pub fn bytes(&self) -> u64 {
         use std::mem::size_of;
         let named = self.named.capacity() * size_of::<(u64, NativeFrame)>();
-        (named + size_of::<CacheX86_64>() + self.addrs.capacity() * size_of::<u64>()) as u64
+        let cfi = self.cfi.capacity() * size_of::<(u64, bool)>();
+        (named + cfi + size_of::<CacheX86_64>() + self.addrs.capacity() * size_of::<u64>()) as u64
     }
 
     /// An unwinder for process `pid` (its maps are read at the first capture), which looks
@@ -104,6 +112,7 @@ impl NativeUnwinder {
             modules: Modules::new(pid, debug_dirs),
             cache: CacheX86_64::new(),
             named: HashMap::new(),
+            cfi: HashMap::new(),
             stats: NativeStats::default(),
             addrs: Vec::new(),
             stack: NativeStack::default(),
@@ -122,7 +131,7 @@ impl NativeUnwinder {
         self.stats.stacks += 1;
         let unmapped_before = self.stats.unmapped_frames;
         let mut addrs = std::mem::take(&mut self.addrs);
-        let reached_root = self.unwind(n, &mut addrs);
+        let (reached_root, stopped_without_cfi) = self.unwind(n, &mut addrs);
         let mut frames = std::mem::take(&mut self.stack.frames);
         frames.clear();
         // Off-CPU, the kernel stack is taken inside the program, which the switch calls: its
@@ -144,13 +153,21 @@ impl NativeUnwinder {
             frames,
             reached_root,
             unmapped_frames: (self.stats.unmapped_frames - unmapped_before) as u32,
+            stopped_without_cfi,
         };
         &self.stack
     }
 
     /// Puts the lookup addresses (the ip, then each return address minus one) of the user
-    /// stack into `addrs`; returns whether the unwind reached the root.
-    fn unwind(&mut self, n: &NativeSection<'_>, addrs: &mut Vec<u64>) -> bool {
+    /// stack into `addrs`; returns whether the unwind reached the root, and whether it stopped
+    /// at a frame without unwind entries.
+    ///
+    /// The caller of a frame no unwind entry covers comes from framehop's frame-pointer step,
+    /// a guess where the code keeps no frame pointer (BLAS kernels use `rbp` as a register):
+    /// it is kept only if it is a return address (in a mapped object, right after a call),
+    /// and a root found that way is not one. Otherwise the stack ends at the frame, which the
+    /// merge keeps as a cut stack, not as a mismatch that loses every native frame.
+    fn unwind(&mut self, n: &NativeSection<'_>, addrs: &mut Vec<u64>) -> (bool, bool) {
         addrs.clear();
         let (ip, sp) = (n.hdr.ip, n.hdr.sp);
         self.modules.cover([ip]);
@@ -167,11 +184,26 @@ impl NativeUnwinder {
             .iter_frames(ip, regs, &mut self.cache, &mut read);
         // An error ends the stack where it is: the copy's end, or code without CFI.
         let mut reached_root = false;
+        // The last frame pushed is covered by an unwind entry: its caller is not a guess.
+        let mut exact = true;
         loop {
             match it.next() {
-                Ok(Some(f)) => addrs.push(f.address_for_lookup()),
+                Ok(Some(f)) => {
+                    if !exact && !self.modules.is_return_address(f.address()) {
+                        break;
+                    }
+                    let lookup = f.address_for_lookup();
+                    addrs.push(lookup);
+                    if self.cfi.len() >= MAX_CFI_KNOWN {
+                        self.cfi.clear();
+                    }
+                    exact = *self
+                        .cfi
+                        .entry(lookup)
+                        .or_insert_with(|| self.modules.has_cfi(lookup));
+                }
                 Ok(None) => {
-                    reached_root = true;
+                    reached_root = exact;
                     break;
                 }
                 Err(_) => break,
@@ -180,11 +212,12 @@ impl NativeUnwinder {
                 break;
             }
         }
+        let stopped_without_cfi = !exact;
         // A library loaded since the maps were read: the next capture sees it.
         if addrs.iter().any(|&a| self.modules.find(a).is_none()) {
             self.modules.cover(addrs.iter().copied());
         }
-        reached_root
+        (reached_root, stopped_without_cfi)
     }
 
     fn remember(&mut self, addr: u64, f: NativeFrame) -> NativeFrame {

@@ -79,6 +79,18 @@ impl Modules {
             .filter(|m| m.avma.contains(&avma))
     }
 
+    /// Whether an unwind entry of the object mapped at `avma` covers it.
+    pub fn has_cfi(&self, avma: u64) -> bool {
+        self.find(avma)
+            .is_some_and(|m| m.object.has_cfi(m.svma(avma)))
+    }
+
+    /// Whether `avma` can be a return address: in a mapped object, right after a call.
+    pub fn is_return_address(&self, avma: u64) -> bool {
+        self.find(avma)
+            .is_some_and(|m| m.object.follows_call(m.svma(avma)))
+    }
+
     /// Makes sure every address of `addrs` is covered if the process maps it: reads the maps
     /// the first time, and again when one is not covered and the last read is old enough.
     pub fn cover(&mut self, addrs: impl IntoIterator<Item = u64>) {
