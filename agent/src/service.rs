@@ -28,7 +28,9 @@ use crate::profiler::{
 use crate::unwind::{LossReason, RecordLoss, StackLoss, UnwindOptions};
 
 mod stalls;
+mod throttling;
 use stalls::StallWatch;
+use throttling::ThrottlingWatch;
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -278,11 +280,13 @@ pub fn run(
         rules: &config.service_names,
         unwind,
     };
+    let mut throttling = ThrottlingWatch::new(&config.service_names);
     profiler.run(stop, None, |p| {
         if Instant::now() >= next_metrics {
             next_metrics = Instant::now() + METRICS_INTERVAL;
             update_metrics(p, &metrics, &mut deltas);
             stall_watch.check(p, &metrics, &mut services);
+            throttling.check(p, &metrics, &mut services);
         }
         if Instant::now() >= next_cut {
             next_cut += config.interval;

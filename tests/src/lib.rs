@@ -5,6 +5,7 @@
 //! ([`scratch`]) and waiting on a condition ([`wait`]). The tests themselves are in `tests/tests/integration.rs`, one binary.
 
 pub mod agent;
+pub mod cgroup;
 pub mod consumers;
 pub mod http;
 pub mod pip;

@@ -8,6 +8,7 @@
 //! map a second, never-initialised libpython (`import ctypes` and friends `dlopen` one).
 
 pub mod asyncio_section;
+pub mod cgroup_cpu;
 pub mod container;
 mod elf;
 mod elf_headers;

@@ -1057,3 +1057,55 @@ fn gunicorn_master_and_workers_are_one_service_with_two_roles() {
     svc.stop();
     drop(p);
 }
+
+/// Issue 39, item 2: a service held back by its CPU limit shows it. A CPU-bound process in a
+/// real cgroup limited to a tenth of a core is throttled about 0.9 s every second; the
+/// service's `pyagent_cgroup_cpu_throttled_seconds_total` must count that time (no more than
+/// the cgroup's `cpu.stat` says since the agent started), and its limit be 0.1 core.
+#[test]
+fn cpu_throttling_of_a_limited_cgroup_is_counted_per_service() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let cgroup = pyagent_tests::cgroup::CpuLimitedCgroup::new("throttled", 10_000, 100_000);
+    let p = PythonProcess::ready_with_env(
+        "py312",
+        "busy.py",
+        &[],
+        &[("PYAGENT_SERVICE", "throttled_app")],
+    );
+    cgroup.add(p.pid());
+    let before = cgroup.throttled();
+    let svc = Service::start("throttling", "1s");
+    let throttled = "pyagent_cgroup_cpu_throttled_seconds_total{service=\"throttled_app\"}";
+    // The first read is the baseline; the next, 10 s later, counts about 9 s.
+    let metrics = wait_for("throttled time counted", Duration::from_secs(60), || {
+        let (_, metrics) = http_get(svc.port, "/metrics")?;
+        (series_value(&metrics, throttled) > 2.0).then_some(metrics)
+    });
+    let since_start = (cgroup.throttled() - before).as_secs_f64();
+    let counted = series_value(&metrics, throttled);
+    assert!(
+        counted <= since_start,
+        "counted {counted} s, the cgroup says {since_start} s since the agent started"
+    );
+    let limit = series_value(
+        &metrics,
+        "pyagent_cgroup_cpu_limit_cores{service=\"throttled_app\"}",
+    );
+    assert!((limit - 0.1).abs() < 1e-9, "limit {limit}:\n{metrics}");
+    let periods = series_value(
+        &metrics,
+        "pyagent_cgroup_cpu_periods_total{service=\"throttled_app\"}",
+    );
+    let throttled_periods = series_value(
+        &metrics,
+        "pyagent_cgroup_cpu_throttled_periods_total{service=\"throttled_app\"}",
+    );
+    assert!(
+        periods > 0.0 && throttled_periods * 10.0 >= periods * 8.0,
+        "a busy process at a tenth of a core is throttled in most periods: {throttled_periods} of {periods}"
+    );
+    promtool_check_metrics(&metrics);
+    svc.stop();
+    drop(p);
+}

@@ -161,6 +161,40 @@ impl AgentMetrics {
                 "Stalls reported per service, CPython version and process role: a thread blocked in one stack past stall_after counts once per wait.",
                 &ServiceSeries::LABELS,
             ),
+            cgroup_periods: counter_vec(
+                &registry,
+                "pyagent_cgroup_cpu_periods_total",
+                "CFS enforcement periods of the CPU-limited cgroups of each service's processes (cpu.stat nr_periods, read every 10 s; a cgroup's first read is its baseline).",
+                &["service"],
+            ),
+            cgroup_throttled_periods: counter_vec(
+                &registry,
+                "pyagent_cgroup_cpu_throttled_periods_total",
+                "Of pyagent_cgroup_cpu_periods_total, the periods in which the cgroup used up its CPU limit and was throttled (cpu.stat nr_throttled).",
+                &["service"],
+            ),
+            cgroup_throttled: register(
+                &registry,
+                CounterVec::new(
+                    Opts::new(
+                        "pyagent_cgroup_cpu_throttled_seconds_total",
+                        "Time the CPU-limited cgroups of each service's processes were throttled by their limit (cpu.stat throttled_usec, v1 throttled_time): runnable, not run. Its rate beside pyagent_cgroup_cpu_limit_cores says whether the limit is what makes the service slow.",
+                    ),
+                    &["service"],
+                )
+                .expect("valid counter vec"),
+            ),
+            cgroup_limit: register(
+                &registry,
+                GaugeVec::new(
+                    Opts::new(
+                        "pyagent_cgroup_cpu_limit_cores",
+                        "CPU limits of the cgroups of each service's processes, summed, in cores (cpu.max, v1 cpu.cfs_quota_us over cpu.cfs_period_us); services without one have no series.",
+                    ),
+                    &["service"],
+                )
+                .expect("valid gauge vec"),
+            ),
             python_info: gauge_vec(
                 &registry,
                 "pyagent_python_info",

@@ -126,6 +126,10 @@ pub struct AgentMetrics {
     service_threads: IntGaugeVec,
     stalled_threads: IntGaugeVec,
     stalls: IntCounterVec,
+    cgroup_periods: IntCounterVec,
+    cgroup_throttled_periods: IntCounterVec,
+    cgroup_throttled: CounterVec,
+    cgroup_limit: GaugeVec,
     python_info: IntGaugeVec,
     not_profiled: IntGaugeVec,
     budget: BudgetGauges,
@@ -368,6 +372,40 @@ impl AgentMetrics {
     /// Sets the stalled threads of each series; series left out go back to none.
     pub fn set_stalled_threads(&self, stalled: &[(&ServiceSeries, u64)]) {
         self.set_per_service(&self.stalled_threads, stalled);
+    }
+
+    /// Adds what the CPU-limited cgroups of `service` did since the last call: enforcement
+    /// periods, the periods throttled, and the time throttled.
+    pub fn add_cpu_throttling(
+        &self,
+        service: &str,
+        periods: u64,
+        throttled_periods: u64,
+        throttled: Duration,
+    ) {
+        let service = self.services.label(service);
+        let labels = [service.as_str()];
+        self.cgroup_periods
+            .with_label_values(&labels)
+            .inc_by(periods);
+        self.cgroup_throttled_periods
+            .with_label_values(&labels)
+            .inc_by(throttled_periods);
+        self.cgroup_throttled
+            .with_label_values(&labels)
+            .inc_by(throttled.as_secs_f64());
+    }
+
+    /// Sets each service's summed CPU limit in cores; services left out disappear.
+    pub fn set_cpu_limits(&self, limits: &[(&str, f64)]) {
+        let mut by_label: BTreeMap<String, f64> = BTreeMap::new();
+        for (service, cores) in limits {
+            *by_label.entry(self.services.label(service)).or_default() += cores;
+        }
+        self.cgroup_limit.reset();
+        for (service, cores) in by_label {
+            self.cgroup_limit.with_label_values(&[&service]).set(cores);
+        }
     }
 
     /// Sets `pyagent_python_info{service, version} 1` for each running (service, CPython version) pair;
