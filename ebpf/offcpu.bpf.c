@@ -133,8 +133,24 @@ static __always_inline void pa_switch_out(void *ctx, struct task_struct *prev, _
 	t->flags |= PA_OFF_CPU_RECORDED;
 }
 
+/* The thread leaving the CPU stays runnable (preempted, or yielding): it waits for a CPU from
+ * now. Timed only, never a record: preemptions are frequent. Its next on-CPU record carries
+ * the time (pa_sample_hdr.carried_ns). */
+static __always_inline void pa_switch_preempted(__u64 *cnt)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	struct pa_off_cpu_thread *t;
+
+	if (tid == 0 || !pa_find_proc(tgid))
+		return;
+	t = pa_off_cpu_state(tid, tgid, cnt);
+	if (t)
+		t->queued_since_ns = bpf_ktime_get_ns();
+}
+
 /* The thread taking the CPU: the end of its wait. A recorded wait's end is recorded; an
- * unrecorded one's time is carried. */
+ * unrecorded one's time is carried; a wait for a CPU is added up. */
 static __always_inline void pa_switch_in(struct task_struct *next, __u64 *cnt)
 {
 	__u32 tid = next->pid;
@@ -143,6 +159,10 @@ static __always_inline void pa_switch_in(struct task_struct *next, __u64 *cnt)
 
 	if (!t)
 		return;
+	if (t->queued_since_ns) {
+		t->queued_ns += bpf_ktime_get_ns() - t->queued_since_ns;
+		t->queued_since_ns = 0;
+	}
 	if (t->blocked_ns) {
 		t->carried_ns += bpf_ktime_get_ns() - t->blocked_ns;
 		t->blocked_ns = 0;
@@ -169,7 +189,8 @@ static __always_inline void pa_switch_in(struct task_struct *next, __u64 *cnt)
 
 /* Every context switch on the host (tp_btf: typed arguments, no tracefs). A thread that blocks
  * (pa_task_blocks: preemption is not waiting) gets its stack recorded, and its
- * wake-up when it is switched in again; userspace weighs the stack by the time in between.
+ * wake-up when it is switched in again; userspace weighs the stack by the time in between. A
+ * thread preempted is timed until it runs again.
  * Cost for a task the agent does not track: two map lookups. */
 SEC("tp_btf/sched_switch")
 int pa_switch(__u64 *ctx)
@@ -185,6 +206,8 @@ int pa_switch(__u64 *ctx)
 	pa_count(cnt, PA_CNT_SWITCHES);
 	if (pa_task_blocks(prev, preempt))
 		pa_switch_out(ctx, prev, cnt);
+	else
+		pa_switch_preempted(cnt);
 	pa_switch_in(next, cnt);
 	return 0;
 }

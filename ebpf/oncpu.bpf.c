@@ -10,7 +10,8 @@ int pa_sample(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	const struct pa_wait_info on_cpu = {};
+	struct pa_wait_info on_cpu = {};
+	struct pa_off_cpu_thread *t = NULL;
 	const struct pa_proc *p;
 	__u64 *cnt;
 
@@ -31,6 +32,15 @@ int pa_sample(void *ctx)
 	}
 	if (pa_stop_after == PA_STAGE_PROCESS)
 		return 0;
-	pa_record_stack(p, tgid, tid, &on_cpu, ctx, PA_NATIVE_FROM_TICK, cnt);
+	/* With off-CPU on, the record carries the thread's run-queue time since its last one
+	 * (pa_switch_preempted), taken off only once the record is out. */
+	if (pa_off_cpu_on) {
+		t = bpf_map_lookup_elem(&pa_off_cpu_threads, &tid);
+		if (t && t->tgid == tgid)
+			on_cpu.carried_ns = t->queued_ns;
+	}
+	if (pa_record_stack(p, tgid, tid, &on_cpu, ctx, PA_NATIVE_FROM_TICK, cnt) && t &&
+	    on_cpu.carried_ns)
+		t->queued_ns -= on_cpu.carried_ns;
 	return 0;
 }

@@ -253,7 +253,10 @@ struct pa_sample_hdr {
 	/* PA_SAMPLE_OFF_CPU records: nanoseconds this thread spent, since its previous recorded
 	 * wait, in waits that were timed but not walked: each began less than
 	 * pa_off_cpu_min_gap_ns after that previous one, in the same call on the same futex word.
-	 * Userspace adds them to the previous record's stack and reason. */
+	 * Userspace adds them to the previous record's stack and reason. On-CPU records (with
+	 * off-CPU on): nanoseconds the thread spent on a run queue, runnable after leaving the
+	 * CPU, since its previous on-CPU record; userspace adds them to this record's stack as a
+	 * wait for a CPU. */
 	__u64 carried_ns;
 	/* The trace and span the thread was in, as the OTEP 4947 record has them (PA_SAMPLE_SPAN;
 	 * zeros otherwise). */
@@ -367,8 +370,13 @@ struct pa_off_cpu_thread {
 	/* PA_OFF_CPU_* */
 	__u32 flags;
 	__u32 _pad;
+	/* ktime the thread left the CPU still runnable (preempted, or yielding), 0 once it runs
+	 * again: its wait for a CPU. */
+	__u64 queued_since_ns;
+	/* Run-queue time of those waits not yet carried by an on-CPU record. */
+	__u64 queued_ns;
 };
-_Static_assert(sizeof(struct pa_off_cpu_thread) == 48, "struct pa_off_cpu_thread layout");
+_Static_assert(sizeof(struct pa_off_cpu_thread) == 64, "struct pa_off_cpu_thread layout");
 
 /* ---- Stages, for measuring what each part of a run costs -------------------------------- */
 /*

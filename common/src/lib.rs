@@ -414,10 +414,16 @@ pub struct PaOffCpuThread {
     pub flags: u32,
     /// Zero.
     pub _pad: u32,
+    /// ktime the thread left the CPU still runnable (0 once it runs again).
+    pub queued_since_ns: u64,
+    /// Run-queue time not yet carried by an on-CPU record.
+    pub queued_ns: u64,
 }
 
 const _: () = {
-    assert!(size_of::<PaOffCpuThread>() == 48);
+    assert!(size_of::<PaOffCpuThread>() == 64);
+    assert!(offset_of!(PaOffCpuThread, queued_since_ns) == 48);
+    assert!(offset_of!(PaOffCpuThread, queued_ns) == 56);
     assert!(offset_of!(PaOffCpuThread, blocked_ns) == 8);
     assert!(offset_of!(PaOffCpuThread, carried_ns) == 16);
     assert!(offset_of!(PaOffCpuThread, last_wait_addr) == 24);

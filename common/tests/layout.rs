@@ -113,7 +113,9 @@ fn expectations() -> Vec<(String, u64)> {
             last_wait,
             tgid,
             flags,
-            _pad
+            _pad,
+            queued_since_ns,
+            queued_ns
         ]
     );
     push("sizeof(struct pa_frame)", size_of::<PaFrame>());

@@ -563,7 +563,15 @@ fn resolve(
                 stats.carried_lost += 1;
             }
         }
-        RecordKind::OnCpu | RecordKind::Wake { .. } => {
+        RecordKind::OnCpu { queued_ns } => {
+            profile.agg.add(&sample);
+            stats.samples += 1;
+            // Its wait for a CPU since its last tick, at the stack it resumed with.
+            if queued_ns > 0 {
+                profile.agg.add_off_cpu(&sample, WaitReason::Cpu, queued_ns);
+            }
+        }
+        RecordKind::Wake { .. } => {
             profile.agg.add(&sample);
             stats.samples += 1;
         }

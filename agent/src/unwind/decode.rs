@@ -12,7 +12,11 @@ use super::{ExternalWalk, GilState, HolderRead, RawFrame, TraceContext};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordKind {
     /// A cpu-clock tick.
-    OnCpu,
+    OnCpu {
+        /// the thread's time on a run queue, runnable after leaving the CPU, since its
+        /// previous tick record (off-CPU profiling on; 0 otherwise)
+        queued_ns: u64,
+    },
     /// A thread blocking: its stack, the `common::WAIT_*` class of its system call, the futex
     /// word for futex waits, when, and the time of its unrecorded waits since its last
     /// recorded one (the program times short waits without walking them).
@@ -79,7 +83,9 @@ impl DecodedRecord {
                     .map(|(tstate, code)| HolderRead { tstate, code }),
             }
         } else {
-            RecordKind::OnCpu
+            RecordKind::OnCpu {
+                queued_ns: h.carried_ns,
+            }
         };
         raw.reserve(rec.len());
         let mut frames = rec.frames().peekable();
