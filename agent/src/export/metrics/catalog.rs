@@ -126,7 +126,7 @@ impl AgentMetrics {
                 CounterVec::new(
                     Opts::new(
                         "pyagent_service_off_cpu_seconds_total",
-                        "Time Python threads per service, CPython version and process role spent off the CPU, by wait reason (io, sleep, lock, gil, other; cpu: runnable, waiting for a CPU; eBPF mode with off-CPU on, and cpu in userspace mode). The share of wait=\"gil\" is the time spent waiting for the GIL.",
+                        "Time Python threads per service, CPython version and process role spent off the CPU, by wait reason (io, sleep, lock, gil, other; cpu: runnable, waiting for a CPU after a preemption). eBPF mode with off-CPU on; userspace mode gives cpu only. The share of wait=\"gil\" is the time spent waiting for the GIL.",
                     ),
                     &["service", "python_version", "process_role", "wait"],
                 )
