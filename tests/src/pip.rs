@@ -9,7 +9,8 @@ use std::sync::Mutex;
 use crate::scratch::fresh_dir;
 use crate::Interpreter;
 
-/// The directory `package` was installed into (for `sys.path`), installing it the first time.
+/// The directory `package` (a requirement: `name==version`) was installed into (for
+/// `sys.path`), installing it the first time.
 ///
 /// # Panics
 /// When pip fails (it needs the Python package index); pip's complaints go to the test's
@@ -21,7 +22,8 @@ pub fn site(package: &str) -> PathBuf {
     if let Some(site) = sites.get(package) {
         return site.clone();
     }
-    let site = fresh_dir(&format!("{package}-site"));
+    let name = package.split("==").next().unwrap_or(package);
+    let site = fresh_dir(&format!("{name}-site"));
     let status = Command::new(&Interpreter::by_name("py312").exe)
         .args([
             "-m",

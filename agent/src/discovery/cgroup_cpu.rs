@@ -4,8 +4,10 @@
 //! a Python service cannot run although it is runnable; its profile shows nothing of it.
 //!
 //! cgroup v1 (`cpu.stat`: `throttled_time` in ns; `cpu.cfs_quota_us` / `cpu.cfs_period_us`)
-//! and v2 (`throttled_usec`; `cpu.max`). The agent must see the host's cgroup hierarchy (a
-//! DaemonSet mounts the host's `/sys/fs/cgroup`); a cgroup it cannot read is left out.
+//! and v2 (`throttled_usec`; `cpu.max`). The agent must run in the host's cgroup namespace
+//! and see the host's hierarchy (the systemd unit does; a container needs `--cgroupns=host`).
+//! In a namespace of its own, other containers' cgroups read `/../..` from its root: they are
+//! not guessed at ([`outside_namespace`]), and a cgroup it cannot read is left out.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -61,7 +63,7 @@ impl CpuControllerMounts {
     }
 
     /// The directory of the `cpu` cgroup that `/proc/PID/cgroup`'s text `cgroup` names, if
-    /// its hierarchy is mounted here.
+    /// its hierarchy is mounted here and the cgroup lies inside the agent's namespace.
     pub fn cgroup_dir(&self, cgroup: &str) -> Option<PathBuf> {
         let mut unified = None;
         for line in cgroup.lines() {
@@ -72,6 +74,9 @@ impl CpuControllerMounts {
                 continue;
             };
             let relative = path.trim_start_matches('/');
+            if relative.split('/').any(|c| c == "..") {
+                return None;
+            }
             if controllers.is_empty() {
                 unified = Some(relative);
             } else if controllers.split(',').any(|c| c == "cpu") {
@@ -80,6 +85,15 @@ impl CpuControllerMounts {
         }
         Some(self.v2.as_ref()?.join(unified?))
     }
+}
+
+/// Whether `/proc/PID/cgroup`'s text `cgroup` names cgroups above the reader's cgroup
+/// namespace root (`0::/../../kubepods/…`): paths the agent cannot map to its mount.
+pub fn outside_namespace(cgroup: &str) -> bool {
+    cgroup
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .any(|path| path.split('/').any(|c| c == ".."))
 }
 
 /// The throttling figures of the cgroup at `dir` (either version).
@@ -183,12 +197,19 @@ mod tests {
             mounts.cgroup_dir(unified),
             Some(PathBuf::from("/sys/fs/cgroup/system.slice/app.service"))
         );
-        let v1_only = CpuControllerMounts { v1: None, ..mounts };
+        let v1_only = CpuControllerMounts {
+            v1: None,
+            ..mounts.clone()
+        };
         assert_eq!(
             v1_only.cgroup_dir(hybrid),
             None,
             "cpu's hierarchy is not mounted"
         );
         assert_eq!(CpuControllerMounts::default().cgroup_dir("garbage"), None);
+        let other_namespace = "0::/../../kubepods/pod1/abc\n";
+        assert_eq!(mounts.cgroup_dir(other_namespace), None);
+        assert!(outside_namespace(other_namespace));
+        assert!(!outside_namespace(unified));
     }
 }

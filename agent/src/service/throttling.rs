@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::config::ServiceNameRule;
-use crate::discovery::cgroup_cpu::{read_throttling, CpuControllerMounts, CpuThrottling};
+use crate::discovery::cgroup_cpu::{
+    outside_namespace, read_throttling, CpuControllerMounts, CpuThrottling,
+};
 use crate::export::metrics::{increase, AgentMetrics, ServiceSeries};
 use crate::profiler::{process_roles, HostProfiler};
 
@@ -22,6 +24,8 @@ pub(super) struct ThrottlingWatch<'a> {
     mounts: CpuControllerMounts,
     last: HashMap<PathBuf, CpuThrottling>,
     next: Instant,
+    /// processes whose cgroups lie outside the agent's cgroup namespace were reported
+    reported_outside: bool,
 }
 
 impl<'a> ThrottlingWatch<'a> {
@@ -33,6 +37,7 @@ impl<'a> ThrottlingWatch<'a> {
             mounts: CpuControllerMounts::find(),
             last: HashMap::new(),
             next: Instant::now(),
+            reported_outside: false,
         }
     }
 
@@ -60,6 +65,17 @@ impl<'a> ThrottlingWatch<'a> {
                 });
             }
         }
+        let outside = profiler
+            .process_infos()
+            .filter(|info| outside_namespace(&info.cgroup))
+            .count();
+        if outside > 0 && !self.reported_outside {
+            self.reported_outside = true;
+            tracing::warn!(
+                processes = outside,
+                "their cgroups lie outside the agent's cgroup namespace: their CPU throttling is not read (run the agent in the host's cgroup namespace)"
+            );
+        }
         let mut cgroups: BTreeMap<PathBuf, (u32, &str)> = BTreeMap::new();
         for info in profiler.process_infos() {
             let (Some(dir), Some(series)) = (
@@ -77,6 +93,10 @@ impl<'a> ThrottlingWatch<'a> {
         let mut seen = HashMap::with_capacity(cgroups.len());
         for (dir, (_, service)) in cgroups {
             let Ok(now) = read_throttling(&dir) else {
+                // Kept: one failed read must not make the next one a new baseline.
+                if let Some(last) = self.last.remove(&dir) {
+                    seen.insert(dir, last);
+                }
                 continue;
             };
             // Without a limit nothing is throttled: no series for it.

@@ -198,8 +198,8 @@ fn process_schedstat(pid: u32) -> (u64, u64) {
 fn the_trial_service_s_cpu_is_what_the_kernel_accounts(#[values("userspace", "ebpf")] mode: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let sites = [
-        pyagent_tests::pip::site("gunicorn"),
-        pyagent_tests::pip::site("numpy"),
+        pyagent_tests::pip::site("gunicorn==27.0.1"),
+        pyagent_tests::pip::site("numpy==2.5.5"),
     ];
     let _serial = host_wide_lock();
     let port = pyagent_tests::http::free_port().to_string();

@@ -1015,7 +1015,7 @@ fn one_service_on_three_interpreters_has_three_series() {
 #[test]
 fn gunicorn_master_and_workers_are_one_service_with_two_roles() {
     pyagent_bin();
-    let site = pyagent_tests::pip::site("gunicorn");
+    let site = pyagent_tests::pip::site("gunicorn==27.0.1");
     let _serial = host_wide_lock();
     let mut p = PythonProcess::spawn(
         Interpreter::by_name("py312"),

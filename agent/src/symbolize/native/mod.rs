@@ -402,8 +402,8 @@ impl ElfObject {
     }
 }
 
-/// Longest near call: `call [rsp+disp32]` with a REX prefix, 7 bytes (`call rax` is 2).
-const MAX_CALL_LEN: usize = 7;
+/// Longest near call: `call [r12+disp32]`, REX prefix and SIB byte, 8 bytes (`call rax` is 2).
+const MAX_CALL_LEN: usize = 8;
 
 /// Whether the code `before` (the bytes right before address `at`) ends with a near call
 /// instruction, direct or indirect: the bytes before a return address.

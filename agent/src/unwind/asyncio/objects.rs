@@ -172,9 +172,9 @@ pub fn read_settled_task(
     if first[1..] != second[1..] {
         return Ok(SettledTask::Changed);
     }
-    // A freed task keeps its fields, and a list read a moment earlier may still lead to it,
-    // while its coroutine's memory already holds another object: only its reference count,
-    // zero since its deallocation, tells.
+    // A list read a moment earlier may lead to a task being freed, or freed: its count is
+    // zero from its deallocation on, whatever its fields still say, and what they point at
+    // may already be other objects.
     if copy.coro != coro || !object_alive(l.o.free_threaded, &first[1..]) {
         return Ok(SettledTask::Finished);
     }

@@ -77,8 +77,11 @@ pub struct NativeUnwinder {
     modules: Modules,
     cache: CacheX86_64,
     named: HashMap<u64, NativeFrame>,
-    /// lookup address → an unwind entry covers it
+    /// lookup address → an unwind entry covers it (addresses of mapped objects only)
     cfi: HashMap<u64, bool>,
+    /// the maps' generation `named` and `cfi` were filled under: a library unloaded, and
+    /// another mapped at its addresses, must not keep the old one's answers
+    known_generation: u64,
     stats: NativeStats,
     /// the last sample's lookup addresses and frames: reused, so that a sample allocates
     /// nothing here once they have grown to the deepest stack
@@ -113,6 +116,7 @@ impl NativeUnwinder {
             cache: CacheX86_64::new(),
             named: HashMap::new(),
             cfi: HashMap::new(),
+            known_generation: 0,
             stats: NativeStats::default(),
             addrs: Vec::new(),
             stack: NativeStack::default(),
@@ -171,6 +175,7 @@ impl NativeUnwinder {
         addrs.clear();
         let (ip, sp) = (n.hdr.ip, n.hdr.sp);
         self.modules.cover([ip]);
+        self.forget_if_remapped();
         let stack = n.stack;
         let mut read = |addr: u64| -> Result<u64, ()> {
             let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
@@ -197,10 +202,16 @@ impl NativeUnwinder {
                     if self.cfi.len() >= MAX_CFI_KNOWN {
                         self.cfi.clear();
                     }
-                    exact = *self
-                        .cfi
-                        .entry(lookup)
-                        .or_insert_with(|| self.modules.has_cfi(lookup));
+                    exact = match self.cfi.get(&lookup) {
+                        Some(&known) => known,
+                        // Outside the maps as last read: not remembered, the next read may
+                        // find the library.
+                        None if self.modules.find(lookup).is_none() => false,
+                        None => *self
+                            .cfi
+                            .entry(lookup)
+                            .or_insert_with(|| self.modules.has_cfi(lookup)),
+                    };
                 }
                 Ok(None) => {
                     reached_root = exact;
@@ -216,8 +227,19 @@ impl NativeUnwinder {
         // A library loaded since the maps were read: the next capture sees it.
         if addrs.iter().any(|&a| self.modules.find(a).is_none()) {
             self.modules.cover(addrs.iter().copied());
+            self.forget_if_remapped();
         }
         (reached_root, stopped_without_cfi)
+    }
+
+    /// Forgets the names and unwind-entry answers of the previous maps once they were read
+    /// again.
+    fn forget_if_remapped(&mut self) {
+        if self.known_generation != self.modules.generation {
+            self.known_generation = self.modules.generation;
+            self.named.clear();
+            self.cfi.clear();
+        }
     }
 
     fn remember(&mut self, addr: u64, f: NativeFrame) -> NativeFrame {

@@ -48,6 +48,8 @@ pub(super) struct Modules {
     loaded_at: Option<Instant>,
     /// objects that could not be read at the last load (stripped of unwind info, gone, denied)
     pub unreadable: u64,
+    /// how many times the maps were read: what is known of an address is stale once it moves
+    pub generation: u64,
 }
 
 impl std::fmt::Debug for Modules {
@@ -68,6 +70,7 @@ impl Modules {
             mapped: Vec::new(),
             loaded_at: None,
             unreadable: 0,
+            generation: 0,
         }
     }
 
@@ -108,6 +111,7 @@ impl Modules {
 
     fn load(&mut self) {
         self.loaded_at = Some(Instant::now());
+        self.generation += 1;
         let Ok(maps) = read_maps(self.pid) else {
             return;
         };
