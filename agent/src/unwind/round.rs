@@ -187,18 +187,21 @@ impl Unwinder {
     pub(in crate::unwind) fn thread_pages(&mut self, t: &ThreadInfo) -> Vec<u64> {
         let o = self.target.offsets;
         let ts = &o.thread_state;
-        let mut pages = vec![t.addr, t.addr + o.thread_read_len() as u64 - 1];
+        // Addresses read from the process may be garbage (a frame torn under the read): pages
+        // are only where the copy starts, and an address past the end of memory wraps and
+        // fails its read like any other bad one.
+        let mut pages = vec![t.addr, t.addr.wrapping_add(o.thread_read_len() as u64 - 1)];
         if let Some(off) = ts.cframe_current_frame {
             // Still cached from the read being repeated.
             if let Ok(cframe) = self.mem.read_u64(t.addr + ts.current_frame) {
-                pages.push(cframe + off);
+                pages.push(cframe.wrapping_add(off));
             }
         }
         let frame_end = o.frame_read_len() as u64 - 1;
         let frames = [t.top_frame]
             .into_iter()
             .chain(self.raw.iter().map(|f| f.addr))
-            .flat_map(|a| [a, a + frame_end]);
+            .flat_map(|a| [a, a.wrapping_add(frame_end)]);
         // Frames sit next to each other in a data-stack chunk: one entry per run of a page.
         for addr in frames {
             if pages.last().is_none_or(|&last| !same_page(last, addr)) {

@@ -62,15 +62,15 @@ pub fn read_interpreter(
     addr: u64,
 ) -> Result<(InterpreterInfo, u64), MemoryError> {
     let i = &o.interpreter_state;
-    let next = mem.read_u64(addr + i.next)?;
-    let threads_head = mem.read_u64(addr + i.threads_head)?;
+    let next = mem.read_u64(addr.wrapping_add(i.next))?;
+    let threads_head = mem.read_u64(addr.wrapping_add(i.threads_head))?;
     let code_generation = match i.code_object_generation {
-        Some(off) => Some(mem.read_u64(addr + off)?),
+        Some(off) => Some(mem.read_u64(addr.wrapping_add(off))?),
         None => None,
     };
-    let gc_collecting = mem.read_u32(addr + i.gc + o.gc.collecting)? != 0;
+    let gc_collecting = mem.read_u32(addr.wrapping_add(i.gc + o.gc.collecting))? != 0;
     let gc_frame = match o.gc.frame {
-        Some(off) => Some(mem.read_u64(addr + i.gc + off)?).filter(|&f| f != 0),
+        Some(off) => Some(mem.read_u64(addr.wrapping_add(i.gc + off))?).filter(|&f| f != 0),
         None => None,
     };
     let gil_holder = match o.gil {
@@ -144,7 +144,7 @@ pub fn read_thread(
         top_frame = if top_frame == 0 {
             0
         } else {
-            mem.read_u64(top_frame + off)?
+            mem.read_u64(top_frame.wrapping_add(off))?
         };
     }
     let anchor = match (t.last_profiled_frame, t.last_profiled_frame_seq) {
