@@ -114,6 +114,27 @@ pub fn series_of(
     }
 }
 
+/// Adds to `services` (the service's cache of series by PID) the series of every process of
+/// `profiler` it lacks; the processes' roles are worked out once for all of them.
+pub(super) fn fill_series(
+    profiler: &HostProfiler,
+    rules: &[ServiceNameRule],
+    services: &mut HashMap<u32, ServiceSeries>,
+) {
+    if profiler
+        .process_infos()
+        .all(|info| services.contains_key(&info.pid))
+    {
+        return;
+    }
+    let roles = process_roles(profiler.process_infos(), rules);
+    for info in profiler.process_infos() {
+        services
+            .entry(info.pid)
+            .or_insert_with(|| series_of(info, roles.get(&info.pid).copied(), rules));
+    }
+}
+
 /// This host's name (`unknown` when it cannot be read).
 pub fn hostname() -> String {
     nix::unistd::gethostname()

@@ -5,6 +5,8 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use pyagent::discovery::cgroup_cpu::CpuControllerMounts;
+
 use crate::wait::poll_until;
 
 /// A cgroup limited to `quota / period` of a core.
@@ -85,29 +87,14 @@ impl Drop for CpuLimitedCgroup {
     }
 }
 
-/// The mount point of the `cpu` controller and whether it is cgroup v2.
+/// The mount point of the `cpu` controller and whether it is cgroup v2, as the agent finds it
+/// (v1 first: a hybrid host's `cpu` hierarchy is v1).
 fn cpu_mount() -> Option<(PathBuf, bool)> {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    for line in mountinfo.lines() {
-        let (left, right) = line.split_once(" - ")?;
-        let mount_point = PathBuf::from(left.split(' ').nth(4)?);
-        let mut right = right.split(' ');
-        let (fs_type, _source, options) = (right.next()?, right.next()?, right.next()?);
-        match fs_type {
-            "cgroup" if options.split(',').any(|o| o == "cpu") => {
-                return Some((mount_point, false))
-            }
-            "cgroup2" => {
-                let controllers =
-                    fs::read_to_string(mount_point.join("cgroup.controllers")).unwrap_or_default();
-                if controllers.split_whitespace().any(|c| c == "cpu") {
-                    return Some((mount_point, true));
-                }
-            }
-            _ => {}
-        }
-    }
-    None
+    let mounts = CpuControllerMounts::find();
+    mounts
+        .v1
+        .map(|m| (m, false))
+        .or(mounts.v2.map(|m| (m, true)))
 }
 
 fn write(path: &std::path::Path, value: &str) {

@@ -13,8 +13,8 @@ use crate::dump;
 use crate::export::atomic_file::write_atomically;
 use crate::export::metrics::{AgentMetrics, ServiceSeries};
 use crate::export::sinks::file_safe_service;
+use crate::profiler::HostProfiler;
 use crate::profiler::Stall;
-use crate::profiler::{process_roles, HostProfiler};
 use crate::unwind::UnwindOptions;
 
 /// Watches the profiler's waits for stalls.
@@ -40,22 +40,17 @@ impl StallWatch<'_> {
             return;
         }
         let mut series_of = |profiler: &HostProfiler, pid: u32| -> ServiceSeries {
-            if let Some(series) = services.get(&pid) {
-                return series.clone();
+            if !services.contains_key(&pid) {
+                super::fill_series(profiler, self.rules, services);
             }
-            let Some(info) = profiler.process_info(pid) else {
-                return ServiceSeries {
+            services
+                .get(&pid)
+                .cloned()
+                .unwrap_or_else(|| ServiceSeries {
                     service: "unknown".to_string(),
                     python_version: String::new(),
                     role: None,
-                };
-            };
-            let role = process_roles(profiler.process_infos(), self.rules)
-                .get(&pid)
-                .copied();
-            let series = super::series_of(info, role, self.rules);
-            services.insert(pid, series.clone());
-            series
+                })
         };
         for stall in profiler.take_new_stalls(self.after) {
             let series = series_of(profiler, stall.pid);

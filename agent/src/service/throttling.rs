@@ -13,7 +13,7 @@ use crate::discovery::cgroup_cpu::{
     outside_namespace, read_throttling, CpuControllerMounts, CpuThrottling,
 };
 use crate::export::metrics::{increase, AgentMetrics, ServiceSeries};
-use crate::profiler::{process_roles, HostProfiler};
+use crate::profiler::HostProfiler;
 
 /// How often the cgroups are read.
 pub(super) const THROTTLING_INTERVAL: Duration = Duration::from_secs(10);
@@ -54,17 +54,7 @@ impl<'a> ThrottlingWatch<'a> {
             return;
         }
         self.next = Instant::now() + THROTTLING_INTERVAL;
-        if profiler
-            .process_infos()
-            .any(|info| !services.contains_key(&info.pid))
-        {
-            let roles = process_roles(profiler.process_infos(), self.rules);
-            for info in profiler.process_infos() {
-                services.entry(info.pid).or_insert_with(|| {
-                    super::series_of(info, roles.get(&info.pid).copied(), self.rules)
-                });
-            }
-        }
+        super::fill_series(profiler, self.rules, services);
         let outside = profiler
             .process_infos()
             .filter(|info| outside_namespace(&info.cgroup))

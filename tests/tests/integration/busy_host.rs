@@ -70,6 +70,11 @@ impl Drop for Hogs {
 fn schedstat(pid: u32) -> (u64, u64) {
     let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/schedstat"))
         .expect("schedstat (CONFIG_SCHED_INFO)");
+    parse_schedstat(&text)
+}
+
+/// A schedstat file's first two fields: ns on a CPU, ns waiting on a run queue.
+fn parse_schedstat(text: &str) -> (u64, u64) {
     let mut f = text
         .split_whitespace()
         .map(|n| n.parse::<u64>().expect("ns"));
@@ -180,12 +185,7 @@ fn process_schedstat(pid: u32) -> (u64, u64) {
     tasks
         .flatten()
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .map(|text| {
-            let mut f = text
-                .split_whitespace()
-                .map(|n| n.parse::<u64>().unwrap_or(0));
-            (f.next().unwrap_or(0), f.next().unwrap_or(0))
-        })
+        .map(|text| parse_schedstat(&text))
         .fold((0, 0), |(r, w), (r2, w2)| (r + r2, w + w2))
 }
 
