@@ -90,9 +90,68 @@ static __always_inline struct pa_off_cpu_thread *pa_off_cpu_state(__u32 tid, __u
 	return bpf_map_lookup_elem(&pa_off_cpu_threads, &tid);
 }
 
+/* One step of the place digest: `x` folded into `h` (a multiply-xorshift mix: a frame address
+ * and a code address that differ by a few bits do not cancel out). */
+static __always_inline __u64 pa_place_mix(__u64 h, __u64 x)
+{
+	h = (h ^ x) * 0x9e3779b97f4a7c15ULL;
+	return h ^ (h >> 29);
+}
+
+/* Where thread `tid` of `p`, which is blocking, waits from, as a digest that is never 0 (0:
+ * cannot tell): its top Python frame and that frame's caller, each by its address, its code
+ * object and its instruction, and the span it is in. A wait that repeats the last recorded one
+ * from the same place (in a loop, most often) is timed, not walked (pa_switch_out). Two or
+ * three reads (four on 3.11 and 3.12: the cframe), and the span's for a process that publishes
+ * one; the frames are read into this CPU's frame window, which the walk reuses after. */
+static __always_inline __u64 pa_wait_place(const struct pa_proc *p, __u32 tid, __u64 *cnt)
+{
+	__u32 zero = 0, oe = p->interpreter_frame_executable, oi = p->interpreter_frame_instr_ptr,
+	      op = p->interpreter_frame_previous;
+	struct pa_frame_window *fw = bpf_map_lookup_elem(&pa_frame_windows, &zero);
+	const __u64 *tsp = pa_find_thread(tid);
+	__u64 h = 0x243f6a8885a308d3ULL, frame = 0;
+	__u64 *win;
+
+	if (!fw || !tsp || !*tsp || !pa_ptr_off_ok(oe, PA_FRAME_READ_BYTES) ||
+	    !pa_ptr_off_ok(oi, PA_FRAME_READ_BYTES) || !pa_ptr_off_ok(op, PA_FRAME_READ_BYTES))
+		return 0;
+	if (bpf_probe_read_user(&frame, sizeof(frame),
+				(const void *)(*tsp + p->thread_state_current_frame)))
+		return 0;
+	if ((p->flags & PA_PROC_CFRAME) && frame &&
+	    bpf_probe_read_user(&frame, sizeof(frame),
+				(const void *)(frame + p->cframe_current_frame)))
+		return 0;
+	if (!frame)
+		return 0;
+	win = (__u64 *)fw->bytes;
+	/* The top frame, then its caller (when there is one). */
+	for (int level = 0; level < 2 && frame; level++) {
+		if (bpf_probe_read_user(win, PA_FRAME_READ_BYTES, (const void *)frame))
+			return 0;
+		h = pa_place_mix(h, frame);
+		h = pa_place_mix(h, pa_word(win, oe, PA_FRAME_READ_BYTES / 8));
+		h = pa_place_mix(h, pa_word(win, oi, PA_FRAME_READ_BYTES / 8));
+		frame = pa_word(win, op, PA_FRAME_READ_BYTES / 8);
+	}
+	if (p->flags & PA_PROC_TRACE_CONTEXT) {
+		/* The span, through a header in the window past the frames (the record's own is
+		 * not reserved yet). */
+		struct pa_sample_hdr *sh = (struct pa_sample_hdr *)(fw->bytes + PA_FRAME_READ_BYTES);
+		__u64 span = 0;
+
+		sh->flags = 0;
+		pa_read_span(p, sh, cnt);
+		if (sh->flags & PA_SAMPLE_SPAN)
+			__builtin_memcpy(&span, sh->span_id, sizeof(span));
+		h = pa_place_mix(h, span);
+	}
+	return h | 1;
+}
+
 /* The thread leaving the CPU (the current task) blocks: record its stack, or only time the
- * wait when it waits in the same thing as its last recorded one, which is less than
- * pa_off_cpu_min_gap_ns old. */
+ * wait when it repeats its last recorded one (pyagent.h, pa_off_cpu_threads). */
 static __always_inline void pa_switch_out(void *ctx, struct task_struct *prev, __u64 *cnt)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -100,7 +159,8 @@ static __always_inline void pa_switch_out(void *ctx, struct task_struct *prev, _
 	struct pa_wait_info why = { .flags = PA_SAMPLE_OFF_CPU };
 	struct pa_off_cpu_thread *t;
 	const struct pa_proc *p;
-	__u64 now;
+	__u64 now, age, place;
+	int same_wait;
 
 	if (tid == 0)
 		return;
@@ -112,25 +172,31 @@ static __always_inline void pa_switch_out(void *ctx, struct task_struct *prev, _
 		return;
 	now = bpf_ktime_get_ns();
 	pa_classify_wait(prev, &why);
-	if (t->last_recorded_ns && now - t->last_recorded_ns < pa_off_cpu_min_gap_ns &&
-	    why.wait == t->last_wait && why.wait_addr == t->last_wait_addr) {
-		/* The same wait again, soon: timed, counted under the last recorded stack. */
-		t->blocked_ns = now;
-		pa_count(cnt, PA_CNT_OFF_CPU_CARRIED);
-		return;
-	}
+	age = now - t->last_recorded_ns;
+	same_wait = t->last_recorded_ns && why.wait == t->last_wait &&
+		    why.wait_addr == t->last_wait_addr;
+	if (same_wait && age < pa_off_cpu_min_gap_ns)
+		goto carry;
+	place = pa_wait_place(p, tid, cnt);
+	if (same_wait && place && place == t->last_place && age < pa_off_cpu_max_carry_ns)
+		goto carry;
 	why.carried_ns = t->carried_ns;
 	/* With native stacks, the user registers are the ones the thread saved entering the
 	 * kernel, and the kernel stack is the switch's own. */
 	if (!pa_record_stack(p, tgid, tid, &why, ctx, PA_NATIVE_FROM_SWITCH, cnt))
 		return;
 	pa_count(cnt, PA_CNT_OFF_CPU_WALKS);
-	t->carried_ns = 0;
 	t->blocked_ns = 0;
 	t->last_recorded_ns = now;
 	t->last_wait = why.wait;
 	t->last_wait_addr = why.wait_addr;
+	t->last_place = place;
 	t->flags |= PA_OFF_CPU_RECORDED;
+	return;
+carry:
+	/* Timed, counted under the last recorded stack. */
+	t->blocked_ns = now;
+	pa_count(cnt, PA_CNT_OFF_CPU_CARRIED);
 }
 
 /* The thread leaving the CPU stays runnable (preempted, or yielding): it waits for a CPU from
@@ -164,8 +230,14 @@ static __always_inline void pa_switch_in(struct task_struct *next, __u64 *cnt)
 		t->queued_since_ns = 0;
 	}
 	if (t->blocked_ns) {
-		t->carried_ns += bpf_ktime_get_ns() - t->blocked_ns;
-		t->blocked_ns = 0;
+		__u64 began = t->blocked_ns;
+
+		/* Cleared first, in this order: userspace reads the entry while this may run, and
+		 * counts from carried_ns as a cursor, so a torn read moves time between its reads,
+		 * never counts it twice. */
+		*(volatile __u64 *)&t->blocked_ns = 0;
+		asm volatile("" ::: "memory");
+		*(volatile __u64 *)&t->carried_ns = t->carried_ns + bpf_ktime_get_ns() - began;
 	}
 	if (!(t->flags & PA_OFF_CPU_RECORDED))
 		return;

@@ -29,9 +29,11 @@ const volatile __u32 pa_thread_search_max = PA_THREAD_SEARCH_MAX;
 /* Off-CPU: pa_switch records a tracked thread's stack as it blocks, and its wake-up. Userspace
  * attaches pa_switch only when asked; the knob keeps a stray attach harmless. */
 const volatile __u32 pa_off_cpu_on = 0;
-/* A wait that begins less than this after the thread's last recorded wait is timed, not
- * walked (pyagent.h, pa_off_cpu_threads). */
+/* A wait that repeats the thread's last recorded one is timed, not walked, when it begins
+ * less than pa_off_cpu_min_gap_ns after it, or less than pa_off_cpu_max_carry_ns after it from
+ * the same place (pyagent.h, pa_off_cpu_threads). */
 const volatile __u64 pa_off_cpu_min_gap_ns = 50000000;
+const volatile __u64 pa_off_cpu_max_carry_ns = 10000000000ULL;
 
 /* Off-CPU records of GIL waits name the GIL's holder (pa_gil_holder); benchmarks turn it off
  * to measure what it costs. */

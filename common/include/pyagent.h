@@ -250,13 +250,12 @@ struct pa_sample_hdr {
 	__u64 time_ns;
 	/* The futex word waited on (PA_WAIT_FUTEX), 0 otherwise. */
 	__u64 wait_addr;
-	/* PA_SAMPLE_OFF_CPU records: nanoseconds this thread spent, since its previous recorded
-	 * wait, in waits that were timed but not walked: each began less than
-	 * pa_off_cpu_min_gap_ns after that previous one, in the same call on the same futex word.
-	 * Userspace adds them to the previous record's stack and reason. On-CPU records (with
-	 * off-CPU on): nanoseconds the thread spent on a run queue, runnable after leaving the
-	 * CPU, since its previous on-CPU record; userspace adds them to this record's stack as a
-	 * wait for a CPU. */
+	/* PA_SAMPLE_OFF_CPU records: the thread's running total of waits timed but not walked
+	 * (pa_off_cpu_threads.carried_ns) as this wait began. Its growth since the previous record
+	 * went to waits that repeated that record's (pyagent.h, pa_off_cpu_threads): userspace adds
+	 * it to that record's stack and reason. On-CPU records (with off-CPU on): nanoseconds the
+	 * thread spent on a run queue, runnable after leaving the CPU, since its previous on-CPU
+	 * record; userspace adds them to this record's stack as a wait for a CPU. */
 	__u64 carried_ns;
 	/* The trace and span the thread was in, as the OTEP 4947 record has them (PA_SAMPLE_SPAN;
 	 * zeros otherwise). */
@@ -345,12 +344,18 @@ _Static_assert(sizeof(struct pa_native_hdr) == 32, "struct pa_native_hdr layout"
 /*
  * One entry per tracked thread that has blocked since it was registered: created by the
  * program at the thread's first wait, deleted by userspace when the thread is unregistered.
- * Walking the stack of every wait costs microseconds; a thread that blocks a thousand times a
- * second would cost milliseconds a second. So a wait that begins less than
- * pa_off_cpu_min_gap_ns after the thread's last recorded wait, in the same call on the same
- * futex word, is only timed: a loop waiting on one thing again and again. Its time is carried
- * in the thread's next record (pa_sample_hdr.carried_ns) and counted under the last recorded
- * wait's stack. Totals stay exact; a wait on anything else is walked.
+ * Walking the stack of every wait costs microseconds, and each walk is two records for
+ * userspace to resolve; a host of idle workers blocks tens of thousands of times a second. So
+ * a wait that repeats the thread's last recorded one, in the same call on the same futex word,
+ * is only timed, when either
+ *   - it begins less than pa_off_cpu_min_gap_ns after that recorded wait (a thread blocking on
+ *     one thing again and again), or
+ *   - it waits from the same place (pa_wait_place: the same top Python frame and caller, at the
+ *     same instructions, in the same span) and begins less than pa_off_cpu_max_carry_ns after
+ *     the recorded wait (a worker that sleeps or polls in a loop).
+ * Its time is added to carried_ns, a running total that userspace reads from the thread's next
+ * record (pa_sample_hdr.carried_ns) or from this map, and counts under the last recorded wait's
+ * stack. A wait on anything else, from anywhere else, is walked.
  */
 /* The current wait's stack was recorded: its wake-up is recorded too (PA_SAMPLE_WAKE). */
 #define PA_OFF_CPU_RECORDED (1u << 0)
@@ -358,9 +363,11 @@ _Static_assert(sizeof(struct pa_native_hdr) == 32, "struct pa_native_hdr layout"
 struct pa_off_cpu_thread {
 	/* ktime of the thread's last recorded wait (0: none yet). */
 	__u64 last_recorded_ns;
-	/* ktime the current unrecorded wait began (0: not in one). */
+	/* ktime the current unrecorded wait began (0: not in one). Cleared before carried_ns
+	 * grows, so a reader that sees it set has not yet seen the wait in carried_ns. */
 	__u64 blocked_ns;
-	/* Time of unrecorded waits not yet carried into a record. */
+	/* Time of every unrecorded wait of the thread so far: a running total, never reset (the
+	 * entry starts at 0 with the thread's first wait). */
 	__u64 carried_ns;
 	/* What the last recorded wait waited in: its futex word, and its PA_WAIT_* class. */
 	__u64 last_wait_addr;
@@ -375,8 +382,10 @@ struct pa_off_cpu_thread {
 	__u64 queued_since_ns;
 	/* Run-queue time of those waits not yet carried by an on-CPU record. */
 	__u64 queued_ns;
+	/* Where the last recorded wait waited from (pa_wait_place; 0: unknown). */
+	__u64 last_place;
 };
-_Static_assert(sizeof(struct pa_off_cpu_thread) == 64, "struct pa_off_cpu_thread layout");
+_Static_assert(sizeof(struct pa_off_cpu_thread) == 72, "struct pa_off_cpu_thread layout");
 
 /* ---- Stages, for measuring what each part of a run costs -------------------------------- */
 /*
@@ -465,8 +474,8 @@ enum pa_counter {
 	PA_CNT_WAKES = 22,
 	/* pa_off_cpu full: an off-CPU thread's start was not kept, its wait is lost. */
 	PA_CNT_OFF_CPU_MAP_FULL = 23,
-	/* A tracked thread blocked within pa_off_cpu_min_gap_ns of its last recorded wait: timed
-	 * only, its time carried to the thread's next recorded wait. */
+	/* A tracked thread's wait repeated its last recorded one (pa_off_cpu_threads): timed only,
+	 * its time counted under that wait's stack. */
 	PA_CNT_OFF_CPU_CARRIED = 24,
 	/* Reading a published thread context (PA_PROC_TRACE_CONTEXT) failed: the record is
 	 * written without its span. A thread in no span, or whose record is not valid, is not

@@ -233,7 +233,7 @@ pub static COUNTERS: [CounterInfo; COUNTER_COUNT] = [
         Counter::OffCpuCarried,
         "PA_CNT_OFF_CPU_CARRIED",
         "pyagent_bpf_off_cpu_carried_total",
-        "Off-CPU waits timed but not walked (within the minimum gap after the thread's last recorded wait): their time goes to its next recorded wait.",
+        "Off-CPU waits timed but not walked (a repeat of the thread's last recorded wait, soon after it or from the same place): their time goes to that wait's stack.",
     ),
     info(
         Counter::SpanReadFail,

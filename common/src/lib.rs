@@ -372,9 +372,10 @@ pub struct PaSampleHdr {
     pub time_ns: u64,
     /// The futex word waited on ([`WAIT_FUTEX`]), 0 otherwise.
     pub wait_addr: u64,
-    /// [`SAMPLE_OFF_CPU`] records: nanoseconds of this thread's waits since its previous
-    /// recorded one that were timed, not walked (each like that one), to add to that previous
-    /// record's stack and reason.
+    /// [`SAMPLE_OFF_CPU`] records: the thread's running total of waits timed, not walked
+    /// ([`PaOffCpuThread::carried_ns`]) as this wait began; its growth since the previous
+    /// record goes to that record's stack and reason (those waits repeated it). On-CPU
+    /// records: run-queue time since the thread's previous on-CPU record.
     pub carried_ns: u64,
     /// The trace the thread was in, bytes as the OTEP 4947 record has them ([`SAMPLE_SPAN`];
     /// zeros otherwise).
@@ -402,7 +403,7 @@ pub struct PaOffCpuThread {
     pub last_recorded_ns: u64,
     /// ktime the current unrecorded wait began (0: not in one).
     pub blocked_ns: u64,
-    /// Time of unrecorded waits not yet carried into a record.
+    /// Time of every unrecorded wait of the thread so far (a running total, never reset).
     pub carried_ns: u64,
     /// The futex word of the last recorded wait.
     pub last_wait_addr: u64,
@@ -418,10 +419,13 @@ pub struct PaOffCpuThread {
     pub queued_since_ns: u64,
     /// Run-queue time not yet carried by an on-CPU record.
     pub queued_ns: u64,
+    /// Where the last recorded wait waited from (a digest; 0: unknown).
+    pub last_place: u64,
 }
 
 const _: () = {
-    assert!(size_of::<PaOffCpuThread>() == 64);
+    assert!(size_of::<PaOffCpuThread>() == 72);
+    assert!(offset_of!(PaOffCpuThread, last_place) == 64);
     assert!(offset_of!(PaOffCpuThread, queued_since_ns) == 48);
     assert!(offset_of!(PaOffCpuThread, queued_ns) == 56);
     assert!(offset_of!(PaOffCpuThread, blocked_ns) == 8);

@@ -1,8 +1,9 @@
 # Threads that wait in different ways, each in its own function, for off-CPU profiling:
 # sleeping, blocked on a socket, blocked on a lock, two threads fighting over the GIL (`gil`;
 # `spin`: one thread on the CPU holding it), one sleeping a millisecond at a time (`tick`),
-# and one on the CPU without the GIL, hashing large buffers (`hash`: hashlib releases the GIL
-# while it hashes more than 2 KiB).
+# one on the CPU without the GIL, hashing large buffers (`hash`: hashlib releases the GIL
+# while it hashes more than 2 KiB), and one that naps in turn from two callers through the same
+# function (`alternate`: 60 ms from short_naps, 120 ms from long_naps).
 import hashlib
 import socket
 import sys
@@ -29,6 +30,24 @@ def ticker():
         time.sleep(0.001)  # @tick
 
 
+def nap(seconds):
+    time.sleep(seconds)  # @nap
+
+
+def short_naps():
+    nap(0.06)  # @short
+
+
+def long_naps():
+    nap(0.12)  # @long
+
+
+def alternator():
+    while True:
+        short_naps()
+        long_naps()
+
+
 def spinner():
     while True:
         for _ in range(1000):  # @spin
@@ -53,6 +72,8 @@ spinners = 2 if "gil" in sys.argv[1:] else 1 if "spin" in sys.argv[1:] else 0
 threads += [threading.Thread(target=spinner, name=f"spinner{i}", daemon=True) for i in range(spinners)]
 if "tick" in sys.argv[1:]:
     threads.append(threading.Thread(target=ticker, name="ticker", daemon=True))
+if "alternate" in sys.argv[1:]:
+    threads.append(threading.Thread(target=alternator, name="alternator", daemon=True))
 if "hash" in sys.argv[1:]:
     threads.append(threading.Thread(target=hasher, name="hasher", daemon=True))
 for t in threads:

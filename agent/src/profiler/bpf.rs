@@ -167,6 +167,15 @@ impl BpfBackend {
         Ok(())
     }
 
+    /// Weighs the waits that the program timed without walking them (repeats of each thread's
+    /// last recorded wait) into the profiles, from its state of each thread with a wait (of
+    /// `only`, or of every process); also what the stall report knows of them. One map read
+    /// per such thread.
+    pub fn weigh_carried(&mut self, out: &mut Collected, only: Option<u32>) {
+        let tids = out.waits.threads(only);
+        weigh_carried(&self.sampler, out, &tids);
+    }
+
     /// Stops sampling `pid` and forgets its threads; returns its unwinder (for its totals).
     pub fn untrack(&mut self, pid: u32) -> Option<Unwinder> {
         let p = self.procs.remove(&pid);
@@ -350,9 +359,17 @@ impl BpfBackend {
                 now.insert(tid, 0);
             }
         }
-        for gone in p.threads.keys().filter(|tid| !now.contains_key(tid)) {
-            let _ = sampler.remove_thread(*gone);
-            out.waits.forget_thread(*gone);
+        let gone: Vec<u32> = p
+            .threads
+            .keys()
+            .filter(|tid| !now.contains_key(tid))
+            .copied()
+            .collect();
+        // Their last waits' repeats, before the program's state of them goes.
+        weigh_carried(sampler, out, &gone);
+        for gone in gone {
+            let _ = sampler.remove_thread(gone);
+            out.waits.forget_thread(gone);
         }
         if all_tasks {
             // Two reads at least, the same thread states in both where a thread is in both.
@@ -490,6 +507,26 @@ impl BpfBackend {
             out.stats.blocked_at_attach += 1;
         }
     }
+}
+
+/// Weighs the waits of `tids` that the program timed without walking them into the profiles,
+/// from its state of each thread (one map read per thread).
+fn weigh_carried(sampler: &BpfSampler, out: &mut Collected, tids: &[u32]) {
+    if tids.is_empty() {
+        return;
+    }
+    let profiles = &mut out.profiles;
+    out.waits.weigh_carried(
+        tids,
+        monotonic_ns(),
+        |tid| sampler.off_cpu_thread(tid).ok().flatten(),
+        |s: &ThreadSample, w: WaitReason, ns: u64| {
+            profiles.get_mut(&s.thread.pid).is_some_and(|p| {
+                p.agg.add_off_cpu(s, w, ns);
+                true
+            })
+        },
+    );
 }
 
 /// A wake-up record: the thread's recorded wait ends, and its time goes to the profile.

@@ -518,7 +518,10 @@ impl HostProfiler {
     fn untrack(&mut self, pid: u32) {
         tracing::debug!(pid, "no longer profiling the process");
         let unwinder = match &mut self.backend {
-            Backend::Bpf(b) => b.untrack(pid),
+            Backend::Bpf(b) => {
+                b.weigh_carried(&mut self.collected, Some(pid));
+                b.untrack(pid)
+            }
             Backend::Userspace(u) => u.untrack(pid),
         };
         if let Some(u) = unwinder {
@@ -619,7 +622,11 @@ impl HostProfiler {
             }
         }
         // Threads still blocked at a cut have waited since their stack was recorded (or the
-        // last cut): that much goes into this window.
+        // last cut): that much goes into this window, and so does the time of the waits the
+        // program timed without walking them.
+        if let Backend::Bpf(b) = &mut self.backend {
+            b.weigh_carried(&mut self.collected, None);
+        }
         self.collected.weigh_waits(None);
         let mut out = std::mem::take(&mut self.collected.finished);
         for p in self.collected.profiles.values_mut() {
@@ -635,6 +642,10 @@ impl HostProfiler {
     /// thread that wakes and blocks again is a new wait). Needs off-CPU profiling: without it
     /// nothing is known of waits and this is empty.
     pub fn take_new_stalls(&mut self, after: Duration) -> Vec<Stall> {
+        // Waits the program only timed are known from its state, read now.
+        if let Backend::Bpf(b) = &mut self.backend {
+            b.weigh_carried(&mut self.collected, None);
+        }
         self.collected.waits.take_new_stalls(after)
     }
 

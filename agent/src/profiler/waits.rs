@@ -1,14 +1,17 @@
 //! The host profiler's table of blocked threads (off-CPU profiling): each thread's recorded
-//! wait from its off-CPU record to its wake-up record, how its time reaches the profile, and
-//! which waits have lasted long enough to be stalls.
+//! wait from its off-CPU record to its wake-up record, the waits that repeated it (timed by the
+//! program, not walked), how their time reaches the profile, and which waits have lasted long
+//! enough to be stalls.
 //!
 //! In: the off-CPU and wake-up records the host profiler resolved, the waits it found running
-//! at attach, and its cuts. Out: off-CPU time for the aggregators, through the `add` function
-//! each call takes (the profile of the wait's process; it says `false` when there is none), and
-//! [`Stall`]s.
+//! at attach, the program's per-thread off-CPU state read at cuts and stall checks, and its
+//! cuts. Out: off-CPU time for the aggregators, through the `add` function each call takes (the
+//! profile of the wait's process; it says `false` when there is none), and [`Stall`]s.
 
 use std::collections::HashMap;
 use std::time::Duration;
+
+use common::PaOffCpuThread;
 
 use crate::aggregate::WaitReason;
 use crate::sampler::off_cpu::{blocked_in, gil_while_blocked, monotonic_ns};
@@ -83,37 +86,115 @@ pub(crate) enum Woke {
     Untracked,
 }
 
-/// Threads off the CPU in a recorded stack, and each thread's last ended wait, by host TID.
+/// What is known of a thread's waits that the program timed without walking them (they repeat
+/// its last recorded wait): a running total in the program's state of the thread, counted here
+/// as a cursor.
+#[derive(Debug, Default, Clone, Copy)]
+struct Carried {
+    /// How much of the program's running total is in the profile already.
+    counted_ns: u64,
+    /// CLOCK_MONOTONIC nanoseconds the thread's unrecorded wait began, at the last read of
+    /// the program's state (0: not in one).
+    blocked_since_ns: u64,
+    /// The `blocked_since_ns` of the unrecorded wait reported as stalled (0: none).
+    stall_reported_for: u64,
+}
+
+impl Carried {
+    /// Moves the cursor to `total`; returns the time not counted yet. A total behind the
+    /// cursor (a torn read counted a wait early) adds nothing until it catches up.
+    fn count_to(&mut self, total: u64) -> u64 {
+        let ns = total.saturating_sub(self.counted_ns);
+        self.counted_ns = self.counted_ns.max(total);
+        ns
+    }
+}
+
+/// Threads off the CPU in a recorded stack, each thread's last ended wait, and the waits that
+/// repeat it, by host TID.
 #[derive(Debug, Default)]
 pub(crate) struct Waits {
     waiting: HashMap<u32, Waiting>,
-    /// Each thread's last recorded wait once it ended: the program counts the short waits that
-    /// repeat it under it (`carried_ns` of the thread's next record).
+    /// Each thread's last recorded wait once it ended: the program counts the waits that
+    /// repeat it under it (`carried_ns` of the thread's next record and of its state).
     last: HashMap<u32, Waiting>,
+    carried: HashMap<u32, Carried>,
 }
 
 impl Waits {
-    /// Thread `tid` blocks in `waiting` (an off-CPU record). `carried_ns`, the time of the
-    /// repeats of its previous recorded wait that the program timed but did not walk, goes to
-    /// that wait's stack and reason. Returns false when there was carried time and no previous
-    /// wait to give it to.
+    /// Thread `tid` blocks in `waiting` (an off-CPU record). `carried_total_ns`, the program's
+    /// running total of the thread's waits that repeated its previous recorded wait (timed, not
+    /// walked): its growth goes to that wait's stack and reason. Returns false when there was
+    /// carried time and no previous wait to give it to.
     pub fn blocked(
         &mut self,
         tid: u32,
         waiting: Waiting,
-        carried_ns: u64,
+        carried_total_ns: u64,
         mut add: impl AddWait,
     ) -> bool {
+        let carried = self.carried.entry(tid).or_default();
+        let ns = carried.count_to(carried_total_ns);
+        carried.blocked_since_ns = 0;
         let previous = self.waiting.get(&tid).or(self.last.get(&tid));
-        let carried = match previous {
+        let given = match previous {
             Some(w) => {
-                add(&w.sample, w.wait, carried_ns);
+                if ns > 0 {
+                    add(&w.sample, w.wait, ns);
+                }
                 true
             }
-            None => carried_ns == 0,
+            None => ns == 0,
         };
         self.waiting.insert(tid, waiting);
-        carried
+        given
+    }
+
+    /// The threads with a wait known here (of process `only`, or all): whose program state
+    /// [`Waits::weigh_carried`] reads.
+    pub fn threads(&self, only: Option<u32>) -> Vec<u32> {
+        let mut tids: Vec<u32> = self
+            .last
+            .iter()
+            .chain(&self.waiting)
+            .filter(|(_, w)| only.is_none_or(|pid| w.sample.thread.pid == pid))
+            .map(|(&tid, _)| tid)
+            .collect();
+        tids.sort_unstable();
+        tids.dedup();
+        tids
+    }
+
+    /// Weighs the waits of `tids` that the program timed without walking them, up to `now_ns`
+    /// (CLOCK_MONOTONIC), from each thread's program state (`read`; `None`: none, or unreadable):
+    /// its running total, and the unrecorded wait it is in now, whose time so far counts too (a
+    /// worker that polls in a loop then hangs in the same call shows in every window, and as a
+    /// stall). The time goes to the thread's last recorded wait's stack and reason.
+    pub fn weigh_carried(
+        &mut self,
+        tids: &[u32],
+        now_ns: u64,
+        mut read: impl FnMut(u32) -> Option<PaOffCpuThread>,
+        mut add: impl AddWait,
+    ) {
+        for &tid in tids {
+            let Some(w) = self.waiting.get(&tid).or(self.last.get(&tid)) else {
+                continue;
+            };
+            let Some(state) = read(tid).filter(|s| s.tgid == w.sample.thread.pid) else {
+                continue;
+            };
+            let carried = self.carried.entry(tid).or_default();
+            let ongoing = match state.blocked_ns {
+                0 => 0,
+                since => now_ns.saturating_sub(since),
+            };
+            carried.blocked_since_ns = state.blocked_ns;
+            let ns = carried.count_to(state.carried_ns.saturating_add(ongoing));
+            if ns > 0 {
+                add(&w.sample, w.wait, ns);
+            }
+        }
     }
 
     /// A wait found already running when its process was first seen.
@@ -137,6 +218,7 @@ impl Waits {
     pub fn forget_thread(&mut self, tid: u32) {
         self.waiting.remove(&tid);
         self.last.remove(&tid);
+        self.carried.remove(&tid);
     }
 
     /// Weighs the waits still running up to now (of every process, or only of `only`, which
@@ -146,7 +228,14 @@ impl Waits {
     pub fn weigh(&mut self, only: Option<u32>, mut add: impl AddWait) {
         let now = monotonic_ns();
         if let Some(pid) = only {
-            self.last.retain(|_, w| w.sample.thread.pid != pid);
+            let carried = &mut self.carried;
+            self.last.retain(|tid, w| {
+                let keep = w.sample.thread.pid != pid;
+                if !keep {
+                    carried.remove(tid);
+                }
+                keep
+            });
         }
         self.waiting.retain(|&tid, w| {
             if only.is_some_and(|pid| pid != w.sample.thread.pid) {
@@ -161,7 +250,9 @@ impl Waits {
         });
     }
 
-    /// Threads blocked in one wait for at least `after`, each returned once per wait.
+    /// Threads blocked in one wait for at least `after`, each returned once per wait: a
+    /// recorded wait, or one that repeats the thread's last recorded wait (as of the last
+    /// [`Waits::weigh_carried`]), in its stack.
     pub fn take_new_stalls(&mut self, after: Duration) -> Vec<Stall> {
         let now = monotonic_ns();
         let after_ns = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
@@ -178,14 +269,19 @@ impl Waits {
                 continue;
             }
             w.stall_reported = true;
-            stalls.push(Stall {
-                pid: w.sample.thread.pid,
-                tid: w.sample.thread.ns_tid(),
-                thread_name: w.sample.thread.thread_name.clone(),
-                wait: w.wait,
-                blocked_for: Duration::from_nanos(blocked_ns),
-                frames: w.sample.frames.clone(),
-            });
+            stalls.push(Stall::of(w, blocked_ns));
+        }
+        for (host_tid, c) in self.carried.iter_mut() {
+            let since = c.blocked_since_ns;
+            if since == 0 || c.stall_reported_for == since || self.waiting.contains_key(host_tid) {
+                continue;
+            }
+            let blocked_ns = now.saturating_sub(since);
+            let Some(w) = self.last.get(host_tid).filter(|_| blocked_ns >= after_ns) else {
+                continue;
+            };
+            c.stall_reported_for = since;
+            stalls.push(Stall::of(w, blocked_ns));
         }
         stalls.sort_by_key(|s| (s.pid, s.tid));
         stalls
@@ -194,10 +290,38 @@ impl Waits {
     /// Threads reported stalled and still blocked, per PID.
     pub fn stalled_threads(&self) -> HashMap<u32, u64> {
         let mut per_pid = HashMap::new();
-        for w in self.waiting.values().filter(|w| w.stall_reported) {
+        let carried_stalls = self
+            .carried
+            .iter()
+            .filter(|(tid, c)| {
+                c.blocked_since_ns != 0
+                    && c.stall_reported_for == c.blocked_since_ns
+                    && !self.waiting.contains_key(tid)
+            })
+            .filter_map(|(tid, _)| self.last.get(tid));
+        for w in self
+            .waiting
+            .values()
+            .filter(|w| w.stall_reported)
+            .chain(carried_stalls)
+        {
             *per_pid.entry(w.sample.thread.pid).or_insert(0) += 1;
         }
         per_pid
+    }
+}
+
+impl Stall {
+    /// The stall of the thread blocked in `w` for `blocked_ns`.
+    fn of(w: &Waiting, blocked_ns: u64) -> Stall {
+        Stall {
+            pid: w.sample.thread.pid,
+            tid: w.sample.thread.ns_tid(),
+            thread_name: w.sample.thread.thread_name.clone(),
+            wait: w.wait,
+            blocked_for: Duration::from_nanos(blocked_ns),
+            frames: w.sample.frames.clone(),
+        }
     }
 }
 
@@ -237,6 +361,64 @@ mod tests {
             added,
             [("first".to_string(), 50), ("first".to_string(), 40)]
         );
+    }
+
+    /// The program's running total of a thread's repeated waits is counted once, whether it
+    /// is read from a record or from the thread's state, and the unrecorded wait under way
+    /// counts up to now; once it has lasted long enough it is a stall, reported once, in the
+    /// last recorded wait's stack.
+    #[test]
+    fn repeats_timed_by_the_program_count_once_and_can_stall() {
+        let mut waits = Waits::default();
+        let mut added: Vec<(String, u64)> = Vec::new();
+        let mut add = |s: &ThreadSample, _: WaitReason, ns: u64| {
+            added.push((s.frames[0].function().to_string(), ns));
+            true
+        };
+        let state = |carried_ns: u64, blocked_ns: u64| PaOffCpuThread {
+            tgid: 1,
+            carried_ns,
+            blocked_ns,
+            ..PaOffCpuThread::default()
+        };
+        assert!(waits.blocked(11, wait(1, 11, "loop", 100), 0, &mut add));
+        assert_eq!(waits.woke(11, 150, &mut add), Woke::Weighed);
+        // 30 ns of repeats, then one under way since 1,000.
+        waits.weigh_carried(&[11], 1_010, |_| Some(state(30, 1_000)), &mut add);
+        // It ended at 1,020 (20 ns): only the 10 not counted yet are new.
+        waits.weigh_carried(&[11], 2_000, |_| Some(state(50, 0)), &mut add);
+        // A torn read that counted early: nothing until the total catches up.
+        waits.weigh_carried(&[11], 2_000, |_| Some(state(45, 0)), &mut add);
+        // No state (another process's thread by that tid reads as none): nothing.
+        waits.weigh_carried(&[11], 2_000, |_| None, &mut add);
+        // The next record carries the total: only its growth is new.
+        assert!(waits.blocked(11, wait(1, 11, "other", 3_000), 70, &mut add));
+        assert_eq!(
+            added,
+            [
+                ("loop".to_string(), 50),
+                ("loop".to_string(), 40),
+                ("loop".to_string(), 10),
+                ("loop".to_string(), 20),
+            ]
+        );
+
+        // A repeat under way for long is a stall, once, in the recorded wait's stack.
+        let mut waits = Waits::default();
+        let keep = |_: &ThreadSample, _: WaitReason, _: u64| true;
+        let long_ago = monotonic_ns().saturating_sub(60_000_000_000);
+        assert!(waits.blocked(12, wait(1, 12, "poll", 1), 0, keep));
+        assert_eq!(waits.woke(12, 2, keep), Woke::Weighed);
+        waits.weigh_carried(&[12], monotonic_ns(), |_| Some(state(0, long_ago)), keep);
+        let stalls = waits.take_new_stalls(Duration::from_secs(5));
+        assert_eq!(stalls.len(), 1);
+        assert_eq!(stalls[0].frames[0].function(), "poll");
+        assert!(stalls[0].blocked_for >= Duration::from_secs(60));
+        assert_eq!(waits.stalled_threads().get(&1), Some(&1));
+        assert!(waits.take_new_stalls(Duration::from_secs(5)).is_empty());
+        // It ended: no longer stalled.
+        waits.weigh_carried(&[12], monotonic_ns(), |_| Some(state(1, 0)), keep);
+        assert!(waits.stalled_threads().is_empty());
     }
 
     /// A process that leaves takes its waits with it; the others' stay.

@@ -259,6 +259,15 @@ fn off_cpu_waits_carry_native_and_kernel_frames(
     );
 }
 
+/// The length of the recording in `file`, in seconds, as `go tool pprof` reads it.
+fn recording_seconds(file: &Path) -> f64 {
+    go_pprof_raw(file)
+        .lines()
+        .find_map(|l| l.strip_prefix("Duration: "))
+        .and_then(|d| d.trim().parse().ok())
+        .expect("a duration")
+}
+
 /// Records waits.py (under 3.12, with `args`) for 4 s with off-CPU on and returns the share of
 /// the recording that `function` spent under `wait=sleep`, a description, and the agent's stderr.
 fn sleep_share(args: &[&str], tag: &str, function: &str) -> (f64, String, String) {
@@ -270,12 +279,7 @@ fn sleep_share(args: &[&str], tag: &str, function: &str) -> (f64, String, String
     let err = record_off_cpu(p.pid(), "4", &file);
     let (types, samples) = raw_samples(&file);
     let off = off_cpu_seconds(&types, &samples);
-    let raw = go_pprof_raw(&file);
-    let duration: f64 = raw
-        .lines()
-        .find_map(|l| l.strip_prefix("Duration: "))
-        .and_then(|d| d.trim().parse().ok())
-        .expect("a duration");
+    let duration = recording_seconds(&file);
     let slept = off
         .get(&(function.to_string(), "sleep".to_string()))
         .copied()
@@ -303,6 +307,48 @@ fn repeated_short_waits_are_timed_without_walking_each() {
     assert!(repeats > 4 * walked, "most ticks are repeats: {what}");
     // The ticker runs for microseconds between sleeps; the rest of its time is sleep.
     assert!((share - 1.0).abs() <= 0.05, "{what}");
+}
+
+/// A wait that repeats the last one from another caller is walked, not counted under the last
+/// one's stack: a thread that naps 60 ms from one function and 120 ms from another, in turn,
+/// through the same function at the same line (the same top frame, at the same address), has a
+/// third of its naps under the first caller and two thirds under the second (±5% of the
+/// recording). A thread sleeping from one place all along has its waits timed, not walked.
+#[test]
+fn repeats_from_another_caller_are_walked() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let p = spawn_waits("py312", &["alternate"]);
+    let dir = fresh_dir("offcpu-alternate");
+    let file = dir.join("off.pb.gz");
+    let err = record_off_cpu(p.pid(), "4", &file);
+    let (types, samples) = raw_samples(&file);
+    let column = types
+        .iter()
+        .position(|t| t == "off_cpu/nanoseconds")
+        .expect("an off_cpu sample type");
+    let mut by_caller: BTreeMap<String, f64> = BTreeMap::new();
+    for s in samples
+        .iter()
+        .filter(|s| s.values[column] > 0 && s.top == "nap")
+    {
+        assert_eq!(s.label("wait"), Some("sleep"), "{:?}", s.stack);
+        let caller = s.stack.get(1).map_or("?", |f| f.0.as_str());
+        *by_caller.entry(caller.to_string()).or_insert(0.0) += s.values[column] as f64 / 1e9;
+    }
+    let duration = recording_seconds(&file);
+    let what = format!("{by_caller:?} over {duration:.3}s ({err})");
+    let short = by_caller.get("short_naps").copied().unwrap_or(0.0) / duration;
+    let long = by_caller.get("long_naps").copied().unwrap_or(0.0) / duration;
+    assert_eq!(by_caller.len(), 2, "{what}");
+    assert!((short - 1.0 / 3.0).abs() <= 0.05, "{what}");
+    assert!((long - 2.0 / 3.0).abs() <= 0.05, "{what}");
+    // The sleeper's 50 ms naps: walked once, then timed (its first nap may be walked twice,
+    // within the minimum gap of the attach).
+    let walked = number_before(&err, " waits recorded");
+    let repeats = number_before(&err, " repeats timed only");
+    assert!(repeats >= 60, "the sleeper's naps repeat: {what}");
+    assert!(walked <= 2 * 4 * 6 + 10, "{walked} walked: {what}");
 }
 
 /// The on-CPU part of a profile does not change with off-CPU on: a CPU-bound target recorded

@@ -15,10 +15,10 @@ use super::error::{clock_event_error, load_error, map_error, program_error, BpfE
 use super::kernel::{KernelFacilities, ProgramBuild};
 use super::{
     BpfConfig, BpfSampler, EXEC_PROGRAM, EXIT_PROGRAM, FORK_PROGRAM, KNOB_GIL_HOLDER,
-    KNOB_MAX_FRAMES, KNOB_OFF_CPU, KNOB_OFF_CPU_MIN_GAP, KNOB_STOP_AFTER, KNOB_THREAD_SEARCH_MAX,
-    KNOB_WAKEUP_BYTES, MAP_COUNTERS, MAP_NOTICES, MAP_OFF_CPU_THREADS, MAP_PROCS, MAP_PROC_SLOTS,
-    MAP_SAMPLES, MAP_SCRATCH, MAP_THREADS, MAP_THREAD_LISTS, MAP_THREAD_SLOTS, OFF_CPU_PROGRAM,
-    PROGRAM, SAMPLER_OBJ, SAMPLER_PORTABLE_OBJ,
+    KNOB_MAX_FRAMES, KNOB_OFF_CPU, KNOB_OFF_CPU_MAX_CARRY, KNOB_OFF_CPU_MIN_GAP, KNOB_STOP_AFTER,
+    KNOB_THREAD_SEARCH_MAX, KNOB_WAKEUP_BYTES, MAP_COUNTERS, MAP_NOTICES, MAP_OFF_CPU_THREADS,
+    MAP_PROCS, MAP_PROC_SLOTS, MAP_SAMPLES, MAP_SCRATCH, MAP_THREADS, MAP_THREAD_LISTS,
+    MAP_THREAD_SLOTS, OFF_CPU_PROGRAM, PROGRAM, SAMPLER_OBJ, SAMPLER_PORTABLE_OBJ,
 };
 use crate::sampler::slots::SlotIndex;
 
@@ -62,6 +62,7 @@ impl BpfSampler {
         let nr_cpus =
             u32::try_from(nr_cpus).map_err(|_| BpfError::InvalidConfig("too many CPUs"))?;
         let min_gap_ns = u64::try_from(config.off_cpu_min_gap.as_nanos()).unwrap_or(u64::MAX);
+        let max_carry_ns = u64::try_from(config.off_cpu_max_carry.as_nanos()).unwrap_or(u64::MAX);
 
         let mut ebpf = EbpfLoader::new()
             .override_global(KNOB_MAX_FRAMES, &config.max_frames, true)
@@ -70,6 +71,7 @@ impl BpfSampler {
             .override_global(KNOB_THREAD_SEARCH_MAX, &config.thread_search_max, true)
             .override_global(KNOB_OFF_CPU, &u32::from(config.off_cpu), true)
             .override_global(KNOB_OFF_CPU_MIN_GAP, &min_gap_ns, true)
+            .override_global(KNOB_OFF_CPU_MAX_CARRY, &max_carry_ns, true)
             .override_global(KNOB_GIL_HOLDER, &u32::from(config.gil_holder), true)
             .map_max_entries(MAP_SAMPLES, config.ring_bytes)
             .map_max_entries(MAP_SCRATCH, nr_cpus)

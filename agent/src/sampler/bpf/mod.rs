@@ -98,6 +98,7 @@ const KNOB_STOP_AFTER: &str = "pa_stop_after";
 const KNOB_THREAD_SEARCH_MAX: &str = "pa_thread_search_max";
 const KNOB_OFF_CPU: &str = "pa_off_cpu_on";
 const KNOB_OFF_CPU_MIN_GAP: &str = "pa_off_cpu_min_gap_ns";
+const KNOB_OFF_CPU_MAX_CARRY: &str = "pa_off_cpu_max_carry_ns";
 const KNOB_GIL_HOLDER: &str = "pa_gil_holder_on";
 const MAP_OFF_CPU_THREADS: &str = "pa_off_cpu_threads";
 const OFF_CPU_PROGRAM: &str = "pa_switch";
@@ -137,6 +138,11 @@ pub struct BpfConfig {
     /// timed, not walked; its time goes to the thread's next recorded wait. Bounds the walks to
     /// one per thread per gap, whatever the rate of blocking (0: walk every wait).
     pub off_cpu_min_gap: std::time::Duration,
+    /// Off-CPU: a wait that repeats the thread's last recorded one from the same place (the
+    /// same top frame and caller, at the same instructions, in the same span) is timed, not
+    /// walked, for this long after that recorded one. A thread that blocks in a loop costs
+    /// one walk per this much time (0: only [`BpfConfig::off_cpu_min_gap`] applies).
+    pub off_cpu_max_carry: std::time::Duration,
     /// Off-CPU records of a thread blocked waiting for the GIL name the thread holding it and
     /// the code it runs (the `gil_holder` label). Benchmarks turn it off to measure its cost.
     pub gil_holder: bool,
@@ -150,6 +156,10 @@ pub struct BpfConfig {
 /// second (`cargo xtask bench ebpf --only offcpu`): a 20 ms gap cost the agent 1.6% of a core,
 /// every wait walked 7.6%.
 pub const DEFAULT_OFF_CPU_MIN_GAP: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The default [`BpfConfig::off_cpu_max_carry`]: a window of the service's default interval,
+/// so a thread that blocks from one place all along is walked about once a window.
+pub const DEFAULT_OFF_CPU_MAX_CARRY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Default for BpfConfig {
     fn default() -> Self {
@@ -167,6 +177,7 @@ impl Default for BpfConfig {
             thread_search_max: THREAD_SEARCH_MAX,
             off_cpu: false,
             off_cpu_min_gap: DEFAULT_OFF_CPU_MIN_GAP,
+            off_cpu_max_carry: DEFAULT_OFF_CPU_MAX_CARRY,
             gil_holder: true,
             build: None,
         }
@@ -345,6 +356,17 @@ impl BpfSampler {
             .iter()
             .collect::<Result<_, _>>()
             .map_err(map_error(MAP_THREADS))
+    }
+
+    /// Off-CPU: the program's state of thread `tid` (its waits timed without a walk), `None`
+    /// when it has none (it has not blocked since it was registered).
+    pub fn off_cpu_thread(&self, tid: u32) -> Result<Option<PaOffCpuThread>, BpfError> {
+        match self.off_cpu_threads.get(&tid, 0) {
+            Ok(state) => Ok(Some(state)),
+            Err(e) => ignore_absent(Err(e))
+                .map(|()| None)
+                .map_err(map_error(MAP_OFF_CPU_THREADS)),
+        }
     }
 
     /// Off-CPU: asks the program to report when thread `tid` of `tgid`, found already blocked,
