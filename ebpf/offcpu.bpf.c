@@ -177,7 +177,9 @@ static __always_inline void pa_switch_out(void *ctx, struct task_struct *prev, _
 		    why.wait_addr == t->last_wait_addr;
 	if (same_wait && age < pa_off_cpu_min_gap_ns)
 		goto carry;
-	place = pa_wait_place(p, tid, cnt);
+	/* Not a wait for the GIL: its record names the holder, who changes more often than the
+	 * waiter's place. */
+	place = pa_waits_on_gil(p, &why) ? 0 : pa_wait_place(p, tid, cnt);
 	if (same_wait && place && place == t->last_place && age < pa_off_cpu_max_carry_ns)
 		goto carry;
 	why.carried_ns = t->carried_ns;

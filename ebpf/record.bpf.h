@@ -301,6 +301,17 @@ static __always_inline __u32 pa_gil_flags(const struct pa_proc *p, __u64 ts)
 	return 0;
 }
 
+/* Whether an off-CPU wait `why` of a thread of `p` is on the GIL's futex (a futex word within
+ * the GIL's state). */
+static __always_inline int pa_waits_on_gil(const struct pa_proc *p, const struct pa_wait_info *why)
+{
+	__u64 locked_addr = p->gil_locked_addr;
+
+	return (why->flags & PA_SAMPLE_OFF_CPU) && why->wait == PA_WAIT_FUTEX && locked_addr &&
+	       p->gil_holder_addr && why->wait_addr + PA_GIL_BYTES_BEFORE_LOCKED >= locked_addr &&
+	       why->wait_addr < locked_addr + PA_GIL_BYTES_AFTER_LOCKED;
+}
+
 /* For an off-CPU record of thread state `ts` blocked on the GIL's futex while another thread
  * holds the GIL: that thread state, and the code object its current frame runs, into `h`
  * (left 0 otherwise). Read at the switch, as the wait begins: who the thread waits for then.
@@ -313,10 +324,7 @@ static __always_inline void pa_gil_holder(const struct pa_proc *p, __u64 ts,
 	__u64 holder = 0, frame = 0, code = 0;
 	__u32 locked = 0;
 
-	if (!pa_gil_holder_on || !(why->flags & PA_SAMPLE_OFF_CPU) || why->wait != PA_WAIT_FUTEX ||
-	    !locked_addr ||
-	    !p->gil_holder_addr || why->wait_addr + PA_GIL_BYTES_BEFORE_LOCKED < locked_addr ||
-	    why->wait_addr >= locked_addr + PA_GIL_BYTES_AFTER_LOCKED)
+	if (!pa_gil_holder_on || !pa_waits_on_gil(p, why))
 		return;
 	if (locked_addr == p->gil_holder_addr + 8) {
 		if (bpf_probe_read_user(pair, sizeof(pair), (const void *)p->gil_holder_addr))

@@ -351,8 +351,9 @@ _Static_assert(sizeof(struct pa_native_hdr) == 32, "struct pa_native_hdr layout"
  *   - it begins less than pa_off_cpu_min_gap_ns after that recorded wait (a thread blocking on
  *     one thing again and again), or
  *   - it waits from the same place (pa_wait_place: the same top Python frame and caller, at the
- *     same instructions, in the same span) and begins less than pa_off_cpu_max_carry_ns after
- *     the recorded wait (a worker that sleeps or polls in a loop).
+ *     same instructions, in the same span), not for the GIL (whose record names the holder),
+ *     and begins less than pa_off_cpu_max_carry_ns after the recorded wait (a worker that
+ *     sleeps or polls in a loop).
  * Its time is added to carried_ns, a running total that userspace reads from the thread's next
  * record (pa_sample_hdr.carried_ns) or from this map, and counts under the last recorded wait's
  * stack. A wait on anything else, from anywhere else, is walked.
