@@ -1,7 +1,8 @@
 //! The directory sink: one gzipped pprof file per profile, written atomically, within bounds.
 //!
 //! A file appears under its final name only once complete: it is written to a hidden temporary file in
-//! the same directory (same file system, so `rename(2)` is atomic), synced, then renamed. Readers (a
+//! the same directory (same file system, so `rename(2)` is atomic), synced (a batch: all at once), then
+//! renamed. Readers (a
 //! collector tailing the directory, `go tool pprof`) never see half a profile. After each write the
 //! directory is brought back within [`DirectoryLimits`]: files older than `max_age` go first, then the
 //! oldest files until the total is at most `max_bytes` (the newest file always stays, even when it alone is
@@ -152,20 +153,16 @@ impl DirectorySink {
 
     /// Writes `profile` atomically, counts the attempt and applies the limits; returns the file's path.
     pub fn write(&self, profile: &EncodedProfile) -> Result<PathBuf, SinkError> {
-        self.write_with(profile, DirSync::Now)
-    }
-
-    fn write_with(&self, profile: &EncodedProfile, sync: DirSync) -> Result<PathBuf, SinkError> {
         self.metrics.submitted();
         let path = self.path_for(&profile.meta);
         let name = DirectorySink::file_name(&profile.meta);
         let started = Instant::now();
         let mut index = self.lock();
-        let result = match write_file(&path, &profile.bytes, sync) {
+        let result = match write_file(&path, &profile.bytes) {
             // Someone deleted the directory (a cleanup script, a hand): make it again and retry once.
             Err(err) if err.kind() == io::ErrorKind::NotFound && !self.dir.is_dir() => self
                 .recreate(&mut index)
-                .and_then(|()| write_file(&path, &profile.bytes, sync)),
+                .and_then(|()| write_file(&path, &profile.bytes)),
             result => result,
         };
         match result {
@@ -209,27 +206,69 @@ impl DirectorySink {
         }
     }
 
-    /// Archives `profiles` as [`submit`](Self::submit) does each, syncing the directory once for
-    /// all of them (see [`atomic_file`]).
+    /// Archives `profiles` as [`submit`](Self::submit) does each, with two syncs for all of them
+    /// (see [`atomic_file`]): each is written under a temporary name, the file system is synced
+    /// once, then each is renamed into place and the directory synced.
     pub(crate) fn submit_batch(&self, profiles: &[EncodedProfile]) {
-        let mut renamed = false;
+        let started = Instant::now();
+        let mut staged = Vec::with_capacity(profiles.len());
         for profile in profiles {
-            match self.write_with(profile, DirSync::Deferred) {
-                Ok(_) => renamed = true,
-                Err(err) => {
-                    self.metrics.drop_profile(DropReason::WriteFailed);
-                    self.warn_once(&err);
+            self.metrics.submitted();
+            let path = self.path_for(&profile.meta);
+            let fill = |out: &mut dyn Write| out.write_all(&profile.bytes);
+            let result = match atomic_file::stage(&path, fill) {
+                // Someone deleted the directory: make it again and retry once.
+                Err(err) if err.kind() == io::ErrorKind::NotFound && !self.dir.is_dir() => self
+                    .recreate(&mut self.lock())
+                    .and_then(|()| atomic_file::stage(&path, fill)),
+                result => result,
+            };
+            match result {
+                Ok(file) => staged.push((profile, file)),
+                Err(source) => self.write_failed(SinkError::Write { path, source }, started),
+            }
+        }
+        if staged.is_empty() {
+            return;
+        }
+        // A file system that cannot be synced as a whole: each file is, by itself.
+        let synced = atomic_file::sync_filesystem(&self.dir).is_ok();
+        for (profile, file) in staged {
+            let path = self.path_for(&profile.meta);
+            let mut index = self.lock();
+            let result = if synced {
+                file.publish()
+            } else {
+                file.sync_and_publish()
+            };
+            match result.and_then(|meta| indexed(&meta)) {
+                Ok(written) => {
+                    self.metrics.success(profile.bytes.len(), started.elapsed());
+                    self.metrics.healthy();
+                    index.insert(&DirectorySink::file_name(&profile.meta), written);
+                    self.enforce_limits_locked(&mut index);
+                }
+                Err(source) => {
+                    drop(index);
+                    self.write_failed(SinkError::Write { path, source }, started);
                 }
             }
         }
-        if renamed {
-            if let Err(source) = atomic_file::sync_dir(&self.dir) {
-                self.warn_once(&SinkError::Write {
-                    path: self.dir.clone(),
-                    source,
-                });
-            }
+        if let Err(source) = atomic_file::sync_dir(&self.dir) {
+            self.warn_once(&SinkError::Write {
+                path: self.dir.clone(),
+                source,
+            });
         }
+    }
+
+    /// A profile of a batch was not written: counted, dropped, and the first failure logged.
+    fn write_failed(&self, err: SinkError, started: Instant) {
+        self.metrics
+            .failure(FailureReason::Write, started.elapsed());
+        self.metrics.unhealthy(anyhow_like(&err));
+        self.metrics.drop_profile(DropReason::WriteFailed);
+        self.warn_once(&err);
     }
 
     pub(crate) fn warn_once(&self, err: &SinkError) {
@@ -307,20 +346,16 @@ fn remove(path: &Path) -> bool {
 }
 
 /// Whether a write makes its rename durable itself or leaves that to one directory sync after a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DirSync {
-    Now,
-    Deferred,
-}
-
 /// Writes `bytes` to `path` atomically; returns its size and modification time (from the file itself,
 /// not the directory).
-fn write_file(path: &Path, bytes: &[u8], sync: DirSync) -> io::Result<IndexedFile> {
-    let fill = |out: &mut dyn Write| out.write_all(bytes);
-    let meta = match sync {
-        DirSync::Now => atomic_file::write_atomically(path, fill)?,
-        DirSync::Deferred => atomic_file::write_renamed(path, fill)?,
-    };
+fn write_file(path: &Path, bytes: &[u8]) -> io::Result<IndexedFile> {
+    indexed(&atomic_file::write_atomically(path, |out| {
+        out.write_all(bytes)
+    })?)
+}
+
+/// What the index keeps of a written file.
+fn indexed(meta: &fs::Metadata) -> io::Result<IndexedFile> {
     Ok(IndexedFile {
         len: meta.len(),
         modified: meta.modified()?,
