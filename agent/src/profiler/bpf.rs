@@ -95,6 +95,8 @@ pub(super) struct BpfBackend {
     debug_dirs: DebugDirs,
     /// native stacks: merges them into the Python ones, keeping each thread's root frames
     mixer: NativeMixer,
+    /// when the program's state of every thread with a wait was last read
+    carried_read: Option<Instant>,
 }
 
 impl BpfBackend {
@@ -109,6 +111,7 @@ impl BpfBackend {
             stopped: false,
             debug_dirs,
             mixer: NativeMixer::default(),
+            carried_read: None,
         }
     }
 
@@ -172,8 +175,18 @@ impl BpfBackend {
     /// `only`, or of every process); also what the stall report knows of them. One map read
     /// per such thread.
     pub fn weigh_carried(&mut self, out: &mut Collected, only: Option<u32>) {
+        if only.is_none() {
+            self.carried_read = Some(Instant::now());
+        }
         let tids = out.waits.threads(only);
         weigh_carried(&self.sampler, out, &tids);
+    }
+
+    /// [`weigh_carried`](Self::weigh_carried) of every process, if not done for `every`.
+    pub fn weigh_carried_every(&mut self, out: &mut Collected, every: Duration) {
+        if self.carried_read.is_none_or(|at| at.elapsed() >= every) {
+            self.weigh_carried(out, None);
+        }
     }
 
     /// Stops sampling `pid` and forgets its threads; returns its unwinder (for its totals).

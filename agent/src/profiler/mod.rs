@@ -642,9 +642,13 @@ impl HostProfiler {
     /// thread that wakes and blocks again is a new wait). Needs off-CPU profiling: without it
     /// nothing is known of waits and this is empty.
     pub fn take_new_stalls(&mut self, after: Duration) -> Vec<Stall> {
-        // Waits the program only timed are known from its state, read now.
+        // Waits the program only timed are known from its state, read a tenth of the stall
+        // threshold apart (one map read per thread with a wait).
         if let Backend::Bpf(b) = &mut self.backend {
-            b.weigh_carried(&mut self.collected, None);
+            b.weigh_carried_every(
+                &mut self.collected,
+                (after / 10).max(Duration::from_secs(1)),
+            );
         }
         self.collected.waits.take_new_stalls(after)
     }
