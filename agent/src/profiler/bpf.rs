@@ -78,7 +78,8 @@ struct BpfProcess {
 pub(super) struct BpfBackend {
     pub sampler: BpfSampler,
     /// host PID → the process (looked up for every record: foldhash, not SipHash)
-    procs: foldhash::HashMap<u32, BpfProcess>,
+    /// (boxed: a process's state is kilobytes, and the table keeps room for more)
+    procs: foldhash::HashMap<u32, Box<BpfProcess>>,
     /// processes that ran an unregistered thread, noticed since the last collection: their
     /// thread lists are re-read at once
     unknown_thread: HashSet<u32>,
@@ -156,7 +157,7 @@ impl BpfBackend {
         self.sampler.track_process(pid, &proc_config)?;
         self.procs.insert(
             pid,
-            BpfProcess {
+            Box::new(BpfProcess {
                 unwinder,
                 threads: HashMap::new(),
                 last_refresh: Instant::now(),
@@ -165,7 +166,7 @@ impl BpfBackend {
                 proc_config,
                 trace_context: unwind.trace_context,
                 native: native_stacks.then(|| NativeUnwinder::new(pid, self.debug_dirs.clone())),
-            },
+            }),
         );
         Ok(())
     }
@@ -473,10 +474,13 @@ impl BpfBackend {
         if blocked.is_empty() {
             return;
         }
-        let samples = match p
+        let samples = p
             .unwinder
-            .sample_filtered(|host| host.is_some_and(|h| blocked.contains_key(&h)))
-        {
+            .sample_filtered(|host| host.is_some_and(|h| blocked.contains_key(&h)));
+        // Read once: its page buffers are not kept until the process's next batch (which,
+        // for an idle process whose waits repeat, may be a window away).
+        p.unwinder.end_records();
+        let samples = match samples {
             Ok(samples) => samples,
             Err(e) => {
                 tracing::debug!(pid, "reading the threads blocked at attach failed: {e}");

@@ -96,7 +96,8 @@ impl Unwinder {
             options,
             names: ThreadNames::default(),
             traces: TraceContexts::default(),
-            raw: Vec::with_capacity(256),
+            // Grows to the deepest walk: most processes' stacks are tens of frames.
+            raw: Vec::new(),
             recheck_ranges: Vec::new(),
             recheck_buf: Vec::new(),
             stats: UnwindStats::default(),

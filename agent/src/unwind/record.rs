@@ -287,10 +287,14 @@ impl Unwinder {
         Ok(interpreters)
     }
 
-    /// Ends a batch of records: the page buffers it read into are freed until the next one
-    /// (a process's records come in a batch per drain; see [`crate::memory::PageCache::release`]).
+    /// Ends a batch of records: the page buffers it read into, and the re-read buffers of its
+    /// walks, are freed until the next one (a process's records come in a batch per drain; see
+    /// [`crate::memory::PageCache::release`]). Beside a thousand idle processes, kilobytes
+    /// each kept between batches were most of the agent's heap.
     pub fn end_records(&mut self) {
         self.mem.release();
+        self.recheck_ranges = Vec::new();
+        self.recheck_buf = Vec::new();
     }
 
     /// Starts a batch of records without reading anything: the code-object cache stays as the
