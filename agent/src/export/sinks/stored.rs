@@ -66,9 +66,11 @@ pub(super) fn encode(
     // JSON escapes control characters, so the comment holds no NUL (which would end it).
     let comment = serde_json::to_vec(&stored).map_err(io::Error::other)?;
     let raw = crate::export::pprof::build(window).encode_to_vec();
+    // The fastest level, as uploads use: beside a thousand processes, encoding a profile a
+    // window each is a large part of the agent's work, and a profile is small either way.
     let mut gzip = GzBuilder::new()
         .comment(comment)
-        .write(Vec::new(), Compression::default());
+        .write(Vec::new(), Compression::fast());
     gzip.write_all(&raw)?;
     gzip.finish()
 }
