@@ -237,11 +237,14 @@ impl Waits {
                 keep
             });
         }
+        let carried = &mut self.carried;
         self.waiting.retain(|&tid, w| {
             if only.is_some_and(|pid| pid != w.sample.thread.pid) {
                 return true;
             }
             if !add(&w.sample, w.wait, now.saturating_sub(w.since_ns)) || only.is_some() {
+                // Its process is gone: so is what was counted of its repeats.
+                carried.remove(&tid);
                 return false;
             }
             w.since_ns = now;
