@@ -142,7 +142,8 @@ static __always_inline __u64 pa_wait_place(const struct pa_proc *p, __u32 tid, _
 		__u64 span = 0;
 
 		sh->flags = 0;
-		pa_read_span(p, sh, cnt);
+		/* Uncounted: a failed read here is counted by the record's own read, if walked. */
+		pa_read_span(p, sh, NULL);
 		if (sh->flags & PA_SAMPLE_SPAN)
 			__builtin_memcpy(&span, sh->span_id, sizeof(span));
 		h = pa_place_mix(h, span);
@@ -234,9 +235,8 @@ static __always_inline void pa_switch_in(struct task_struct *next, __u64 *cnt)
 	if (t->blocked_ns) {
 		__u64 began = t->blocked_ns;
 
-		/* Cleared first, in this order: userspace reads the entry while this may run, and
-		 * counts from carried_ns as a cursor, so a torn read moves time between its reads,
-		 * never counts it twice. */
+		/* Userspace may copy the entry while this runs: it reads it until two copies agree
+		 * (a copy with the new total and the old start would count the wait twice). */
 		*(volatile __u64 *)&t->blocked_ns = 0;
 		asm volatile("" ::: "memory");
 		*(volatile __u64 *)&t->carried_ns = t->carried_ns + bpf_ktime_get_ns() - began;

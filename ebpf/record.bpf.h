@@ -260,8 +260,8 @@ static __always_inline int pa_walk_long(struct pa_walk *w, struct pa_short_recor
 
 #endif /* PA_PORTABLE */
 
-/* What an off-CPU record adds to the header: PA_WAIT_*, the futex word and the time carried
- * from unrecorded waits (all 0 on-CPU). */
+/* What an off-CPU record adds to the header: PA_WAIT_*, the futex word and the thread's
+ * running total of unrecorded waits (pa_off_cpu_threads.carried_ns; all 0 on-CPU). */
 struct pa_wait_info {
 	__u32 flags;
 	__u32 wait;

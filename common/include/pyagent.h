@@ -364,8 +364,8 @@ _Static_assert(sizeof(struct pa_native_hdr) == 32, "struct pa_native_hdr layout"
 struct pa_off_cpu_thread {
 	/* ktime of the thread's last recorded wait (0: none yet). */
 	__u64 last_recorded_ns;
-	/* ktime the current unrecorded wait began (0: not in one). Cleared before carried_ns
-	 * grows, so a reader that sees it set has not yet seen the wait in carried_ns. */
+	/* ktime the current unrecorded wait began (0: not in one). Cleared as carried_ns grows by
+	 * the wait: userspace reads the entry until two copies agree. */
 	__u64 blocked_ns;
 	/* Time of every unrecorded wait of the thread so far: a running total, never reset (the
 	 * entry starts at 0 with the thread's first wait). */

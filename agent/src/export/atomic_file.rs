@@ -6,9 +6,9 @@
 //! the directory sink removes), never a truncated or empty profile under the final name.
 //!
 //! The rename's sync is what makes the file survive a crash, not what makes it whole: a writer of many
-//! files at once ([`stage`] each, one [`sync_filesystem`], [`Staged::publish`] each, then one
-//! [`sync_dir`]) syncs twice for all of them (each sync is a flush of the disk's cache: with 50
-//! processes, the two syncs per profile were a quarter of the agent's CPU).
+//! files at once ([`stage`] each, [`Staged::sync_and_publish`] each, then one [`sync_dir`]) syncs the
+//! directory once for all of them (each sync is a flush of the disk's cache: with 50 processes, the two
+//! syncs per profile were a quarter of the agent's CPU).
 
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -38,9 +38,8 @@ pub fn write_renamed(
 }
 
 /// A file written under a hidden temporary name beside its final one, not renamed yet: a writer of
-/// many files stages them all, syncs their file system once ([`sync_filesystem`]), then
-/// [`publish`](Staged::publish)es each (one sync for all, where [`write_renamed`] syncs each file:
-/// on ext4 a sync of a small file is a journal commit).
+/// many files stages them all, then syncs and publishes each ([`Staged::sync_and_publish`]), and
+/// syncs their directory once.
 #[derive(Debug)]
 pub struct Staged {
     tmp: std::path::PathBuf,
@@ -91,9 +90,8 @@ fn stage_file(
 }
 
 impl Staged {
-    /// Renames the file into place; returns its metadata. Whole under its final name only if it
-    /// was synced first.
-    pub fn publish(self) -> io::Result<Metadata> {
+    /// Renames the file into place, unsynced; returns its metadata.
+    fn publish(self) -> io::Result<Metadata> {
         match fs::rename(&self.tmp, &self.path) {
             Ok(()) => Ok(self.meta),
             Err(e) => {
@@ -103,7 +101,7 @@ impl Staged {
         }
     }
 
-    /// Syncs the file by itself, then renames it into place (when its file system's sync failed).
+    /// Syncs the file, then renames it into place: whole under its final name.
     pub fn sync_and_publish(self) -> io::Result<Metadata> {
         if let Err(e) = File::open(&self.tmp).and_then(|f| f.sync_all()) {
             let _ = fs::remove_file(&self.tmp);
@@ -111,11 +109,6 @@ impl Staged {
         }
         self.publish()
     }
-}
-
-/// Syncs the whole file system `dir` is on (`syncfs(2)`): every staged file in it is on disk after.
-pub fn sync_filesystem(dir: &Path) -> io::Result<()> {
-    nix::unistd::syncfs(File::open(dir)?).map_err(io::Error::from)
 }
 
 /// Makes the renames made in `dir` durable.
@@ -164,9 +157,8 @@ mod tests {
                 .count()
         };
         assert_eq!(visible(), 0);
-        sync_filesystem(&dir).unwrap();
         for s in staged {
-            assert_eq!(s.publish().unwrap().len(), 5);
+            assert_eq!(s.sync_and_publish().unwrap().len(), 5);
         }
         assert_eq!(visible(), 3);
         assert_eq!(

@@ -10,8 +10,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use common::{
-    Counter, NativeSection, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_EXIT, NOTICE_FORK,
-    NOTICE_THREAD_EXIT, NOTICE_UNKNOWN_THREAD,
+    Counter, NativeSection, PaOffCpuThread, PaProc, SampleRecord, NOTICE_EXEC, NOTICE_EXIT,
+    NOTICE_FORK, NOTICE_THREAD_EXIT, NOTICE_UNKNOWN_THREAD,
 };
 
 use crate::aggregate::WaitReason;
@@ -181,6 +181,11 @@ impl BpfBackend {
         }
         let tids = out.waits.threads(only);
         weigh_carried(&self.sampler, out, &tids);
+    }
+
+    /// [`weigh_carried`](Self::weigh_carried) of threads `tids` only.
+    pub fn weigh_carried_of(&mut self, out: &mut Collected, tids: &[u32]) {
+        weigh_carried(&self.sampler, out, tids);
     }
 
     /// [`weigh_carried`](Self::weigh_carried) of every process, if not done for `every`.
@@ -536,7 +541,7 @@ fn weigh_carried(sampler: &BpfSampler, out: &mut Collected, tids: &[u32]) {
     out.waits.weigh_carried(
         tids,
         monotonic_ns(),
-        |tid| sampler.off_cpu_thread(tid).ok().flatten(),
+        |tid| stable_off_cpu_thread(sampler, tid),
         |s: &ThreadSample, w: WaitReason, ns: u64| {
             profiles.get_mut(&s.thread.pid).is_some_and(|p| {
                 p.agg.add_off_cpu(s, w, ns);
@@ -544,6 +549,25 @@ fn weigh_carried(sampler: &BpfSampler, out: &mut Collected, tids: &[u32]) {
             })
         },
     );
+}
+
+/// The program's state of thread `tid`, read until two reads agree (at most three): the kernel
+/// copies an entry while the program may be updating it, and a copy that holds the new running
+/// total with the old start of the wait it ended would count that wait twice.
+fn stable_off_cpu_thread(sampler: &BpfSampler, tid: u32) -> Option<PaOffCpuThread> {
+    let mut last = sampler.off_cpu_thread(tid).ok().flatten()?;
+    for _ in 0..2 {
+        let again = sampler.off_cpu_thread(tid).ok().flatten()?;
+        if (again.carried_ns, again.blocked_ns) == (last.carried_ns, last.blocked_ns) {
+            return Some(again);
+        }
+        last = again;
+    }
+    // Still moving: without the wait under way, which the next read counts.
+    Some(PaOffCpuThread {
+        blocked_ns: 0,
+        ..last
+    })
 }
 
 /// A wake-up record: the thread's recorded wait ends, and its time goes to the profile.

@@ -649,6 +649,9 @@ impl HostProfiler {
                 &mut self.collected,
                 (after / 10).max(Duration::from_secs(1)),
             );
+            // A stall seen at an older read is read again: it may have ended since.
+            let candidates = self.collected.waits.carried_stall_candidates(after);
+            b.weigh_carried_of(&mut self.collected, &candidates);
         }
         self.collected.waits.take_new_stalls(after)
     }

@@ -91,6 +91,8 @@ pub(crate) enum Woke {
 /// as a cursor.
 #[derive(Debug, Default, Clone, Copy)]
 struct Carried {
+    /// Host PID of the thread it counts for: a reused tid of another process starts again.
+    pid: u32,
     /// How much of the program's running total is in the profile already.
     counted_ns: u64,
     /// CLOCK_MONOTONIC nanoseconds the thread's unrecorded wait began, at the last read of
@@ -101,6 +103,19 @@ struct Carried {
 }
 
 impl Carried {
+    /// The cursor of thread `tid` of `pid` in `all`: a new one when the tid was another
+    /// process's (the program restarts its total for a reused tid).
+    fn of(all: &mut HashMap<u32, Carried>, tid: u32, pid: u32) -> &mut Carried {
+        let c = all.entry(tid).or_default();
+        if c.pid != pid {
+            *c = Carried {
+                pid,
+                ..Carried::default()
+            };
+        }
+        c
+    }
+
     /// Moves the cursor to `total`; returns the time not counted yet. A total behind the
     /// cursor (a torn read counted a wait early) adds nothing until it catches up.
     fn count_to(&mut self, total: u64) -> u64 {
@@ -133,10 +148,16 @@ impl Waits {
         carried_total_ns: u64,
         mut add: impl AddWait,
     ) -> bool {
-        let carried = self.carried.entry(tid).or_default();
+        let pid = waiting.sample.thread.pid;
+        let carried = Carried::of(&mut self.carried, tid, pid);
         let ns = carried.count_to(carried_total_ns);
         carried.blocked_since_ns = 0;
-        let previous = self.waiting.get(&tid).or(self.last.get(&tid));
+        // Not a wait of another process's thread that had this tid.
+        let previous = self
+            .waiting
+            .get(&tid)
+            .or(self.last.get(&tid))
+            .filter(|w| w.sample.thread.pid == pid);
         let given = match previous {
             Some(w) => {
                 if ns > 0 {
@@ -184,7 +205,7 @@ impl Waits {
             let Some(state) = read(tid).filter(|s| s.tgid == w.sample.thread.pid) else {
                 continue;
             };
-            let carried = self.carried.entry(tid).or_default();
+            let carried = Carried::of(&mut self.carried, tid, w.sample.thread.pid);
             let ongoing = match state.blocked_ns {
                 0 => 0,
                 since => now_ns.saturating_sub(since),
@@ -251,6 +272,24 @@ impl Waits {
             w.seen_blocked_in.is_none()
                 || blocked_in(w.sample.thread.pid, tid).map(|b| b.nr) == w.seen_blocked_in
         });
+    }
+
+    /// Threads in a wait that repeats their last recorded one, blocked for at least `after`
+    /// and not reported yet, as of the last [`Waits::weigh_carried`]: read again before they
+    /// are reported (the wait may have ended since).
+    pub fn carried_stall_candidates(&self, after: Duration) -> Vec<u32> {
+        let now = monotonic_ns();
+        let after_ns = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
+        self.carried
+            .iter()
+            .filter(|(tid, c)| {
+                c.blocked_since_ns != 0
+                    && c.stall_reported_for != c.blocked_since_ns
+                    && now.saturating_sub(c.blocked_since_ns) >= after_ns
+                    && !self.waiting.contains_key(tid)
+            })
+            .map(|(&tid, _)| tid)
+            .collect()
     }
 
     /// Threads blocked in one wait for at least `after`, each returned once per wait: a
@@ -396,6 +435,10 @@ mod tests {
         waits.weigh_carried(&[11], 2_000, |_| None, &mut add);
         // The next record carries the total: only its growth is new.
         assert!(waits.blocked(11, wait(1, 11, "other", 3_000), 70, &mut add));
+        // The tid reused by another process: its program state starts again, and its first
+        // record's total is its own (nothing to give to another process's wait).
+        assert!(waits.woke(11, 3_100, &mut add) == Woke::Weighed);
+        assert!(!waits.blocked(11, wait(2, 11, "reused", 4_000), 7, &mut add));
         assert_eq!(
             added,
             [
@@ -403,6 +446,7 @@ mod tests {
                 ("loop".to_string(), 40),
                 ("loop".to_string(), 10),
                 ("loop".to_string(), 20),
+                ("other".to_string(), 100),
             ]
         );
 

@@ -134,9 +134,10 @@ pub struct BpfConfig {
     /// Also record tracked threads' stacks as they block, and when they run again
     /// (`tp_btf/sched_switch`): off-CPU time.
     pub off_cpu: bool,
-    /// Off-CPU: a thread's wait that begins less than this after its last recorded wait is
-    /// timed, not walked; its time goes to the thread's next recorded wait. Bounds the walks to
-    /// one per thread per gap, whatever the rate of blocking (0: walk every wait).
+    /// Off-CPU: a thread's wait that repeats its last recorded one (same call, same futex
+    /// word) and begins less than this after it is timed, not walked; its time goes to that
+    /// recorded wait's stack. Bounds the walks to one per thread per gap, whatever the rate of
+    /// blocking (0: only [`BpfConfig::off_cpu_max_carry`] applies).
     pub off_cpu_min_gap: std::time::Duration,
     /// Off-CPU: a wait that repeats the thread's last recorded one from the same place (the
     /// same top frame and caller, at the same instructions, in the same span) is timed, not

@@ -1,8 +1,7 @@
 //! The directory sink: one gzipped pprof file per profile, written atomically, within bounds.
 //!
 //! A file appears under its final name only once complete: it is written to a hidden temporary file in
-//! the same directory (same file system, so `rename(2)` is atomic), synced (a batch: all at once), then
-//! renamed. Readers (a
+//! the same directory (same file system, so `rename(2)` is atomic), synced, then renamed. Readers (a
 //! collector tailing the directory, `go tool pprof`) never see half a profile. After each write the
 //! directory is brought back within [`DirectoryLimits`]: files older than `max_age` go first, then the
 //! oldest files until the total is at most `max_bytes` (the newest file always stays, even when it alone is
@@ -206,14 +205,15 @@ impl DirectorySink {
         }
     }
 
-    /// Archives `profiles` as [`submit`](Self::submit) does each, with two syncs for all of them
-    /// (see [`atomic_file`]): each is written under a temporary name, the file system is synced
-    /// once, then each is renamed into place and the directory synced.
+    /// Archives `profiles` as [`submit`](Self::submit) does each: each is written under a
+    /// temporary name, then each is synced and renamed into place, and the directory is synced
+    /// once for all of them (see [`atomic_file`]). Each file is synced by itself, not the file
+    /// system as a whole: `syncfs` would also wait for every other program's dirty data there.
     pub(crate) fn submit_batch(&self, profiles: &[EncodedProfile]) {
-        let started = Instant::now();
         let mut staged = Vec::with_capacity(profiles.len());
         for profile in profiles {
             self.metrics.submitted();
+            let started = Instant::now();
             let path = self.path_for(&profile.meta);
             let fill = |out: &mut dyn Write| out.write_all(&profile.bytes);
             let result = match atomic_file::stage(&path, fill) {
@@ -224,26 +224,21 @@ impl DirectorySink {
                 result => result,
             };
             match result {
-                Ok(file) => staged.push((profile, file)),
+                Ok(file) => staged.push((profile, file, started.elapsed())),
                 Err(source) => self.write_failed(SinkError::Write { path, source }, started),
             }
         }
         if staged.is_empty() {
             return;
         }
-        // A file system that cannot be synced as a whole: each file is, by itself.
-        let synced = atomic_file::sync_filesystem(&self.dir).is_ok();
-        for (profile, file) in staged {
+        for (profile, file, staging) in staged {
+            let started = Instant::now();
             let path = self.path_for(&profile.meta);
             let mut index = self.lock();
-            let result = if synced {
-                file.publish()
-            } else {
-                file.sync_and_publish()
-            };
-            match result.and_then(|meta| indexed(&meta)) {
+            match file.sync_and_publish().and_then(|meta| indexed(&meta)) {
                 Ok(written) => {
-                    self.metrics.success(profile.bytes.len(), started.elapsed());
+                    self.metrics
+                        .success(profile.bytes.len(), staging + started.elapsed());
                     self.metrics.healthy();
                     index.insert(&DirectorySink::file_name(&profile.meta), written);
                     self.enforce_limits_locked(&mut index);
@@ -345,7 +340,6 @@ fn remove(path: &Path) -> bool {
     }
 }
 
-/// Whether a write makes its rename durable itself or leaves that to one directory sync after a batch.
 /// Writes `bytes` to `path` atomically; returns its size and modification time (from the file itself,
 /// not the directory).
 fn write_file(path: &Path, bytes: &[u8]) -> io::Result<IndexedFile> {
