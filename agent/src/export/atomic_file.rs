@@ -6,9 +6,9 @@
 //! the directory sink removes), never a truncated or empty profile under the final name.
 //!
 //! The rename's sync is what makes the file survive a crash, not what makes it whole: a writer of many
-//! files at once ([`stage`] each, [`Staged::sync_and_publish`] each, then one [`sync_dir`]) syncs the
-//! directory once for all of them (each sync is a flush of the disk's cache: with 50 processes, the two
-//! syncs per profile were a quarter of the agent's CPU).
+//! files at once ([`write_renamed`] each, then one [`sync_dir`]) syncs the directory once for all of
+//! them (each sync is a flush of the disk's cache: with 50 processes, the two syncs per profile were a
+//! quarter of the agent's CPU).
 
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -34,32 +34,6 @@ pub fn write_renamed(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<Metadata> {
-    stage_file(path, fill, true)?.publish()
-}
-
-/// A file written under a hidden temporary name beside its final one, not renamed yet: a writer of
-/// many files stages them all, then syncs and publishes each ([`Staged::sync_and_publish`]), and
-/// syncs their directory once.
-#[derive(Debug)]
-pub struct Staged {
-    tmp: std::path::PathBuf,
-    path: std::path::PathBuf,
-    meta: Metadata,
-}
-
-/// Writes what `fill` writes to a temporary file beside `path`, not synced.
-pub fn stage(
-    path: &Path,
-    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> io::Result<Staged> {
-    stage_file(path, fill, false)
-}
-
-fn stage_file(
-    path: &Path,
-    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-    sync: bool,
-) -> io::Result<Staged> {
     let dir = parent_dir(path);
     let name = path
         .file_name()
@@ -71,44 +45,16 @@ fn stage_file(
         let mut out = BufWriter::new(file);
         fill(&mut out)?;
         let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
-        if sync {
-            file.sync_all()?;
-        }
-        file.metadata()
+        file.sync_all()?;
+        let meta = file.metadata()?;
+        drop(file);
+        fs::rename(&tmp, path)?;
+        Ok(meta)
     })();
-    match result {
-        Ok(meta) => Ok(Staged {
-            tmp,
-            path: path.to_path_buf(),
-            meta,
-        }),
-        Err(e) => {
-            let _ = fs::remove_file(&tmp);
-            Err(e)
-        }
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
     }
-}
-
-impl Staged {
-    /// Renames the file into place, unsynced; returns its metadata.
-    fn publish(self) -> io::Result<Metadata> {
-        match fs::rename(&self.tmp, &self.path) {
-            Ok(()) => Ok(self.meta),
-            Err(e) => {
-                let _ = fs::remove_file(&self.tmp);
-                Err(e)
-            }
-        }
-    }
-
-    /// Syncs the file, then renames it into place: whole under its final name.
-    pub fn sync_and_publish(self) -> io::Result<Metadata> {
-        if let Err(e) = File::open(&self.tmp).and_then(|f| f.sync_all()) {
-            let _ = fs::remove_file(&self.tmp);
-            return Err(e);
-        }
-        self.publish()
-    }
+    result
 }
 
 /// Makes the renames made in `dir` durable.
@@ -127,47 +73,6 @@ pub fn parent_dir(path: &Path) -> &Path {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn staged_files_appear_only_once_published() {
-        let dir = std::env::temp_dir().join(format!(
-            "pyagent-staged-{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        let staged: Vec<Staged> = (0..3)
-            .map(|i| {
-                stage(&dir.join(format!("p{i}.pb.gz")), |out| {
-                    out.write_all(b"whole")
-                })
-                .unwrap()
-            })
-            .collect();
-        let visible = || {
-            fs::read_dir(&dir)
-                .unwrap()
-                .filter(|e| {
-                    !e.as_ref()
-                        .unwrap()
-                        .file_name()
-                        .to_string_lossy()
-                        .starts_with('.')
-                })
-                .count()
-        };
-        assert_eq!(visible(), 0);
-        for s in staged {
-            assert_eq!(s.sync_and_publish().unwrap().len(), 5);
-        }
-        assert_eq!(visible(), 3);
-        assert_eq!(
-            fs::read_dir(&dir).unwrap().count(),
-            3,
-            "no temporary file left"
-        );
-        fs::remove_dir_all(&dir).unwrap();
-    }
 
     #[test]
     fn a_failed_fill_leaves_nothing() {

@@ -534,21 +534,9 @@ impl BpfBackend {
 /// Weighs the waits of `tids` that the program timed without walking them into the profiles,
 /// from its state of each thread (one map read per thread).
 fn weigh_carried(sampler: &BpfSampler, out: &mut Collected, tids: &[u32]) {
-    if tids.is_empty() {
-        return;
+    if !tids.is_empty() {
+        out.weigh_carried(tids, |tid| stable_off_cpu_thread(sampler, tid));
     }
-    let profiles = &mut out.profiles;
-    out.waits.weigh_carried(
-        tids,
-        monotonic_ns(),
-        |tid| stable_off_cpu_thread(sampler, tid),
-        |s: &ThreadSample, w: WaitReason, ns: u64| {
-            profiles.get_mut(&s.thread.pid).is_some_and(|p| {
-                p.agg.add_off_cpu(s, w, ns);
-                true
-            })
-        },
-    );
 }
 
 /// The program's state of thread `tid`, read until two reads agree (at most three): the kernel

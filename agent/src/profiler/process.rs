@@ -177,14 +177,19 @@ impl Collected {
     /// much goes into the current window, so a long wait (a stalled thread) shows in every
     /// window it spans, not only in the one it ends in. `only`: just that process's threads.
     pub fn weigh_waits(&mut self, only: Option<u32>) {
-        let profiles = &mut self.profiles;
+        self.waits.weigh(only, off_cpu_into(&mut self.profiles));
+    }
+
+    /// Weighs the waits of `tids` that the program timed without walking them into the
+    /// profiles, from its state of each thread (`read`).
+    pub fn weigh_carried(
+        &mut self,
+        tids: &[u32],
+        read: impl FnMut(u32) -> Option<common::PaOffCpuThread>,
+    ) {
+        let now = crate::sampler::off_cpu::monotonic_ns();
         self.waits
-            .weigh(only, |s: &ThreadSample, w: WaitReason, ns: u64| {
-                profiles.get_mut(&s.thread.pid).is_some_and(|p| {
-                    p.agg.add_off_cpu(s, w, ns);
-                    true
-                })
-            });
+            .weigh_carried(tids, now, read, off_cpu_into(&mut self.profiles));
     }
 
     /// `n` samples of process `pid` lost (its read failed), counted in its profile.
@@ -211,5 +216,17 @@ impl Collected {
         if let Some(p) = self.profiles.get_mut(&sample.thread.pid) {
             p.agg.add_off_cpu(sample, wait, ns);
         }
+    }
+}
+
+/// Hands a wait's time to the profile of its process (`false`: it has none).
+fn off_cpu_into(
+    profiles: &mut foldhash::HashMap<u32, Profile>,
+) -> impl FnMut(&ThreadSample, WaitReason, u64) -> bool + '_ {
+    |s: &ThreadSample, w: WaitReason, ns: u64| {
+        profiles.get_mut(&s.thread.pid).is_some_and(|p| {
+            p.agg.add_off_cpu(s, w, ns);
+            true
+        })
     }
 }

@@ -152,16 +152,20 @@ impl DirectorySink {
 
     /// Writes `profile` atomically, counts the attempt and applies the limits; returns the file's path.
     pub fn write(&self, profile: &EncodedProfile) -> Result<PathBuf, SinkError> {
+        self.write_with(profile, DirSync::Now)
+    }
+
+    fn write_with(&self, profile: &EncodedProfile, sync: DirSync) -> Result<PathBuf, SinkError> {
         self.metrics.submitted();
         let path = self.path_for(&profile.meta);
         let name = DirectorySink::file_name(&profile.meta);
         let started = Instant::now();
         let mut index = self.lock();
-        let result = match write_file(&path, &profile.bytes) {
+        let result = match write_file(&path, &profile.bytes, sync) {
             // Someone deleted the directory (a cleanup script, a hand): make it again and retry once.
             Err(err) if err.kind() == io::ErrorKind::NotFound && !self.dir.is_dir() => self
                 .recreate(&mut index)
-                .and_then(|()| write_file(&path, &profile.bytes)),
+                .and_then(|()| write_file(&path, &profile.bytes, sync)),
             result => result,
         };
         match result {
@@ -205,65 +209,27 @@ impl DirectorySink {
         }
     }
 
-    /// Archives `profiles` as [`submit`](Self::submit) does each: each is written under a
-    /// temporary name, then each is synced and renamed into place, and the directory is synced
-    /// once for all of them (see [`atomic_file`]). Each file is synced by itself, not the file
-    /// system as a whole: `syncfs` would also wait for every other program's dirty data there.
+    /// Archives `profiles` as [`submit`](Self::submit) does each, syncing the directory once for
+    /// all of them (see [`atomic_file`]).
     pub(crate) fn submit_batch(&self, profiles: &[EncodedProfile]) {
-        let mut staged = Vec::with_capacity(profiles.len());
+        let mut renamed = false;
         for profile in profiles {
-            self.metrics.submitted();
-            let started = Instant::now();
-            let path = self.path_for(&profile.meta);
-            let fill = |out: &mut dyn Write| out.write_all(&profile.bytes);
-            let result = match atomic_file::stage(&path, fill) {
-                // Someone deleted the directory: make it again and retry once.
-                Err(err) if err.kind() == io::ErrorKind::NotFound && !self.dir.is_dir() => self
-                    .recreate(&mut self.lock())
-                    .and_then(|()| atomic_file::stage(&path, fill)),
-                result => result,
-            };
-            match result {
-                Ok(file) => staged.push((profile, file, started.elapsed())),
-                Err(source) => self.write_failed(SinkError::Write { path, source }, started),
-            }
-        }
-        if staged.is_empty() {
-            return;
-        }
-        for (profile, file, staging) in staged {
-            let started = Instant::now();
-            let path = self.path_for(&profile.meta);
-            let mut index = self.lock();
-            match file.sync_and_publish().and_then(|meta| indexed(&meta)) {
-                Ok(written) => {
-                    self.metrics
-                        .success(profile.bytes.len(), staging + started.elapsed());
-                    self.metrics.healthy();
-                    index.insert(&DirectorySink::file_name(&profile.meta), written);
-                    self.enforce_limits_locked(&mut index);
-                }
-                Err(source) => {
-                    drop(index);
-                    self.write_failed(SinkError::Write { path, source }, started);
+            match self.write_with(profile, DirSync::Deferred) {
+                Ok(_) => renamed = true,
+                Err(err) => {
+                    self.metrics.drop_profile(DropReason::WriteFailed);
+                    self.warn_once(&err);
                 }
             }
         }
-        if let Err(source) = atomic_file::sync_dir(&self.dir) {
-            self.warn_once(&SinkError::Write {
-                path: self.dir.clone(),
-                source,
-            });
+        if renamed {
+            if let Err(source) = atomic_file::sync_dir(&self.dir) {
+                self.warn_once(&SinkError::Write {
+                    path: self.dir.clone(),
+                    source,
+                });
+            }
         }
-    }
-
-    /// A profile of a batch was not written: counted, dropped, and the first failure logged.
-    fn write_failed(&self, err: SinkError, started: Instant) {
-        self.metrics
-            .failure(FailureReason::Write, started.elapsed());
-        self.metrics.unhealthy(anyhow_like(&err));
-        self.metrics.drop_profile(DropReason::WriteFailed);
-        self.warn_once(&err);
     }
 
     pub(crate) fn warn_once(&self, err: &SinkError) {
@@ -340,16 +306,21 @@ fn remove(path: &Path) -> bool {
     }
 }
 
-/// Writes `bytes` to `path` atomically; returns its size and modification time (from the file itself,
-/// not the directory).
-fn write_file(path: &Path, bytes: &[u8]) -> io::Result<IndexedFile> {
-    indexed(&atomic_file::write_atomically(path, |out| {
-        out.write_all(bytes)
-    })?)
+/// Whether a write makes its rename durable itself or leaves that to one directory sync after a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DirSync {
+    Now,
+    Deferred,
 }
 
-/// What the index keeps of a written file.
-fn indexed(meta: &fs::Metadata) -> io::Result<IndexedFile> {
+/// Writes `bytes` to `path` atomically; returns its size and modification time (from the file itself,
+/// not the directory).
+fn write_file(path: &Path, bytes: &[u8], sync: DirSync) -> io::Result<IndexedFile> {
+    let fill = |out: &mut dyn Write| out.write_all(bytes);
+    let meta = match sync {
+        DirSync::Now => atomic_file::write_atomically(path, fill)?,
+        DirSync::Deferred => atomic_file::write_renamed(path, fill)?,
+    };
     Ok(IndexedFile {
         len: meta.len(),
         modified: meta.modified()?,
