@@ -160,6 +160,9 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         ..HostConfig::default()
     };
     let mut profiler = host_profiler(host, OffCpu::from_config(config.off_cpu, args.off_cpu))?;
+    if let Some(why) = profiler.fallback_reason() {
+        eprintln!("pyagent: eBPF sampler unavailable ({why}); using the userspace sampler");
+    }
     install_stop_handlers();
     // The first scan parses every Python binary on the host: the duration starts after it.
     profiler.scan();

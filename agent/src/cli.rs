@@ -170,9 +170,13 @@ pub struct TopArgs {
     /// Samples per second (1 to 10000).
     #[arg(long, short, default_value_t = 100, value_parser = parse_rate_hz, allow_hyphen_values = true)]
     pub rate: u32,
-    /// Also count threads that are not running on a CPU.
+    /// Also count threads that are not running on a CPU (the userspace sampler).
     #[arg(long)]
     pub idle: bool,
+    /// Sampler backend [default: auto: eBPF where the kernel and privileges allow it, else the
+    /// userspace sampler; `--idle` chooses `userspace`].
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
     /// Stop after this many refreshes (default: until Ctrl-C or the process exits).
     #[arg(long)]
     pub iterations: Option<u64>,
@@ -384,10 +388,11 @@ pub struct RecordArgs {
     /// format's extension].
     #[arg(long, short)]
     pub output: Option<PathBuf>,
-    /// Sampler backend (`ebpf` samples the process's threads on every CPU; `--blocking`,
-    /// `--idle` and `--subprocesses` need `userspace`).
-    #[arg(long, value_enum, default_value_t = ModeArg::Userspace)]
-    pub mode: ModeArg,
+    /// Sampler backend [default: auto: eBPF, whose stacks are each one instant's, where the
+    /// kernel and privileges allow it, else the userspace sampler; `--blocking`, `--idle`,
+    /// `--subprocesses` and `--async-mode all` choose `userspace`].
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
     /// Also profile the time threads spend blocked (`--mode ebpf`): the pprof profile gets an
     /// `off_cpu` sample type, with a `wait` label (io, sleep, lock, gil, other, cpu).
     #[arg(long)]

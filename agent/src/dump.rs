@@ -155,6 +155,7 @@ impl From<&Frame> for FrameDump {
                 FrameKind::Gc => "gc",
                 FrameKind::Task => "task",
                 FrameKind::TruncatedNative => "truncated_native",
+                FrameKind::Moved => "moved",
                 FrameKind::NativeCode => "native_code",
                 FrameKind::Kernel => "kernel",
             },

@@ -124,7 +124,16 @@ fn file_stem(file: &std::path::Path) -> String {
 /// `record`: one process (and with `--subprocesses` its descendants) through the host
 /// profiler, in whichever mode, into one file.
 fn record(args: &RecordArgs) -> Result<()> {
-    let mode: Mode = args.mode.into();
+    let needs_userspace = [
+        (args.blocking, "--blocking"),
+        (args.idle, "--idle"),
+        (args.subprocesses, "--subprocesses"),
+        (args.async_mode == AsyncModeArg::All, "--async-mode all"),
+    ]
+    .into_iter()
+    .find_map(|(given, flag)| given.then_some(flag));
+    let choice = SamplerChoice::new(args.mode, needs_userspace);
+    let mode = choice.mode;
     if mode != Mode::Userspace {
         if args.blocking || args.idle || args.subprocesses {
             bail!("--blocking, --idle and --subprocesses need --mode userspace");
@@ -166,6 +175,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         ..HostConfig::default()
     };
     let mut profiler = host_profiler(config, OffCpu::from_config(args.off_cpu, args.off_cpu))?;
+    eprintln!("{}", choice.line(&profiler));
     install_stop_handlers();
     let until = args.duration.map(|d| std::time::Instant::now() + d);
     let started = std::time::Instant::now();
@@ -327,6 +337,49 @@ fn privilege_shortfalls() -> Result<Vec<Shortfall>> {
     Ok(lacks)
 }
 
+/// Which sampler a one-process command (`record`, `top`) runs, and why.
+#[derive(Debug, Clone, Copy)]
+pub struct SamplerChoice {
+    /// the mode asked of the host profiler
+    pub mode: Mode,
+    /// `--mode` as given (`None`: chosen here)
+    given: Option<cli::ModeArg>,
+    /// the flag that needs the userspace sampler, when one chose it
+    needed_by: Option<&'static str>,
+}
+
+impl SamplerChoice {
+    /// `--mode` as given; without it eBPF where it loads (its stacks are each one instant's,
+    /// read in the thread's own interrupt), unless `needed_by` names a flag only the userspace
+    /// sampler has.
+    pub fn new(given: Option<cli::ModeArg>, needed_by: Option<&'static str>) -> SamplerChoice {
+        let mode = match (given, needed_by) {
+            (Some(m), _) => m.into(),
+            (None, Some(_)) => Mode::Userspace,
+            (None, None) => Mode::Auto,
+        };
+        SamplerChoice {
+            mode,
+            given,
+            needed_by,
+        }
+    }
+
+    /// The run's first line: which sampler reads the stacks, and for the userspace one why.
+    pub fn line(&self, profiler: &HostProfiler) -> String {
+        if profiler.bpf().is_some() {
+            return "pyagent: eBPF sampler: each stack is read at one instant, in its thread's own interrupt".to_string();
+        }
+        let why = match (self.given, self.needed_by, profiler.fallback_reason()) {
+            (Some(_), _, _) => "--mode userspace".to_string(),
+            (None, Some(flag), _) => format!("{flag} needs it"),
+            (None, None, Some(why)) => format!("the eBPF sampler is unavailable: {why}"),
+            (None, None, None) => "the eBPF sampler is unavailable".to_string(),
+        };
+        format!("pyagent: userspace sampler ({why}): a stack the thread changed while it was read keeps only its proven frames, under [stack moved while read]")
+    }
+}
+
 /// Off-CPU profiling as a run asks for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OffCpu {
@@ -367,7 +420,6 @@ fn host_profiler(config: HostConfig, off_cpu: OffCpu) -> Result<HostProfiler> {
         if off_cpu == OffCpu::Required {
             bail!("--off-cpu needs the eBPF sampler, which is unavailable: {why}");
         }
-        eprintln!("pyagent: eBPF sampler unavailable ({why}); using the userspace sampler");
         if off_cpu == OffCpu::IfAvailable {
             eprintln!("pyagent: off_cpu needs the eBPF sampler: profiling on-CPU time only");
         }
@@ -439,6 +491,7 @@ fn main() {
                     a.pid,
                     top::TopOptions {
                         rate_hz: a.rate,
+                        sampler: SamplerChoice::new(a.mode, a.idle.then_some("--idle")),
                         idle: a.idle,
                         rows: a.rows,
                         iterations: a.iterations,

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use pyagent::discovery::locate_runtime;
 use pyagent::offsets::AsyncioUnsupported;
-use pyagent::profiler::{HostConfig, HostProfiler, Mode};
+use pyagent::profiler::HostConfig;
+
+use crate::SamplerChoice;
 use pyagent::unwind::UnwindOptions;
 
 /// Self and total counts of one function (qualified name and file).
@@ -30,12 +32,15 @@ pub struct TopOptions {
     pub iterations: Option<u64>,
     /// counts since the start rather than of the last second (py-spy top's toggle)
     pub cumulative: bool,
+    /// which sampler, and why
+    pub sampler: SamplerChoice,
 }
 
 /// Samples `pid` and redraws a table of functions by self time every second.
 pub fn run(pid: u32, options: TopOptions, unwind: UnwindOptions, stop: &AtomicBool) -> Result<()> {
     let TopOptions {
         rate_hz,
+        sampler,
         idle,
         rows,
         iterations,
@@ -47,14 +52,21 @@ pub fn run(pid: u32, options: TopOptions, unwind: UnwindOptions, stop: &AtomicBo
         return Err(AsyncioUnsupported(target.version()).into());
     }
     let version = target.version().to_string();
-    let mut profiler = HostProfiler::new(HostConfig {
-        mode: Mode::Userspace,
-        rate_hz,
-        pids: Some(vec![pid]),
-        unwind,
-        idle,
-        ..HostConfig::default()
-    })?;
+    let profiler = crate::host_profiler(
+        HostConfig {
+            mode: sampler.mode,
+            rate_hz,
+            pids: Some(vec![pid]),
+            unwind,
+            idle,
+            ..HostConfig::default()
+        },
+        crate::OffCpu::Off,
+    )?;
+    // Said before the screen is first drawn, and kept on stderr where the redraws do not reach.
+    eprintln!("{}", sampler.line(&profiler));
+    let mut profiler = profiler;
+    let mode = profiler.mode_name();
     let tty = std::io::stdout().is_terminal();
     let mut shown = 0u64;
     let started = Instant::now();
@@ -103,7 +115,7 @@ pub fn run(pid: u32, options: TopOptions, unwind: UnwindOptions, stop: &AtomicBo
         };
         writeln!(
             out,
-            "pyagent top: pid {pid} (CPython {version}), {samples} samples {span}"
+            "pyagent top: pid {pid} (CPython {version}), {mode} sampler, {samples} samples {span}"
         )?;
         writeln!(out, "{:>7} {:>7}  function (file)", "%own", "%total")?;
         for ((function, file), row) in sorted.into_iter().take(rows) {

@@ -86,13 +86,15 @@ impl FrameTable {
                 file: Some(f.file().to_string()),
                 line: None,
             },
-            FrameKind::Native | FrameKind::Gc | FrameKind::Task | FrameKind::TruncatedNative => {
-                FrameEntry {
-                    name: f.function().to_string(),
-                    file: None,
-                    line: None,
-                }
-            }
+            FrameKind::Native
+            | FrameKind::Gc
+            | FrameKind::Task
+            | FrameKind::TruncatedNative
+            | FrameKind::Moved => FrameEntry {
+                name: f.function().to_string(),
+                file: None,
+                line: None,
+            },
         })
     }
 

@@ -216,6 +216,26 @@ impl BpfBackend {
         self.stopped = true;
     }
 
+    /// Records the tracked processes again after [`BpfBackend::stop_recording`] (`top`
+    /// cuts a window a second and runs on): each process is handed to the program again, with
+    /// its thread list read anew.
+    pub fn resume_recording(&mut self, out: &mut Collected) {
+        if !std::mem::take(&mut self.stopped) {
+            return;
+        }
+        let pids: Vec<u32> = self.procs.keys().copied().collect();
+        for pid in pids {
+            let Some(p) = self.procs.get(&pid) else {
+                continue;
+            };
+            if let Err(e) = self.sampler.track_process(pid, &p.proc_config) {
+                tracing::debug!(pid, "cannot track the process again: {e}");
+                continue;
+            }
+            self.refresh_threads(pid, true, out);
+        }
+    }
+
     /// The unwinders of the processes sampled.
     pub fn unwinders(&self) -> impl Iterator<Item = &Unwinder> {
         self.procs.values().map(|p| &p.unwinder)

@@ -556,6 +556,9 @@ impl HostProfiler {
         until: Option<Instant>,
         mut tick: impl FnMut(&mut HostProfiler),
     ) {
+        if let Backend::Bpf(b) = &mut self.backend {
+            b.resume_recording(&mut self.collected);
+        }
         let mut next_scan = Instant::now();
         let mut next_collect = Instant::now();
         while !stop.load(Ordering::Relaxed) && until.is_none_or(|u| Instant::now() < u) {

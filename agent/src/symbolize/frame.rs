@@ -21,6 +21,10 @@ pub enum FrameKind {
     /// `[truncated native]`: native frames the unwind did not reach (the stack copy's end, code
     /// it could not unwind) between the last native frame it named and the Python frames below.
     TruncatedNative,
+    /// `[stack moved while read]`: the frames above the ones shown changed while the userspace
+    /// sampler read them (the thread ran on); only the frames below, proven by a second read,
+    /// are kept.
+    Moved,
 }
 
 /// What a frame runs: the parts of a code object a profile shows, shared by every frame of it.
@@ -112,6 +116,8 @@ static GC: LazyLock<Arc<CodeName>> = LazyLock::new(|| Arc::new(CodeName::new("<G
 static TASK: LazyLock<Arc<CodeName>> = LazyLock::new(|| Arc::new(CodeName::new("<task>", "~", 0)));
 static TRUNCATED: LazyLock<Arc<CodeName>> =
     LazyLock::new(|| Arc::new(CodeName::new("[truncated native]", "~", 0)));
+static MOVED: LazyLock<Arc<CodeName>> =
+    LazyLock::new(|| Arc::new(CodeName::new("[stack moved while read]", "~", 0)));
 static PYTHON: LazyLock<Arc<CodeName>> =
     LazyLock::new(|| Arc::new(CodeName::new("<python>", "~", 0)));
 
@@ -123,6 +129,7 @@ impl Frame {
             FrameKind::Gc => &GC,
             FrameKind::Task => &TASK,
             FrameKind::TruncatedNative => &TRUNCATED,
+            FrameKind::Moved => &MOVED,
             FrameKind::Python | FrameKind::NativeCode | FrameKind::Kernel => &PYTHON,
         };
         Frame {

@@ -95,6 +95,9 @@ pub struct UnwindStats {
     /// stacks kept although their top frame moved while they were read (see
     /// [`UnwindOptions::keep_moved_top`]): sound chains, not proven to be one instant's
     pub unverified: u64,
+    /// walks the target moved under, kept as the frames a second read proved (from the bottom
+    /// up) under a `[stack moved while read]` frame
+    pub proven_roots: u64,
     /// frames whose executable is not a code object (the sample is rejected as torn)
     pub non_code_frames: u64,
     /// frames that returned while a walk read them (3.14+ clear the executable), named by the
@@ -139,6 +142,7 @@ impl std::ops::AddAssign for UnwindStats {
             lost,
             rereads,
             unverified,
+            proven_roots,
             non_code_frames,
             popped_frames_named,
             anchor_writes,
@@ -163,6 +167,7 @@ impl std::ops::AddAssign for UnwindStats {
         self.lost.merge(&lost);
         self.rereads += rereads;
         self.unverified += unverified;
+        self.proven_roots += proven_roots;
         self.non_code_frames += non_code_frames;
         self.popped_frames_named += popped_frames_named;
         self.anchor_writes += anchor_writes;

@@ -19,6 +19,11 @@ pub(super) const REREAD_WALL_CAP: Duration = Duration::from_millis(8);
 /// measured on `tests/scripts/cycles.py`).
 pub(super) const CYCLIC_WALKS_IN_A_ROW: u32 = 3;
 
+/// A walk the thread moved under is kept as its proven root ([`super::Unwinder::recheck_walk`])
+/// after this many re-reads that found no whole walk. More would name more leaves, and favour
+/// the frames the thread stays in longest: the bias the proven root is there to avoid.
+pub(super) const ROOTED_REREADS: u32 = 8;
+
 /// How much re-reading of one thread is left.
 pub(super) struct RereadBudget {
     /// the thread's CPU clock at the first check (`None` inside: no thread CPU clock). Read

@@ -6,6 +6,7 @@ use super::error::{AttemptError, LostThread, ThreadOutcome, UnwindError};
 use super::reread::{self, same_page, RereadBudget};
 use super::{threads, AsyncMode, InterpreterInfo, StackLoss, ThreadInfo, ThreadSample, Unwinder};
 use crate::memory::{MemoryError, ProcessMemory};
+use crate::symbolize::FrameKind;
 
 impl Unwinder {
     /// One sample of every thread.
@@ -126,11 +127,13 @@ impl Unwinder {
     /// budget ([`reread::REREAD_CPU_BUDGET`], [`reread::REREAD_WALL_CAP`]). Each walk is
     /// validated in full: a re-read replaces a rejected walk, it never relaxes the checks.
     ///
-    /// A walk whose top frame moved while it was read is kept when its chain is otherwise
-    /// sound ([`UnwindOptions::keep_moved_top`]): holding out for a walk the thread stayed in
-    /// its top frame through favours the frames it stays in longest (on a tight recursion the
-    /// loop around it got about 10 times its share, measured against BPF walks, which stop the
-    /// thread), a wrong profile; a kept walk is what the stack was as it was read.
+    /// A walk the target moved under keeps the frames a second read proved, from its bottom
+    /// up, under `[stack moved while read]` (see [`Unwinder::recheck_walk`]); the frames above
+    /// may be another moment's, and a stack of two moments never happened. It is read again
+    /// up to [`reread::ROOTED_REREADS`] times for a whole walk, and kept if none comes. The
+    /// re-reads are few: holding out for a walk the thread stayed in its top frame through
+    /// favours the frames it stays in longest (on a tight recursion the loop around it got
+    /// about 10 times its share, measured against BPF walks, which stop the thread).
     pub(in crate::unwind) fn sample_thread_rereading(
         &mut self,
         interp: &InterpreterInfo,
@@ -140,26 +143,57 @@ impl Unwinder {
         let mut t = *first;
         let mut walks = 1;
         let mut cyclic_in_a_row = 0;
+        // The first walk kept as its proven root, and the re-reads left to find a whole one.
+        let mut rooted: Option<ThreadSample> = None;
+        let mut rooted_left = reread::ROOTED_REREADS;
         loop {
             let err = match self.sample_thread(interp, &t) {
-                Ok(s) => return Ok(s),
-                Err(e) => e,
+                Ok(s) if !is_proven_root(&s) => return Ok(s),
+                Ok(s) => {
+                    rooted.get_or_insert(s);
+                    None
+                }
+                Err(e) => Some(e),
             };
-            if matches!(err, AttemptError::Lost(StackLoss::CyclicChain)) {
+            if matches!(err, Some(AttemptError::Lost(StackLoss::CyclicChain))) {
                 cyclic_in_a_row += 1;
             } else {
                 cyclic_in_a_row = 0;
             }
+            let fatal = err.as_ref().is_some_and(AttemptError::is_fatal);
             let out_of_tries = walks >= self.options.read_attempts.max(1)
                 || cyclic_in_a_row >= reread::CYCLIC_WALKS_IN_A_ROW
-                || budget.spent();
-            if out_of_tries || err.is_fatal() {
-                return Err(err);
+                || budget.spent()
+                || (rooted.is_some() && rooted_left == 0);
+            if out_of_tries || fatal {
+                // A fatal error ends the sample whatever the first walk proved.
+                return match (rooted, err) {
+                    (_, Some(e)) if fatal => Err(e),
+                    (Some(s), _) => Ok(self.kept_root(s)),
+                    (None, e) => Err(e.unwrap_or(AttemptError::Lost(StackLoss::TopMoved))),
+                };
+            }
+            if rooted.is_some() {
+                rooted_left -= 1;
             }
             walks += 1;
             self.stats.rereads += 1;
-            t = self.reread_thread(interp, &t)?;
+            t = match (self.reread_thread(interp, &t), rooted.take()) {
+                (Ok(now), r) => {
+                    rooted = r;
+                    now
+                }
+                // The thread cannot be read again: what the first walk proved stands.
+                (Err(e), Some(s)) if !e.is_fatal() => return Ok(self.kept_root(s)),
+                (Err(e), _) => return Err(e),
+            };
         }
+    }
+
+    /// Counts a proven root kept and hands it back.
+    fn kept_root(&mut self, s: ThreadSample) -> ThreadSample {
+        self.stats.proven_roots += 1;
+        s
     }
 
     /// The thread state at `t.addr` as it is now, with every page read again. The pages of
@@ -210,4 +244,9 @@ impl Unwinder {
         }
         pages
     }
+}
+
+/// A walk kept as the frames a second read proved, under `[stack moved while read]`.
+fn is_proven_root(s: &ThreadSample) -> bool {
+    s.frames.iter().any(|f| f.kind == FrameKind::Moved)
 }

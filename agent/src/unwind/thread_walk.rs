@@ -64,7 +64,7 @@ impl Unwinder {
         let stop_at = anchor.map(|(a, _)| a).filter(|&a| a != 0);
         // The frames below the anchor a walk was spliced onto: reported, and the whole chain.
         let mut spliced_chain: Vec<u64> = Vec::new();
-        let result = (|| -> Result<(Vec<CachedFrame>, WalkEnd, bool), AttemptError> {
+        let result = (|| -> Result<(Vec<CachedFrame>, WalkEnd, bool, bool), AttemptError> {
             let mut end =
                 walk::walk_frames(&mut self.mem, &o, t.top_frame, stop_at, max_depth, &mut raw)?;
             let mut spliced: Option<Vec<CachedFrame>> = None;
@@ -114,13 +114,22 @@ impl Unwinder {
                 && end == WalkEnd::Bottom
                 && o.thread_state.base_frame.is_none()
                 && !raw.last().is_some_and(|f| walk::starts_evaluation(&o, f));
-            let moved = ends_short || !self.chain_still_current(t, &raw)?;
+            let recheck = self.recheck_walk(t, &raw)?;
+            let moved = ends_short || !recheck.whole;
             let bottoms = &self.bottoms;
             let at_known_bottom = |addr| bottoms.is_bottom(key, addr);
             if moved
                 && !(self.options.keep_moved_top
                     && sound_end(&o, end, spliced.is_some(), &raw, at_known_bottom))
             {
+                return Err(AttemptError::Lost(StackLoss::TopMoved));
+            }
+            // A moved walk keeps only the frames proven by the recheck, from its bottom up: the
+            // frames above them may come from another moment's chain at the same addresses (a
+            // generator resumed by another caller, a freed frame reused), and a stack of two
+            // moments is worse than a shorter one. What was left out is said by a pseudo-frame.
+            let proven_from = if moved { recheck.proven_from } else { 0 };
+            if proven_from == raw.len() && spliced.is_none() {
                 return Err(AttemptError::Lost(StackLoss::TopMoved));
             }
             // 3.15: a complete walk ends at the thread's base frame; anything else is torn.
@@ -136,21 +145,29 @@ impl Unwinder {
                 WalkEnd::Bottom | WalkEnd::Anchor | WalkEnd::DepthLimit | WalkEnd::Cycle => {}
             }
             let mut resolved = Vec::with_capacity(raw.len() + 4);
-            // Frames that returned under the walk are named only where a moved top is kept:
-            // the stack is then the one the thread state named, not one instant's copy.
+            if proven_from > 0 {
+                resolved.push(CachedFrame {
+                    addr: 0,
+                    frame: Frame::pseudo(FrameKind::Moved),
+                });
+            }
+            // Frames that returned under the walk are named only at the top of a walk that
+            // did not move (the thread state still names it: the stack is the one it is
+            // returning from); a proven root has none.
             let named_before = self.stats.popped_frames_named;
-            let keep_moved = self.options.keep_moved_top;
-            let pending_native = self.resolve_frames(&raw, interp, &mut resolved, keep_moved)?;
+            let name_popped = self.options.keep_moved_top && proven_from == 0;
+            let pending_native =
+                self.resolve_frames(&raw[proven_from..], interp, &mut resolved, name_popped)?;
             let moved = moved || self.stats.popped_frames_named != named_before;
             if let Some(tail) = spliced {
                 Self::splice_tail(&mut resolved, pending_native, self.gc_frame(interp), tail);
             }
-            Ok((resolved, end, moved))
+            Ok((resolved, end, moved, proven_from > 0))
         })();
         self.raw = raw;
         // A torn sample writes no anchor and leaves the stored stacks alone: the sequence check
         // keeps them honest, and walks recorded against them may still be waiting.
-        let (resolved, end, moved) = result?;
+        let (resolved, end, moved, rooted) = result?;
         let truncated = end == WalkEnd::DepthLimit;
         if truncated {
             self.stats.truncated += 1;
@@ -162,7 +179,9 @@ impl Unwinder {
         }
         if moved {
             // Kept for the profile's sake, never cached: the next walk must not build on it.
-            self.stats.unverified += 1;
+            if !rooted {
+                self.stats.unverified += 1;
+            }
             return Ok(self.finish_sample(interp, t, resolved, truncated));
         }
         if let (Some(fc), Some((anchor_frame, seq))) = (self.frame_cache.as_mut(), anchor) {
@@ -295,26 +314,34 @@ impl Unwinder {
             .then(|| Frame::pseudo(FrameKind::Gc))
     }
 
-    /// Whether the walked frames (read through the page cache, one after another while the
-    /// thread ran) are still the thread's stack, read again now in one vectored read without the
-    /// cache: the thread state still names the top frame, which runs the same code under the same
-    /// caller, and every frame below it is in the same call (code, caller, call site).
+    /// Reads the walked frames (read through the page cache, one after another while the
+    /// thread ran) again now, in one vectored read without the cache, and says how much of the
+    /// walk is still the thread's stack ([`Recheck`]).
     ///
-    /// Checking the top alone let torn walks through: a chain that returns and is replaced at the
-    /// same addresses by another with the same leaf (a generator resumed by another caller, a
-    /// recursion re-entered at another depth) leaves the top as it was, while the frames read
-    /// below it came from the other chain.
+    /// The walk is whole when the thread state still names the top frame, which runs the same
+    /// code under the same caller, and every frame below it is in the same call (code, caller,
+    /// call site). Checking the top alone let torn walks through: a chain that returns and is
+    /// replaced at the same addresses by another with the same leaf (a generator resumed by
+    /// another caller, a recursion re-entered at another depth) leaves the top as it was, while
+    /// the frames read below it came from the other chain.
     ///
     /// On 3.11/3.12 the thread state's frame pointer leads through the `_PyCFrame` the
     /// page-cached thread state named; reading the pointer again in the same call proves it is
     /// still the thread's.
-    pub(in crate::unwind) fn chain_still_current(
+    pub(in crate::unwind) fn recheck_walk(
         &mut self,
         t: &ThreadInfo,
         raw: &[RawFrame],
-    ) -> Result<bool, MemoryError> {
+    ) -> Result<Recheck, MemoryError> {
+        let nothing = Recheck {
+            whole: false,
+            proven_from: raw.len(),
+        };
         let Some(top) = raw.first() else {
-            return Ok(true);
+            return Ok(Recheck {
+                whole: true,
+                proven_from: 0,
+            });
         };
         let o = self.target.offsets;
         let ts = &o.thread_state;
@@ -323,7 +350,7 @@ impl Unwinder {
             Some(off) => {
                 let cframe = self.mem.read_u64(t.addr + ts.current_frame)?;
                 if cframe == 0 {
-                    return Ok(false);
+                    return Ok(nothing);
                 }
                 Some((cframe, off))
             }
@@ -349,27 +376,82 @@ impl Unwinder {
         b.clear();
         b.resize(want, 0);
         if self.mem.remote().read_ranges(ranges, b)? < want {
-            return Ok(false);
+            return Ok(nothing);
         }
         let current = match cframe {
-            Some((cframe, _)) if b.u64_at(pointers_at as u64) != cframe => return Ok(false),
-            Some(_) => b.u64_at(pointers_at as u64 + 8),
-            None => b.u64_at(pointers_at as u64),
+            Some((cframe, _)) if b.u64_at(pointers_at as u64) != cframe => None,
+            Some(_) => Some(b.u64_at(pointers_at as u64 + 8)),
+            None => Some(b.u64_at(pointers_at as u64)),
         };
-        if current != top.addr {
-            return Ok(false);
-        }
-        Ok(raw.iter().enumerate().all(|(i, walked)| {
+        // How both reads of frame `i` compare with each other and with the walk.
+        let agreement = |i: usize| {
+            let walked = &raw[i];
             let at = (raw.len() - 1 - i) * frame_len;
             let first = walk::parse_frame(&o, walked.addr, &b[at..at + frame_len]);
             let at = forward_at + i * frame_len;
             let second = walk::parse_frame(&o, walked.addr, &b[at..at + frame_len]);
-            // Both reads agree and match the walk; the top frame's instruction moves as it runs,
-            // a caller's is its call site, fixed while the callee runs.
-            first.same_call(&second)
-                && first.ip == second.ip
-                && first.same_call(walked)
-                && (i == 0 || first.ip == walked.ip)
-        }))
+            if !(first.same_call(&second) && first.same_call(walked)) {
+                Agreement::None
+            } else if first.ip == second.ip && first.ip == walked.ip {
+                Agreement::Whole
+            } else {
+                Agreement::SameCall {
+                    still: first.ip == second.ip,
+                }
+            }
+        };
+        // Whole: the thread state still names the top, whose instruction may move as it runs
+        // (it read the same twice now), and every caller is at the call site it was walked at
+        // (fixed while the callee runs).
+        let whole = current == Some(top.addr)
+            && (0..raw.len()).all(|i| match agreement(i) {
+                Agreement::Whole => true,
+                Agreement::SameCall { still } => i == 0 && still,
+                Agreement::None => false,
+            });
+        if whole {
+            return Ok(Recheck {
+                whole,
+                proven_from: 0,
+            });
+        }
+        // From the bottom up, the frames that read the same three times, instruction included,
+        // are each the call they were when walked, under callers that are too. The first that
+        // is the same call at another instruction ran on past the walk: it is kept, at the
+        // instruction it was walked at (its callers were there then too), and nothing above it,
+        // whose frames may be of a call it made later.
+        let mut proven_from = raw.len();
+        for i in (0..raw.len()).rev() {
+            match agreement(i) {
+                Agreement::Whole => proven_from = i,
+                Agreement::SameCall { .. } => {
+                    proven_from = i;
+                    break;
+                }
+                Agreement::None => break,
+            }
+        }
+        Ok(Recheck { whole, proven_from })
     }
+}
+
+/// What reading a walk's frames again found ([`Unwinder::recheck_walk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::unwind) struct Recheck {
+    /// the walk is one instant's: the thread is still in every frame it read
+    pub whole: bool,
+    /// the walk's frames from this index to its bottom read the same again, each with its
+    /// instruction: a walk that is not whole keeps only these (all of them: none is proven)
+    pub proven_from: usize,
+}
+
+/// How a walked frame read again compares with its walk ([`Unwinder::recheck_walk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agreement {
+    /// the same call at the same instruction, in both reads
+    Whole,
+    /// the same call (code, caller) at another instruction; `still`: the two new reads agree
+    SameCall { still: bool },
+    /// another call, or a frame no longer there
+    None,
 }
