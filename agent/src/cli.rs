@@ -214,10 +214,10 @@ pub struct FrameArgs {
         value_parser = clap::value_parser!(u32).range(1..=100_000)
     )]
     pub read_attempts: u32,
-    /// Keep only stacks whose top frame stayed put while they were read, re-reading the
-    /// others: every stack kept is one instant's, but stacks that change faster than a read
-    /// (tight recursion) are under-sampled. By default such a stack is kept when its frame
-    /// chain is whole, and counted as unverified.
+    /// Userspace sampler: keep only stacks read whole at one instant, re-reading the others:
+    /// stacks that change faster than a read (tight recursion) are under-sampled. By default a
+    /// stack the thread changed while it was read keeps the frames a second read proved, from
+    /// the bottom up, under `[stack moved while read]`.
     #[arg(long)]
     pub verified_stacks_only: bool,
     /// asyncio task-aware stacks (CPython 3.14+): a thread running a task shows the task's

@@ -74,17 +74,19 @@ fn userspace_counts(
     shown: &Shown,
 ) -> String {
     let mut out = format!(
-        ", {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads, {} unverified stacks, {} frames named after they returned",
+        ", {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads, {} proven roots (moved while read, cut under [stack moved while read]), {} unverified stacks, {} frames named after they returned",
         s.failed,
         s.lagged,
         s.ticks,
         u.lost.total(),
         u.lost.summary(),
         u.rereads,
+        u.proven_roots,
         u.unverified,
         u.popped_frames_named,
     );
     out += &tick_summary(s);
+    out += &time_summary(s);
     if profiler.frame_cache_used() {
         out += &format!(
             ", frame cache {}/{}/{} full/partial/miss",
@@ -99,6 +101,20 @@ fn userspace_counts(
         );
     }
     out
+}
+
+/// `; the threads' time in sampling periods: ...`: where every tick of the threads read went,
+/// adding up to their ticks (taken and lagged) for a thread read throughout.
+fn time_summary(stats: &SamplerStats) -> String {
+    let t = stats.time;
+    let p = |ns| t.periods(ns);
+    format!(
+        "; the threads' time in sampling periods: {:.0} on a CPU and sampled, {:.0} on a CPU without a stack, {:.0} waiting for a CPU, {:.0} off CPU",
+        p(t.sampled_ns),
+        p(t.lost_ns),
+        p(t.runqueue_ns),
+        p(t.off_cpu_ns)
+    )
 }
 
 /// `, ticks from ...`: what woke the sampler (a perf event on its CPU, or sleeping).

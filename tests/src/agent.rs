@@ -52,8 +52,20 @@ pub fn host_wide_lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// `pyagent record --pid PID ARGS -o FILE` to completion, which must succeed; returns its
-/// stderr (the summary).
+/// stderr (the summary). Without a `--mode` in `args`, the userspace sampler's
+/// (`--mode userspace`): most tests are of one sampler, and name it; [`record_default`] runs
+/// what a user who names none gets.
 pub fn record(pid: u32, args: &[&str], file: &Path) -> String {
+    let mut all = args.to_vec();
+    if !all.contains(&"--mode") {
+        all.extend(["--mode", "userspace"]);
+    }
+    record_default(pid, &all, file)
+}
+
+/// `pyagent record --pid PID ARGS -o FILE` with `args` exactly as given (no `--mode`: the
+/// default sampler), which must succeed; returns its stderr.
+pub fn record_default(pid: u32, args: &[&str], file: &Path) -> String {
     let pid = pid.to_string();
     let mut all = vec!["record", "--pid", &pid];
     all.extend_from_slice(args);
@@ -70,6 +82,15 @@ pub fn record_collapsed(pid: u32, args: &[&str], file: &Path) -> (String, String
     let mut all = args.to_vec();
     all.extend(["-f", "collapsed"]);
     let err = record(pid, &all, file);
+    let text = std::fs::read_to_string(file).expect("profile written");
+    (text, err)
+}
+
+/// [`record_collapsed`] with `args` exactly as given: the default sampler without a `--mode`.
+pub fn record_collapsed_default(pid: u32, args: &[&str], file: &Path) -> (String, String) {
+    let mut all = args.to_vec();
+    all.extend(["-f", "collapsed"]);
+    let err = record_default(pid, &all, file);
     let text = std::fs::read_to_string(file).expect("profile written");
     (text, err)
 }

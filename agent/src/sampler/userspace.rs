@@ -52,10 +52,51 @@ pub struct SamplerStats {
     pub failed: u64,
     /// blocking-mode seize counters
     pub seize: SeizeStats,
+    /// where the read threads' time went, between their reads
+    pub time: ThreadTime,
     /// where the ticks came from (none before the first wait)
     pub tick_source: Option<TickSource>,
     /// how the ticks came
     pub tick: TickStats,
+}
+
+/// Where the time of the threads read went, from each read to the next (schedstat's clocks,
+/// [`CpuTime`]): the ticks a profile stands for, accounted. For a thread read at every tick
+/// the four add up to its ticks (taken and lagged) times the period; the profile's samples
+/// are `sampled_ns` in whole periods, the remainder carried to the thread's next read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadTime {
+    /// ns on a CPU, credited to a stack that was read (or carried to the thread's next read)
+    pub sampled_ns: u64,
+    /// ns on a CPU, credited to a read that gave no stack (counted by reason in the unwinder's
+    /// statistics; a thread with no Python frame counts here too)
+    pub lost_ns: u64,
+    /// ns waiting on a run queue for a CPU
+    pub runqueue_ns: u64,
+    /// ns neither on a CPU nor waiting for one: blocked, sleeping
+    pub off_cpu_ns: u64,
+    /// the sampling period these are measured in, ns
+    pub period_ns: u64,
+}
+
+impl ThreadTime {
+    /// `ns` in sampling periods.
+    pub fn periods(&self, ns: u64) -> f64 {
+        ns as f64 / self.period_ns.max(1) as f64
+    }
+
+    /// Adds one read's credit, given whether the read gave a stack.
+    fn add(&mut self, credit: &Credit, stack: bool) {
+        if stack {
+            self.sampled_ns += credit.ran_ns;
+        } else {
+            self.lost_ns += credit.ran_ns;
+        }
+        self.runqueue_ns += credit.runqueue_ns;
+        self.off_cpu_ns += credit
+            .elapsed_ns
+            .saturating_sub(credit.ran_ns + credit.runqueue_ns);
+    }
 }
 
 /// A thread's stack read at a tick, and what it stands for.
@@ -240,6 +281,17 @@ impl UserspaceSampler {
             .map(|(i, s)| (s, i >= first_waiting))
             .filter(|(s, _)| !s.frames.is_empty())
             .collect();
+        self.stats.time.period_ns = period_ns;
+        for (tid, (credit, _)) in &credits {
+            // A thread with less than a period to credit is not read: its CPU time is carried
+            // to the stack of its next read.
+            let read = idle || credit.periods > 0 || credit.runqueue_ns > 0;
+            let stack = !read
+                || samples
+                    .iter()
+                    .any(|(s, waiting)| !waiting && s.thread.tid == *tid);
+            self.stats.time.add(credit, stack);
+        }
         if self.config.native_stacks {
             for (s, _) in &mut samples {
                 self.mix_native(s);

@@ -22,7 +22,7 @@ pub(super) const CYCLIC_WALKS_IN_A_ROW: u32 = 3;
 /// A walk the thread moved under is kept as its proven root ([`super::Unwinder::recheck_walk`])
 /// after this many re-reads that found no whole walk. More would name more leaves, and favour
 /// the frames the thread stays in longest: the bias the proven root is there to avoid.
-pub(super) const ROOTED_REREADS: u32 = 8;
+pub(super) const ROOTED_REREADS: u32 = 2;
 
 /// How much re-reading of one thread is left.
 pub(super) struct RereadBudget {

@@ -476,8 +476,9 @@ fn ebpf_frame_cache_never_mixes_chains_when_anchor_writes_race() {
         races += number_before(&err, " stored stacks dropped");
     }
     assert!(races > 0, "the widened window made anchor writes race");
-    // Two targets, 4 s at 999 Hz beside a CPU hog on two CPUs: 8,000 at most.
-    assert!(samples > 3_000, "{samples} samples");
+    // Two targets, 4 s at 999 Hz beside a CPU hog on two CPUs: 8,000 at most, and as few as a
+    // third of that when other tests load the CPUs too. Enough to have raced, whatever the load.
+    assert!(samples > 1_000, "{samples} samples");
 }
 
 /// Every stack of an `alternate.py` profile is one of its two chains (or a part of one).
