@@ -18,13 +18,15 @@
 //! slow parts (two builds, the chroot, the venv) run in parallel threads.
 
 mod chroot;
-/// The Debian archive debootstrap fetches from (here and for the rootfs tarball).
-pub use chroot::MIRROR;
 pub(crate) mod cmd;
 pub mod host;
+mod mirror;
 mod peers;
 mod probe;
 mod source;
+/// The Debian archive debootstrap and the private apt configurations fetch from (here, for the
+/// kernels and for the rootfs tarball): the host's own.
+pub use mirror::debian_mirror;
 
 use std::fs;
 use std::path::{Path, PathBuf};

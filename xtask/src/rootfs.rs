@@ -11,8 +11,8 @@ use std::process::Command;
 use anyhow::{Context, Result};
 
 use crate::pythons::cmd::{say, Log};
+use crate::pythons::debian_mirror;
 use crate::pythons::host::ensure_installed;
-use crate::pythons::MIRROR;
 
 const TAG: &str = "rootfs";
 /// Where the tarball is cached unless `PYAGENT_ROOTFS_DIR` says otherwise.
@@ -34,6 +34,7 @@ pub fn minbase_tarball() -> Result<PathBuf> {
     if tarball.exists() {
         return Ok(tarball);
     }
+    let mirror = debian_mirror()?;
     let logs = dir.join("logs");
     ensure_installed(&logs, TAG, &["debootstrap", "debian-archive-keyring"])?;
     let tree = dir.join("bookworm-minbase.tree");
@@ -53,7 +54,7 @@ pub fn minbase_tarball() -> Result<PathBuf> {
         Command::new("debootstrap")
             .args(["--variant=minbase", "bookworm"])
             .arg(&tree)
-            .arg(MIRROR),
+            .arg(mirror),
     )?;
     pack(&log, &tree, &tarball)?;
     fs::remove_dir_all(&tree).with_context(|| format!("cannot remove {}", tree.display()))?;

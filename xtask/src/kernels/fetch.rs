@@ -13,6 +13,7 @@ use std::process::Command;
 use anyhow::{bail, ensure, Context, Result};
 
 use crate::pythons::cmd::{self, say, Log};
+use crate::pythons::debian_mirror;
 
 const TAG: &str = "kernels";
 
@@ -24,8 +25,7 @@ pub const SUITES: &[(&str, &str)] = &[
     ("trixie", "6.12"),
 ];
 
-/// The archive and keyring of the kernels' sources.list lines.
-const MIRROR: &str = crate::pythons::MIRROR;
+/// The keyring of the kernels' sources.list lines; their archive is the host's own mirror.
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 /// The metapackage that depends on the suite's current generic amd64 kernel. The cloud flavour
 /// would not do: it has no 9p modules, which the guest mounts the host's root with.
@@ -115,15 +115,17 @@ struct Apt {
 }
 
 impl Apt {
-    /// Writes `dir/sources.list` for `suite` and creates the state and cache directories.
+    /// Writes `dir/sources.list` for `suite` on the host's mirror and creates the state and
+    /// cache directories.
     fn new(dir: &Path, suite: &str) -> Result<Apt> {
+        let mirror = debian_mirror()?;
         for sub in ["lists/partial", "cache/archives/partial"] {
             let path = dir.join(sub);
             fs::create_dir_all(&path)
                 .with_context(|| format!("cannot create {}", path.display()))?;
         }
         let list = dir.join("sources.list");
-        let line = format!("deb [signed-by={KEYRING}] {MIRROR} {suite} main\n");
+        let line = format!("deb [signed-by={KEYRING}] {mirror} {suite} main\n");
         fs::write(&list, line).with_context(|| format!("cannot write {}", list.display()))?;
         Ok(Apt {
             dir: dir.to_owned(),

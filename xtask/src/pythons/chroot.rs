@@ -15,12 +15,12 @@ use std::process::Command;
 use anyhow::{bail, ensure, Context, Result};
 
 use super::cmd::{self, say, Log};
+use super::mirror::debian_mirror;
 use roles::Build;
 
 use super::{Layout, Spec};
 
 const TAG: &str = "sid-chroot";
-pub const MIRROR: &str = "http://deb.debian.org/debian";
 /// Written into the tree once debootstrap has finished; a tree without it is started over.
 const STAMP: &str = ".pyagent-debootstrap-done";
 /// apt configuration written into the chroot.
@@ -36,6 +36,7 @@ pub fn ensure(layout: &Layout, specs: &[Spec]) -> Result<()> {
     let root = layout.chroot();
     let log = Log::new(TAG, &layout.logs(), TAG)?;
     if !root.join(STAMP).exists() {
+        let mirror = debian_mirror()?;
         if root.exists() {
             say(
                 TAG,
@@ -51,7 +52,7 @@ pub fn ensure(layout: &Layout, specs: &[Spec]) -> Result<()> {
             Command::new("debootstrap")
                 .args(["--variant=minbase", "sid"])
                 .arg(&root)
-                .arg(MIRROR),
+                .arg(mirror),
         )?;
         let conf = root.join("etc/apt/apt.conf.d/99pyagent");
         fs::write(&conf, APT_CONF).with_context(|| format!("cannot write {}", conf.display()))?;

@@ -16,6 +16,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use super::cmd::{self, say, Log};
+use super::mirror::debian_mirror;
 use roles::Build;
 
 use super::{Layout, Spec};
@@ -26,9 +27,13 @@ const DEB_VERSION: &str = "3.13.15-1";
 /// The CPython release in it.
 pub const UPSTREAM_VERSION: &str = "3.13.15";
 
-/// Sid's sources, checked with the bookworm keyring (which holds sid's signing keys).
-const SOURCES_LIST: &str =
-    "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main\n";
+/// Sid's sources on `mirror`, checked with the bookworm keyring (which holds sid's signing
+/// keys).
+fn sources_list(mirror: &str) -> String {
+    format!(
+        "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror} sid main\n"
+    )
+}
 
 /// File in an install prefix recording how it was built, written after verification.
 const STAMP: &str = ".pyagent-build";
@@ -133,13 +138,14 @@ fn ensure_source(layout: &Layout) -> Result<PathBuf> {
 /// Fetches the upstream tarball of `DEB_SOURCE=DEB_VERSION` from sid into `tarball`, with apt
 /// configured to use only files under `DIR/apt`.
 fn download(layout: &Layout, log: &Log, tarball: &Path) -> Result<()> {
+    let mirror = debian_mirror()?;
     let apt = layout.dir.join("apt");
     for dir in ["lists/partial", "cache/archives/partial"] {
         let dir = apt.join(dir);
         fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     let sources = apt.join("sources.list");
-    fs::write(&sources, SOURCES_LIST)
+    fs::write(&sources, sources_list(&mirror))
         .with_context(|| format!("cannot write {}", sources.display()))?;
     let apt_get = || {
         let mut cmd = Command::new("apt-get");
