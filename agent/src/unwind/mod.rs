@@ -72,6 +72,10 @@ pub struct Unwinder {
     /// next walk (one of each per sampled thread otherwise)
     recheck_ranges: Vec<(u64, usize)>,
     recheck_buf: Vec<u8>,
+    /// a recheck's spans of frames that lie together (start, end)
+    recheck_spans: Vec<(u64, u64)>,
+    /// each walked frame's span and offset in it, for a recheck
+    recheck_at: Vec<(usize, usize)>,
     stats: UnwindStats,
     /// the main interpreter (the oldest, last in the list) as the last thread-list read found it
     main_interp: Option<InterpreterInfo>,
@@ -100,6 +104,8 @@ impl Unwinder {
             raw: Vec::new(),
             recheck_ranges: Vec::new(),
             recheck_buf: Vec::new(),
+            recheck_spans: Vec::new(),
+            recheck_at: Vec::new(),
             stats: UnwindStats::default(),
             main_interp: None,
             records: RecordContext::default(),

@@ -295,6 +295,8 @@ impl Unwinder {
         self.mem.release();
         self.recheck_ranges = Vec::new();
         self.recheck_buf = Vec::new();
+        self.recheck_spans = Vec::new();
+        self.recheck_at = Vec::new();
     }
 
     /// Starts a batch of records without reading anything: the code-object cache stays as the

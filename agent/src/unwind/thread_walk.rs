@@ -360,22 +360,66 @@ impl Unwinder {
         // first: both orders, in one syscall. A walk torn between two chains (some frames read in
         // one, the others in the next, in whatever order the page cache read them) reads the
         // same here only if the thread went from one chain to the other and back within it.
+        // Frames that lie together (a data stack chunk's, one after another) are copied as one
+        // span, a copy of one instant; each span costs the read a page lookup, and the fewer
+        // there are, the shorter the window the thread would have to go and come back in.
+        let spans = &mut self.recheck_spans;
+        spans.clear();
+        let at_in_span = &mut self.recheck_at;
+        at_in_span.clear();
+        at_in_span.resize(raw.len(), (0, 0));
+        for (i, f) in raw.iter().enumerate().rev() {
+            let end = f.addr.wrapping_add(frame_len as u64);
+            match spans.last_mut() {
+                Some((start, span_end))
+                    if f.addr >= *start && end >= f.addr && end - *start <= RECHECK_SPAN_MAX =>
+                {
+                    *span_end = (*span_end).max(end);
+                }
+                _ => spans.push((f.addr, end)),
+            }
+            let start = spans.last().expect("pushed").0;
+            at_in_span[i] = (spans.len() - 1, (f.addr - start) as usize);
+        }
         let ranges = &mut self.recheck_ranges;
         ranges.clear();
-        ranges.extend(raw.iter().rev().map(|f| (f.addr, frame_len)));
+        ranges.extend(spans.iter().map(|&(s, e)| (s, (e - s) as usize)));
+        let spans_len: usize = ranges.iter().map(|r| r.1).sum();
         ranges.push((t.addr + ts.current_frame, 8));
         if let Some((cframe, off)) = cframe {
             ranges.push((cframe + off, 8));
         }
-        let pointers = ranges.len() - raw.len();
-        ranges.extend(raw.iter().map(|f| (f.addr, frame_len)));
-        let pointers_at = raw.len() * frame_len;
-        let forward_at = pointers_at + pointers * 8;
-        let want = forward_at + raw.len() * frame_len;
+        let pointers = ranges.len() - spans.len();
+        ranges.extend(spans.iter().rev().map(|&(s, e)| (s, (e - s) as usize)));
+        // Where each span's copies start in the buffer: the first pass in span order, the
+        // second in reverse.
+        let mut first_at = Vec::with_capacity(spans.len());
+        let mut second_at = vec![0; spans.len()];
+        let mut at = 0;
+        for &(s, e) in spans.iter() {
+            first_at.push(at);
+            at += (e - s) as usize;
+        }
+        let pointers_at = spans_len;
+        let mut at = pointers_at + pointers * 8;
+        for (k, &(s, e)) in spans.iter().enumerate().rev() {
+            second_at[k] = at;
+            at += (e - s) as usize;
+        }
+        let want = at;
         let b = &mut self.recheck_buf;
         b.clear();
         b.resize(want, 0);
-        if self.mem.remote().read_ranges(ranges, b)? < want {
+        let started = std::time::Instant::now();
+        let read = self.mem.remote().read_ranges(ranges, b)?;
+        // The two orders prove a frame unchanged only if the thread cannot have gone to another
+        // chain and back while the read ran: a read that took longer than copying the frames
+        // takes (the sampler was preempted in it, on a loaded host) proves nothing.
+        if started.elapsed() > recheck_window(spans.len()) {
+            self.stats.slow_rechecks += 1;
+            return Ok(nothing);
+        }
+        if read < want {
             return Ok(nothing);
         }
         let current = match cframe {
@@ -383,12 +427,14 @@ impl Unwinder {
             Some(_) => Some(b.u64_at(pointers_at as u64 + 8)),
             None => Some(b.u64_at(pointers_at as u64)),
         };
+        let at_in_span = &self.recheck_at;
         // How both reads of frame `i` compare with each other and with the walk.
         let agreement = |i: usize| {
             let walked = &raw[i];
-            let at = (raw.len() - 1 - i) * frame_len;
+            let (span, offset) = at_in_span[i];
+            let at = first_at[span] + offset;
             let first = walk::parse_frame(&o, walked.addr, &b[at..at + frame_len]);
-            let at = forward_at + i * frame_len;
+            let at = second_at[span] + offset;
             let second = walk::parse_frame(&o, walked.addr, &b[at..at + frame_len]);
             if !(first.same_call(&second) && first.same_call(walked)) {
                 Agreement::None
@@ -415,6 +461,14 @@ impl Unwinder {
                 proven_from: 0,
             });
         }
+        // Frames above the one the thread state names now have returned: their memory may
+        // still hold a call of another moment, under frames that have changed since (a
+        // recursion's deeper frames left by another chain above a leaf that now runs at their
+        // caller's address). Nothing above the thread's top is kept, and a top the walk did not
+        // read (it called on, or went elsewhere) proves nothing of the walk.
+        let Some(live_from) = current.and_then(|c| raw.iter().position(|f| f.addr == c)) else {
+            return Ok(nothing);
+        };
         // From the bottom up, the frames that read the same three times, instruction included,
         // are each the call they were when walked, under callers that are too. The first that
         // is the same call at another instruction ran on past the walk: it is kept, at the
@@ -431,7 +485,10 @@ impl Unwinder {
                 Agreement::None => break,
             }
         }
-        Ok(Recheck { whole, proven_from })
+        Ok(Recheck {
+            whole,
+            proven_from: proven_from.max(live_from),
+        })
     }
 }
 
@@ -454,4 +511,13 @@ enum Agreement {
     SameCall { still: bool },
     /// another call, or a frame no longer there
     None,
+}
+
+/// Most bytes a recheck copies as one span of frames that lie together.
+const RECHECK_SPAN_MAX: u64 = 16 * 1024;
+
+/// The longest a recheck of `spans` spans may take to prove anything: a few microseconds of
+/// page lookups and copying, unless the sampler lost its CPU during the read.
+fn recheck_window(spans: usize) -> std::time::Duration {
+    std::time::Duration::from_nanos(20_000 + 2_000 * spans as u64)
 }
