@@ -114,7 +114,7 @@ fn time_summary(stats: &SamplerStats) -> String {
         p(t.sampled_ns),
         p(t.lost_ns),
         p(t.runqueue_ns),
-        p(t.off_cpu_ns)
+        p(t.off_cpu_ns())
     )
 }
 

@@ -62,7 +62,8 @@ pub struct SamplerStats {
 
 /// Where the time of the threads read went, from each read to the next (schedstat's clocks,
 /// [`CpuTime`]): the ticks a profile stands for, accounted. For a thread read at every tick
-/// the four add up to its ticks (taken and lagged) times the period; the profile's samples
+/// its time on a CPU, waiting for one and off the CPU add up to its ticks (taken and lagged)
+/// times the period; the profile's samples
 /// are `sampled_ns` in whole periods, the remainder carried to the thread's next read.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ThreadTime {
@@ -73,8 +74,8 @@ pub struct ThreadTime {
     pub lost_ns: u64,
     /// ns waiting on a run queue for a CPU
     pub runqueue_ns: u64,
-    /// ns neither on a CPU nor waiting for one: blocked, sleeping
-    pub off_cpu_ns: u64,
+    /// ns of wall time between the reads
+    pub elapsed_ns: u64,
     /// the sampling period these are measured in, ns
     pub period_ns: u64,
 }
@@ -85,6 +86,14 @@ impl ThreadTime {
         ns as f64 / self.period_ns.max(1) as f64
     }
 
+    /// ns neither on a CPU nor waiting for one (blocked, sleeping). Summed before it is
+    /// subtracted: schedstat's clocks move in steps of a scheduler tick, and a read's share
+    /// taken apart would count each step's lag as time off the CPU.
+    pub fn off_cpu_ns(&self) -> u64 {
+        self.elapsed_ns
+            .saturating_sub(self.sampled_ns + self.lost_ns + self.runqueue_ns)
+    }
+
     /// Adds one read's credit, given whether the read gave a stack.
     fn add(&mut self, credit: &Credit, stack: bool) {
         if stack {
@@ -93,9 +102,7 @@ impl ThreadTime {
             self.lost_ns += credit.ran_ns;
         }
         self.runqueue_ns += credit.runqueue_ns;
-        self.off_cpu_ns += credit
-            .elapsed_ns
-            .saturating_sub(credit.ran_ns + credit.runqueue_ns);
+        self.elapsed_ns += credit.elapsed_ns;
     }
 }
 
