@@ -4,7 +4,10 @@
 /// A template per capability of the interpreter table (`tests/build.rs`): `#[apply(matrix)]`
 /// runs a test on every interpreter, `#[apply(with_asyncio_tasks)]` on those with asyncio task
 /// introspection, and so on (`roles::Capability`), each interpreter as its own test. Every
-/// capability has one, used by a test or not yet.
+/// capability has one, used by a test or not yet. A test that is not about one version's
+/// layout or one build kind takes `#[apply(representative)]`, one interpreter per frame model
+/// and threading (`roles::Capability::Representative`), or `representative_with_gil` and the
+/// like: the same rule over the interpreters with that capability.
 #[allow(unused_macros)]
 mod matrices {
     use rstest_reuse::template;

@@ -9,10 +9,9 @@ use pyagent_tests::consumers::{go_pprof, go_pprof_raw};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::stacks::{line_after, marker_line, script};
 use pyagent_tests::{Interpreter, PythonProcess};
-use rstest::rstest;
 use rstest_reuse::apply;
 
-use crate::matrix;
+use crate::{oldest_and_newest, representative};
 
 fn stderr_of(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -111,7 +110,7 @@ fn userspace_record_ticks_from_a_perf_event_at_its_rate() {
     );
 }
 
-#[apply(matrix)]
+#[apply(representative)]
 fn record_pprof_read_by_go_tool_pprof(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let p = PythonProcess::ready(py, "busy.py", &[]);
@@ -152,8 +151,8 @@ fn record_pprof_read_by_go_tool_pprof(py: &str) {
     assert!(top.lines().any(|l| l.trim_end().ends_with(" hot")), "{top}");
 }
 
-#[rstest]
-fn record_collapsed_and_flamegraph(#[values("py312", "py315")] py: &str) {
+#[apply(oldest_and_newest)]
+fn record_collapsed_and_flamegraph(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let p = PythonProcess::ready(py, "busy.py", &[]);
     let dir = fresh_dir(&format!("cli-{py}"));
@@ -370,7 +369,7 @@ fn format_contradicting_the_extension_is_refused() {
     );
 }
 
-#[apply(matrix)]
+#[apply(representative)]
 fn target_exits_while_recorded(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
                    // busy.py with a deadline: it exits on its own after 1 s while pyagent records (no -d).
@@ -385,8 +384,8 @@ fn target_exits_while_recorded(py: &str) {
     p.wait_exit(Duration::from_secs(10));
 }
 
-#[rstest]
-fn blocking_mode(#[values("py311", "py313t", "py315")] py: &str) {
+#[apply(representative)]
+fn blocking_mode(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let p = PythonProcess::ready(py, "busy.py", &[]);
     let dir = fresh_dir(&format!("cli-blocking-{py}"));
@@ -394,8 +393,8 @@ fn blocking_mode(#[values("py311", "py313t", "py315")] py: &str) {
     assert!(text.contains("hot ("), "{text}");
 }
 
-#[rstest]
-fn record_follows_subprocesses(#[values("py311-debian", "py313", "py315")] py: &str) {
+#[apply(representative)]
+fn record_follows_subprocesses(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("parent.py"), &["3"]);
     let line = p.wait_for_line("ready", Duration::from_secs(30));
@@ -444,8 +443,8 @@ fn blocking_skips_threads_it_cannot_seize() {
     unsafe { libc::ptrace(libc::PTRACE_DETACH, pid as libc::pid_t, 0usize, 0usize) };
 }
 
-#[rstest]
-fn top_shows_the_hot_function(#[values("py311-debian", "py313t", "py315")] py: &str) {
+#[apply(representative)]
+fn top_shows_the_hot_function(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let p = PythonProcess::ready(py, "busy.py", &["60"]);
     let text = top(p.pid(), &["--iterations", "1", "--rows", "3"]);

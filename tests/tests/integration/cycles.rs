@@ -10,7 +10,9 @@ use pyagent::unwind::{ThreadInfo, ThreadSample, UnwindOptions, Unwinder};
 use pyagent_tests::agent::{number_before, pyagent_bin, record_collapsed, run_pyagent};
 use pyagent_tests::stacks::{sample_until, simple, unwinder};
 use pyagent_tests::PythonProcess;
-use rstest::rstest;
+use rstest_reuse::apply;
+
+use crate::representative;
 
 /// An aligned address that no process maps (the top of the lower half is never handed out).
 const GARBAGE_FRAME: u64 = 0x7fff_ffff_0000;
@@ -85,16 +87,10 @@ fn make_loop(u: &Unwinder, main: &ThreadInfo, kind: Loop) {
 
 /// The defect: 143–151 samples per 3 s run of spin_main repeated 1,024 times. Now the BPF walk
 /// stops where the chain loops, the record is dropped and counted as a cyclic chain.
-#[rstest]
-#[case("py311", Loop::SelfLoop)]
-#[case("py312", Loop::SelfLoop)]
-#[case("py313t", Loop::SelfLoop)]
-#[case("py315", Loop::SelfLoop)]
-#[case("py312", Loop::TwoFrames)]
-#[case("py315", Loop::TwoFrames)]
+#[apply(representative)]
 fn cyclic_frame_chain_is_dropped_and_counted_not_a_1024_frame_stack_in_ebpf_mode(
-    #[case] py: &str,
-    #[case] kind: Loop,
+    py: &str,
+    #[values(Loop::SelfLoop, Loop::TwoFrames)] kind: Loop,
 ) {
     let (p, mut u) = parked_target(py, false);
     let threads = thread_states(&mut u, p.pid());
@@ -118,10 +114,8 @@ fn cyclic_frame_chain_is_dropped_and_counted_not_a_1024_frame_stack_in_ebpf_mode
 /// The defect: `dump` listed 1 of 2 threads, exit 0, when a thread's chain was garbage or
 /// looped. Now every thread is listed, with the reason when it has no stack; and `record`
 /// counts the looping thread's ticks by that reason, without re-reading it all tick long.
-#[rstest]
-fn dump_lists_a_thread_whose_frame_chain_loops_or_is_garbage(
-    #[values("py311", "py312", "py313t", "py315")] py: &str,
-) {
+#[apply(representative)]
+fn dump_lists_a_thread_whose_frame_chain_loops_or_is_garbage(py: &str) {
     let (p, mut u) = parked_target(py, true);
     let threads = thread_states(&mut u, p.pid());
     assert_eq!(threads.len(), 2, "{py}: {threads:?}");

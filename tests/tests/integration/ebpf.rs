@@ -13,6 +13,9 @@ use pyagent_tests::stacks::{line_after, marker_line, script};
 use pyagent_tests::wait::wait_for;
 use pyagent_tests::{Interpreter, PythonProcess, ROLES};
 use rstest::rstest;
+use rstest_reuse::apply;
+
+use crate::{oldest_and_newest, representative_without_frame_cache};
 
 /// A running `pyagent --all-python`.
 struct Agent {
@@ -462,7 +465,7 @@ fn ebpf_frame_cache_never_mixes_chains_when_anchor_writes_race() {
         let pid = p.pid().to_string();
         let out = std::process::Command::new(pyagent_bin())
             .args([
-                "record", "--pid", &pid, "--mode", "ebpf", "-d", "4", "-r", "999",
+                "record", "--pid", &pid, "--mode", "ebpf", "-d", "4", "-r", "999", "-v",
             ])
             .args(["-f", "collapsed", "-o", file.to_str().expect("utf-8 path")])
             .env("PYAGENT_TEST_ANCHOR_RACE_US", "200")
@@ -509,8 +512,8 @@ fn assert_chains_never_mix(text: &str) {
 /// line alone: the line must still be the one of the record's moment (`two_phases.py` moves
 /// between two loops every 200 ms under an unchanging caller), and chains that swap every
 /// microsecond over the same frame addresses (`alternate.py`) must never mix.
-#[rstest]
-fn ebpf_records_repeating_a_stack_keep_their_own_top_line(#[values("py312", "py313")] py: &str) {
+#[apply(representative_without_frame_cache)]
+fn ebpf_records_repeating_a_stack_keep_their_own_top_line(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let _serial = host_wide_lock();
     let dir = fresh_dir(&format!("ebpf-repeat-{py}"));
@@ -638,8 +641,8 @@ fn ebpf_samples_short_lived_threads() {
 /// Issue 17, item 4: records the BPF program walked carry the threads' Python names, whole
 /// (not the OS name, cut to 15 bytes where CPython sets it), on a version that keeps thread
 /// names to Python and on one that also names the OS thread.
-#[rstest]
-fn ebpf_samples_carry_python_thread_names(#[values("py312", "py315")] py: &str) {
+#[apply(oldest_and_newest)]
+fn ebpf_samples_carry_python_thread_names(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let mut p = PythonProcess::spawn(Interpreter::by_name(py), &script("named_spinners.py"), &[]);
     p.wait_for_line("ready", Duration::from_secs(60));

@@ -11,6 +11,7 @@ use rstest::rstest;
 /// `<GC>` on top of its stack, and the sleeping thread never has one.
 #[rstest]
 fn gc_marker_is_on_the_collecting_thread_of_free_threaded_builds(
+    // The regression's own pair: 3.13t, where the marker went missing, and 3.13, its GIL twin.
     #[values("py313t", "py313")] py: &str,
 ) {
     pyagent_bin(); // built before the target starts: a slow build must not outlive it

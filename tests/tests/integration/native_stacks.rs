@@ -10,7 +10,7 @@ use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
 use rstest_reuse::apply;
 
-use crate::matrix;
+use crate::{matrix, representative};
 
 /// The frames of one collapsed line (root first, the thread label dropped) and its count.
 fn stack(line: &str) -> (Vec<&str>, u64) {
@@ -237,9 +237,9 @@ fn a_library_unloaded_while_sampled_is_named_right_or_counted_unknown(
 /// libc's `qsort` called through ctypes with a Python comparison function (`qsort_loop.py`):
 /// `sort_loop` (Python) → ctypes and libffi → qsort (libc) → the callback → `comparator`
 /// (Python), in that order, with only C between the two Python functions.
-#[rstest]
+#[apply(representative)]
 fn qsort_through_ctypes_calls_the_python_comparator_between_libc_frames(
-    #[values("py311-debian", "py312", "py313t", "py315")] py: &str,
+    py: &str,
     #[values("ebpf", "userspace")] mode: &str,
 ) {
     let (text, err) = record_native(py, "qsort_loop.py", mode);

@@ -8,10 +8,9 @@ use pyagent_tests::agent::{host_wide_lock, number_before, pyagent_bin, record, r
 use pyagent_tests::consumers::{go_pprof_raw, location_frames};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::PythonProcess;
-use rstest::rstest;
 use rstest_reuse::apply;
 
-use crate::{free_threaded, with_gil};
+use crate::{free_threaded, representative, representative_with_gil, with_gil};
 
 /// One sample of `go tool pprof -raw`: its values, its top function, its frames (function and
 /// file, leaf first) and its string labels.
@@ -119,10 +118,8 @@ fn record_off_cpu(pid: u32, secs: &str, file: &Path) -> String {
 /// socket for all of it as `io`, one blocked on a `threading.Lock` as `lock`, and threads that
 /// spin with the GIL in contention wait for it as `gil` (not on free-threaded builds). The
 /// socket and lock waits start before the recording: they are found at attach.
-#[rstest]
-fn off_cpu_waits_show_under_their_function_with_their_reason(
-    #[values("py311", "py312", "py313", "py313t", "py315")] py: &str,
-) {
+#[apply(representative)]
+fn off_cpu_waits_show_under_their_function_with_their_reason(py: &str) {
     pyagent_bin();
     let _serial = host_wide_lock();
     let free_threaded = py.ends_with('t');
@@ -181,10 +178,8 @@ fn off_cpu_waits_show_under_their_function_with_their_reason(
 /// function, then `sleeper` and the threading frames under it; none of the profiler's own
 /// frames (the program, the tracepoint that runs it) is left at the leaf. The threads already
 /// blocked at attach are read by the agent itself, with Python frames only.
-#[rstest]
-fn off_cpu_waits_carry_native_and_kernel_frames(
-    #[values("py311", "py312", "py313t", "py315")] py: &str,
-) {
+#[apply(representative)]
+fn off_cpu_waits_carry_native_and_kernel_frames(py: &str) {
     pyagent_bin();
     let _serial = host_wide_lock();
     let p = spawn_waits(py, &[]);
@@ -456,8 +451,8 @@ fn off_cpu_with_the_userspace_sampler_is_a_one_line_error() {
 /// `dump` says what each thread is doing: which wait and system call, and the GIL. The
 /// blocked threads of waits.py are stable; the sleeper runs for microseconds every 50 ms, so
 /// `dump` is run until it is caught asleep.
-#[rstest]
-fn dump_shows_each_threads_wait_and_gil(#[values("py312", "py313t", "py315")] py: &str) {
+#[apply(representative)]
+fn dump_shows_each_threads_wait_and_gil(py: &str) {
     pyagent_bin();
     let p = spawn_waits(py, &[]);
     let pid = p.pid().to_string();
@@ -527,12 +522,12 @@ fn gil_counts(samples: &[RawSample], top: &str) -> BTreeMap<String, u64> {
 
 /// Every on-CPU sample says whether its thread held the GIL: threads running Python code hold
 /// it; a thread hashing a large buffer runs on the CPU with the GIL released. Both samplers, every
-/// GIL layout (3.11 runtime, 3.12-3.13 interpreter, 3.15 thread flag); free-threaded builds
-/// have no GIL and no label.
-#[rstest]
+/// GIL layout (`representative` has one of each: 3.11 runtime, 3.12–3.14 interpreter, 3.15
+/// thread flag); free-threaded builds have no GIL and no label.
+#[apply(representative)]
 fn on_cpu_samples_say_whether_their_thread_held_the_gil(
+    py: &str,
     #[values("ebpf", "userspace")] mode: &str,
-    #[values("py311", "py312", "py313", "py313t", "py315")] py: &str,
 ) {
     pyagent_bin();
     let _serial = host_wide_lock();
@@ -570,11 +565,8 @@ fn on_cpu_samples_say_whether_their_thread_held_the_gil(
 
 /// `record --gil` keeps only the samples of threads holding the GIL (the hasher, which runs
 /// without it, is left out), and on a free-threaded build says in one line that there is none.
-#[rstest]
-fn record_gil_keeps_only_the_gil_holders(
-    #[values("ebpf", "userspace")] mode: &str,
-    #[values("py312", "py315", "py313t")] py: &str,
-) {
+#[apply(representative)]
+fn record_gil_keeps_only_the_gil_holders(py: &str, #[values("ebpf", "userspace")] mode: &str) {
     pyagent_bin();
     let _serial = host_wide_lock();
     let p = spawn_waits(py, &["spin", "hash"]);
@@ -618,9 +610,9 @@ fn record_gil_keeps_only_the_gil_holders(
 }
 
 /// Userspace wall-clock sampling (`--idle`) labels each sample on or off the CPU, and a thread
-/// blocked on the GIL's futex as waiting for it.
-#[rstest]
-fn idle_samples_say_on_or_off_cpu_and_who_waits_for_the_gil(#[values("py312", "py315")] py: &str) {
+/// blocked on the GIL's futex as waiting for it: on every GIL layout.
+#[apply(representative_with_gil)]
+fn idle_samples_say_on_or_off_cpu_and_who_waits_for_the_gil(py: &str) {
     pyagent_bin();
     let _serial = host_wide_lock();
     let p = spawn_waits(py, &["gil"]);

@@ -5,9 +5,10 @@
 use pyagent_tests::agent::{host_wide_lock, pyagent_bin, record, run_pyagent};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::{Interpreter, PythonProcess};
-use rstest::rstest;
+use rstest_reuse::apply;
 use serde_json::Value;
 
+use crate::oldest_and_newest;
 use crate::trace_context::build_publisher;
 
 /// The trace of span_mix.py's spans.
@@ -70,8 +71,8 @@ fn span_group<'a>(report: &'a Value, span_id: &str) -> &'a Value {
 
 /// Each span's CPU (with the GIL held), socket and lock time, as a share of its wall time, is
 /// within 10% of the share span_mix.py spends in it, and is spent in its function.
-#[rstest]
-fn each_spans_time_is_split_as_it_was_spent(#[values("py312", "py315")] py: &str) {
+#[apply(oldest_and_newest)]
+fn each_spans_time_is_split_as_it_was_spent(py: &str) {
     pyagent_bin(); // built before any target starts: a slow build must not outlive it
     let library = build_publisher(Interpreter::by_name(py), &format!("{py}-span-mix"), &[]);
     // Serialized before the target starts: a wait for the lock must not eat its 40 s.

@@ -16,8 +16,10 @@ use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::stacks::script;
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest::rstest;
+use rstest_reuse::apply;
 
 use crate::otlp::{start_receiver, text};
+use crate::{oldest_and_newest, representative};
 
 /// The trace and span ids spans.py publishes while `in_span_a` and `in_span_b` run, in its main
 /// thread and in its worker: each thread has its own trace.
@@ -239,9 +241,9 @@ fn check_spans(py: &str, mode: &str, tag: &str, flags: &[&str]) {
     );
 }
 
-#[rstest]
+#[apply(representative)]
 fn samples_carry_the_span_of_the_function_under_them(
-    #[values("py312", "py313", "py315")] py: &str,
+    py: &str,
     #[values("userspace", "ebpf")] mode: &str,
 ) {
     check_spans(py, mode, "gd", &[]);
@@ -250,9 +252,9 @@ fn samples_carry_the_span_of_the_function_under_them(
 /// The TLS model OTEP 4947 asks for (TLSDESC): glibc then gives the `dlopen`ed publisher
 /// static TLS and never fills the DTV entry of a thread that was already running (the main
 /// thread here), whose context is found below its thread pointer instead.
-#[rstest]
+#[apply(oldest_and_newest)]
 fn a_tlsdesc_publisher_reaches_threads_that_ran_before_it_was_loaded(
-    #[values("py312", "py315")] py: &str,
+    py: &str,
     #[values("userspace", "ebpf")] mode: &str,
 ) {
     check_spans(py, mode, "gnu2", &["-mtls-dialect=gnu2"]);

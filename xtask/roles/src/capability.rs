@@ -1,6 +1,10 @@
 //! Capabilities that choose test matrices: a test that needs one runs on every role that has
-//! it, so that a new role joins the tests it can take part in without editing them.
+//! it, so that a new role joins the tests it can take part in without editing them. Two are
+//! not a property of a role but a choice over the table: [`Capability::Representative`], for a
+//! test that is not about one version's layout or one build kind, and
+//! [`Capability::OldestAndNewest`].
 
+use crate::representative::{oldest_and_newest, representatives};
 use crate::{Libpython, Role, ROLES};
 
 /// What a test can require of an interpreter.
@@ -8,6 +12,26 @@ use crate::{Libpython, Role, ROLES};
 pub enum Capability {
     /// Every role.
     Any,
+    /// One role per frame model and threading, for a test that is not about one version's
+    /// layout or one build kind (CLI behaviour, an output format, a consumer, the service):
+    /// the matrix grows by a role per new frame model, not per interpreter.
+    ///
+    /// The rule, over the table in its order: first, the first role of each pair of frame
+    /// model ([`crate::FrameModel`]: frame objects before 3.11, `_PyCFrame` in 3.11–3.12,
+    /// `current_frame` in 3.13–3.14, the frame cache from 3.15) and threading (with a GIL,
+    /// free-threaded); then, for each GIL layout ([`crate::GilLayout`]: the runtime's up to
+    /// 3.11, the interpreter's in 3.12–3.14, the thread flag from 3.15, none) and each build
+    /// kind (static and shared libpython, in the sid chroot and on the host, with `.symtab` and
+    /// stripped) that some role has and none of those does, the first role that has it.
+    ///
+    /// Today: `py311-debian` (`_PyCFrame`, static, stripped), `py313` (`current_frame`,
+    /// shared), `py313t` (free-threaded) and `py315` (frame cache, sid chroot): 4 of the 8;
+    /// the second step adds none.
+    Representative,
+    /// The first role with a GIL of the oldest frame model and of the newest, for a test of
+    /// the agent's own behaviour that wants an old and a new interpreter rather than each
+    /// layout. Today: `py311-debian` and `py315`.
+    OldestAndNewest,
     /// Has a GIL.
     WithGil,
     /// Built with `--disable-gil`.
@@ -32,6 +56,8 @@ impl Capability {
     /// Every capability, each the name of a test template (`tests/build.rs`).
     pub const ALL: &[Capability] = &[
         Capability::Any,
+        Capability::Representative,
+        Capability::OldestAndNewest,
         Capability::WithGil,
         Capability::FreeThreaded,
         Capability::AsyncioTasks,
@@ -48,6 +74,8 @@ impl Capability {
     pub fn template_name(self) -> &'static str {
         match self {
             Capability::Any => "matrix",
+            Capability::Representative => "representative",
+            Capability::OldestAndNewest => "oldest_and_newest",
             Capability::WithGil => "with_gil",
             Capability::FreeThreaded => "free_threaded",
             Capability::AsyncioTasks => "with_asyncio_tasks",
@@ -60,10 +88,28 @@ impl Capability {
         }
     }
 
+    /// The name of the template of its representative roles, such as
+    /// `representative_with_gil`: [`Capability::Representative`]'s rule applied to the roles
+    /// that have it. `None` for a choice of a few roles already, and for `Any`, whose
+    /// representative roles are `representative`.
+    pub fn representative_template_name(self) -> Option<String> {
+        match self {
+            Capability::Any | Capability::Representative | Capability::OldestAndNewest => None,
+            _ => Some(format!("representative_{}", self.template_name())),
+        }
+    }
+
     /// One line on what the template's interpreters have in common, for its doc comment.
     pub fn describe(self) -> &'static str {
         match self {
             Capability::Any => "Every interpreter of the matrix",
+            Capability::Representative => {
+                "One interpreter per frame model and threading, and of every GIL layout and \
+                 build kind (`roles::Capability::Representative`)"
+            }
+            Capability::OldestAndNewest => {
+                "The first interpreter with a GIL of the oldest frame model and of the newest"
+            }
             Capability::WithGil => "Every interpreter with a GIL",
             Capability::FreeThreaded => "Every free-threaded interpreter",
             Capability::AsyncioTasks => "Every interpreter whose asyncio tasks can be read (3.14+)",
@@ -82,31 +128,45 @@ impl Capability {
         }
     }
 
-    /// Whether `role` has it.
-    pub fn of(self, role: &Role) -> bool {
-        match self {
-            Capability::Any => true,
-            Capability::WithGil => role.with_gil(),
-            Capability::FreeThreaded => role.free_threaded(),
-            Capability::AsyncioTasks => role.asyncio_tasks(),
-            Capability::NoAsyncioTasks => !role.asyncio_tasks(),
-            Capability::FrameCache => role.frame_cache(),
-            Capability::NoFrameCache => !role.frame_cache(),
-            Capability::SharedLibpython => role.libpython() == Libpython::Shared,
-            Capability::StaticLibpython => role.libpython() == Libpython::Static,
-            Capability::InChroot => role.in_chroot(),
-        }
-    }
-
     /// The roles that have it, in manifest order.
-    pub fn roles(self) -> impl Iterator<Item = &'static Role> {
+    pub fn roles(self) -> Vec<&'static Role> {
         self.select(ROLES)
     }
 
     /// The roles of `table` that have it, in order.
-    pub fn select(self, table: &[Role]) -> impl Iterator<Item = &Role> {
-        table.iter().filter(move |role| self.of(role))
+    pub fn select(self, table: &[Role]) -> Vec<&Role> {
+        let has: fn(&Role) -> bool = match self {
+            Capability::Representative => return representatives(&all(table)),
+            Capability::OldestAndNewest => return oldest_and_newest(&all(table)),
+            Capability::Any => |_| true,
+            Capability::WithGil => Role::with_gil,
+            Capability::FreeThreaded => Role::free_threaded,
+            Capability::AsyncioTasks => Role::asyncio_tasks,
+            Capability::NoAsyncioTasks => |role| !role.asyncio_tasks(),
+            Capability::FrameCache => Role::frame_cache,
+            Capability::NoFrameCache => |role| !role.frame_cache(),
+            Capability::SharedLibpython => |role| role.libpython() == Libpython::Shared,
+            Capability::StaticLibpython => |role| role.libpython() == Libpython::Static,
+            Capability::InChroot => Role::in_chroot,
+        };
+        table.iter().filter(|role| has(role)).collect()
     }
+
+    /// Its representative roles (see [`Capability::representative_template_name`]), in
+    /// manifest order.
+    pub fn representatives(self) -> Vec<&'static Role> {
+        self.select_representatives(ROLES)
+    }
+
+    /// The representative roles of those of `table` that have it, in order.
+    pub fn select_representatives(self, table: &[Role]) -> Vec<&Role> {
+        representatives(&self.select(table))
+    }
+}
+
+/// Every role of `table`, by reference.
+fn all(table: &[Role]) -> Vec<&Role> {
+    table.iter().collect()
 }
 
 #[cfg(test)]
@@ -114,15 +174,22 @@ mod tests {
     use super::*;
 
     fn names(capability: Capability) -> Vec<&'static str> {
-        capability.roles().map(|role| role.name).collect()
+        capability.roles().iter().map(|role| role.name).collect()
     }
 
     #[test]
     fn template_names_are_unique() {
-        for (i, cap) in Capability::ALL.iter().enumerate() {
-            assert!(Capability::ALL[..i]
-                .iter()
-                .all(|other| other.template_name() != cap.template_name()));
+        let names: Vec<String> = Capability::ALL
+            .iter()
+            .map(|cap| cap.template_name().to_owned())
+            .chain(
+                Capability::ALL
+                    .iter()
+                    .filter_map(|cap| cap.representative_template_name()),
+            )
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            assert!(!names[..i].contains(name), "{name} twice");
         }
     }
 
@@ -139,7 +206,7 @@ mod tests {
         let table = [ROLES, &[row]].concat();
         let joined: Vec<&str> = Capability::ALL
             .iter()
-            .filter(|cap| cap.select(&table).any(|role| role.name == "py316"))
+            .filter(|cap| cap.select(&table).iter().any(|role| role.name == "py316"))
             .map(|cap| cap.template_name())
             .collect();
         assert_eq!(
@@ -166,5 +233,161 @@ mod tests {
             ["py311", "py312", "py313"]
         );
         assert_eq!(names(Capability::InChroot), ["py314", "py315"]);
+        assert_eq!(
+            names(Capability::Representative),
+            ["py311-debian", "py313", "py313t", "py315"]
+        );
+        assert_eq!(
+            names(Capability::OldestAndNewest),
+            ["py311-debian", "py315"]
+        );
+        let representatives = |cap: Capability| -> Vec<&str> {
+            cap.representatives().iter().map(|role| role.name).collect()
+        };
+        assert_eq!(
+            representatives(Capability::WithGil),
+            ["py311-debian", "py313", "py315"]
+        );
+        // Without the frame cache, the sid chroot's only role is py314.
+        assert_eq!(
+            representatives(Capability::NoFrameCache),
+            ["py311-debian", "py313", "py313t", "py314"]
+        );
+    }
+
+    /// What the representative set of `table` must have: every frame model, GIL layout,
+    /// threading and build kind of the table, in fewer roles than the table, at most half.
+    fn check_representatives(table: &[Role]) {
+        use crate::representative::BUILD_KINDS;
+        use crate::{FrameModel, GilLayout};
+        let chosen = Capability::Representative.select(table);
+        let names: Vec<&str> = chosen.iter().map(|role| role.name).collect();
+        let covered = |what: &str, has: &dyn Fn(&Role) -> bool| {
+            if table.iter().any(has) {
+                assert!(
+                    chosen.iter().any(|role| has(role)),
+                    "{names:?}: none {what}"
+                );
+            }
+        };
+        for &model in FrameModel::ALL {
+            covered(&format!("{model:?}"), &|role| role.frame_model() == model);
+        }
+        for &layout in GilLayout::ALL {
+            covered(&format!("GIL {layout:?}"), &|role| {
+                role.gil_layout() == layout
+            });
+        }
+        for &(kind, has) in BUILD_KINDS {
+            covered(kind, &has);
+        }
+        covered("free-threaded", &Role::free_threaded);
+        covered("with a GIL", &Role::with_gil);
+        // One role per frame model and threading: no two alike in both.
+        for (i, role) in chosen.iter().enumerate() {
+            let twin = chosen[..i].iter().find(|other| {
+                other.frame_model() == role.frame_model() && other.threading == role.threading
+            });
+            if let Some(twin) = twin {
+                // A second one only for a kind or GIL layout the first of the pair lacks.
+                let before = &chosen[..i];
+                let brings = BUILD_KINDS
+                    .iter()
+                    .any(|(_, has)| has(role) && !before.iter().any(|r| has(r)))
+                    || before.iter().all(|r| r.gil_layout() != role.gil_layout());
+                assert!(
+                    brings,
+                    "{names:?}: {} adds nothing to {}",
+                    role.name, twin.name
+                );
+            }
+        }
+        // A strict subset of the table, in its order, at most half of it.
+        let positions: Vec<usize> = chosen
+            .iter()
+            .map(|role| {
+                table
+                    .iter()
+                    .position(|r| r.name == role.name)
+                    .expect("a role of the table")
+            })
+            .collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]), "{names:?}");
+        assert!(
+            chosen.len() * 2 <= table.len(),
+            "{names:?}: more than half of {} roles",
+            table.len()
+        );
+    }
+
+    #[test]
+    fn the_representative_set_covers_every_layout_and_build_kind_in_half_the_table() {
+        check_representatives(ROLES);
+        let names: Vec<&str> = Capability::Representative
+            .roles()
+            .iter()
+            .map(|role| role.name)
+            .collect();
+        let has = |name| names.contains(&name);
+        // The kinds the issue names, today's roles of each.
+        assert!(has("py313"), "a shared libpython");
+        assert!(
+            has("py311-debian"),
+            "a static libpython, non-PIE and stripped"
+        );
+        assert!(has("py313t"), "a free-threaded build");
+        assert!(has("py315"), "a sid chroot interpreter and the frame cache");
+    }
+
+    /// The roles announced in issue 48 (3.6–3.10, a bullseye 3.9, 3.14t, 3.15t) add one role
+    /// per new frame model and threading, not one per interpreter.
+    #[test]
+    fn the_representative_set_grows_by_frame_model_not_by_interpreter() {
+        use crate::{Build, Threading, Version};
+        let mut table = ROLES.to_vec();
+        for (name, minor) in [
+            ("py36", 6),
+            ("py37", 7),
+            ("py38", 8),
+            ("py39", 9),
+            ("py310", 10),
+        ] {
+            table.push(Role::new(
+                name,
+                Version::minor(3, minor),
+                Build::Pyenv,
+                Threading::Gil,
+            ));
+        }
+        table.extend([
+            Role::new(
+                "py39-bullseye",
+                Version::minor(3, 9),
+                Build::HostApt("python3.9"),
+                Threading::Gil,
+            ),
+            Role::new(
+                "py314t",
+                Version::minor(3, 14),
+                Build::Source,
+                Threading::FreeThreaded,
+            ),
+            Role::new(
+                "py315t",
+                Version::minor(3, 15),
+                Build::Source,
+                Threading::FreeThreaded,
+            ),
+        ]);
+        check_representatives(&table);
+        let names: Vec<&str> = Capability::Representative
+            .select(&table)
+            .iter()
+            .map(|role| role.name)
+            .collect();
+        assert_eq!(
+            names,
+            ["py311-debian", "py313", "py313t", "py315", "py36", "py315t"]
+        );
     }
 }

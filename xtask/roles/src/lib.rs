@@ -1,6 +1,7 @@
 //! The CPython test matrix in one place: [`ROLES`], the table of interpreter roles (what each
 //! is, how `cargo xtask pythons` provides it), the capabilities derived from each row
-//! ([`Capability`]), and the shape of the `manifest.json` that `cargo xtask pythons` writes
+//! ([`Capability`], among them the representative set a test not about one version's layout
+//! runs on), and the shape of the `manifest.json` that `cargo xtask pythons` writes
 //! and the tests and benchmarks read ([`Manifest`]).
 //!
 //! A crate of its own, depending on serde only, so that xtask (which must build with the Rust
@@ -8,12 +9,15 @@
 //! capabilities into rstest templates) share it without linking each other.
 
 mod capability;
+mod layout;
 mod manifest;
+mod representative;
 mod role;
 mod table;
 mod version;
 
 pub use capability::Capability;
+pub use layout::{FrameModel, GilLayout};
 pub use manifest::{
     host_path, manifest_path, pythons_dir, Entry, LoadError, Manifest, NotInManifest, Peers,
     DEFAULT_DIR,

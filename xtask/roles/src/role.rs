@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Version;
+use crate::{FrameModel, GilLayout, Version};
 
 /// How `cargo xtask pythons` provides a role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,7 +115,17 @@ impl Role {
 
     /// Has the frame cache `last_profiled_frame` (3.15+).
     pub fn frame_cache(&self) -> bool {
-        self.version.at_least(3, 15)
+        self.frame_model() == FrameModel::FrameCache
+    }
+
+    /// How its thread states lead to its frames.
+    pub fn frame_model(&self) -> FrameModel {
+        FrameModel::of(self.version)
+    }
+
+    /// Where its GIL is, if it has one.
+    pub fn gil_layout(&self) -> GilLayout {
+        GilLayout::of(self.version, self.threading)
     }
 
     /// Ships CPython's own sampler, `python -m profiling.sampling` ("tachyon", 3.15+).
