@@ -412,6 +412,10 @@ pub struct RecordArgs {
     /// in order [default: /usr/lib/debug].
     #[arg(long = "debug-dir", value_name = "DIR", requires = "native")]
     pub debug_dirs: Vec<PathBuf>,
+    /// Print every counter of the sampler and the unwinder in the summary, after its short
+    /// lines.
+    #[arg(long, short)]
+    pub verbose: bool,
     #[command(flatten)]
     pub frames: FrameArgs,
 }

@@ -214,6 +214,7 @@ fn record(args: &RecordArgs) -> Result<()> {
         native: args.frames.native,
         threads_stopped: args.blocking || args.frames.native,
         without_gil,
+        verbose: args.verbose,
     };
     for line in summary::record_lines(&profiler, &window, &output, &shown) {
         eprintln!("{line}");

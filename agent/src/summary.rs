@@ -1,7 +1,7 @@
 //! What a recording says on stderr when it ends: one summary for every mode, from the host
-//! profiler's counters. The first line names the mode, the file and its samples, then what
-//! yielded none and why; the lines after it cover what was asked for (asyncio tasks, off-CPU
-//! time, native stacks, `--gil`).
+//! profiler's counters, in a few short lines: the file, its samples and the sampler; what was
+//! lost and why; what was cut; then what was asked for (asyncio tasks, off-CPU time, native
+//! stacks, `--gil`). `--verbose` adds every counter.
 
 use std::path::Path;
 
@@ -25,9 +25,12 @@ pub struct Shown {
     pub threads_stopped: bool,
     /// `--gil`: the samples left out
     pub without_gil: Option<u64>,
+    /// `--verbose`: every counter
+    pub verbose: bool,
 }
 
-/// The summary of a recording written to `output`, a line each.
+/// The summary of a recording written to `output`, a line each: what was written, what was
+/// lost and why, what was cut, where to read more; with `--verbose` every counter after them.
 pub fn record_lines(
     profiler: &HostProfiler,
     window: &ProfileWindow,
@@ -35,19 +38,41 @@ pub fn record_lines(
     shown: &Shown,
 ) -> Vec<String> {
     let u = profiler.unwind_stats();
-    let mut head = format!(
-        "pyagent: {} mode, wrote {} ({} samples, {} stacks",
-        profiler.mode_name(),
+    let sampler = match profiler.stats().userspace {
+        Some(_) => "userspace",
+        None => "eBPF",
+    };
+    let mut lines = vec![format!(
+        "pyagent: wrote {}: {} samples, {} distinct stacks ({sampler} sampler)",
         output.display(),
         window.total_samples(),
         window.counts.len(),
-    );
-    match profiler.stats().userspace {
-        Some(sampler) => head += &userspace_counts(&sampler, &u, profiler, shown),
-        None => head += &ebpf_counts(profiler, &u),
+    )];
+    lines.extend(lost_line(profiler, &u));
+    if u.proven_roots > 0 {
+        lines.push(format!(
+            "pyagent: {} reads kept only their proven frames, under [stack moved while read]: the thread changed the others while they were read (--mode ebpf or --blocking read them whole)",
+            u.proven_roots
+        ));
     }
-    head.push(')');
-    let mut lines = vec![head];
+    if shown.verbose {
+        let mut details = format!(
+            "pyagent: details: {} mode ({} samples, {} stacks",
+            profiler.mode_name(),
+            window.total_samples(),
+            window.counts.len(),
+        );
+        match profiler.stats().userspace {
+            Some(sampler) => details += &userspace_counts(&sampler, &u, profiler, shown),
+            None => details += &ebpf_counts(profiler, &u),
+        }
+        details.push(')');
+        lines.push(details);
+    } else {
+        lines.push(
+            "pyagent: every counter with --verbose; what they mean: docs/src/guide/record-dump-top.md and the pyagent_* metrics".to_string(),
+        );
+    }
     if let Some(n) = shown.without_gil {
         lines.push(format!(
             "pyagent: --gil left out {n} samples of threads that did not hold the GIL"
@@ -63,6 +88,44 @@ pub fn record_lines(
         lines.push(native_line(profiler));
     }
     lines
+}
+
+/// `pyagent: N samples lost: ...`: the reads that gave no stack, by reason (none: no line).
+fn lost_line(profiler: &HostProfiler, u: &UnwindStats) -> Option<String> {
+    let s = profiler.stats();
+    let (lost, why) = match s.userspace {
+        Some(sampler) => {
+            let mut lost = u.lost.total();
+            let mut why = Vec::new();
+            if lost > 0 {
+                why.push(u.lost.summary());
+            }
+            if sampler.failed > 0 {
+                lost += sampler.failed;
+                why.push(format!("{} process reads failed", sampler.failed));
+            }
+            (lost, why.join(", "))
+        }
+        None => {
+            let reasons = [
+                (s.torn, "torn walks"),
+                (s.anchor_miss, "anchor misses"),
+                (s.incomplete, "incomplete records"),
+                (s.unknown_thread, "threads not known yet"),
+                (s.cyclic, "looping frame chains"),
+                (s.throttled, "ticks throttled by the kernel"),
+                (s.ring_full, "records lost to a full ring buffer"),
+            ];
+            let lost = reasons.iter().map(|(n, _)| n).sum();
+            let why: Vec<String> = reasons
+                .iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, what)| format!("{n} {what}"))
+                .collect();
+            (lost, why.join(", "))
+        }
+    };
+    (lost > 0).then(|| format!("pyagent: {lost} samples lost: {why}"))
 }
 
 /// `, N failed, ... re-reads, ...`: the userspace sampler's ticks and the threads that gave no

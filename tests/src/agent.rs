@@ -63,11 +63,11 @@ pub fn record(pid: u32, args: &[&str], file: &Path) -> String {
     record_default(pid, &all, file)
 }
 
-/// `pyagent record --pid PID ARGS -o FILE` with `args` exactly as given (no `--mode`: the
-/// default sampler), which must succeed; returns its stderr.
+/// `pyagent record --pid PID ARGS --verbose -o FILE` with `args` as given (no `--mode`: the
+/// default sampler), which must succeed; returns its stderr, every counter included.
 pub fn record_default(pid: u32, args: &[&str], file: &Path) -> String {
     let pid = pid.to_string();
-    let mut all = vec!["record", "--pid", &pid];
+    let mut all = vec!["record", "--pid", &pid, "--verbose"];
     all.extend_from_slice(args);
     all.extend(["-o", file.to_str().expect("utf-8 path")]);
     let out = run_pyagent(&all);
