@@ -192,7 +192,8 @@ pub fn attach(
             c.args([
                 "record", "--pid", &pid, "--mode", mode, "-r", &rate, "-d", &secs,
             ])
-            .args(["-f", "collapsed", "-o"])
+            // Every counter: the lagged ticks and drops are in the details line.
+            .args(["--verbose", "-f", "collapsed", "-o"])
             .arg(&out);
             c
         }
