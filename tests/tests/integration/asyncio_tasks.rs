@@ -410,6 +410,86 @@ fn task_churn_never_shows_a_chain_that_did_not_exist(
     }
 }
 
+/// A running task's stack is its thread's from the task's coroutine frame down: `dump --async`
+/// shows `handle_work`, then the plain functions it calls (`compute_part`, `cpu_work`), which are
+/// on no coroutine's frame, as a plain `dump` shows them, not `handle_work` alone. And
+/// `record --async --async-mode all` never gives a running task a waiting task's sample, its
+/// coroutine's frame with nothing under it.
+#[apply(with_asyncio_tasks)]
+fn a_running_task_shows_the_plain_functions_it_calls(py: &str) {
+    let target = PythonProcess::ready(py, "async_running.py", &[]);
+    let line = |m| Some(u64::from(marker_line("async_running.py", m)));
+    // A worker inside `compute_part(…)` (not in the moment of its `await`).
+    let computing = (0..20).find_map(|_| {
+        let dump = dump_tasks(target.pid());
+        dump["tasks"]
+            .as_array()
+            .expect("a task list")
+            .iter()
+            .find(|t| {
+                t["running"] == true && t["coroutine"][0]["line"].as_u64() == line("handle-work")
+            })
+            .cloned()
+    });
+    let task = computing.unwrap_or_else(|| panic!("{py}: no worker running in 20 dumps"));
+    let frames = task["coroutine"].as_array().expect("coroutine");
+    let functions: Vec<&str> = frames
+        .iter()
+        .map(|f| f["function"].as_str().expect("function"))
+        .collect();
+    assert_eq!(
+        functions,
+        ["handle_work", "compute_part", "cpu_work"],
+        "{py}: {task:#}"
+    );
+    assert_eq!(
+        frames[1]["line"].as_u64(),
+        line("compute-part"),
+        "{py}: {task:#}"
+    );
+    let cpu_line = line("cpu-work").expect("a line");
+    assert!(
+        frames[2]["line"]
+            .as_u64()
+            .is_some_and(|l| l == cpu_line || l + 1 == cpu_line),
+        "{py}: {task:#}"
+    );
+    let out = run_pyagent(&["dump", "--pid", &target.pid().to_string(), "--async"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[running, thread "), "{py}: {text}");
+
+    let _host = host_wide_lock();
+    let file = fresh_path("async-running-all.txt");
+    let args = ["--async", "--async-mode", "all", "-r", "199", "-d", "2"];
+    let (ours, summary) = record_collapsed(target.pid(), &args, &file);
+    let call = format!(
+        "async_running.py:{})",
+        marker_line("async_running.py", "handle-work")
+    );
+    let mut computing = 0;
+    for l in ours.lines() {
+        let (stack, n) = l.rsplit_once(' ').expect("count");
+        // The frames under the worker's marker.
+        let Some((_, under)) = stack.rsplit_once(";<task worker-") else {
+            continue;
+        };
+        let under: Vec<&str> = under.split(';').skip(1).collect();
+        let cut =
+            under.len() == 1 && under[0].starts_with("handle_work (") && under[0].ends_with(&call);
+        assert!(
+            !cut,
+            "{py}: a running task cut at its coroutine frame: {l}\n{summary}"
+        );
+        if under.iter().any(|f| f.starts_with("cpu_work (")) {
+            computing += n.parse::<u64>().expect("count");
+        }
+    }
+    assert!(
+        computing > 0,
+        "{py}: no sample in cpu_work under a worker\n{ours}"
+    );
+}
+
 /// Before 3.14 there is no task layout to read: one line, exit status 1, from every command.
 #[apply(without_asyncio_tasks)]
 fn before_3_14_async_is_refused_in_one_line(py: &str) {

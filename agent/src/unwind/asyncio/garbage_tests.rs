@@ -5,6 +5,8 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::chain::{self, First, MAX_AWAIT_DEPTH};
+use super::instant::{Reads, Recorder};
 use super::objects::{self, Layouts, RawTask, MAX_CHAIN, MAX_TASKS};
 use crate::memory::FakeMemory;
 use crate::offsets::{
@@ -121,6 +123,14 @@ fn random_memory_gives_bounded_walks_or_errors() {
                 let _ = objects::task_name(&mut mem, &l, &long(), task.name);
                 if let Ok(chain) = objects::coroutine_chain(&mut mem, &l, task.coro) {
                     assert!(chain.len() <= MAX_CHAIN);
+                }
+            }
+            for first in [First::Waiting, First::Running] {
+                let mut reads = Reads::default();
+                let mut rec = Recorder::new(&mut mem, &mut reads);
+                if let Ok(Some(links)) = chain::read_chain(&mut rec, &l, &long(), addr, first) {
+                    assert!(!links.is_empty() && links.len() <= MAX_AWAIT_DEPTH + 1);
+                    assert!(links.iter().all(|k| k.frames.len() <= MAX_CHAIN));
                 }
             }
             let _ = objects::coroutine_live(&mut mem, &l, addr);

@@ -12,9 +12,17 @@
 //! it). A sample whose running task's frame is not on the walked stack (the thread switched
 //! tasks between the two reads) keeps its plain stack and is counted `unattributed`, never
 //! attributed to a guess.
+//!
+//! Every chain of tasks a sample shows (a task, its name and coroutine frames, and each task
+//! awaiting it up to the root) is one the process had at one instant ([`instant`]): tasks,
+//! coroutines and names are freed and their blocks handed to the next ones made, in the same
+//! order, thousands of times a second, so parts read at different moments can each look right
+//! and together be a chain that never existed.
 
+mod chain;
 #[cfg(test)]
 mod garbage_tests;
+mod instant;
 mod objects;
 mod waiting;
 
@@ -25,24 +33,31 @@ use foldhash::{HashMap, HashSet, HashSetExt};
 use serde::Serialize;
 
 use super::walk::read_frame;
-use super::{CachedFrame, RawFrame, ThreadInfo, UnwindError, Unwinder};
+use super::{AsyncMode, CachedFrame, RawFrame, ThreadInfo, UnwindError, Unwinder};
 use crate::discovery::asyncio_section::asyncio_debug_address;
 use crate::discovery::look_again::LookAgain;
 use crate::discovery::DiscoveryError;
-use crate::memory::{MemoryError, ProcessMemory};
-use crate::offsets::{AsyncioDebugOffsets, AsyncioUnsupported, OffsetsError, ASYNCIO_DEBUG_LEN};
+use crate::memory::{MemoryError, PageCache, ProcessMemory};
+use crate::offsets::{
+    AsyncioDebugOffsets, AsyncioUnsupported, LongObjectOffsets, OffsetsError, ASYNCIO_DEBUG_LEN,
+};
 use crate::symbolize::{bytecode_base, task_code_name, CodeName, Frame, ObjectError};
-use objects::{Layouts, RawTask, SettledTask};
+use chain::{First, Link};
+use instant::{Reads, Recorder};
+use objects::{Layouts, Life, RawTask};
 
 /// First wait before looking for the table again in a process that has not imported asyncio
 /// yet; doubled after each miss up to [`MAX_LOOKUP_WAIT`].
 const FIRST_LOOKUP_WAIT: Duration = Duration::from_secs(1);
 /// Longest wait between two looks for the table.
 const MAX_LOOKUP_WAIT: Duration = Duration::from_secs(30);
-/// Most awaiting tasks followed above a running one.
-const MAX_AWAIT_DEPTH: usize = 64;
+/// Decodes of a task chain before giving up on one that changes under each
+/// ([`Unwinder::at_one_instant`]): the second with fresh pages.
+const INSTANT_READS: usize = 2;
 /// Reads of one task list before giving up on a list that changes under every read.
 const LIST_READ_ATTEMPTS: usize = 20;
+/// Samples of a thread again for the frames of a task it runs (`dump --async`).
+const RUNNING_REREADS: usize = 3;
 /// Task names remembered before the memo is cleared.
 const MAX_NAMES: usize = 4096;
 
@@ -128,6 +143,18 @@ struct TaskName {
     label: Arc<str>,
 }
 
+/// A task as `dump --async` reads it, at one instant.
+struct TaskRead {
+    task: RawTask,
+    name: String,
+    /// where its coroutine is in its life
+    life: Life,
+    /// its coroutine frames, innermost first
+    frames: Vec<Frame>,
+    /// the tasks awaiting it
+    awaiters: Vec<u64>,
+}
+
 /// One process's asyncio state: its table once found, and task names already read.
 #[derive(Debug, Default)]
 pub(super) struct AsyncioState {
@@ -141,6 +168,10 @@ pub(super) struct AsyncioState {
     task_frames: HashMap<u64, (u64, bool, u64)>,
     /// for BPF records: thread states whose event loop was running as of the batch's start
     loop_threads: HashSet<u64>,
+    /// for `dump --async`, while it samples its threads: each running task put on its
+    /// thread's stack, as read then, with its own frames (innermost first: from the thread's
+    /// leaf to the task's coroutine frame)
+    running_frames: Option<HashMap<u64, (RawTask, Vec<Frame>)>>,
 }
 
 impl Unwinder {
@@ -193,59 +224,109 @@ impl Unwinder {
     }
 
     /// Every asyncio task of the process: each thread's, then those of exited threads, with
-    /// their coroutine stacks and awaiters (`dump --async`).
+    /// their coroutine stacks and awaiters (`dump --async`). A running task's stack is its
+    /// thread's, from the task's coroutine frame to the thread's innermost frame: the plain
+    /// functions it calls are on no coroutine's frame, only on the thread's stack.
     pub fn asyncio_tasks(&mut self) -> Result<Vec<AsyncTask>, AsyncioError> {
         let table = self.asyncio_table(true)?;
         let pid = self.target.pid;
         let l = self
             .layouts(table)
             .ok_or(AsyncioUnsupported(self.target.version()))?;
-        let mut lists: Vec<(Option<u32>, u64, u64)> = Vec::new();
+        let mut running_frames = self.running_task_frames(None);
+        let mut lists: Vec<(Option<u32>, u64)> = Vec::new();
         for (interp, threads) in self.threads()? {
             for t in &threads {
-                let running = self.running_task(&l, t).unwrap_or(0);
                 lists.push((
                     Some(t.native_thread_id),
                     t.addr.wrapping_add(table.thread_tasks_head),
-                    running,
                 ));
             }
-            lists.push((
-                None,
-                interp.addr.wrapping_add(table.interpreter_tasks_head),
-                0,
-            ));
+            lists.push((None, interp.addr.wrapping_add(table.interpreter_tasks_head)));
         }
         let mut out = Vec::new();
         let mut seen = HashSet::new();
-        for (thread, head, running) in lists {
+        for (thread, head) in lists {
             let tasks = self.read_task_list(&l, head)?;
             for addr in tasks {
                 if !seen.insert(addr) {
                     continue;
                 }
                 // A task finishing as we read is left out, not the whole dump.
-                match self.read_async_task(&l, addr) {
-                    Ok((task, name, coroutine)) => {
-                        let awaited_by =
-                            objects::awaiters(&mut self.mem, &l, &task).unwrap_or_default();
-                        out.push(AsyncTask {
-                            id: addr,
-                            name,
-                            thread,
-                            running: addr == running,
-                            coroutine: coroutine.iter().rev().map(TaskFrame::from).collect(),
-                            awaited_by,
-                        });
-                    }
+                let read = match self.running_task_read(&l, addr, thread, &mut running_frames) {
+                    Ok(read) => read,
                     Err(ObjectError::Memory(
                         e @ (MemoryError::Gone { .. } | MemoryError::Denied { .. }),
                     )) => return Err(UnwindError::from_memory(pid, e).into()),
-                    Err(e) => tracing::debug!(pid, task = addr, error = %e, "task skipped"),
-                }
+                    Err(e) => {
+                        tracing::debug!(pid, task = addr, error = %e, "task skipped");
+                        continue;
+                    }
+                };
+                out.push(AsyncTask {
+                    id: addr,
+                    name: read.name,
+                    thread,
+                    running: read.life == Life::Executing,
+                    coroutine: read.frames.iter().rev().map(TaskFrame::from).collect(),
+                    awaited_by: read.awaiters,
+                });
             }
         }
         Ok(out)
+    }
+
+    /// The task at `addr` of `thread`'s list ([`Unwinder::read_async_task`]), with its thread's
+    /// frames for its stack when it runs: those its thread's sample put under it, while the
+    /// task still runs and is the one they were put under. A task that runs without such
+    /// frames (its thread moved on to it since, or its walk could not be placed) has its
+    /// thread sampled again, a few times, then shows its coroutine's frame alone.
+    fn running_task_read(
+        &mut self,
+        l: &Layouts,
+        addr: u64,
+        thread: Option<u32>,
+        running_frames: &mut HashMap<u64, (RawTask, Vec<Frame>)>,
+    ) -> Result<TaskRead, ObjectError> {
+        let mut read = self.read_async_task(l, addr)?;
+        for attempt in 0..=RUNNING_REREADS {
+            if read.life != Life::Executing {
+                break;
+            }
+            if let Some((_, frames)) = running_frames
+                .get(&addr)
+                .filter(|(task, _)| *task == read.task)
+            {
+                read.frames = frames.clone();
+                break;
+            }
+            let Some(tid) = thread.filter(|_| attempt < RUNNING_REREADS) else {
+                break;
+            };
+            running_frames.extend(self.running_task_frames(Some(tid)));
+            read = self.read_async_task(l, addr)?;
+        }
+        Ok(read)
+    }
+
+    /// One sample of every thread (or of the thread `tid` alone) with task-aware stacks, for the
+    /// frames each running task has on its thread's stack, by task
+    /// ([`AsyncioState::running_frames`]). A thread whose walk or task cannot be placed gives
+    /// none.
+    fn running_task_frames(&mut self, tid: Option<u32>) -> HashMap<u64, (RawTask, Vec<Frame>)> {
+        let options = self.options;
+        self.options.async_tasks = true;
+        self.options.async_mode = AsyncMode::Running;
+        self.asyncio.running_frames = Some(HashMap::default());
+        let sampled = match tid {
+            None => self.sample_round(|_| true).map(drop),
+            Some(tid) => self.sample_thread_again(tid).map(drop),
+        };
+        if let Err(e) = sampled {
+            tracing::debug!(pid = self.target.pid, error = %e, "threads unread");
+        }
+        self.options = options;
+        self.asyncio.running_frames.take().unwrap_or_default()
     }
 
     /// The tasks of one list, read again (fresh pages) while tasks come and go under the read.
@@ -267,33 +348,96 @@ impl Unwinder {
         })
     }
 
-    /// A task, its name and its coroutine frames (innermost first).
-    fn read_async_task(
-        &mut self,
-        l: &Layouts,
-        addr: u64,
-    ) -> Result<(RawTask, String, Vec<Frame>), ObjectError> {
-        let task = objects::read_task(&mut self.mem, l, addr)?;
-        let long = self
-            .target
+    /// A task at one instant ([`Unwinder::at_one_instant`]): its fields, name, coroutine frames
+    /// and the tasks awaiting it.
+    fn read_async_task(&mut self, l: &Layouts, addr: u64) -> Result<TaskRead, ObjectError> {
+        let long = self.long_layout(addr)?;
+        let read = self.at_one_instant(addr, |mem| {
+            let task = objects::read_task(mem, l, addr)?;
+            mem.reads.must_be_alive(addr);
+            let name = objects::task_name(mem, l, &long, task.name)?;
+            let (life, raw) = match task.coro {
+                0 => (Life::Finished, Vec::new()),
+                coro => (
+                    objects::coroutine_life(mem, l, coro)?,
+                    objects::coroutine_chain(mem, l, coro)?,
+                ),
+            };
+            let awaiters = objects::awaiters(mem, l, &task)?;
+            Ok(Some((task, name, life, raw, awaiters)))
+        })?;
+        let (task, name, life, raw, awaiters) = read.ok_or(ObjectError::Malformed { addr })?;
+        Ok(TaskRead {
+            task,
+            name,
+            life,
+            frames: self.symbolize_raw(raw.iter().rev())?,
+            awaiters,
+        })
+    }
+
+    /// The `int` layout task names (`Task-N`) are read with.
+    fn long_layout(&self, addr: u64) -> Result<LongObjectOffsets, ObjectError> {
+        self.target
             .offsets
             .thread_names
             .map(|n| n.long_object)
-            .ok_or(ObjectError::Malformed { addr })?;
-        let name = objects::task_name(&mut self.mem, l, &long, task.name)?;
-        let frames = self.coroutine_frames(l, task.coro)?;
-        Ok((task, name, frames))
+            .ok_or(ObjectError::Malformed { addr })
     }
 
-    /// The frames of the coroutine at `coro` and of what it awaits, innermost first.
-    fn coroutine_frames(&mut self, l: &Layouts, coro: u64) -> Result<Vec<Frame>, ObjectError> {
-        if coro == 0 {
-            return Ok(Vec::new());
+    /// What `read` decodes through a recording view of the page cache, kept only when every
+    /// range it read still holds at one instant ([`instant::Reads::hold`]); decoded once more
+    /// with fresh pages when it does not (a page copied earlier in the tick is no instant of
+    /// now), then given up as an error. `Ok(None)` from `read` (nothing to show) is taken as
+    /// it is: it shows nothing that could be wrong.
+    fn at_one_instant<T>(
+        &mut self,
+        addr: u64,
+        mut read: impl FnMut(&mut Recorder<'_, PageCache>) -> Result<Option<T>, ObjectError>,
+    ) -> Result<Option<T>, ObjectError> {
+        let free_threaded = self.target.offsets.free_threaded;
+        let mut failed = ObjectError::Malformed { addr };
+        for attempt in 0..INSTANT_READS {
+            if attempt > 0 {
+                self.mem.begin_without_prefetch();
+            }
+            let mut reads = Reads::default();
+            match read(&mut Recorder::new(&mut self.mem, &mut reads)) {
+                Ok(None) => return Ok(None),
+                Ok(Some(found)) => {
+                    if reads.hold(self.mem.remote(), free_threaded)? {
+                        return Ok(Some(found));
+                    }
+                }
+                Err(ObjectError::Memory(
+                    e @ (MemoryError::Gone { .. } | MemoryError::Denied { .. }),
+                )) => return Err(e.into()),
+                // Pages copied earlier may lead to freed objects: read fresh ones.
+                Err(e) => failed = e,
+            }
         }
-        let raw = objects::coroutine_chain(&mut self.mem, l, coro)?;
+        Err(failed)
+    }
+
+    /// The chain of the task at `addr` ([`chain::read_chain`]) at one instant.
+    fn chain_at_one_instant(
+        &mut self,
+        l: &Layouts,
+        addr: u64,
+        first: First,
+    ) -> Result<Option<Vec<Link>>, ObjectError> {
+        let long = self.long_layout(addr)?;
+        self.at_one_instant(addr, |mem| chain::read_chain(mem, l, &long, addr, first))
+    }
+
+    /// Symbolizes coroutine frames, in the order given.
+    fn symbolize_raw<'a>(
+        &mut self,
+        raw: impl Iterator<Item = &'a RawFrame>,
+    ) -> Result<Vec<Frame>, ObjectError> {
         let c = &self.target.offsets.code_object;
-        let mut out = Vec::with_capacity(raw.len());
-        for f in raw.iter().rev() {
+        let mut out = Vec::new();
+        for f in raw {
             let Some(info) = self.symbolizer.code_info(&mut self.mem, f.code)? else {
                 return Err(ObjectError::Malformed { addr: f.addr });
             };
@@ -318,46 +462,25 @@ impl Unwinder {
             .read_u64(t.addr.wrapping_add(l.a.thread_running_task))
     }
 
-    /// `task`, first read through the page cache, read again straight from the process at one
-    /// instant of its coroutine's life ([`objects::read_settled_task`]).
-    fn settled_task(&mut self, l: &Layouts, task: &RawTask) -> Result<SettledTask, ObjectError> {
-        objects::read_settled_task(self.mem.remote(), l, task.addr, task.coro)
-    }
-
-    /// [`Unwinder::settled_task`] for a task that runs or awaits: `Ok(None)` when its coroutine
-    /// has not started or has finished; a task that changed under the read is an error (the
-    /// caller counts it), never a chain of no one instant.
-    fn live_task(&mut self, l: &Layouts, task: &RawTask) -> Result<Option<RawTask>, ObjectError> {
-        match self.settled_task(l, task)? {
-            SettledTask::Live(task) => Ok(Some(task)),
-            SettledTask::NotStarted(_) | SettledTask::Finished => Ok(None),
-            SettledTask::Changed => Err(ObjectError::Malformed { addr: task.addr }),
+    /// The `<task NAME>` code name and label of a chain's task: made once per (task, name
+    /// object) while the name read is the one made for (a freed task's block and its name's
+    /// are handed to the next task made, whose name is another).
+    fn task_name_of(&mut self, link: &Link) -> TaskName {
+        let key = (link.task.addr, link.task.name);
+        if let Some(name) = self.asyncio.names.get(&key) {
+            if *name.label == *link.name {
+                return name.clone();
+            }
         }
-    }
-
-    /// The `<task NAME>` code name of a task, read once per (task, name object).
-    fn task_marker(&mut self, l: &Layouts, task: &RawTask) -> Result<TaskName, ObjectError> {
-        if let Some(name) = self.asyncio.names.get(&(task.addr, task.name)) {
-            return Ok(name.clone());
-        }
-        let long = self
-            .target
-            .offsets
-            .thread_names
-            .map(|n| n.long_object)
-            .ok_or(ObjectError::Malformed { addr: task.addr })?;
-        let text = objects::task_name(&mut self.mem, l, &long, task.name)?;
         let name = TaskName {
-            marker: task_code_name(&text),
-            label: Arc::from(text),
+            marker: task_code_name(&link.name),
+            label: Arc::from(link.name.as_str()),
         };
         if self.asyncio.names.len() >= MAX_NAMES {
             self.asyncio.names.clear();
         }
-        self.asyncio
-            .names
-            .insert((task.addr, task.name), name.clone());
-        Ok(name)
+        self.asyncio.names.insert(key, name.clone());
+        name
     }
 
     /// Rewrites a thread's walked frames (innermost first) into its task-aware stack when its
@@ -467,16 +590,23 @@ impl Unwinder {
             return None;
         };
         let l = self.layouts(self.asyncio.table?)?;
-        // A task awaited when the batch began and not now has finished since (its awaiters let
-        // go of it): its chain is gone, and one read now would be a chain that never was.
-        let stacked = objects::read_task(&mut self.mem, &l, task_addr)
-            .and_then(|task| self.live_task(&l, &task))
-            .and_then(|task| {
-                let task = task.ok_or(ObjectError::Malformed { addr: task_addr })?;
-                if awaited && task.awaited_by == 0 {
-                    return Err(ObjectError::Malformed { addr: task.addr });
+        let frame = frames[k].addr;
+        let stacked = self
+            .chain_at_one_instant(&l, task_addr, First::Running)
+            .and_then(|chain| {
+                let chain = chain.ok_or(ObjectError::Malformed { addr: task_addr })?;
+                let task = &chain[0].task;
+                // The task holds another coroutine now: the record's frame is not its.
+                if task.frame(&l.c) != Some(frame) {
+                    return Err(ObjectError::Malformed { addr: task_addr });
                 }
-                self.stack_tasks(&l, task, k, frames)
+                // A task awaited when the batch began and not now has finished since (its
+                // awaiters let go of it): its chain is gone, and one read now would be a chain
+                // that never was.
+                if awaited && task.awaited_by == 0 {
+                    return Err(ObjectError::Malformed { addr: task_addr });
+                }
+                self.stack_chain(&chain, k, frames)
             });
         match stacked {
             Ok(name) => {
@@ -490,39 +620,42 @@ impl Unwinder {
         }
     }
 
-    /// [`Unwinder::attribute_task`] for the running task at `running`: `Ok(None)` when its frame
-    /// is not on the stack.
+    /// [`Unwinder::attribute_task`] for the running task at `running`: `Ok(None)` when it is not
+    /// running any more, or its frame is not on the stack.
     fn task_stack(
         &mut self,
         l: &Layouts,
         running: u64,
         frames: &mut Vec<CachedFrame>,
     ) -> Result<Option<Arc<str>>, ObjectError> {
-        let task = objects::read_task(&mut self.mem, l, running)?;
-        let Some(task) = self.live_task(l, &task)? else {
+        let Some(chain) = self.chain_at_one_instant(l, running, First::Running)? else {
             return Ok(None);
         };
-        let Some(task_frame) = task.frame(&l.c) else {
+        let Some(task_frame) = chain[0].task.frame(&l.c) else {
             return Ok(None);
         };
         let Some(k) = frames.iter().position(|f| f.addr == task_frame) else {
             return Ok(None);
         };
-        self.stack_tasks(l, task, k, frames).map(Some)
+        if let Some(kept) = self.asyncio.running_frames.as_mut() {
+            let own = frames[..=k].iter().map(|f| f.frame.clone()).collect();
+            kept.insert(running, (chain[0].task, own));
+        }
+        self.stack_chain(&chain, k, frames).map(Some)
     }
 
-    /// Rewrites `frames`, whose `k`th is `task`'s coroutine frame, into the task-aware stack:
-    /// frames up to `k`, `<task NAME>`, each awaiting task's coroutine frames and marker up to
-    /// the root task, then the loop's frames below `k`. Returns the task's name.
-    fn stack_tasks(
+    /// Rewrites `frames`, whose `k`th is the coroutine frame of `chain`'s first task, into the
+    /// task-aware stack: frames up to `k`, `<task NAME>`, each awaiting task's coroutine frames
+    /// and marker up to the root task, then the loop's frames below `k`. Returns the task's
+    /// name.
+    fn stack_chain(
         &mut self,
-        l: &Layouts,
-        task: RawTask,
+        chain: &[Link],
         k: usize,
         frames: &mut Vec<CachedFrame>,
     ) -> Result<Arc<str>, ObjectError> {
-        // Read everything above before touching `frames`: a failed read leaves them whole.
-        let (label, above) = self.awaiter_frames(l, &task)?;
+        // Symbolize everything above before touching `frames`: a failure leaves them whole.
+        let (label, above) = self.chain_frames(chain)?;
         let loop_frames = frames.split_off(k + 1);
         frames.extend(
             above
@@ -533,54 +666,24 @@ impl Unwinder {
         Ok(label)
     }
 
-    /// What stands above `task`'s own frames in its task-aware stack, innermost first: its
-    /// `<task NAME>`, then each awaiting task's coroutine frames and marker, up to the root
-    /// task. And the task's name (its `task_name` label).
-    fn awaiter_frames(
-        &mut self,
-        l: &Layouts,
-        task: &RawTask,
-    ) -> Result<(Arc<str>, Vec<Frame>), ObjectError> {
-        let (name, mut up) = self.task_link(l, task)?;
-        let mut out = vec![Frame::task(name.marker)];
-        let mut seen = HashSet::new();
-        seen.insert(task.addr);
-        for _ in 0..MAX_AWAIT_DEPTH {
-            let Some(addr) = up else { break };
-            if !seen.insert(addr) {
-                break;
-            }
-            let awaiter = objects::read_task(&mut self.mem, l, addr)?;
-            // A bare future in an awaiter set ends the chain: it has no frames or name.
-            if !awaiter.is_task {
-                break;
-            }
-            // An awaiting task is suspended in its `await`; one that is not any more has let
-            // go of the task below, and the chain is not one of a single instant.
-            let awaiter = self
-                .live_task(l, &awaiter)?
-                .ok_or(ObjectError::Malformed { addr })?;
-            out.extend(self.coroutine_frames(l, awaiter.coro)?);
-            let (awaiter_name, next) = self.task_link(l, &awaiter)?;
-            out.push(Frame::task(awaiter_name.marker));
-            up = next;
+    /// A chain's stack, innermost first: its first task's coroutine frames (none for a running
+    /// task), its `<task NAME>`, then each awaiting task's coroutine frames and marker, up to
+    /// the root task. And the first task's name (its `task_name` label). A task awaited by
+    /// several says how many (`<task NAME (2 parents)>`), as CPython's sampler does.
+    fn chain_frames(&mut self, chain: &[Link]) -> Result<(Arc<str>, Vec<Frame>), ObjectError> {
+        let mut out = Vec::new();
+        let mut label = None;
+        for link in chain {
+            out.extend(self.symbolize_raw(link.frames.iter())?);
+            let name = self.task_name_of(link);
+            let marker = match link.awaiters {
+                0 | 1 => name.marker,
+                n => task_code_name(&format!("{} ({n} parents)", name.label)),
+            };
+            out.push(Frame::task(marker));
+            label.get_or_insert(name.label);
         }
-        Ok((name.label, out))
-    }
-
-    /// A task's name and the awaiter its stack continues under: of several, the one at the
-    /// lowest address, whose marker then says how many there are (`<task NAME (2 parents)>`),
-    /// as CPython's sampler does.
-    fn task_link(
-        &mut self,
-        l: &Layouts,
-        task: &RawTask,
-    ) -> Result<(TaskName, Option<u64>), ObjectError> {
-        let mut name = self.task_marker(l, task)?;
-        let awaiters = objects::awaiters(&mut self.mem, l, task)?;
-        if awaiters.len() > 1 {
-            name.marker = task_code_name(&format!("{} ({} parents)", name.label, awaiters.len()));
-        }
-        Ok((name, awaiters.into_iter().min()))
+        let label = label.ok_or(ObjectError::Malformed { addr: 0 })?;
+        Ok((label, out))
     }
 }

@@ -9,7 +9,7 @@
 // foldhash: small sets of addresses, per read.
 use foldhash::{HashSet, HashSetExt};
 
-use crate::memory::{ProcessMemory, RemoteMemory, StructBytes};
+use crate::memory::{ProcessMemory, StructBytes};
 use crate::offsets::{
     AsyncioDebugOffsets, CoroutineOffsets, CoroutineState, LongObjectOffsets, Offsets,
     TPFLAGS_LONG_SUBCLASS, TPFLAGS_UNICODE_SUBCLASS,
@@ -72,29 +72,34 @@ fn pointer(addr: u64) -> Result<u64, ObjectError> {
     Ok(addr)
 }
 
-/// Bytes of a task object that [`read_task`] reads.
-fn task_len(a: &AsyncioDebugOffsets) -> u64 {
-    [
-        a.task_name + 8,
-        a.task_coro + 8,
-        a.task_awaited_by + 8,
-        a.task_is_task + 1,
-        a.task_awaited_by_is_set + 1,
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(0)
+/// The part of a task object that [`read_task`] reads: from its first field to the end of its
+/// last. Not its header: its reference count moves whenever anything takes or drops a
+/// reference to it (every child a `gather` adds takes one on its caller), which says nothing
+/// of its chain; whether it is alive is checked apart ([`super::instant::Reads::must_be_alive`]).
+fn task_span(a: &AsyncioDebugOffsets) -> (u64, u64) {
+    let fields = [
+        (a.task_name, 8),
+        (a.task_coro, 8),
+        (a.task_awaited_by, 8),
+        (a.task_is_task, 1),
+        (a.task_awaited_by_is_set, 1),
+    ];
+    let start = fields.iter().map(|f| f.0).min().unwrap_or(0);
+    let end = fields.iter().map(|f| f.0 + f.1).max().unwrap_or(0);
+    (start, end)
 }
 
-/// The fields of the task at `addr`, from its bytes.
-fn decode_task(a: &AsyncioDebugOffsets, addr: u64, buf: &[u8]) -> RawTask {
+/// The fields of the task at `addr`, from the bytes of its [`task_span`].
+fn decode_task(a: &AsyncioDebugOffsets, addr: u64, span: &[u8]) -> RawTask {
+    let start = task_span(a).0;
+    let at = |off: u64| off - start;
     RawTask {
         addr,
-        is_task: buf.u8_at(a.task_is_task) != 0,
-        name: buf.u64_at(a.task_name) & !TAG_BITS,
-        coro: buf.u64_at(a.task_coro) & !TAG_BITS,
-        awaited_by: buf.u64_at(a.task_awaited_by) & !TAG_BITS,
-        awaited_by_is_set: buf.u8_at(a.task_awaited_by_is_set) != 0,
+        is_task: span.u8_at(at(a.task_is_task)) != 0,
+        name: span.u64_at(at(a.task_name)) & !TAG_BITS,
+        coro: span.u64_at(at(a.task_coro)) & !TAG_BITS,
+        awaited_by: span.u64_at(at(a.task_awaited_by)) & !TAG_BITS,
+        awaited_by_is_set: span.u8_at(at(a.task_awaited_by_is_set)) != 0,
     }
 }
 
@@ -104,105 +109,48 @@ pub fn read_task(
     l: &Layouts,
     addr: u64,
 ) -> Result<RawTask, ObjectError> {
-    let buf = mem.read_vec(pointer(addr)?, task_len(&l.a) as usize)?;
+    let (start, end) = task_span(&l.a);
+    let buf = mem.read_vec(pointer(addr)?.wrapping_add(start), (end - start) as usize)?;
     Ok(decode_task(&l.a, addr, &buf))
 }
 
-/// How a task read at one instant turned out ([`read_settled_task`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SettledTask {
-    /// its coroutine had started and not finished: its awaiters are ones it had while it ran
-    Live(RawTask),
-    /// its coroutine had not started yet
-    NotStarted(RawTask),
-    /// its coroutine has finished (or the task holds another coroutine now)
-    Finished,
-    /// it changed between the two copies: read at no one instant
-    Changed,
+/// Whether the future at `addr` (a member of an awaiter set) is a task, not a bare future:
+/// its flag alone is read, the rest of a future being no task's fields.
+pub fn is_task(mem: &mut impl ProcessMemory, l: &Layouts, addr: u64) -> Result<bool, ObjectError> {
+    let mut flag = [0u8; 1];
+    mem.read(pointer(addr)?.wrapping_add(l.a.task_is_task), &mut flag)?;
+    Ok(flag[0] != 0)
 }
 
 /// What a coroutine's state byte says of its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Life {
+pub enum Life {
+    /// created, not started
     NotStarted,
-    Live,
+    /// started, not finished, and not running now: suspended in an `await` or a `yield`
+    Suspended,
+    /// running on some thread right now
+    Executing,
+    /// returned, raised or cleared
     Finished,
 }
 
-fn life(c: &CoroutineOffsets, state: u8, coro: u64) -> Result<Life, ObjectError> {
-    Ok(match CoroutineState::decode(c.frame_states, state) {
+/// The life the coroutine at `coro` is in, from its state byte.
+pub fn coroutine_life(
+    mem: &mut impl ProcessMemory,
+    l: &Layouts,
+    coro: u64,
+) -> Result<Life, ObjectError> {
+    let mut state = [0u8; 1];
+    mem.read(pointer(coro)?.wrapping_add(l.c.gi_frame_state), &mut state)?;
+    Ok(match CoroutineState::decode(l.c.frame_states, state[0]) {
         Some(CoroutineState::Created) => Life::NotStarted,
-        Some(
-            CoroutineState::Suspended
-            | CoroutineState::SuspendedYieldFrom
-            | CoroutineState::Executing,
-        ) => Life::Live,
+        Some(CoroutineState::Suspended | CoroutineState::SuspendedYieldFrom) => Life::Suspended,
+        Some(CoroutineState::Executing) => Life::Executing,
         Some(CoroutineState::Completed | CoroutineState::Cleared) => Life::Finished,
         None => return Err(ObjectError::Malformed { addr: coro }),
     })
 }
-
-/// The task at `addr`, whose coroutine was `coro` when last read, read so that what awaits it
-/// is what awaited it at one instant of its coroutine's life, never a value from before it was
-/// awaited beside frames of after, nor one from after it finished.
-///
-/// A task's awaiters go from none (created) to its awaiters (a `gather` or an `await` of it,
-/// before it first runs) and back to none (its awaiters let go once it is done), and a freed
-/// task's memory is reused at once by the next one. So one `process_vm_readv`, which copies its
-/// ranges in order, takes the coroutine's state, the task, the state again and the task again:
-/// the task is taken when both states are of the same part of a life and both copies agree.
-/// Within one life the first copy lies between the two states; a new life would have been
-/// created and awaited in between, and its second copy would differ from the first.
-pub fn read_settled_task(
-    remote: &mut RemoteMemory,
-    l: &Layouts,
-    addr: u64,
-    coro: u64,
-) -> Result<SettledTask, ObjectError> {
-    let len = task_len(&l.a) as usize;
-    let state = pointer(coro)?.wrapping_add(l.c.gi_frame_state);
-    let task = pointer(addr)?;
-    let ranges = [(state, 1), (task, len), (state, 1), (task, len)];
-    let mut buf = vec![0u8; 2 * (len + 1)];
-    if remote.read_ranges(&ranges, &mut buf)? < buf.len() {
-        return Err(ObjectError::Malformed { addr });
-    }
-    let (first, second) = buf.split_at(len + 1);
-    let copy = decode_task(&l.a, addr, &first[1..]);
-    if first[1..] != second[1..] {
-        return Ok(SettledTask::Changed);
-    }
-    // A list read a moment earlier may lead to a task being freed, or freed: its count is
-    // zero from its deallocation on, whatever its fields still say, and what they point at
-    // may already be other objects.
-    if copy.coro != coro || !object_alive(l.o.free_threaded, &first[1..]) {
-        return Ok(SettledTask::Finished);
-    }
-    Ok(
-        match (life(&l.c, first[0], coro)?, life(&l.c, second[0], coro)?) {
-            (Life::Live, Life::Live) => SettledTask::Live(copy),
-            (Life::NotStarted, Life::NotStarted) => SettledTask::NotStarted(copy),
-            (_, Life::Finished) => SettledTask::Finished,
-            _ => SettledTask::Changed,
-        },
-    )
-}
-
-/// Whether the object whose header starts `header` has references: a deallocated object's
-/// count is zero (the allocator reuses a block's first words, below the count). A
-/// free-threaded object is dead when both its owner's count and the shared one (above its two
-/// flag bits) are.
-fn object_alive(free_threaded: bool, header: &[u8]) -> bool {
-    if free_threaded {
-        header.u32_at(FT_REF_LOCAL) != 0 || header.u64_at(FT_REF_SHARED) >> 2 != 0
-    } else {
-        header.u32_at(0) != 0
-    }
-}
-
-/// Free-threaded object header: `ob_ref_local` (u32) and `ob_ref_shared` offsets.
-const FT_REF_LOCAL: u64 = 12;
-const FT_REF_SHARED: u64 = 16;
 
 /// A task's name: a str as it is (at most 255 characters), an int `N` as `Task-N` (the counter
 /// asyncio names unnamed tasks with, kept as an int until asked for).
@@ -269,9 +217,10 @@ pub fn coroutine_live(
     l: &Layouts,
     coro: u64,
 ) -> Result<bool, ObjectError> {
-    let mut state = [0u8; 1];
-    mem.read(pointer(coro)?.wrapping_add(l.c.gi_frame_state), &mut state)?;
-    Ok(life(&l.c, state[0], coro)? == Life::Live)
+    Ok(matches!(
+        coroutine_life(mem, l, coro)?,
+        Life::Suspended | Life::Executing
+    ))
 }
 
 /// The frames of a coroutine and of the coroutines it awaits in turn, outermost first: a
@@ -343,91 +292,4 @@ pub fn list_tasks(
         node = next(node)?;
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::unwind::asyncio::garbage_tests::layouts;
-
-    /// A task and its coroutine laid out in this process's own memory, read back through
-    /// `process_vm_readv` as the agent reads a target.
-    struct Image {
-        bytes: Box<Aligned>,
-    }
-
-    /// Pointers the readers follow must be 8-aligned.
-    #[repr(C, align(8))]
-    struct Aligned([u8; 512]);
-
-    const CORO_AT: usize = 256;
-
-    impl Image {
-        fn new(l: &Layouts, state: u8, awaited_by: u64) -> Image {
-            let mut image = Image {
-                bytes: Box::new(Aligned([0; 512])),
-            };
-            let coro = image.addr() + CORO_AT as u64;
-            image.put(l.a.task_coro, &coro.to_le_bytes());
-            image.put(l.a.task_name, &0x1000u64.to_le_bytes());
-            image.put(l.a.task_awaited_by, &awaited_by.to_le_bytes());
-            image.put(l.a.task_is_task, &[1]);
-            image.put(0, &1u64.to_le_bytes());
-            image.put(CORO_AT as u64 + l.c.gi_frame_state, &[state]);
-            image
-        }
-
-        fn addr(&self) -> u64 {
-            self.bytes.0.as_ptr() as u64
-        }
-
-        fn coro(&self) -> u64 {
-            self.addr() + CORO_AT as u64
-        }
-
-        fn put(&mut self, off: u64, value: &[u8]) {
-            self.bytes.0[off as usize..off as usize + value.len()].copy_from_slice(value);
-        }
-
-        fn read(&self, l: &Layouts, coro: u64) -> Result<SettledTask, ObjectError> {
-            let mut remote = RemoteMemory::new(std::process::id());
-            read_settled_task(&mut remote, l, self.addr(), coro)
-        }
-    }
-
-    /// 3.15's codes: 0 created, 1 suspended, 4 executing, 5 cleared.
-    #[test]
-    fn a_task_is_taken_only_in_one_part_of_its_coroutine_s_life() {
-        let l = layouts();
-        for state in [1u8, 4] {
-            let image = Image::new(&l, state, 0x2000);
-            match image.read(&l, image.coro()).expect("readable") {
-                SettledTask::Live(task) => assert_eq!(task.awaited_by, 0x2000),
-                other => panic!("state {state}: {other:?}"),
-            }
-        }
-        let created = Image::new(&l, 0, 0);
-        assert!(matches!(
-            created.read(&l, created.coro()),
-            Ok(SettledTask::NotStarted(task)) if task.awaited_by == 0
-        ));
-        let done = Image::new(&l, 5, 0);
-        assert_eq!(done.read(&l, done.coro()).ok(), Some(SettledTask::Finished));
-        // The task holds another coroutine than the one last read: not the same life.
-        let live = Image::new(&l, 1, 0x2000);
-        assert_eq!(
-            live.read(&l, live.coro() + 64).ok(),
-            Some(SettledTask::Finished)
-        );
-        // A freed task, its fields intact, whose coroutine's memory holds a live object now.
-        let mut freed = Image::new(&l, 1, 0);
-        freed.put(0, &0u64.to_le_bytes());
-        assert_eq!(
-            freed.read(&l, freed.coro()).ok(),
-            Some(SettledTask::Finished)
-        );
-        // A state byte that is no state: garbage, an error.
-        let garbage = Image::new(&l, 0x7f, 0x2000);
-        assert!(garbage.read(&l, garbage.coro()).is_err());
-    }
 }

@@ -7,13 +7,20 @@
 //! A task awaited by another shows inside its awaiters' samples only (as CPython's sampler), so
 //! a gather of a hundred tasks gives a hundred samples a tick, not a hundred and one. The
 //! running task is its thread's own sample, with its full stack; a finished task still in its
-//! list (until it is freed) gives none.
+//! list (until it is freed) gives none, and so does one found running when it is read (its
+//! thread moved on to it since the tick): a sample of it here would be its coroutine's frame
+//! alone, cut above the plain functions it runs, which are on its thread's stack only.
+//!
+//! Each sample is of one instant ([`super::instant`]): under churn a task that changes under
+//! each of its reads is dropped, counted in `task_read_errors`, rather than shown as it never
+//! was.
 
 use std::sync::Arc;
 
 use foldhash::{HashSet, HashSetExt};
 
-use super::objects::{self, Layouts, RawTask, SettledTask};
+use super::chain::First;
+use super::objects::{self, Layouts, RawTask};
 use crate::memory::ProcessMemory;
 use crate::symbolize::{Frame, ObjectError};
 use crate::unwind::{InterpreterInfo, SampleThread, ThreadInfo, ThreadSample, Unwinder};
@@ -87,27 +94,24 @@ impl Unwinder {
         Ok(())
     }
 
-    /// A waiting task's stack, innermost first, and its name; `None` for a finished task.
+    /// A waiting task's stack, innermost first, and its name; `None` for a task that does not
+    /// wait (finished, or running now). Its frames and its awaiters' are of one instant
+    /// ([`Unwinder::chain_at_one_instant`]): a task listed a moment ago may have started and
+    /// been awaited since, or finished and been freed and its memory taken by the next task,
+    /// and frames of one of those lives under another's awaiters would be a chain that never
+    /// was.
     fn waiting_task_stack(
         &mut self,
         l: &Layouts,
         task: &RawTask,
     ) -> Result<Option<TaskStack>, ObjectError> {
-        let mut frames = self.coroutine_frames(l, task.coro)?;
-        if frames.is_empty() {
+        let Some(chain) = self.chain_at_one_instant(l, task.addr, First::Waiting)? else {
+            return Ok(None);
+        };
+        if chain[0].frames.is_empty() {
             return Ok(None);
         }
-        // The task was read before its frames, and the process ran on: a task just created may
-        // have been started and awaited since, or finished and let go of, and its frames would
-        // then be of another instant than its awaiters. Read it again at one instant of its
-        // coroutine's life, and keep it only if nothing changed.
-        match self.settled_task(l, task)? {
-            SettledTask::Live(now) | SettledTask::NotStarted(now) if now == *task => {}
-            SettledTask::Finished => return Ok(None),
-            _ => return Err(ObjectError::Malformed { addr: task.addr }),
-        }
-        let (label, above) = self.awaiter_frames(l, task)?;
-        frames.extend(above);
+        let (label, frames) = self.chain_frames(&chain)?;
         Ok(Some((frames, label)))
     }
 
