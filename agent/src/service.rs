@@ -150,6 +150,10 @@ enum Total {
     Lost(LossReason),
     /// Userspace stacks kept although their top frame moved while they were read.
     Unverified,
+    /// Userspace walks kept as their proven root.
+    ProvenRoots,
+    /// The userspace read threads' time in one state, ns.
+    ThreadTime(&'static str),
     /// Hits of one unwinder cache.
     CacheHits(&'static str),
     /// Misses of one unwinder cache.
@@ -477,6 +481,17 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
     }
     if let Some(u) = &userspace {
         metrics.add_unverified(deltas.delta(Total::Unverified, u.unverified));
+        metrics.add_proven_roots(deltas.delta(Total::ProvenRoots, u.proven_roots));
+    }
+    if let Some(t) = p.stats().userspace.map(|s| s.time) {
+        for (state, ns) in [
+            ("sampled", t.sampled_ns),
+            ("unread", t.lost_ns),
+            ("runqueue", t.runqueue_ns),
+            ("off_cpu", t.off_cpu_ns()),
+        ] {
+            metrics.add_userspace_thread_time(state, deltas.delta(Total::ThreadTime(state), ns));
+        }
     }
     for (cache, (hits, misses)) in p.cache_stats() {
         let h = deltas.delta(Total::CacheHits(cache), hits);

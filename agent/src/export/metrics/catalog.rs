@@ -51,6 +51,22 @@ impl AgentMetrics {
                 "pyagent_samples_unverified_total",
                 "Thread samples kept although the thread's top frame moved while its stack was read (userspace sampler; the chain was whole, but not proven to be one instant's).",
             ),
+            samples_proven_root: counter(
+                &registry,
+                "pyagent_samples_proven_root_total",
+                "Userspace walks the thread changed while they were read, kept as the frames a second read proved (from the bottom up) under a [stack moved while read] frame.",
+            ),
+            userspace_thread_time: register(
+                &registry,
+                CounterVec::new(
+                    Opts::new(
+                        "pyagent_userspace_thread_seconds_total",
+                        "Userspace sampler: where the time of the threads it read went, between their reads, by state: sampled (on a CPU, in a stack), unread (on a CPU, the read gave no stack: see pyagent_samples_lost_total), runqueue (waiting for a CPU), off_cpu (blocked or sleeping). Together, the read threads' wall time: every tick accounted.",
+                    ),
+                    &["state"],
+                )
+                .expect("valid counter vec"),
+            ),
             task_samples: counter_vec(
                 &registry,
                 "pyagent_task_samples_total",

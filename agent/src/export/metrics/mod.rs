@@ -105,6 +105,8 @@ pub struct AgentMetrics {
     samples: IntCounter,
     samples_lost: IntCounterVec,
     samples_unverified: IntCounter,
+    samples_proven_root: IntCounter,
+    userspace_thread_time: CounterVec,
     task_samples: IntCounterVec,
     native_objects: IntCounterVec,
     symbol_files_refused: IntCounterVec,
@@ -219,6 +221,22 @@ impl AgentMetrics {
     /// Counts `n` samples kept unverified (see `pyagent_samples_unverified_total`).
     pub fn add_unverified(&self, n: u64) {
         self.samples_unverified.inc_by(n);
+    }
+
+    /// Counts `n` userspace walks kept as their proven root (see
+    /// `pyagent_samples_proven_root_total`).
+    pub fn add_proven_roots(&self, n: u64) {
+        self.samples_proven_root.inc_by(n);
+    }
+
+    /// Adds `ns` of the read threads' time in `state` (`sampled`, `unread`, `runqueue`,
+    /// `off_cpu`; see `pyagent_userspace_thread_seconds_total`).
+    pub fn add_userspace_thread_time(&self, state: &str, ns: u64) {
+        if ns > 0 {
+            self.userspace_thread_time
+                .with_label_values(&[state])
+                .inc_by(ns as f64 / 1e9);
+        }
     }
 
     /// Counts `n` task-aware samples with `result` (`attributed`, `unattributed`, `waiting`;
