@@ -79,18 +79,24 @@ pub fn record_default(pid: u32, args: &[&str], file: &Path) -> String {
 /// `pyagent record --pid PID ARGS -f collapsed -o FILE` to completion, which must succeed;
 /// returns the collapsed stacks and the summary on stderr.
 pub fn record_collapsed(pid: u32, args: &[&str], file: &Path) -> (String, String) {
-    let mut all = args.to_vec();
-    all.extend(["-f", "collapsed"]);
-    let err = record(pid, &all, file);
-    let text = std::fs::read_to_string(file).expect("profile written");
-    (text, err)
+    collapsed_by(record, pid, args, file)
 }
 
 /// [`record_collapsed`] with `args` exactly as given: the default sampler without a `--mode`.
 pub fn record_collapsed_default(pid: u32, args: &[&str], file: &Path) -> (String, String) {
+    collapsed_by(record_default, pid, args, file)
+}
+
+/// `recorder` writing collapsed stacks to `file`: the stacks and the summary.
+fn collapsed_by(
+    recorder: fn(u32, &[&str], &Path) -> String,
+    pid: u32,
+    args: &[&str],
+    file: &Path,
+) -> (String, String) {
     let mut all = args.to_vec();
     all.extend(["-f", "collapsed"]);
-    let err = record_default(pid, &all, file);
+    let err = recorder(pid, &all, file);
     let text = std::fs::read_to_string(file).expect("profile written");
     (text, err)
 }
