@@ -254,6 +254,35 @@ fn torn_reads_are_counted_by_reason_in_the_service_metrics() {
     svc.stop();
 }
 
+/// Issue 46, item 4: the userspace service says where every tick of the threads it reads went.
+/// A busy thread's time is nearly all sampled on a CPU (or waiting for one, beside other
+/// tests), not off it.
+#[test]
+fn userspace_service_accounts_the_threads_time_by_state() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let _p = PythonProcess::ready("py312", "recursive.py", &[]);
+    let svc = Service::start_with("ticks", "2s", &["--mode", "userspace", "--rate", "99"]);
+    let family = "pyagent_userspace_thread_seconds_total{";
+    let metrics = wait_for(
+        "three seconds of read threads' time in the metrics",
+        Duration::from_secs(60),
+        || {
+            let (_, metrics) = http_get(svc.port, "/metrics")?;
+            (series_sum(&metrics, family, "state=") >= 3.0).then_some(metrics)
+        },
+    );
+    let state = |s: &str| series_sum(&metrics, family, &format!("state=\"{s}\""));
+    let on_cpu = state("sampled") + state("runqueue");
+    let total = series_sum(&metrics, family, "state=");
+    assert!(
+        on_cpu >= 0.8 * total,
+        "a busy thread's time is on a CPU or waiting for one: {metrics}"
+    );
+    promtool_check_metrics(&metrics);
+    svc.stop();
+}
+
 #[test]
 fn prometheus_server_scrapes_the_agent() {
     pyagent_bin();
