@@ -137,7 +137,7 @@ fn userspace_counts(
     shown: &Shown,
 ) -> String {
     let mut out = format!(
-        ", {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads, {} proven roots (moved while read, cut under [stack moved while read]), {} rechecks too slow to prove anything, {} unverified stacks, {} frames named after they returned",
+        ", {} failed, {} lagged ticks, {} sampling ticks, {} thread samples without a stack: {}, {} re-reads, {} proven roots (moved while read, cut under [stack moved while read]), {} unverified stacks, {} frames named after they returned",
         s.failed,
         s.lagged,
         s.ticks,
@@ -145,7 +145,6 @@ fn userspace_counts(
         u.lost.summary(),
         u.rereads,
         u.proven_roots,
-        u.slow_rechecks,
         u.unverified,
         u.popped_frames_named,
     );

@@ -98,9 +98,6 @@ pub struct UnwindStats {
     /// walks the target moved under, kept as the frames a second read proved (from the bottom
     /// up) under a `[stack moved while read]` frame
     pub proven_roots: u64,
-    /// rechecks of a walk that took too long to prove anything (the sampler lost its CPU during
-    /// the read): the walk counts as moved, nothing of it proven
-    pub slow_rechecks: u64,
     /// frames whose executable is not a code object (the sample is rejected as torn)
     pub non_code_frames: u64,
     /// frames that returned while a walk read them (3.14+ clear the executable), named by the
@@ -146,7 +143,6 @@ impl std::ops::AddAssign for UnwindStats {
             rereads,
             unverified,
             proven_roots,
-            slow_rechecks,
             non_code_frames,
             popped_frames_named,
             anchor_writes,
@@ -172,7 +168,6 @@ impl std::ops::AddAssign for UnwindStats {
         self.rereads += rereads;
         self.unverified += unverified;
         self.proven_roots += proven_roots;
-        self.slow_rechecks += slow_rechecks;
         self.non_code_frames += non_code_frames;
         self.popped_frames_named += popped_frames_named;
         self.anchor_writes += anchor_writes;

@@ -410,15 +410,7 @@ impl Unwinder {
         let b = &mut self.recheck_buf;
         b.clear();
         b.resize(want, 0);
-        let started = std::time::Instant::now();
         let read = self.mem.remote().read_ranges(ranges, b)?;
-        // The two orders prove a frame unchanged only if the thread cannot have gone to another
-        // chain and back while the read ran: a read that took longer than copying the frames
-        // takes (the sampler was preempted in it, on a loaded host) proves nothing.
-        if started.elapsed() > recheck_window(spans.len()) {
-            self.stats.slow_rechecks += 1;
-            return Ok(nothing);
-        }
         if read < want {
             return Ok(nothing);
         }
@@ -516,8 +508,3 @@ enum Agreement {
 /// Most bytes a recheck copies as one span of frames that lie together.
 const RECHECK_SPAN_MAX: u64 = 16 * 1024;
 
-/// The longest a recheck of `spans` spans may take to prove anything: a few microseconds of
-/// page lookups and copying, unless the sampler lost its CPU during the read.
-fn recheck_window(spans: usize) -> std::time::Duration {
-    std::time::Duration::from_nanos(20_000 + 2_000 * spans as u64)
-}
