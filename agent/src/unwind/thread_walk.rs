@@ -507,4 +507,3 @@ enum Agreement {
 
 /// Most bytes a recheck copies as one span of frames that lie together.
 const RECHECK_SPAN_MAX: u64 = 16 * 1024;
-
