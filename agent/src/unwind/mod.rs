@@ -76,6 +76,8 @@ pub struct Unwinder {
     recheck_spans: Vec<(u64, u64)>,
     /// each walked frame's span and offset in it, for a recheck
     recheck_at: Vec<(usize, usize)>,
+    /// where each recheck span's two copies start in the buffer
+    recheck_span_at: Vec<(usize, usize)>,
     stats: UnwindStats,
     /// the main interpreter (the oldest, last in the list) as the last thread-list read found it
     main_interp: Option<InterpreterInfo>,
@@ -106,6 +108,7 @@ impl Unwinder {
             recheck_buf: Vec::new(),
             recheck_spans: Vec::new(),
             recheck_at: Vec::new(),
+            recheck_span_at: Vec::new(),
             stats: UnwindStats::default(),
             main_interp: None,
             records: RecordContext::default(),

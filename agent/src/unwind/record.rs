@@ -297,6 +297,7 @@ impl Unwinder {
         self.recheck_buf = Vec::new();
         self.recheck_spans = Vec::new();
         self.recheck_at = Vec::new();
+        self.recheck_span_at = Vec::new();
     }
 
     /// Starts a batch of records without reading anything: the code-object cache stays as the

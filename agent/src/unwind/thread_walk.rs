@@ -393,17 +393,18 @@ impl Unwinder {
         ranges.extend(spans.iter().rev().map(|&(s, e)| (s, (e - s) as usize)));
         // Where each span's copies start in the buffer: the first pass in span order, the
         // second in reverse.
-        let mut first_at = Vec::with_capacity(spans.len());
-        let mut second_at = vec![0; spans.len()];
+        let span_at = &mut self.recheck_span_at;
+        span_at.clear();
+        span_at.resize(spans.len(), (0, 0));
         let mut at = 0;
-        for &(s, e) in spans.iter() {
-            first_at.push(at);
+        for (k, &(s, e)) in spans.iter().enumerate() {
+            span_at[k].0 = at;
             at += (e - s) as usize;
         }
         let pointers_at = spans_len;
         let mut at = pointers_at + pointers * 8;
         for (k, &(s, e)) in spans.iter().enumerate().rev() {
-            second_at[k] = at;
+            span_at[k].1 = at;
             at += (e - s) as usize;
         }
         let want = at;
@@ -424,9 +425,9 @@ impl Unwinder {
         let agreement = |i: usize| {
             let walked = &raw[i];
             let (span, offset) = at_in_span[i];
-            let at = first_at[span] + offset;
+            let at = self.recheck_span_at[span].0 + offset;
             let first = walk::parse_frame(&o, walked.addr, &b[at..at + frame_len]);
-            let at = second_at[span] + offset;
+            let at = self.recheck_span_at[span].1 + offset;
             let second = walk::parse_frame(&o, walked.addr, &b[at..at + frame_len]);
             if !(first.same_call(&second) && first.same_call(walked)) {
                 Agreement::None
