@@ -107,6 +107,8 @@ struct pa_thread_search {
 	__u64 want;
 	__u32 off_next;
 	__u32 off_native_thread_id;
+	/* Non-zero: the field above is a pthread_t, whose descriptor holds the tid here. */
+	__u32 pthread_tid;
 };
 
 /* A loop step: a bpf_loop callback, or in the portable build the body of a bounded loop. */
@@ -131,6 +133,12 @@ PA_LOOP_STEP pa_thread_search_step(__u32 i, void *ctx)
 	if (bpf_probe_read_user(&native, sizeof(native), (const void *)(ts + s->off_native_thread_id)) ||
 	    bpf_probe_read_user(&next, sizeof(next), (const void *)(ts + s->off_next)))
 		return 1;
+	/* 3.6-3.10 keep no tid in the thread state: it is in the C library's thread descriptor. */
+	if (s->pthread_tid && native &&
+	    bpf_probe_read_user(&native, sizeof(__u32), (const void *)(native + s->pthread_tid)))
+		return 1;
+	if (s->pthread_tid)
+		native &= 0xffffffff;
 	if (native == s->want) {
 		s->found = ts;
 		return 1;
@@ -161,6 +169,7 @@ static __always_inline __u64 pa_search_thread(__u32 tgid)
 	s.want = ns.pid;
 	s.off_next = l->thread_state_next;
 	s.off_native_thread_id = l->thread_state_native_thread_id;
+	s.pthread_tid = l->pthread_tid;
 #ifndef PA_PORTABLE
 	bpf_loop(max, pa_thread_search_step, &s, 0);
 #else
@@ -489,6 +498,8 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	w->off_executable = p->interpreter_frame_executable;
 	w->off_instr_ptr = p->interpreter_frame_instr_ptr;
 	w->off_owner = p->interpreter_frame_owner;
+	w->read_len = (flags & PA_PROC_FRAME_OBJECTS) ? PA_FRAME_OBJECT_READ_BYTES :
+							  PA_FRAME_READ_BYTES;
 	if (!pa_ts_off_ok(p->thread_state_current_frame, lo) ||
 	    ((flags & PA_PROC_ANCHOR) &&
 	     (!pa_ts_off_ok(p->thread_state_last_profiled_frame, lo) ||

@@ -77,6 +77,9 @@ struct pa_walk {
 	__u32 entry_before_owner;
 	/* Windows filled so far. */
 	__u32 fills;
+	/* Bytes of each frame read: PA_FRAME_READ_BYTES, or PA_FRAME_OBJECT_READ_BYTES for
+	 * PyFrameObjects (3.6-3.10, PA_PROC_FRAME_OBJECTS), which are read each by itself. */
+	__u32 read_len;
 };
 
 struct pa_frame_window {
@@ -105,10 +108,11 @@ static __always_inline int pa_ptr_off_ok(__u32 off, __u32 window)
 
 static __always_inline int pa_frame_offsets_ok(const struct pa_walk *w)
 {
-	return pa_ptr_off_ok(w->off_previous, PA_FRAME_READ_BYTES) &&
-	       pa_ptr_off_ok(w->off_executable, PA_FRAME_READ_BYTES) &&
-	       pa_ptr_off_ok(w->off_instr_ptr, PA_FRAME_READ_BYTES) &&
-	       w->off_owner < PA_FRAME_READ_BYTES;
+	__u32 len = w->read_len;
+
+	return (len == PA_FRAME_READ_BYTES || len == PA_FRAME_OBJECT_READ_BYTES) &&
+	       pa_ptr_off_ok(w->off_previous, len) && pa_ptr_off_ok(w->off_executable, len) &&
+	       pa_ptr_off_ok(w->off_instr_ptr, len) && w->off_owner < len;
 }
 
 /* The word at byte offset `off` (8-aligned, checked before the walk) of a window of `nwords`
@@ -235,14 +239,44 @@ static __always_inline int pa_walk_one_into(struct pa_walk *w, struct pa_frame *
 	return pa_walk_record(w, f, pa_word(win, op, PA_FRAME_READ_BYTES / 8));
 }
 
+_Static_assert(PA_FRAME_OBJECT_READ_BYTES == 128, "masked frame-object offsets stay inside it");
+
+/* Records the next frame, a PyFrameObject (3.6-3.10), into *f: its first
+ * PA_FRAME_OBJECT_READ_BYTES are read into this CPU's window (map memory, where a masked index
+ * needs no initialised stack). A frame object lies on the heap, away from its caller, so the
+ * window holds no other frame after: it is marked empty. Returns 1 when the walk ends with it. */
+static __always_inline int pa_walk_object(struct pa_walk *w, struct pa_frame *f)
+{
+	__u32 zero = 0;
+	struct pa_frame_window *fw = bpf_map_lookup_elem(&pa_frame_windows, &zero);
+	const __u64 *words;
+	const __u8 *bytes;
+
+	if (!fw)
+		return 1;
+	w->win_len = 0;
+	if (bpf_probe_read_user(fw->bytes, PA_FRAME_OBJECT_READ_BYTES, (const void *)w->frame))
+		return pa_walk_read_failed(w);
+	words = (const __u64 *)fw->bytes;
+	bytes = fw->bytes;
+	f->executable = words[(w->off_executable >> 3) & 15] & ~w->tag_mask;
+	f->instr_ptr = words[(w->off_instr_ptr >> 3) & 15];
+	f->owner = bytes[w->off_owner & 127];
+	f->is_entry = 0;
+	return pa_walk_record(w, f, words[(w->off_previous >> 3) & 15]);
+}
+
 #ifndef PA_PORTABLE
 
-/* pa_walk_one_into with the frame read into the program's stack. */
+/* pa_walk_one_into with the frame read into the program's stack (a frame object: into this
+ * CPU's window). */
 static __always_inline int pa_walk_one(struct pa_walk *w, struct pa_frame *f)
 {
 	/* Words, so that the verifier sees the variable-offset reads as 8-byte aligned. */
 	__u64 win[PA_FRAME_READ_BYTES / 8];
 
+	if (w->read_len != PA_FRAME_READ_BYTES)
+		return pa_walk_object(w, f);
 	return pa_walk_one_into(w, f, win);
 }
 
@@ -288,7 +322,7 @@ static __always_inline int pa_walk_windowed(struct pa_walk *w, struct pa_frame *
 	__u64 addr = w->frame, off = addr - w->win_lo;
 	const __u8 *h;
 
-	if (!win)
+	if (!win || w->read_len != PA_FRAME_READ_BYTES)
 		return pa_walk_one(w, f);
 	if (op > PA_FRAME_READ_BYTES - 8 || oe > PA_FRAME_READ_BYTES - 8 ||
 	    oi > PA_FRAME_READ_BYTES - 8 || oo > PA_FRAME_READ_BYTES - 1)
@@ -426,7 +460,10 @@ static __always_inline int pa_walk_step_portable(struct pa_walk *w, struct pa_fr
 	__u64 addr = w->frame, prev, at_anchor, at_end, loops;
 	__u32 oo = w->off_owner;
 
-	if (bpf_probe_read_user(buf, PA_FRAME_READ_BYTES, (const void *)addr))
+	if (bpf_probe_read_user(buf, w->read_len == PA_FRAME_OBJECT_READ_BYTES ?
+					     PA_FRAME_OBJECT_READ_BYTES :
+					     PA_FRAME_READ_BYTES,
+				(const void *)addr))
 		return pa_walk_read_failed(w);
 	f->addr = addr;
 	f->executable = words[(w->off_executable >> 3) & 15] & ~w->tag_mask;

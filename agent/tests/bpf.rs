@@ -1147,6 +1147,7 @@ fn unregistered_thread_is_found_in_the_thread_list() {
         pidns_ino,
         thread_state_next: NEXT as u32,
         thread_state_native_thread_id: NATIVE_THREAD_ID as u32,
+        ..PaThreadList::default()
     };
 
     let mut s = load(&config());

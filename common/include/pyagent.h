@@ -26,6 +26,11 @@
  */
 #define PA_FRAME_READ_BYTES 80
 /*
+ * Bytes of each PyFrameObject read (3.6-3.10, PA_PROC_FRAME_OBJECTS): `f_lasti` lies at 96-120,
+ * and a frame object (a heap object of 360+ bytes) is never shorter.
+ */
+#define PA_FRAME_OBJECT_READ_BYTES 128
+/*
  * Bytes of the PyThreadState read in one bpf_probe_read_user, starting at the lowest offset the
  * walk uses: current_frame (or cframe), base_frame, last_profiled_frame and its sequence must all
  * lie in this window (3.15: 72..104).
@@ -60,9 +65,12 @@
  * so that userspace knows where C-level evaluations begin (native stacks cut the Python stack
  * there). Later versions mark those boundaries with entry frames instead. */
 #define PA_PROC_IS_ENTRY (1u << 5)
+/* 3.6-3.10: frames are PyFrameObjects on the heap, read PA_FRAME_OBJECT_READ_BYTES at a time,
+ * each by itself (they do not lie next to their callers). */
+#define PA_PROC_FRAME_OBJECTS (1u << 6)
 #define PA_PROC__ALL                                                                              \
 	(PA_PROC_CFRAME | PA_PROC_ANCHOR | PA_PROC_BASE_FRAME | PA_PROC_TRACE_CONTEXT |            \
-	 PA_PROC_NATIVE | PA_PROC_IS_ENTRY)
+	 PA_PROC_NATIVE | PA_PROC_IS_ENTRY | PA_PROC_FRAME_OBJECTS)
 
 /*
  * The OTEP 4947 record the thread-local otel_thread_ctx_v1 points to (packed): trace id
@@ -183,11 +191,15 @@ struct pa_thread_list {
 	 * bpf_get_ns_current_pid_tgid: native_thread_id is a tid in that namespace. */
 	__u64 pidns_dev;
 	__u64 pidns_ino;
-	/* PyThreadState: next, native_thread_id. */
+	/* PyThreadState: next, native_thread_id (3.11+), or thread_id (3.6-3.10: a pthread_t). */
 	__u32 thread_state_next;
 	__u32 thread_state_native_thread_id;
+	/* 3.6-3.10 (non-zero): the tid lies at this offset of the C library's thread descriptor,
+	 * which thread_state_native_thread_id names the pointer to. */
+	__u32 pthread_tid;
+	__u32 _pad;
 };
-_Static_assert(sizeof(struct pa_thread_list) == 32, "struct pa_thread_list layout");
+_Static_assert(sizeof(struct pa_thread_list) == 40, "struct pa_thread_list layout");
 
 /* ---- pa_samples ring buffer: struct pa_sample_hdr, then nframes x struct pa_frame ----------- */
 

@@ -24,6 +24,9 @@ pub const MAX_FRAMES: u32 = 1024;
 /// Bytes of each `_PyInterpreterFrame` read at once (`PA_FRAME_READ_BYTES`): every frame field
 /// the walk uses must lie inside it.
 pub const FRAME_READ_BYTES: u32 = 80;
+/// Bytes of each `PyFrameObject` read at once (3.6–3.10, [`PROC_FRAME_OBJECTS`];
+/// `PA_FRAME_OBJECT_READ_BYTES`).
+pub const FRAME_OBJECT_READ_BYTES: u32 = 128;
 /// Bytes of the `PyThreadState` read at once (`PA_TSTATE_READ_BYTES`), starting at the lowest
 /// thread-state offset in use: every thread-state field the walk uses must lie inside it.
 pub const TSTATE_READ_BYTES: u32 = 64;
@@ -42,9 +45,17 @@ pub const PROC_TRACE_CONTEXT: u32 = 1 << 3;
 pub const PROC_NATIVE: u32 = 1 << 4;
 /// `PA_PROC_IS_ENTRY` (3.11): each frame records the byte before its owner, `is_entry`.
 pub const PROC_IS_ENTRY: u32 = 1 << 5;
+/// `PA_PROC_FRAME_OBJECTS` (3.6–3.10): frames are heap `PyFrameObject`s, read
+/// [`FRAME_OBJECT_READ_BYTES`] at a time.
+pub const PROC_FRAME_OBJECTS: u32 = 1 << 6;
 /// Every defined [`PaProc::flags`] bit (`PA_PROC__ALL`).
-pub const PROC_ALL: u32 =
-    PROC_CFRAME | PROC_ANCHOR | PROC_BASE_FRAME | PROC_TRACE_CONTEXT | PROC_NATIVE | PROC_IS_ENTRY;
+pub const PROC_ALL: u32 = PROC_CFRAME
+    | PROC_ANCHOR
+    | PROC_BASE_FRAME
+    | PROC_TRACE_CONTEXT
+    | PROC_NATIVE
+    | PROC_IS_ENTRY
+    | PROC_FRAME_OBJECTS;
 
 /// Offset of the span id in an OTEP 4947 record (`PA_OTEL_SPAN_ID_OFFSET`); the trace id is at
 /// 0, its 16 bytes just before.
@@ -247,6 +258,15 @@ pub enum ProcError {
 }
 
 impl PaProc {
+    /// Bytes of each frame the program reads for this process.
+    pub fn frame_read_bytes(&self) -> u32 {
+        if self.flags & PROC_FRAME_OBJECTS != 0 {
+            FRAME_OBJECT_READ_BYTES
+        } else {
+            FRAME_READ_BYTES
+        }
+    }
+
     /// Checks the offsets the way the BPF program does: frame pointer fields 8-byte aligned in
     /// the first [`FRAME_READ_BYTES`] bytes, the owner byte there too, and the thread-state fields
     /// in use 8-byte aligned within [`TSTATE_READ_BYTES`] of the lowest one.
@@ -271,6 +291,7 @@ impl PaProc {
             });
         }
         let ptr_ok = |off: u32, window: u32| off.is_multiple_of(8) && off <= window - 8;
+        let window = self.frame_read_bytes();
         for (field, off) in [
             (
                 "interpreter_frame_previous",
@@ -285,19 +306,19 @@ impl PaProc {
                 self.interpreter_frame_instr_ptr,
             ),
         ] {
-            if !ptr_ok(off, FRAME_READ_BYTES) {
+            if !ptr_ok(off, window) {
                 return Err(ProcError::FieldOutsideWindow {
                     field,
                     offset: off,
-                    window: FRAME_READ_BYTES,
+                    window,
                 });
             }
         }
-        if self.interpreter_frame_owner >= FRAME_READ_BYTES {
+        if self.interpreter_frame_owner >= window {
             return Err(ProcError::FieldOutsideWindow {
                 field: "interpreter_frame_owner",
                 offset: self.interpreter_frame_owner,
-                window: FRAME_READ_BYTES,
+                window,
             });
         }
         let fields = self.thread_state_fields();
@@ -660,12 +681,18 @@ pub struct PaThreadList {
     pub pidns_ino: u64,
     /// `PyThreadState.next`.
     pub thread_state_next: u32,
-    /// `PyThreadState.native_thread_id`.
+    /// `PyThreadState.native_thread_id` (3.11+), or `thread_id` (3.6–3.10: a `pthread_t`).
     pub thread_state_native_thread_id: u32,
+    /// 3.6–3.10 (non-zero): the offset of the tid in the C library's thread descriptor, which
+    /// `thread_state_native_thread_id` names the pointer to.
+    pub pthread_tid: u32,
+    /// padding
+    pub _pad: u32,
 }
 
 const _: () = {
-    assert!(size_of::<PaThreadList>() == 32);
+    assert!(size_of::<PaThreadList>() == 40);
+    assert!(offset_of!(PaThreadList, pthread_tid) == 32);
     assert!(offset_of!(PaThreadList, pidns_dev) == 8);
     assert!(offset_of!(PaThreadList, pidns_ino) == 16);
     assert!(offset_of!(PaThreadList, thread_state_next) == 24);

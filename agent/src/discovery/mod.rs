@@ -14,6 +14,7 @@ mod elf;
 mod elf_headers;
 pub mod host;
 pub mod look_again;
+mod older_versions;
 pub mod privileges;
 pub mod process_context;
 pub mod process_env;
@@ -171,7 +172,7 @@ pub fn locate_runtime(pid: u32) -> Result<PythonTarget, DiscoveryError> {
             continue;
         };
         let runtime_addr = bias.wrapping_add(facts.runtime_vaddr);
-        match validate_candidate(&mut mem, pid, &facts, bias, runtime_addr) {
+        match validate_candidate(&mut mem, pid, &path, &facts, bias, runtime_addr) {
             Ok(offsets) => {
                 return Ok(PythonTarget {
                     pid,
@@ -214,6 +215,7 @@ pub fn locate_runtime(pid: u32) -> Result<PythonTarget, DiscoveryError> {
 fn validate_candidate(
     mem: &mut RemoteMemory,
     pid: u32,
+    path: &std::path::Path,
     facts: &ElfFacts,
     bias: u64,
     runtime_addr: u64,
@@ -233,13 +235,8 @@ fn validate_candidate(
             .read_vec(runtime_addr, len)
             .map_err(|e| mem_error(pid, e))?;
         parse_debug_offsets(&table).map_err(|layout| DiscoveryError::Offsets { pid, layout })?
-    } else {
+    } else if let Some(v) = facts.py_version_vaddr {
         // 3.11/3.12 have no table: the exported `Py_Version` constant says which layout.
-        let Some(v) = facts.py_version_vaddr else {
-            return Err(not_init(
-                "no xdebugpy cookie and no Py_Version symbol".into(),
-            ));
-        };
         let hex = mem
             .read_u64(bias.wrapping_add(v))
             .map_err(|e| mem_error(pid, e))?;
@@ -248,6 +245,16 @@ fn validate_candidate(
             return Err(not_init(format!("{version} without its xdebugpy cookie")));
         }
         builtin_offsets(version).map_err(|layout| DiscoveryError::Offsets { pid, layout })?
+    } else {
+        // 3.7-3.10 export no `Py_Version` either: their layouts are told apart in memory.
+        let tids: Vec<u32> = task_ids(pid).iter().map(|t| t.ns_tid).collect();
+        older_versions::offsets_for(mem, path, runtime_addr, &tids).map_err(|e| match e {
+            older_versions::OlderVersionError::Memory(e) => mem_error(pid, e),
+            older_versions::OlderVersionError::Offsets(layout) => {
+                DiscoveryError::Offsets { pid, layout }
+            }
+            e @ older_versions::OlderVersionError::NoLayout(_) => not_init(e.to_string()),
+        })?
     };
     // The cookie is in the file image too, so an uninitialised copy (a dlopen'd second
     // libpython) passes the cookie check: require a live interpreter list.

@@ -29,9 +29,10 @@ pub use debug_offsets::{
 };
 pub use gil::{GilBase, GilLocation, GIL_BYTES_AFTER_LOCKED, GIL_BYTES_BEFORE_LOCKED};
 pub use layout::{
-    BytesObjectOffsets, CodeObjectOffsets, FrameModel, GcOffsets, InterpreterFrameOffsets,
-    InterpreterStateOffsets, PyObjectOffsets, RuntimeStateOffsets, ThreadStateOffsets,
-    UnicodeObjectOffsets, UnicodeStateBits,
+    BytecodeLayout, BytesObjectOffsets, CodeObjectOffsets, FrameModel, GcBase, GcOffsets,
+    InstrPointer, InterpreterFrameOffsets, InterpreterStateOffsets, LineTableFormat,
+    NativeThreadId, PyObjectOffsets, RuntimeStateOffsets, ThreadStateOffsets, UnicodeObjectOffsets,
+    UnicodeStateBits,
 };
 pub use tables::builtin_offsets;
 pub use thread_names::{
@@ -119,7 +120,7 @@ impl Offsets {
             f.previous + 8,
             f.executable + 8,
             f.instr_ptr + 8,
-            f.owner + 1,
+            f.owner.map_or(0, |o| o + 1),
         ]
         .into_iter()
         .max()
@@ -136,16 +137,14 @@ impl Offsets {
     /// Bytes of a thread state the unwinder reads in one go.
     pub fn thread_read_len(&self) -> usize {
         let t = &self.thread_state;
-        let mut end = [
-            t.next,
-            t.current_frame,
-            t.thread_id,
-            t.native_thread_id,
-            t.interp,
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0)
+        let native = match t.native_thread_id {
+            NativeThreadId::Field(off) => off,
+            NativeThreadId::InPthread { .. } => 0,
+        };
+        let mut end = [t.next, t.current_frame, t.thread_id, native, t.interp]
+            .into_iter()
+            .max()
+            .unwrap_or(0)
             + 8;
         for off in [
             t.base_frame,
@@ -168,7 +167,11 @@ impl Offsets {
     /// Bytes of a code object the symbolizer reads in one go.
     pub fn code_read_len(&self) -> usize {
         let c = &self.code_object;
-        let mut end = [c.filename, c.name, c.qualname, c.linetable, c.ob_size]
+        let length = match c.bytecode {
+            BytecodeLayout::Inline { ob_size, .. } => ob_size,
+            BytecodeLayout::Object { co_code } => co_code,
+        };
+        let mut end = [c.filename, c.name, c.qualname, c.linetable, length]
             .into_iter()
             .max()
             .unwrap_or(0)

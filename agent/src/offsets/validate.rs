@@ -1,7 +1,10 @@
 //! The checks an offsets table passes before anything is read with it: offsets read from a target
 //! are untrusted, so garbage must fail here, once, and not mid-walk.
 
-use super::{GilLocation, ManagedDict, Offsets, OffsetsError, MAX_HEADER_READ};
+use super::{
+    BytecodeLayout, GcBase, GilLocation, ManagedDict, NativeThreadId, Offsets, OffsetsError,
+    MAX_HEADER_READ,
+};
 
 /// Largest struct we accept from a table: guards against garbage sizes.
 const MAX_STRUCT_SIZE: u64 = 1 << 20;
@@ -55,6 +58,9 @@ impl Offsets {
         check("interpreter_state.next", i.next, 8, i.size)?;
         check("interpreter_state.threads_head", i.threads_head, 8, i.size)?;
         check("interpreter_state.gc", i.gc, 8, i.size)?;
+        if let Some(d) = i.sysdict {
+            check("interpreter_state.sysdict", d, 8, i.size)?;
+        }
         if let Some(g) = i.code_object_generation {
             check("interpreter_state.code_object_generation", g, 8, i.size)?;
         }
@@ -62,7 +68,11 @@ impl Offsets {
         check("thread_state.next", t.next, 8, tmax)?;
         check("thread_state.current_frame", t.current_frame, 8, tmax)?;
         check("thread_state.thread_id", t.thread_id, 8, tmax)?;
-        check("thread_state.native_thread_id", t.native_thread_id, 8, tmax)?;
+        match t.native_thread_id {
+            NativeThreadId::Field(off) => check("thread_state.native_thread_id", off, 8, tmax)?,
+            // The C library's thread descriptor: its tid lies within a page of its start.
+            NativeThreadId::InPthread { offset } => check("pthread.tid", offset, 4, 4096)?,
+        }
         for (field, off) in [
             ("thread_state.base_frame", t.base_frame),
             ("thread_state.last_profiled_frame", t.last_profiled_frame),
@@ -79,7 +89,9 @@ impl Offsets {
         check("interpreter_frame.previous", f.previous, 8, fmax)?;
         check("interpreter_frame.executable", f.executable, 8, fmax)?;
         check("interpreter_frame.instr_ptr", f.instr_ptr, 8, fmax)?;
-        check("interpreter_frame.owner", f.owner, 1, fmax)?;
+        if let Some(off) = f.owner {
+            check("interpreter_frame.owner", off, 1, fmax)?;
+        }
         if let Some(off) = f.tlbc_index {
             check("interpreter_frame.tlbc_index", off, 4, fmax)?;
         }
@@ -88,12 +100,21 @@ impl Offsets {
         check("code_object.qualname", c.qualname, 8, cmax)?;
         check("code_object.linetable", c.linetable, 8, cmax)?;
         check("code_object.firstlineno", c.firstlineno, 4, cmax)?;
-        check(
-            "code_object.co_code_adaptive",
-            c.co_code_adaptive,
-            2,
-            cmax + 8,
-        )?;
+        match c.bytecode {
+            BytecodeLayout::Inline {
+                ob_size,
+                co_code_adaptive,
+            } => {
+                check(
+                    "code_object.co_code_adaptive",
+                    co_code_adaptive,
+                    2,
+                    cmax + 8,
+                )?;
+                check("code_object.ob_size", ob_size, 8, cmax)?;
+            }
+            BytecodeLayout::Object { co_code } => check("code_object.co_code", co_code, 8, cmax)?,
+        }
         check(
             "pyobject.ob_type",
             self.pyobject.ob_type,
@@ -111,7 +132,6 @@ impl Offsets {
         // fail here rather than overflow an addition later.
         check("thread_state.interp", t.interp, 8, tmax)?;
         check("code_object.name", c.name, 8, cmax)?;
-        check("code_object.ob_size", c.ob_size, 8, cmax)?;
         if let Some(off) = c.co_tlbc {
             check("code_object.co_tlbc", off, 8, cmax)?;
         }
@@ -125,8 +145,14 @@ impl Offsets {
             256,
         )?;
         check("bytes_object.ob_size", self.bytes_object.ob_size, 8, 256)?;
-        // `collecting` and `frame` are relative to the interpreter's `gc` member.
-        let gc_max = i.size.saturating_sub(i.gc);
+        // `collecting` and `frame` are relative to the `gc` member of the interpreter or runtime.
+        let gc_max = match self.gc.base {
+            GcBase::Interpreter => i.size.saturating_sub(i.gc),
+            GcBase::Runtime(at) => {
+                check("runtime_state.gc", at, 8, r.size)?;
+                r.size.saturating_sub(at)
+            }
+        };
         check("gc.collecting", self.gc.collecting, 4, gc_max)?;
         if let Some(off) = self.gc.frame {
             check("gc.frame", off, 8, gc_max)?;

@@ -434,7 +434,7 @@ impl BpfBackend {
         // One frame buffer for the whole drain: each record is decoded into the last one's.
         let mut spare_raw = Vec::new();
         let n = self.sampler.drain(|rec: SampleRecord<'_>| {
-            let record = DecodedRecord::decode(&rec, std::mem::take(&mut spare_raw));
+            let mut record = DecodedRecord::decode(&rec, std::mem::take(&mut spare_raw));
             if let RecordKind::Wake { tid, at_ns } = record.kind {
                 woke(out, record.pid, tid, at_ns);
                 spare_raw = record.raw;
@@ -446,6 +446,7 @@ impl BpfBackend {
                 spare_raw = record.raw;
                 return;
             };
+            record.adopt_layout(p.unwinder.offsets());
             if sampled.insert(pid) {
                 if let Err(e) = p.unwinder.begin_records(now) {
                     out.stats.refresh_failed += 1;

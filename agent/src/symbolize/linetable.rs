@@ -1,10 +1,14 @@
-//! Decoder for `co_linetable`, the location table of CPython 3.11+.
+//! Decoders for the line tables of code objects: `co_linetable` of 3.11+ (location entries),
+//! 3.10's `co_linetable` (line deltas) and `co_lnotab` of 3.6–3.9. Each becomes the same table of
+//! code-unit ranges.
 //!
-//! Format (CPython `InternalDocs/code_objects.md`, `Objects/locations.md`): a sequence of entries
+//! 3.11+ format (CPython `InternalDocs/code_objects.md`, `Objects/locations.md`): a sequence of entries
 //! tiling the bytecode; a header byte with bit 7 set, a 4-bit kind and a length of 1–8 code
 //! units, then kind-specific bytes. Kinds 0–9 (short) and 10–12 (one-line) carry line deltas of
 //! 0 and 0–2; 13 a signed varint delta without columns; 14 a signed delta plus three varints;
 //! 15 "no location".
+
+use crate::offsets::LineTableFormat;
 
 /// One decoded range: code units `[start, end)` run at `line` (None for "no location").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +69,87 @@ impl LineTable {
     /// Heap bytes of the decoded table.
     pub fn heap_bytes(&self) -> usize {
         self.ranges.capacity() * std::mem::size_of::<LineRange>()
+    }
+
+    /// Decodes `table`, in `format`, for a code object whose first line is `first_line`.
+    pub fn decode_as(format: LineTableFormat, table: &[u8], first_line: u32) -> LineTable {
+        match format {
+            LineTableFormat::Locations => LineTable::decode(table, first_line),
+            LineTableFormat::LineDeltas => LineTable::decode_line_deltas(table, first_line),
+            LineTableFormat::Lnotab => LineTable::decode_lnotab(table, first_line),
+        }
+    }
+
+    /// The table of byte ranges `bytes` (in order, neighbours on one line already merged):
+    /// the ranges in code units. Merging first matters: a jump of more than 255 bytes is split
+    /// into steps that end at odd offsets.
+    fn from_byte_ranges(bytes: Vec<(u32, u32, Option<u32>)>) -> LineTable {
+        let ranges = bytes
+            .into_iter()
+            .map(|(start, end, line)| LineRange {
+                start: start / 2,
+                end: end.div_ceil(2),
+                line,
+            })
+            .filter(|r| r.end > r.start)
+            .collect();
+        LineTable { ranges }
+    }
+
+    /// Appends the byte range `[start, end)` at `line` to `out`, merged into the last one when
+    /// they meet on the same line.
+    fn push_bytes(out: &mut Vec<(u32, u32, Option<u32>)>, start: u32, end: u32, line: Option<u32>) {
+        if end <= start {
+            return;
+        }
+        match out.last_mut() {
+            Some(last) if last.1 == start && last.2 == line => last.1 = end,
+            _ => out.push((start, end, line)),
+        }
+    }
+
+    /// 3.10's `co_linetable`: each pair of bytes is one range of the bytecode, `sdelta` bytes
+    /// long (unsigned), at the line moved by `ldelta` (signed), or at no line when `ldelta` is
+    /// -128. Offsets in the table are bytes; the ranges are code units.
+    pub fn decode_line_deltas(table: &[u8], first_line: u32) -> LineTable {
+        let mut t = Vec::new();
+        let mut line = i64::from(first_line);
+        let mut end: u32 = 0;
+        for pair in table.chunks_exact(2) {
+            let start = end;
+            end = end.saturating_add(u32::from(pair[0]));
+            let ldelta = pair[1] as i8;
+            let at = if ldelta == -128 {
+                None
+            } else {
+                line += i64::from(ldelta);
+                u32::try_from(line).ok()
+            };
+            LineTable::push_bytes(&mut t, start, end, at);
+        }
+        LineTable::from_byte_ranges(t)
+    }
+
+    /// 3.6–3.9's `co_lnotab`: pairs of (bytes advanced, unsigned; lines advanced, signed); the
+    /// line changes at each advanced offset and holds to the end of the bytecode, so the last
+    /// range is open (its end is the largest offset: the code object's own length bounds it).
+    pub fn decode_lnotab(table: &[u8], first_line: u32) -> LineTable {
+        let mut t = Vec::new();
+        let mut line = i64::from(first_line);
+        let mut addr: u32 = 0;
+        let mut start: u32 = 0;
+        for pair in table.chunks_exact(2) {
+            let advance = u32::from(pair[0]);
+            if advance > 0 {
+                let next = addr.saturating_add(advance);
+                LineTable::push_bytes(&mut t, start, next, u32::try_from(line).ok());
+                start = next;
+                addr = next;
+            }
+            line += i64::from(pair[1] as i8);
+        }
+        LineTable::push_bytes(&mut t, start, u32::MAX - 1, u32::try_from(line).ok());
+        LineTable::from_byte_ranges(t)
     }
 
     /// Decodes `table` for a code object whose first line is `first_line`. Decoding stops at
@@ -206,6 +291,51 @@ mod tests {
         assert_eq!(t.line_at(1), Some(209));
     }
 
+    /// `co_lnotab` of (3.8, `python3.8 -c 'import dis'`-style):
+    /// ```python
+    /// def f(x):          # line 1
+    ///     y = x + 1      # line 2 (bytes 0-7)
+    ///                    # line 3 blank
+    ///     return y       # line 4 (bytes 8-11)
+    /// ```
+    /// is `[0, 1, 8, 2]`: at byte 0 one line on, at byte 8 two more.
+    #[test]
+    fn decodes_lnotab() {
+        let t = LineTable::decode_lnotab(&[0, 1, 8, 2], 1);
+        let lines: Vec<_> = (0..6).map(|a| t.line_at(a)).collect();
+        assert_eq!(
+            lines,
+            [Some(2), Some(2), Some(2), Some(2), Some(4), Some(4)]
+        );
+        // A line going back (3.6+ allows negative deltas) and a jump of more than 255 bytes.
+        let t = LineTable::decode_lnotab(&[255, 0, 1, 5, 4, 0xfe], 10);
+        assert_eq!(t.line_at(0), Some(10));
+        assert_eq!(t.line_at(128), Some(15));
+        assert_eq!(t.line_at(130), Some(13));
+    }
+
+    /// 3.10's `co_linetable`: ranges of `sdelta` bytes at the line moved by `ldelta`.
+    #[test]
+    fn decodes_line_deltas() {
+        // bytes 0-1 at line 1 (+0 → 1), 2-9 at line 2, 10-11 no line, 12-15 at line 3.
+        let t = LineTable::decode_line_deltas(&[2, 0, 8, 1, 2, 0x80, 4, 1], 1);
+        let lines: Vec<_> = (0..9).map(|a| t.line_at(a)).collect();
+        assert_eq!(
+            lines,
+            [
+                Some(1),
+                Some(2),
+                Some(2),
+                Some(2),
+                Some(2),
+                None,
+                Some(3),
+                Some(3),
+                None
+            ]
+        );
+    }
+
     #[test]
     fn garbage_does_not_panic() {
         for seed in 0..200u32 {
@@ -216,5 +346,10 @@ mod tests {
             let _ = t.line_at(seed);
         }
         assert_eq!(LineTable::decode(&[], 5).line_at(0), None);
+        for seed in 0..50u32 {
+            let bytes: Vec<u8> = (0..64).map(|i| (seed * 31 + i * 7) as u8).collect();
+            let _ = LineTable::decode_lnotab(&bytes, 1).line_at(seed);
+            let _ = LineTable::decode_line_deltas(&bytes, 1).line_at(seed);
+        }
     }
 }

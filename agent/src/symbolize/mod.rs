@@ -22,10 +22,10 @@ use std::sync::Arc;
 pub use bytecode::bytecode_base;
 pub use frame::{task_code_name, CodeName, Frame, FrameKind};
 pub use linetable::{LineRange, LineTable};
-pub use strings::{read_bytes, read_str, ObjectError};
+pub use strings::{read_bytes, read_bytes_len, read_str, ObjectError};
 
 use crate::memory::{ProcessMemory, StructBytes};
-use crate::offsets::Offsets;
+use crate::offsets::{BytecodeLayout, Offsets};
 
 /// What we keep of one code object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,6 +133,24 @@ impl Symbolizer {
         self.cache.is_empty()
     }
 
+    /// The header word that says how long the bytecode is: its length (3.11+) or the bytes
+    /// object holding it (3.6–3.10).
+    fn length_word(&self, header: &[u8]) -> u64 {
+        match self.offsets.code_object.bytecode {
+            BytecodeLayout::Inline { ob_size, .. } => header.u64_at(ob_size),
+            BytecodeLayout::Object { co_code } => header.u64_at(co_code),
+        }
+    }
+
+    /// The bytecode's length in code units.
+    fn len_units(&self, mem: &mut impl ProcessMemory, header: &[u8]) -> Result<u64, ObjectError> {
+        let word = self.length_word(header);
+        Ok(match self.offsets.code_object.bytecode {
+            BytecodeLayout::Inline { .. } => word,
+            BytecodeLayout::Object { .. } => read_bytes_len(mem, &self.offsets, word)? / 2,
+        })
+    }
+
     fn fingerprint(&self, header: &[u8]) -> Fingerprint {
         let c = &self.offsets.code_object;
         [
@@ -140,7 +158,7 @@ impl Symbolizer {
             header.u64_at(c.filename),
             header.u64_at(c.qualname),
             header.u64_at(c.linetable),
-            header.u32_at(c.firstlineno) as u64 | header.u64_at(c.ob_size) << 32,
+            header.u32_at(c.firstlineno) as u64 | self.length_word(header) << 32,
         ]
     }
 
@@ -187,6 +205,7 @@ impl Symbolizer {
         let o = &self.offsets;
         let first_line = header.u32_at(c.firstlineno);
         let table = read_bytes(mem, o, header.u64_at(c.linetable))?;
+        let len_units = self.len_units(mem, header)?;
         let info = Arc::new(CodeInfo {
             name: Arc::new(CodeName::from_parts(
                 read_str(mem, o, header.u64_at(c.qualname))?.into(),
@@ -194,14 +213,18 @@ impl Symbolizer {
                 first_line,
                 None,
             )),
-            len_units: header.u64_at(c.ob_size),
-            lines: LineTable::decode(&table, first_line),
+            len_units,
+            lines: LineTable::decode_as(o.frame.line_table, &table, first_line),
         });
         if self.cache.len() >= self.max_entries {
             self.clear();
         }
-        let bytecode = addr + self.offsets.code_object.co_code_adaptive;
-        self.by_bytecode.insert(bytecode, addr);
+        if let BytecodeLayout::Inline {
+            co_code_adaptive, ..
+        } = self.offsets.code_object.bytecode
+        {
+            self.by_bytecode.insert(addr + co_code_adaptive, addr);
+        }
         self.bytes += code_entry_bytes(&info);
         let replaced = self.cache.insert(
             addr,
@@ -243,8 +266,9 @@ impl Symbolizer {
 
     /// The frame for `info` executing at `ip`, with the bytecode starting at `bytecode_base`.
     pub fn frame(&self, info: &CodeInfo, ip: u64, bytecode_base: u64) -> Frame {
-        let line = if ip < bytecode_base {
-            // ≤3.12 `prev_instr` of a frame that has not started is `base - 1`.
+        // Signed: before 3.13 a frame that has not started points one before its bytecode
+        // (`prev_instr`, 3.11/3.12) or holds `f_lasti` -1 (3.6–3.10, where the base is 0).
+        let line = if (ip.wrapping_sub(bytecode_base) as i64) < 0 {
             self.offsets
                 .frame
                 .ip_is_prev_instr

@@ -75,12 +75,21 @@ pub fn read_bytes(
     o: &Offsets,
     addr: u64,
 ) -> Result<Vec<u8>, ObjectError> {
-    let b = &o.bytes_object;
-    let len = mem.read_u64(field_addr(addr, b.ob_size)?)?;
+    let len = read_bytes_len(mem, o, addr)?;
+    Ok(mem.read_vec(field_addr(addr, o.bytes_object.ob_sval)?, len as usize)?)
+}
+
+/// The length of the `bytes` object at `addr`, without its contents.
+pub fn read_bytes_len(
+    mem: &mut impl ProcessMemory,
+    o: &Offsets,
+    addr: u64,
+) -> Result<u64, ObjectError> {
+    let len = mem.read_u64(field_addr(addr, o.bytes_object.ob_size)?)?;
     if len > MAX_BYTES_LEN {
         return Err(ObjectError::Malformed { addr });
     }
-    Ok(mem.read_vec(field_addr(addr, b.ob_sval)?, len as usize)?)
+    Ok(len)
 }
 
 /// Address of the field at `offset` in the object at `addr`. The address comes from the target,

@@ -7,6 +7,7 @@
 use common::SampleRecord;
 
 use super::{ExternalWalk, GilState, HolderRead, RawFrame, TraceContext};
+use crate::offsets::Offsets;
 
 /// What one record says happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +56,19 @@ pub struct DecodedRecord {
 }
 
 impl DecodedRecord {
+    /// Reads the frames' fields as the process's layout `o` means them: the program records
+    /// the raw instruction field and a byte at the owner offset, which a layout without owners
+    /// (3.6–3.10) does not have.
+    pub fn adopt_layout(&mut self, o: &Offsets) {
+        let has_owner = o.interpreter_frame.owner.is_some();
+        for f in &mut self.raw {
+            f.ip = o.frame.instruction(f.ip);
+            if !has_owner {
+                f.owner = 0;
+            }
+        }
+    }
+
     /// Decodes `rec` into `raw`'s allocation (its frames are dropped): a drain hands each
     /// record's frames back for the next one, instead of an allocation per record. Each frame's
     /// `previous` is the next recorded frame; past the last one it is known to be NULL only when

@@ -173,7 +173,8 @@ impl Unwinder {
         self.names.python_reads()
     }
 
-    fn offsets(&self) -> &Offsets {
+    /// The layout of the process's CPython build.
+    pub fn offsets(&self) -> &Offsets {
         &self.target.offsets
     }
 

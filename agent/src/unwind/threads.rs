@@ -1,7 +1,7 @@
 //! Enumerates interpreters and their thread states.
 
 use crate::memory::{MemoryError, ProcessMemory, StructBytes};
-use crate::offsets::{GilLocation, Offsets};
+use crate::offsets::{GcBase, GilLocation, NativeThreadId, Offsets};
 
 /// Most interpreters and threads we follow: bounds the list walks against cycles and garbage.
 pub const MAX_INTERPRETERS: usize = 256;
@@ -68,9 +68,13 @@ pub fn read_interpreter(
         Some(off) => Some(mem.read_u64(addr.wrapping_add(off))?),
         None => None,
     };
-    let gc_collecting = mem.read_u32(addr.wrapping_add(i.gc + o.gc.collecting))? != 0;
+    let gc_state = match o.gc.base {
+        GcBase::Interpreter => addr.wrapping_add(i.gc),
+        GcBase::Runtime(at) => runtime.wrapping_add(at),
+    };
+    let gc_collecting = mem.read_u32(gc_state.wrapping_add(o.gc.collecting))? != 0;
     let gc_frame = match o.gc.frame {
-        Some(off) => Some(mem.read_u64(addr.wrapping_add(i.gc + off))?).filter(|&f| f != 0),
+        Some(off) => Some(mem.read_u64(gc_state.wrapping_add(off))?).filter(|&f| f != 0),
         None => None,
     };
     let gil_holder = match o.gil {
@@ -127,6 +131,20 @@ fn read_gil_holder(
     Ok(locked.then_some(holder).filter(|&h| h != 0))
 }
 
+/// The tid the C library keeps at `offset` of the thread descriptor `pthread` (3.6–3.10, whose
+/// thread states hold only the `pthread_t`): 0 for a thread state with no thread yet, or
+/// before the offset is known.
+pub fn pthread_tid(
+    mem: &mut impl ProcessMemory,
+    pthread: u64,
+    offset: u64,
+) -> Result<u32, MemoryError> {
+    if pthread == 0 || offset == 0 {
+        return Ok(0);
+    }
+    mem.read_u32(pthread.wrapping_add(offset))
+}
+
 /// Reads the thread state at `addr`.
 pub fn read_thread(
     mem: &mut impl ProcessMemory,
@@ -160,11 +178,16 @@ pub fn read_thread(
         GilLocation::Disabled { thread_state } => Some(buf.u32_at(thread_state) == ATTACHED),
         _ => None,
     };
+    let pthread_id = buf.u64_at(t.thread_id);
+    let native_thread_id = match t.native_thread_id {
+        NativeThreadId::Field(off) => buf.u64_at(off) as u32,
+        NativeThreadId::InPthread { offset } => pthread_tid(mem, pthread_id, offset)?,
+    };
     Ok(ThreadInfo {
         addr,
         attached,
-        native_thread_id: buf.u64_at(t.native_thread_id) as u32,
-        pthread_id: buf.u64_at(t.thread_id),
+        native_thread_id,
+        pthread_id,
         top_frame,
         anchor,
         base_frame: t.base_frame.map(|off| buf.u64_at(off)),

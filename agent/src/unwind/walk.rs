@@ -10,11 +10,12 @@ pub struct RawFrame {
     pub addr: u64,
     /// `f_executable` / `f_code`, tag bits cleared
     pub code: u64,
-    /// `instr_ptr` / `prev_instr`
+    /// `instr_ptr` / `prev_instr`, or 3.6–3.10's `f_lasti` as a byte offset
+    /// ([`crate::offsets::FrameModel::instruction`])
     pub ip: u64,
     /// `previous`
     pub previous: u64,
-    /// `owner`
+    /// `owner` (0 where frames have none)
     pub owner: u8,
     /// 3.11 `is_entry`
     pub is_entry: bool,
@@ -76,9 +77,11 @@ impl CycleCheck {
 }
 
 /// Whether `f` is the first frame of a C-level evaluation, where every thread's chain ends:
-/// 3.11 flags it (`is_entry`), 3.12+ push an entry frame owned by the C stack.
+/// 3.11 flags it (`is_entry`), 3.12+ push an entry frame owned by the C stack. Before 3.11 no
+/// frame is marked, and a heap frame's `f_back` is set before the frame runs: the chain's last
+/// frame is the thread's first.
 pub fn starts_evaluation(o: &Offsets, f: &RawFrame) -> bool {
-    f.is_entry || o.frame.entry_owner == Some(f.owner)
+    f.is_entry || o.frame.entry_owner == Some(f.owner) || (o.frame.heap_frames && f.previous == 0)
 }
 
 /// Reads one frame at `addr`.
@@ -99,9 +102,9 @@ pub fn parse_frame(o: &Offsets, addr: u64, buf: &[u8]) -> RawFrame {
     RawFrame {
         addr,
         code: buf.u64_at(f.executable) & !o.frame.executable_tag_mask,
-        ip: buf.u64_at(f.instr_ptr),
+        ip: o.frame.instruction(buf.u64_at(f.instr_ptr)),
         previous: buf.u64_at(f.previous),
-        owner: buf.u8_at(f.owner),
+        owner: f.owner.map_or(0, |off| buf.u8_at(off)),
         is_entry: o.frame.is_entry.is_some_and(|off| buf.u8_at(off) != 0),
         tlbc_index: f.tlbc_index.map(|off| buf.u32_at(off)).unwrap_or(0),
     }

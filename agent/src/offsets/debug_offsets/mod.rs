@@ -12,11 +12,11 @@ use std::collections::HashMap;
 
 use self::slots::slots_for;
 use super::{
-    BytesObjectOffsets, CodeObjectOffsets, CoroutineOffsets, DictObjectOffsets, FrameModel,
-    GcOffsets, GilLocation, InterpreterFrameOffsets, InterpreterStateOffsets, LongFormat,
-    LongObjectOffsets, ManagedDict, Offsets, OffsetsError, PyObjectOffsets, PythonVersion,
-    RuntimeStateOffsets, ThreadNameOffsets, ThreadStateOffsets, UnicodeObjectOffsets,
-    UnicodeStateBits, DICT_KEYS,
+    BytecodeLayout, BytesObjectOffsets, CodeObjectOffsets, CoroutineOffsets, DictObjectOffsets,
+    FrameModel, GcBase, GcOffsets, GilLocation, InstrPointer, InterpreterFrameOffsets,
+    InterpreterStateOffsets, LineTableFormat, LongFormat, LongObjectOffsets, ManagedDict,
+    NativeThreadId, Offsets, OffsetsError, PyObjectOffsets, PythonVersion, RuntimeStateOffsets,
+    ThreadNameOffsets, ThreadStateOffsets, UnicodeObjectOffsets, UnicodeStateBits, DICT_KEYS,
 };
 
 /// The 8 bytes that open `_Py_DebugOffsets`.
@@ -137,6 +137,7 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
             threads_head: get("interpreter_state.threads_head"),
             gc: get("interpreter_state.gc"),
             code_object_generation: opt("interpreter_state.code_object_generation"),
+            sysdict: None,
         },
         thread_state: ThreadStateOffsets {
             size: get("thread_state.size"),
@@ -145,7 +146,7 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
             current_frame: get("thread_state.current_frame"),
             cframe_current_frame: None,
             thread_id: get("thread_state.thread_id"),
-            native_thread_id: get("thread_state.native_thread_id"),
+            native_thread_id: NativeThreadId::Field(get("thread_state.native_thread_id")),
             base_frame: opt("thread_state.base_frame"),
             last_profiled_frame: opt("thread_state.last_profiled_frame"),
             last_profiled_frame_seq: opt("thread_state.last_profiled_frame_seq"),
@@ -155,18 +156,20 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
             previous: get("interpreter_frame.previous"),
             executable: get("interpreter_frame.executable"),
             instr_ptr: get("interpreter_frame.instr_ptr"),
-            owner: get("interpreter_frame.owner"),
+            owner: Some(get("interpreter_frame.owner")),
             tlbc_index: nonzero("interpreter_frame.tlbc_index"),
         },
         code_object: CodeObjectOffsets {
             size: get("code_object.size"),
-            ob_size: pyobject.size,
+            bytecode: BytecodeLayout::Inline {
+                ob_size: pyobject.size,
+                co_code_adaptive: get("code_object.co_code_adaptive"),
+            },
             filename: get("code_object.filename"),
             name: get("code_object.name"),
             qualname: get("code_object.qualname"),
             linetable: get("code_object.linetable"),
             firstlineno: get("code_object.firstlineno"),
-            co_code_adaptive: get("code_object.co_code_adaptive"),
             co_tlbc: nonzero("code_object.co_tlbc"),
         },
         pyobject,
@@ -182,11 +185,15 @@ pub fn parse_debug_offsets(table: &[u8]) -> Result<Offsets, OffsetsError> {
             state_bits,
         },
         gc: GcOffsets {
+            base: GcBase::Interpreter,
             collecting: get("gc.collecting"),
             frame: opt("gc.frame"),
         },
         gil,
         frame: FrameModel {
+            heap_frames: false,
+            ip: InstrPointer::Address,
+            line_table: LineTableFormat::Locations,
             ip_is_prev_instr: false,
             // 3.14+ stores `f_executable` as a `_PyStackRef` with two tag bits (3.14t uses
             // only bit 0, and clearing both is still right: code objects are 8-aligned).

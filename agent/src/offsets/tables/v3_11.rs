@@ -21,6 +21,7 @@ pub(super) const OFFSETS: Offsets = Offsets {
         threads_head: 16,
         gc: 648,
         code_object_generation: None,
+        sysdict: None,
     },
     thread_state: ThreadStateOffsets {
         size: 360,
@@ -29,7 +30,7 @@ pub(super) const OFFSETS: Offsets = Offsets {
         current_frame: 56, // `cframe` pointer
         cframe_current_frame: Some(8),
         thread_id: 152,
-        native_thread_id: 160,
+        native_thread_id: NativeThreadId::Field(160),
         base_frame: None,
         last_profiled_frame: None,
         last_profiled_frame_seq: None,
@@ -39,18 +40,20 @@ pub(super) const OFFSETS: Offsets = Offsets {
         previous: 48,
         executable: 32, // `f_code`
         instr_ptr: 56,  // `prev_instr`
-        owner: 69,
+        owner: Some(69),
         tlbc_index: None,
     },
     code_object: CodeObjectOffsets {
+        bytecode: BytecodeLayout::Inline {
+            ob_size: 16,
+            co_code_adaptive: 184,
+        },
         size: 192,
-        ob_size: 16,
         filename: 112,
         name: 120,
         qualname: 128,
         linetable: 136,
         firstlineno: 72,
-        co_code_adaptive: 184,
         co_tlbc: None,
     },
     pyobject: PyObjectOffsets {
@@ -74,6 +77,7 @@ pub(super) const OFFSETS: Offsets = Offsets {
         },
     },
     gc: GcOffsets {
+        base: GcBase::Interpreter,
         collecting: 200,
         frame: None,
     }, // interp +848 = gc (648) + 200
@@ -83,6 +87,9 @@ pub(super) const OFFSETS: Offsets = Offsets {
         holder: 368,
     },
     frame: FrameModel {
+        heap_frames: false,
+        ip: InstrPointer::Address,
+        line_table: LineTableFormat::Locations,
         ip_is_prev_instr: true,
         executable_tag_mask: 0,
         entry_owner: None,

@@ -21,6 +21,7 @@ pub(super) const OFFSETS: Offsets = Offsets {
         threads_head: 72,
         gc: 112,
         code_object_generation: None,
+        sysdict: None,
     },
     thread_state: ThreadStateOffsets {
         size: 288,
@@ -29,7 +30,7 @@ pub(super) const OFFSETS: Offsets = Offsets {
         current_frame: 56, // `cframe` pointer
         cframe_current_frame: Some(0),
         thread_id: 136,
-        native_thread_id: 144,
+        native_thread_id: NativeThreadId::Field(144),
         base_frame: None,
         last_profiled_frame: None,
         last_profiled_frame_seq: None,
@@ -39,18 +40,20 @@ pub(super) const OFFSETS: Offsets = Offsets {
         previous: 8,
         executable: 0, // `f_code`
         instr_ptr: 56, // `prev_instr`
-        owner: 70,
+        owner: Some(70),
         tlbc_index: None,
     },
     code_object: CodeObjectOffsets {
+        bytecode: BytecodeLayout::Inline {
+            ob_size: 16,
+            co_code_adaptive: 192,
+        },
         size: 200,
-        ob_size: 16,
         filename: 112,
         name: 120,
         qualname: 128,
         linetable: 136,
         firstlineno: 68,
-        co_code_adaptive: 192,
         co_tlbc: None,
     },
     pyobject: PyObjectOffsets {
@@ -73,6 +76,7 @@ pub(super) const OFFSETS: Offsets = Offsets {
         },
     },
     gc: GcOffsets {
+        base: GcBase::Interpreter,
         collecting: 200,
         frame: None,
     }, // interp +312 = gc (112) + 200
@@ -82,6 +86,9 @@ pub(super) const OFFSETS: Offsets = Offsets {
         holder: 1048,
     },
     frame: FrameModel {
+        heap_frames: false,
+        ip: InstrPointer::Address,
+        line_table: LineTableFormat::Locations,
         ip_is_prev_instr: true,
         executable_tag_mask: 0,
         entry_owner: Some(3),

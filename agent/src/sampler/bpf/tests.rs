@@ -143,7 +143,7 @@ fn offsets_315() -> Offsets {
     o.interpreter_frame.executable = 0;
     o.interpreter_frame.previous = 8;
     o.interpreter_frame.instr_ptr = 56;
-    o.interpreter_frame.owner = 74;
+    o.interpreter_frame.owner = Some(74);
     o.frame.executable_tag_mask = 3;
     o
 }

@@ -8,7 +8,7 @@ use common::{
 };
 
 use crate::discovery::thread_context::ThreadContextLayout;
-use crate::offsets::{GilBase, GilLocation, Offsets};
+use crate::offsets::{GilBase, GilLocation, NativeThreadId, Offsets};
 
 /// Where the program looks for an unregistered thread of a process with layout `offsets`: the
 /// thread list of the interpreter at `interpreter_addr`, matched by `native_thread_id` in the
@@ -19,12 +19,19 @@ pub fn pa_thread_list_for(
     pidns: (u64, u64),
 ) -> PaThreadList {
     let off = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    let t = &offsets.thread_state;
+    let (native, pthread_tid) = match t.native_thread_id {
+        NativeThreadId::Field(at) => (off(at), 0),
+        NativeThreadId::InPthread { offset } => (off(t.thread_id), off(offset)),
+    };
     PaThreadList {
         threads_head_addr: interpreter_addr.saturating_add(offsets.interpreter_state.threads_head),
         pidns_dev: pidns.0,
         pidns_ino: pidns.1,
         thread_state_next: off(offsets.thread_state.next),
-        thread_state_native_thread_id: off(offsets.thread_state.native_thread_id),
+        thread_state_native_thread_id: native,
+        pthread_tid,
+        _pad: 0,
     }
 }
 
@@ -50,9 +57,14 @@ pub fn pa_proc_for(offsets: &Offsets, use_anchor: bool) -> PaProc {
         interpreter_frame_previous: off(f.previous),
         interpreter_frame_executable: off(f.executable),
         interpreter_frame_instr_ptr: off(f.instr_ptr),
-        interpreter_frame_owner: off(f.owner),
+        // A frame without an owner (3.6–3.10) has its first byte read instead: userspace
+        // ignores the value ([`crate::unwind::DecodedRecord::adopt_layout`]).
+        interpreter_frame_owner: off(f.owner.unwrap_or(0)),
         ..PaProc::default()
     };
+    if offsets.frame.heap_frames {
+        p.flags |= common::PROC_FRAME_OBJECTS;
+    }
     if let Some(c) = t.cframe_current_frame {
         p.flags |= PROC_CFRAME;
         p.cframe_current_frame = off(c);
@@ -69,7 +81,11 @@ pub fn pa_proc_for(offsets: &Offsets, use_anchor: bool) -> PaProc {
         p.thread_state_last_profiled_frame_seq = off(seq);
     }
     // 3.11 keeps `is_entry` right before the owner byte, where the program reads it.
-    if offsets.frame.is_entry.is_some_and(|e| e + 1 == f.owner) {
+    if offsets
+        .frame
+        .is_entry
+        .is_some_and(|e| Some(e + 1) == f.owner)
+    {
         p.flags |= common::PROC_IS_ENTRY;
     }
     p

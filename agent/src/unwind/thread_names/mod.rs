@@ -27,7 +27,7 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use super::threads::{MAX_INTERPRETERS, MAX_THREADS};
 use crate::discovery::{task_ids, thread_name, PythonTarget};
 use crate::memory::{MemoryError, PageCache, ProcessMemory, RemoteMemory, StructBytes};
-use crate::offsets::{Offsets, ThreadNameOffsets};
+use crate::offsets::{NativeThreadId, Offsets, ThreadNameOffsets};
 use crate::symbolize::ObjectError;
 use objects::{KeyHints, Reader};
 
@@ -231,11 +231,22 @@ fn thread_idents(
     let mut visited = HashSet::new();
     let mut tstate = r.u64_at(interp, o.interpreter_state.threads_head)?;
     let mut buf = [0u8; 512];
-    let len = (t.next.max(t.thread_id).max(t.native_thread_id) + 8).min(512) as usize;
+    let native = match t.native_thread_id {
+        NativeThreadId::Field(off) => off,
+        NativeThreadId::InPthread { .. } => 0,
+    };
+    let len = (t.next.max(t.thread_id).max(native) + 8).min(512) as usize;
     while tstate != 0 && visited.len() < MAX_THREADS && visited.insert(tstate) {
         let buf = &mut buf[..len];
         r.read(tstate, buf)?;
-        let tid = buf.u64_at(t.native_thread_id) as u32;
+        let tid = match t.native_thread_id {
+            NativeThreadId::Field(off) => buf.u64_at(off) as u32,
+            NativeThreadId::InPthread { offset: 0 } => 0,
+            NativeThreadId::InPthread { offset } => match buf.u64_at(t.thread_id) {
+                0 => 0,
+                pthread => r.u64_at(pthread, offset)? as u32,
+            },
+        };
         if tid != 0 {
             out.insert(buf.u64_at(t.thread_id), tid);
         }

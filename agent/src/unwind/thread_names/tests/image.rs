@@ -222,7 +222,11 @@ impl Image {
             let t = self.alloc(512);
             self.put_u64(t + o.thread_state.next, next);
             self.put_u64(t + o.thread_state.thread_id, pthread);
-            self.put_u64(t + o.thread_state.native_thread_id, u64::from(tid));
+            let crate::offsets::NativeThreadId::Field(native) = o.thread_state.native_thread_id
+            else {
+                panic!("the images are of layouts with a native_thread_id field");
+            };
+            self.put_u64(t + native, u64::from(tid));
             next = t;
         }
         self.put_u64(interp + o.interpreter_state.threads_head, next);
