@@ -136,16 +136,11 @@ impl LineTable {
     pub fn decode_lnotab(table: &[u8], first_line: u32) -> LineTable {
         let mut t = Vec::new();
         let mut line = i64::from(first_line);
-        let mut addr: u32 = 0;
         let mut start: u32 = 0;
         for pair in table.chunks_exact(2) {
-            let advance = u32::from(pair[0]);
-            if advance > 0 {
-                let next = addr.saturating_add(advance);
-                LineTable::push_bytes(&mut t, start, next, u32::try_from(line).ok());
-                start = next;
-                addr = next;
-            }
+            let next = start.saturating_add(u32::from(pair[0]));
+            LineTable::push_bytes(&mut t, start, next, u32::try_from(line).ok());
+            start = next;
             line += i64::from(pair[1] as i8);
         }
         LineTable::push_bytes(&mut t, start, u32::MAX - 1, u32::try_from(line).ok());

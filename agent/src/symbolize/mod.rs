@@ -22,7 +22,7 @@ use std::sync::Arc;
 pub use bytecode::bytecode_base;
 pub use frame::{task_code_name, CodeName, Frame, FrameKind};
 pub use linetable::{LineRange, LineTable};
-pub use strings::{read_bytes, read_bytes_len, read_str, ObjectError};
+pub use strings::{read_bytes, read_str, ObjectError};
 
 use crate::memory::{ProcessMemory, StructBytes};
 use crate::offsets::{BytecodeLayout, Offsets};
@@ -147,7 +147,7 @@ impl Symbolizer {
         let word = self.length_word(header);
         Ok(match self.offsets.code_object.bytecode {
             BytecodeLayout::Inline { .. } => word,
-            BytecodeLayout::Object { .. } => read_bytes_len(mem, &self.offsets, word)? / 2,
+            BytecodeLayout::Object { .. } => strings::read_bytes_len(mem, &self.offsets, word)? / 2,
         })
     }
 

@@ -7,7 +7,7 @@
 use common::SampleRecord;
 
 use super::{ExternalWalk, GilState, HolderRead, RawFrame, TraceContext};
-use crate::offsets::Offsets;
+use crate::offsets::{InstrPointer, Offsets};
 
 /// What one record says happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +61,9 @@ impl DecodedRecord {
     /// (3.6–3.10) does not have.
     pub fn adopt_layout(&mut self, o: &Offsets) {
         let has_owner = o.interpreter_frame.owner.is_some();
+        if has_owner && o.frame.ip == InstrPointer::Address {
+            return; // 3.11+: the fields are what the program recorded
+        }
         for f in &mut self.raw {
             f.ip = o.frame.instruction(f.ip);
             if !has_owner {
