@@ -333,6 +333,19 @@ impl Unwinder {
             self.stats.torn += 1;
             return Err(ExternalSkip::Incomplete);
         }
+        // Before 3.15 no base frame is recorded, but every thread's chain ends at the frame
+        // that started its first evaluation. A chain that ends at any other frame was read as
+        // one frame left it: a generator yielding clears its frame's `previous`, and a record
+        // taken then names the generator alone, under none of its callers.
+        if walk.complete
+            && !has_base
+            && !raw
+                .last()
+                .is_some_and(|f| super::walk::starts_evaluation(&self.target.offsets, f))
+        {
+            self.stats.torn += 1;
+            return Err(ExternalSkip::Incomplete);
+        }
         // Task attribution reads memory for each record: no shortcut for it.
         let reusable = !walk.anchor_hit && !self.options.async_tasks;
         if reusable {
