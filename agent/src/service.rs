@@ -425,6 +425,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
         .collect();
     metrics.set_process_states(&states);
     metrics.set_not_profiled(&p.not_profiled(NOT_PROFILED_SHOWN));
+    metrics.set_unsupported(&p.unsupported_counts());
     let HostStats {
         torn,
         anchor_miss,

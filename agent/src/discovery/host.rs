@@ -16,8 +16,8 @@ use crate::offsets::OffsetsError;
 pub enum ProcessState {
     /// Not a CPython process.
     NotPython,
-    /// CPython, but a version or build we cannot read (with the reason).
-    Unsupported(String),
+    /// CPython, but a version or build we cannot read (why, and the one-line refusal).
+    Unsupported(UnsupportedReason, String),
     /// Located and validated: being profiled.
     Ready,
     /// Looked like CPython but could not be read (with the reason).
@@ -27,6 +27,30 @@ pub enum ProcessState {
     /// Could not be inspected for lack of permission (with the reason): never `NotPython`,
     /// since nothing says it is not.
     Denied(String),
+}
+
+/// Why a CPython process is [`ProcessState::Unsupported`]: the service counts them by it
+/// (`pyagent_processes_unsupported{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnsupportedReason {
+    /// A release pyagent has no layout for (2.7, 3.5, one newer than it knows).
+    Version,
+    /// An alpha, beta or candidate: layouts are not frozen before the final release.
+    PreRelease,
+}
+
+impl UnsupportedReason {
+    /// Every reason, in the order they are exported.
+    pub const ALL: [UnsupportedReason; 2] =
+        [UnsupportedReason::Version, UnsupportedReason::PreRelease];
+
+    /// The `reason` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            UnsupportedReason::Version => "unsupported_version",
+            UnsupportedReason::PreRelease => "pre_release",
+        }
+    }
 }
 
 /// A [`ProcessState`] without its reason: what processes are counted by
@@ -82,7 +106,7 @@ impl ProcessState {
     pub fn kind(&self) -> ProcessKind {
         match self {
             ProcessState::NotPython => ProcessKind::NotPython,
-            ProcessState::Unsupported(_) => ProcessKind::Unsupported,
+            ProcessState::Unsupported(..) => ProcessKind::Unsupported,
             ProcessState::Ready => ProcessKind::Ready,
             ProcessState::Failed(_) => ProcessKind::Failed,
             ProcessState::Pending => ProcessKind::Pending,
@@ -93,7 +117,7 @@ impl ProcessState {
     /// Why a process is not profiled, for the states that have a reason.
     pub fn reason(&self) -> Option<&str> {
         match self {
-            ProcessState::Unsupported(why)
+            ProcessState::Unsupported(_, why)
             | ProcessState::Failed(why)
             | ProcessState::Denied(why) => Some(why),
             _ => None,
@@ -252,9 +276,13 @@ fn classify(e: &DiscoveryError) -> Option<ProcessState> {
         DiscoveryError::NoSuchProcess { .. } | DiscoveryError::Exited { .. } => return None,
         DiscoveryError::NotPython { .. } => ProcessState::NotPython,
         DiscoveryError::Offsets {
-            layout: OffsetsError::Unsupported(_) | OffsetsError::PreRelease(_),
+            layout: OffsetsError::Unsupported(_) | OffsetsError::UnsupportedRelease(..),
             ..
-        } => ProcessState::Unsupported(e.to_string()),
+        } => ProcessState::Unsupported(UnsupportedReason::Version, e.to_string()),
+        DiscoveryError::Offsets {
+            layout: OffsetsError::PreRelease(_),
+            ..
+        } => ProcessState::Unsupported(UnsupportedReason::PreRelease, e.to_string()),
         DiscoveryError::NotInitialized { .. } => ProcessState::Pending,
         DiscoveryError::Denied { .. } => ProcessState::Denied(e.to_string()),
         _ => ProcessState::Failed(e.to_string()),
@@ -310,6 +338,21 @@ impl HostScanner {
         let mut v: Vec<_> = counts.into_iter().collect();
         v.sort();
         v
+    }
+
+    /// Number of known unsupported processes per reason.
+    pub fn unsupported_counts(&self) -> Vec<(UnsupportedReason, usize)> {
+        UnsupportedReason::ALL
+            .iter()
+            .map(|&reason| {
+                let n = self
+                    .known
+                    .values()
+                    .filter(|k| matches!(k.state, ProcessState::Unsupported(r, _) if r == reason))
+                    .count();
+                (reason, n)
+            })
+            .collect()
     }
 
     /// The `limit` processes seen last that are not profiled for a reason (unsupported,
@@ -519,7 +562,7 @@ impl HostScanner {
                 },
             };
             match &state {
-                ProcessState::Unsupported(why) => tracing::warn!(pid, "not profiling: {why}"),
+                ProcessState::Unsupported(_, why) => tracing::warn!(pid, "not profiling: {why}"),
                 ProcessState::Failed(why) => tracing::warn!(pid, "cannot profile: {why}"),
                 ProcessState::Denied(why) => tracing::debug!(pid, "cannot inspect: {why}"),
                 _ => {}

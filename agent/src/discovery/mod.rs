@@ -38,8 +38,9 @@ pub use procfs_util::{
 
 use crate::memory::{MemoryError, ProcessMemory, RemoteMemory};
 use crate::offsets::{
-    builtin_offsets, debug_offsets_len, parse_debug_offsets, Offsets, OffsetsError, PythonVersion,
-    DEBUG_OFFSETS_COOKIE, DEBUG_OFFSETS_PREFIX_LEN,
+    builtin_offsets, debug_offsets_len, named_release, parse_debug_offsets, LayoutSource,
+    NamedRelease, Offsets, OffsetsError, PythonVersion, DEBUG_OFFSETS_COOKIE,
+    DEBUG_OFFSETS_PREFIX_LEN,
 };
 
 /// Why a process is not a profilable CPython.
@@ -155,10 +156,15 @@ pub fn locate_runtime(pid: u32) -> Result<PythonTarget, DiscoveryError> {
     let mut mem = RemoteMemory::new(pid);
     let mut last_failure: Option<DiscoveryError> = None;
     let mut skipped = Vec::new();
+    // A release with no layout here (2.7, 3.5), known by its file's name.
+    let mut unsupported = None;
     for (path, entries) in procfs_util::candidate_objects(&maps, exe.as_deref()) {
         let facts = match elf::load_facts(pid, &path, &entries) {
             Ok(Some(f)) => f,
-            Ok(None) => continue,
+            Ok(None) => {
+                unsupported = unsupported.or_else(|| unsupported_release(&path));
+                continue;
+            }
             Err(e) => {
                 skipped.push(e.to_string());
                 continue;
@@ -199,6 +205,9 @@ pub fn locate_runtime(pid: u32) -> Result<PythonTarget, DiscoveryError> {
     if procfs_util::is_zombie(pid) {
         return Err(DiscoveryError::Exited { pid });
     }
+    if let Some(layout) = unsupported {
+        return Err(DiscoveryError::Offsets { pid, layout });
+    }
     let skipped = if skipped.is_empty() {
         String::new()
     } else {
@@ -209,6 +218,14 @@ pub fn locate_runtime(pid: u32) -> Result<PythonTarget, DiscoveryError> {
         comm: procfs_util::comm(pid).unwrap_or_default(),
         skipped,
     })
+}
+
+/// The refusal of the CPython release `path` is named after (`python2.7`,
+/// `libpython3.5m.so.1.0`), when pyagent has no layout for it.
+fn unsupported_release(path: &std::path::Path) -> Option<OffsetsError> {
+    let (major, minor) = older_versions::version_in_name(path)?;
+    (named_release(major, minor) == NamedRelease::Unsupported)
+        .then_some(OffsetsError::UnsupportedRelease(major, minor))
 }
 
 /// Reads the version and layout of one candidate and checks that it is the live runtime.
@@ -241,7 +258,7 @@ fn validate_candidate(
             .read_u64(bias.wrapping_add(v))
             .map_err(|e| mem_error(pid, e))?;
         let version = PythonVersion::from_hex(hex);
-        if version.minor_version() >= (3, 13) {
+        if LayoutSource::of(version) == LayoutSource::DebugOffsets {
             return Err(not_init(format!("{version} without its xdebugpy cookie")));
         }
         builtin_offsets(version).map_err(|layout| DiscoveryError::Offsets { pid, layout })?

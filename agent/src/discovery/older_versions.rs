@@ -15,11 +15,11 @@
 use std::path::Path;
 
 use crate::memory::{MemoryError, ProcessMemory};
-use crate::offsets::{builtin_offsets, NativeThreadId, Offsets, OffsetsError, PythonVersion};
+use crate::offsets::{
+    builtin_offsets, named_release, NamedRelease, NativeThreadId, Offsets, OffsetsError,
+    PythonVersion, UNLABELLED_MINORS,
+};
 use crate::symbolize::read_str;
-
-/// The minor versions with built-in tables and no `Py_Version`.
-const MINORS: [u8; 4] = [7, 8, 9, 10];
 
 /// Entries of a dict looked at, at most (`sys` has about 80).
 const MAX_DICT_ENTRIES: u64 = 4096;
@@ -64,16 +64,16 @@ pub(super) fn offsets_for(
     runtime: u64,
     tids: &[u32],
 ) -> Result<Offsets, OlderVersionError> {
-    let named = version_in_name(object);
-    let minors: Vec<u8> = match named {
-        Some((3, minor)) if MINORS.contains(&minor) => vec![minor],
-        Some(v) if v != (3, 11) && v != (3, 12) => {
-            return Err(OffsetsError::Unsupported(PythonVersion::new(v.0, v.1, 0)).into())
-        }
-        _ => MINORS.to_vec(),
-    };
+    let named =
+        version_in_name(object).map(|(major, minor)| (major, minor, named_release(major, minor)));
+    if let Some((major, minor, NamedRelease::Unsupported)) = named {
+        return Err(OffsetsError::UnsupportedRelease(major, minor).into());
+    }
+    let minors = named.map_or(&UNLABELLED_MINORS[..], |(_, _, release)| {
+        release.minors_to_try()
+    });
     let mut why = Vec::new();
-    for minor in minors {
+    for &minor in minors {
         let table = builtin_offsets(PythonVersion::new(3, minor, 0))?;
         let head = runtime.wrapping_add(table.runtime_state.interpreters_head);
         let interp = mem.read_u64(head)?;

@@ -34,7 +34,7 @@ pub use layout::{
     NativeThreadId, PyObjectOffsets, RuntimeStateOffsets, ThreadStateOffsets, UnicodeObjectOffsets,
     UnicodeStateBits,
 };
-pub use tables::builtin_offsets;
+pub use tables::{builtin_offsets, named_release, NamedRelease, UNLABELLED_MINORS};
 pub use thread_names::{
     DictKeysOffsets, DictObjectOffsets, LongFormat, LongObjectOffsets, ManagedDict,
     ThreadNameOffsets, DICT_KEYS, DICT_KEYS_GENERAL, DICT_KEYS_SPLIT, DICT_KEYS_UNICODE,
@@ -42,12 +42,40 @@ pub use thread_names::{
 };
 pub use version::PythonVersion;
 
+/// What the one-line refusal of another version says.
+pub const SUPPORTED_RANGE: &str = "pyagent reads CPython 3.7 to 3.15";
+
+/// Where the layout of a runtime comes from, by the version its `Py_Version` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutSource {
+    /// The built-in table of that version (3.11, 3.12).
+    BuiltIn,
+    /// `_Py_DebugOffsets` at the start of `_PyRuntime` (3.13+): a runtime without its cookie
+    /// is not initialised yet.
+    DebugOffsets,
+}
+
+impl LayoutSource {
+    /// The source of `version`'s layout.
+    pub fn of(version: PythonVersion) -> LayoutSource {
+        if version.minor_version() >= (3, 13) {
+            LayoutSource::DebugOffsets
+        } else {
+            LayoutSource::BuiltIn
+        }
+    }
+}
+
 /// Why a layout could not be produced or trusted.
 #[derive(Debug, thiserror::Error)]
 pub enum OffsetsError {
     /// The target runs a CPython minor version we have no layout for.
-    #[error("unsupported CPython version {0}")]
+    #[error("CPython {0} is not supported: {SUPPORTED_RANGE}")]
     Unsupported(PythonVersion),
+    /// The target's file names a CPython release we have no layout for (2.7, 3.5): known by
+    /// name only, which says no patch level.
+    #[error("CPython {0}.{1} is not supported: {SUPPORTED_RANGE}")]
+    UnsupportedRelease(u8, u8),
     /// Pre-release layouts change between alphas/betas; only exact known ones are accepted.
     #[error(
         "unsupported CPython pre-release {0}: layouts are not frozen before the final release"

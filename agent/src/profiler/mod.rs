@@ -25,7 +25,7 @@ pub use process::{process_roles, ProcessInfo};
 pub use waits::Stall;
 
 use crate::aggregate::ProfileWindow;
-use crate::discovery::host::{NotProfiled, ProcessKind, ProcessNotices};
+use crate::discovery::host::{NotProfiled, ProcessKind, ProcessNotices, UnsupportedReason};
 use crate::discovery::{HostScanner, PythonTarget};
 use crate::sampler::bpf::{BpfConfig, BpfError, BpfSampler, ProgramBuild};
 use crate::sampler::userspace::SamplerStats;
@@ -369,6 +369,11 @@ impl HostProfiler {
     /// The `limit` newest processes not profiled for a reason (see [`HostScanner::not_profiled`]).
     pub fn not_profiled(&self, limit: usize) -> Vec<NotProfiled> {
         self.scanner.not_profiled(limit)
+    }
+
+    /// Number of unsupported processes per reason (see [`HostScanner::unsupported_counts`]).
+    pub fn unsupported_counts(&self) -> Vec<(UnsupportedReason, usize)> {
+        self.scanner.unsupported_counts()
     }
 
     /// The processes that could not be inspected for lack of permission, in pid order.

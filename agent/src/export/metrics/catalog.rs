@@ -223,6 +223,12 @@ impl AgentMetrics {
                 "The newest processes (at most 20) that are not profiled, with why (always 1): state unsupported, failed or denied.",
                 &["pid", "state", "reason"],
             ),
+            unsupported: gauge_vec(
+                &registry,
+                "pyagent_processes_unsupported",
+                "CPython processes seen by discovery that pyagent does not read, by reason: unsupported_version (a release without a layout here, such as 2.7 or 3.5), pre_release (an alpha, beta or candidate).",
+                &["reason"],
+            ),
             budget: BudgetGauges {
                 rate: register(
                     &registry,

@@ -80,7 +80,7 @@ pub const DEFAULT_MAX_SERVICES: usize = 100;
 /// The `service` value that absorbs every service past the cap.
 pub const OTHER_SERVICE: &str = "other";
 
-pub use crate::discovery::host::{NotProfiled, ProcessKind as ProcessState};
+pub use crate::discovery::host::{NotProfiled, ProcessKind as ProcessState, UnsupportedReason};
 
 /// Processes named by `pyagent_process_not_profiled_info`: the newest ones not profiled for a
 /// reason, so that a host of thousands of short-lived failures stays a bounded set of series.
@@ -134,6 +134,7 @@ pub struct AgentMetrics {
     cgroup_limit: GaugeVec,
     python_info: IntGaugeVec,
     not_profiled: IntGaugeVec,
+    unsupported: IntGaugeVec,
     budget: BudgetGauges,
     sinks: Arc<SinkFamilies>,
 }
@@ -435,6 +436,20 @@ impl AgentMetrics {
             self.python_info
                 .with_label_values(&[service.as_str(), version])
                 .set(1);
+        }
+    }
+
+    /// Sets the number of unsupported processes for each reason; reasons left out are set to 0.
+    pub fn set_unsupported(&self, counts: &[(UnsupportedReason, usize)]) {
+        for reason in UnsupportedReason::ALL {
+            let n: usize = counts
+                .iter()
+                .filter(|(r, _)| *r == reason)
+                .map(|(_, n)| n)
+                .sum();
+            self.unsupported
+                .with_label_values(&[reason.label()])
+                .set(saturating_i64(n as u64));
         }
     }
 
