@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::aggregate::WaitReason;
 use crate::discovery::{locate_runtime, task_ids, DiscoveryError};
+use crate::offsets::Evaluations;
 use crate::sampler::blocking::{PausedThreads, SeizeStats};
 use crate::sampler::native_copy::copy_stopped_thread;
 use crate::sampler::off_cpu::{blocked_in, syscall_name, wait_reason};
@@ -208,6 +209,7 @@ pub fn snapshot(
             states,
             native: NativeUnwinder::new(pid, dirs.clone()),
             mix: NativeMixer::default(),
+            evaluations: unwinder.offsets().frame.evaluations(),
             copy: Vec::new(),
             _paused: paused,
         }
@@ -300,6 +302,8 @@ struct Stopped {
     states: HashMap<u32, (ThreadState, bool)>,
     native: NativeUnwinder,
     mix: NativeMixer,
+    /// how its stacks divide into evaluations
+    evaluations: Evaluations,
     copy: Vec<u8>,
     _paused: PausedThreads,
 }
@@ -314,7 +318,8 @@ impl Stopped {
         };
         let section = NativeSection::from_user_copy(regs.ip, regs.sp, regs.bp, &self.copy);
         let mismatched = self.mix.counts.mismatch;
-        self.mix.merge_into(&mut self.native, &section, sample);
+        self.mix
+            .merge_into(&mut self.native, &section, sample, self.evaluations);
         (self.mix.counts.mismatch != mismatched).then(|| {
             "no native stack: its eval-loop frames did not match its Python frames".to_string()
         })

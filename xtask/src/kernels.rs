@@ -44,8 +44,8 @@
 //! | column | the kernel lets pyagent |
 //! |---|---|
 //! | load | load the BPF sampler with every knob and attach it to the cpu-clock events (`bpf` test) |
-//! | cpu-clock | sample a known Python function from the cpu-clock event (py312, py315) |
-//! | off-cpu | time waits off CPU with their reason, from `tp_btf/sched_switch` (py312, py315) |
+//! | cpu-clock | sample a known Python function from the cpu-clock event (py37, py315) |
+//! | off-cpu | time waits off CPU with their reason, from `tp_btf/sched_switch` (py37, py315) |
 //! | native | copy user stacks and unwind native frames under the Python caller (py312, py315) |
 //! | frame cache 3.15 | stop 3.15 walks at the frame-cache anchor without ever mixing chains |
 //!

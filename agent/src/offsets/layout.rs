@@ -215,6 +215,17 @@ pub enum LineTableFormat {
     Lnotab,
 }
 
+/// How a stack's Python frames divide into the C-level evaluations that run them, each of which
+/// is one eval-loop frame of the native stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evaluations {
+    /// 3.11+: an evaluation runs frames until the next C boundary, which the resolver marks
+    /// with `<native>`.
+    AtMarkers,
+    /// 3.6–3.10: every Python frame is an evaluation of its own.
+    EachFrame,
+}
+
 /// How frames behave, as data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameModel {
@@ -239,6 +250,15 @@ pub struct FrameModel {
 }
 
 impl FrameModel {
+    /// How its stacks divide into C-level evaluations.
+    pub fn evaluations(&self) -> Evaluations {
+        if self.heap_frames {
+            Evaluations::EachFrame
+        } else {
+            Evaluations::AtMarkers
+        }
+    }
+
     /// The instruction a frame's raw instruction field `raw` (the 8 bytes at `instr_ptr`) names:
     /// a bytecode address (3.11+), or a byte offset into the bytecode (3.6–3.10), wrapping below
     /// zero for a frame that has not started.

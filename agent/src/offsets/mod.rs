@@ -29,16 +29,16 @@ pub use debug_offsets::{
 };
 pub use gil::{GilBase, GilLocation, GIL_BYTES_AFTER_LOCKED, GIL_BYTES_BEFORE_LOCKED};
 pub use layout::{
-    BytecodeLayout, BytesObjectOffsets, CodeObjectOffsets, FrameModel, GcBase, GcOffsets,
-    InstrPointer, InterpreterFrameOffsets, InterpreterStateOffsets, LineTableFormat,
+    BytecodeLayout, BytesObjectOffsets, CodeObjectOffsets, Evaluations, FrameModel, GcBase,
+    GcOffsets, InstrPointer, InterpreterFrameOffsets, InterpreterStateOffsets, LineTableFormat,
     NativeThreadId, PyObjectOffsets, RuntimeStateOffsets, ThreadStateOffsets, UnicodeObjectOffsets,
     UnicodeStateBits,
 };
 pub use tables::{builtin_offsets, named_release, NamedRelease, UNLABELLED_MINORS};
 pub use thread_names::{
-    DictKeysOffsets, DictObjectOffsets, LongFormat, LongObjectOffsets, ManagedDict,
-    ThreadNameOffsets, DICT_KEYS, DICT_KEYS_GENERAL, DICT_KEYS_SPLIT, DICT_KEYS_UNICODE,
-    TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT,
+    DictKeysHeader, DictKeysOffsets, DictObjectOffsets, LongFormat, LongObjectOffsets, ManagedDict,
+    ThreadNameOffsets, DICT_KEYS, DICT_KEYS_GENERAL, DICT_KEYS_SLOTS, DICT_KEYS_SPLIT,
+    DICT_KEYS_UNICODE, TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT,
 };
 pub use version::PythonVersion;
 

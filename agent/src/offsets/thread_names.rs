@@ -10,25 +10,41 @@ pub struct DictObjectOffsets {
     pub ma_values: u64,
 }
 
-/// `PyDictKeysObject` fields (`Include/internal/pycore_dict.h`): the same in 3.11–3.15 and in
-/// 3.13t, where `dk_mutex` takes the byte after `dk_kind` (offsetof() against the 3.11.7,
-/// 3.12.1, 3.13.0, 3.13.15 and 3.13.15t headers; dicts of the 3.14.10 and 3.15.2 interpreters
-/// read with these numbers).
+/// How a `PyDictKeysObject` says how big its tables are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DictKeysHeader {
+    /// 3.11+: u8 `dk_log2_size` (the hash table has `1 << dk_log2_size` slots), u8
+    /// `dk_log2_index_bytes` (the index table takes `1 << dk_log2_index_bytes` bytes) and u8
+    /// `dk_kind` ([`DICT_KEYS_GENERAL`], [`DICT_KEYS_UNICODE`] or [`DICT_KEYS_SPLIT`]).
+    Log2 {
+        /// offset of `dk_log2_size`
+        log2_size: u64,
+        /// offset of `dk_log2_index_bytes`
+        log2_index_bytes: u64,
+        /// offset of `dk_kind`
+        kind: u64,
+    },
+    /// 3.6–3.10: Py_ssize_t `dk_size`, the number of slots; each index is 1, 2, 4 or 8 bytes
+    /// as the size needs, and every entry is a `PyDictKeyEntry` {hash, key, value}.
+    Slots {
+        /// offset of `dk_size`
+        size: u64,
+    },
+}
+
+/// `PyDictKeysObject` fields (3.11+: `Include/internal/pycore_dict.h`; 3.6–3.10:
+/// `Objects/dict-common.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DictKeysOffsets {
-    /// u8 `dk_log2_size`: the hash table has `1 << dk_log2_size` slots
-    pub log2_size: u64,
-    /// u8 `dk_log2_index_bytes`: the index table takes `1 << dk_log2_index_bytes` bytes
-    pub log2_index_bytes: u64,
-    /// u8 `dk_kind`: [`DICT_KEYS_GENERAL`], [`DICT_KEYS_UNICODE`] or [`DICT_KEYS_SPLIT`]
-    pub kind: u64,
+    /// how the table sizes are given
+    pub header: DictKeysHeader,
     /// Py_ssize_t `dk_nentries`: entries used so far (deleted ones included, their key NULL)
     pub nentries: u64,
     /// `dk_indices`: the index table, followed by the entries
     pub indices: u64,
     /// sizeof(PyDictKeyEntry) {hash, key, value}: entries of a general dict
     pub general_entry_size: u64,
-    /// sizeof(PyDictUnicodeEntry) {key, value}: entries of a str-keyed or split dict
+    /// sizeof(PyDictUnicodeEntry) {key, value}: entries of a str-keyed or split dict (3.11+)
     pub unicode_entry_size: u64,
 }
 
@@ -39,15 +55,29 @@ pub const DICT_KEYS_UNICODE: u8 = 1;
 /// `dk_kind` of keys shared by instances (values live apart, `PyDictValues`).
 pub const DICT_KEYS_SPLIT: u8 = 2;
 
-/// The `PyDictKeysObject` layout of every supported version.
+/// The `PyDictKeysObject` layout of 3.11 to 3.15 and of 3.13t, where `dk_mutex` takes the
+/// byte after `dk_kind` (offsetof() against the 3.11.7, 3.12.1, 3.13.0, 3.13.15 and 3.13.15t
+/// headers; dicts of the 3.14.10 and 3.15.2 interpreters read with these numbers).
 pub const DICT_KEYS: DictKeysOffsets = DictKeysOffsets {
-    log2_size: 8,
-    log2_index_bytes: 9,
-    kind: 10,
+    header: DictKeysHeader::Log2 {
+        log2_size: 8,
+        log2_index_bytes: 9,
+        kind: 10,
+    },
     nentries: 24,
     indices: 32,
     general_entry_size: 24,
     unicode_entry_size: 16,
+};
+
+/// The `PyDictKeysObject` layout of 3.6 to 3.10 (`Objects/dict-common.h`, the same in each):
+/// `dk_refcnt`, `dk_size`, `dk_lookup`, `dk_usable`, `dk_nentries`, then `dk_indices`.
+pub const DICT_KEYS_SLOTS: DictKeysOffsets = DictKeysOffsets {
+    header: DictKeysHeader::Slots { size: 8 },
+    nentries: 32,
+    indices: 40,
+    general_entry_size: 24,
+    unicode_entry_size: 24,
 };
 
 /// How an int's size and sign are stored (`PyLongObject`).
@@ -97,6 +127,12 @@ pub enum ManagedDict {
     TaggedDictOrValues {
         /// bytes between the word and the object
         before: u64,
+    },
+    /// 3.6–3.10: the dict pointer at the type's `tp_dictoffset` bytes into the object (a
+    /// class of plain instances has a positive one; 0: no dict), no managed-dict flag.
+    AtDictOffset {
+        /// offset of `tp_dictoffset` in `PyTypeObject`
+        tp_dictoffset: u64,
     },
     /// 3.13+: with `Py_TPFLAGS_INLINE_VALUES` the `PyDictValues` follows the object, at
     /// `tp_basicsize`: u8 `capacity`, `size`, `embedded`, `valid`, padding, then `values[]`. Once

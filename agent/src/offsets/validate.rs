@@ -2,8 +2,8 @@
 //! are untrusted, so garbage must fail here, once, and not mid-walk.
 
 use super::{
-    BytecodeLayout, GcBase, GilLocation, ManagedDict, NativeThreadId, Offsets, OffsetsError,
-    MAX_HEADER_READ,
+    BytecodeLayout, DictKeysHeader, GcBase, GilLocation, ManagedDict, NativeThreadId, Offsets,
+    OffsetsError, MAX_HEADER_READ,
 };
 
 /// Largest struct we accept from a table: guards against garbage sizes.
@@ -226,10 +226,23 @@ impl Offsets {
                 MAX_HEADER_READ,
             )?;
             let k = &n.dict_keys;
+            match k.header {
+                DictKeysHeader::Log2 {
+                    log2_size,
+                    log2_index_bytes,
+                    kind,
+                } => {
+                    for (field, off) in [
+                        ("dict_keys.log2_size", log2_size),
+                        ("dict_keys.log2_index_bytes", log2_index_bytes),
+                        ("dict_keys.kind", kind),
+                    ] {
+                        check(field, off, 1, 256)?;
+                    }
+                }
+                DictKeysHeader::Slots { size } => check("dict_keys.size", size, 8, 256)?,
+            }
             for (field, off, width) in [
-                ("dict_keys.log2_size", k.log2_size, 1),
-                ("dict_keys.log2_index_bytes", k.log2_index_bytes, 1),
-                ("dict_keys.kind", k.kind, 1),
                 ("dict_keys.nentries", k.nentries, 8),
                 ("dict_keys.indices", k.indices, 8),
             ] {
@@ -258,6 +271,9 @@ impl Offsets {
                 }
                 ManagedDict::TaggedDictOrValues { before } => {
                     check("managed_dict.before", before, 8, 64)?;
+                }
+                ManagedDict::AtDictOffset { tp_dictoffset } => {
+                    check("type_object.tp_dictoffset", tp_dictoffset, 8, 1024)?;
                 }
                 ManagedDict::InlineValues {
                     dict_before,

@@ -611,7 +611,8 @@ fn resolve(
     let sample = match unwinder.resolve_record(walk, raw) {
         Ok(mut sample) => {
             if let Some((n, section, mixer)) = native {
-                mixer.merge_into(n, section, &mut sample);
+                let evaluations = unwinder.offsets().frame.evaluations();
+                mixer.merge_into(n, section, &mut sample, evaluations);
             }
             sample
         }

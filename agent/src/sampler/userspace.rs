@@ -8,6 +8,7 @@
 //! stopped thread's registers and stack copy. Which processes to read, and where their samples
 //! go, is the conductor's ([`crate::profiler`]).
 
+use crate::offsets::Evaluations;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
@@ -300,8 +301,9 @@ impl UserspaceSampler {
             self.stats.time.add(credit, stack);
         }
         if self.config.native_stacks {
+            let evaluations = unwinder.offsets().frame.evaluations();
             for (s, _) in &mut samples {
-                self.mix_native(s);
+                self.mix_native(s, evaluations);
             }
         }
         let mut states = (!stop).then(|| self.run_states.get_mut(&pid)).flatten();
@@ -351,7 +353,7 @@ impl UserspaceSampler {
     }
 
     /// Merges the native stack of a stopped thread into its sample.
-    fn mix_native(&mut self, sample: &mut ThreadSample) {
+    fn mix_native(&mut self, sample: &mut ThreadSample, evaluations: Evaluations) {
         let regs = match copy_stopped_thread(sample.thread.tid, &mut self.stack_copy) {
             Ok(regs) => regs,
             Err(e) => {
@@ -367,7 +369,8 @@ impl UserspaceSampler {
             .native
             .entry(pid)
             .or_insert_with(|| NativeUnwinder::new(pid, debug_dirs.clone()));
-        self.native_mix.merge_into(unwinder, &section, sample);
+        self.native_mix
+            .merge_into(unwinder, &section, sample, evaluations);
     }
 }
 

@@ -205,16 +205,18 @@ fn never_mix(py: &str, target: Target) {
 }
 
 #[rstest]
-fn generator_chains_never_mix(#[values("py311", "py312", "py314", "py315", "py313t")] py: &str) {
+fn generator_chains_never_mix(
+    #[values("py39", "py310", "py311", "py312", "py314", "py315", "py313t")] py: &str,
+) {
     never_mix(py, Target::generator());
 }
 
 #[rstest]
-fn coroutine_chains_never_mix(#[values("py314", "py315", "py313t")] py: &str) {
+fn coroutine_chains_never_mix(#[values("py310", "py314", "py315", "py313t")] py: &str) {
     never_mix(py, Target::coroutine());
 }
 
 #[rstest]
-fn recursion_never_mixes_depths(#[values("py314", "py315", "py313t")] py: &str) {
+fn recursion_never_mixes_depths(#[values("py39", "py314", "py315", "py313t")] py: &str) {
     never_mix(py, Target::recursion());
 }

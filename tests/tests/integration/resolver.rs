@@ -7,7 +7,7 @@ use pyagent_tests::stacks::{at, sample_until, simple, unwinder, SimpleFrame};
 use pyagent_tests::{Interpreter, PythonProcess};
 use rstest_reuse::apply;
 
-use crate::matrix;
+use crate::{matrix, with_c_boundaries};
 
 const PARK: Duration = Duration::from_secs(10);
 
@@ -27,9 +27,14 @@ fn parked_stack(p: &PythonProcess, options: UnwindOptions, top: &SimpleFrame) ->
 #[apply(matrix)]
 fn nested_functions_and_methods(py: &str) {
     let p = PythonProcess::ready(py, "nested.py", &[]);
+    let role = Interpreter::by_name(py).role();
     let expected = vec![
-        at("Shop.checkout", "nested.py", "checkout"),
-        at("outer.<locals>.inner", "nested.py", "inner"),
+        at(role.function_name("Shop.checkout"), "nested.py", "checkout"),
+        at(
+            role.function_name("outer.<locals>.inner"),
+            "nested.py",
+            "inner",
+        ),
         at("outer", "nested.py", "outer"),
         at("<module>", "nested.py", "module"),
     ];
@@ -91,11 +96,9 @@ fn eight_threads_distinct_stacks(py: &str) {
         );
         assert_eq!(frames[levels], at("worker", "threads.py", "worker"));
         let rest: Vec<&str> = frames[levels + 1..].iter().map(|f| f.0.as_str()).collect();
-        assert_eq!(
-            rest,
-            ["Thread.run", "Thread._bootstrap_inner", "Thread._bootstrap"],
-            "{py}"
-        );
+        let role = Interpreter::by_name(py).role();
+        let threading = ["Thread.run", "Thread._bootstrap_inner", "Thread._bootstrap"];
+        assert_eq!(rest, threading.map(|f| role.function_name(f)), "{py}");
         assert!(frames[levels + 1..].iter().all(|f| f.1 == "threading.py"));
         depths.push(levels);
         // The `threading` name, on every version (worker i runs at depth i + 1), in full: the
@@ -219,7 +222,7 @@ fn imported_ctypes_and_second_libpython(py: &str) {
     );
 }
 
-#[apply(matrix)]
+#[apply(with_c_boundaries)]
 fn native_pseudo_frame(py: &str) {
     let p = PythonProcess::ready(py, "pseudo.py", &["native"]);
     let options = UnwindOptions {

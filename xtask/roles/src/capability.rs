@@ -24,13 +24,13 @@ pub enum Capability {
     /// kind (static and shared libpython, in the sid chroot and on the host, with `.symtab` and
     /// stripped) that some role has and none of those does, the first role that has it.
     ///
-    /// Today: `py311-debian` (`_PyCFrame`, static, stripped), `py313` (`current_frame`,
-    /// shared), `py313t` (free-threaded) and `py315` (frame cache, sid chroot): 4 of the 8;
-    /// the second step adds none.
+    /// Today: `py37` (frame objects, shared), `py311-debian` (`_PyCFrame`, static, stripped),
+    /// `py313` (`current_frame`), `py313t` (free-threaded) and `py315` (frame cache, sid
+    /// chroot): 5 of the 12; the second step adds none.
     Representative,
     /// The first role with a GIL of the oldest frame model and of the newest, for a test of
     /// the agent's own behaviour that wants an old and a new interpreter rather than each
-    /// layout. Today: `py311-debian` and `py315`.
+    /// layout. Today: `py37` and `py315`.
     OldestAndNewest,
     /// Has a GIL.
     WithGil,
@@ -50,6 +50,8 @@ pub enum Capability {
     StaticLibpython,
     /// Runs in the sid chroot.
     InChroot,
+    /// Its frames mark where Python was re-entered from C (3.11+, `<native>`).
+    CBoundaries,
 }
 
 impl Capability {
@@ -67,6 +69,7 @@ impl Capability {
         Capability::SharedLibpython,
         Capability::StaticLibpython,
         Capability::InChroot,
+        Capability::CBoundaries,
     ];
 
     /// The name of its test template: `#[apply(with_asyncio_tasks)]`. The matrix of every role
@@ -85,6 +88,7 @@ impl Capability {
             Capability::SharedLibpython => "shared_libpython",
             Capability::StaticLibpython => "static_libpython",
             Capability::InChroot => "in_chroot",
+            Capability::CBoundaries => "with_c_boundaries",
         }
     }
 
@@ -125,6 +129,9 @@ impl Capability {
             }
             Capability::StaticLibpython => "Every interpreter whose runtime is in the executable",
             Capability::InChroot => "Every interpreter that runs in the sid chroot",
+            Capability::CBoundaries => {
+                "Every interpreter whose frames mark where Python was re-entered from C (3.11+)"
+            }
         }
     }
 
@@ -148,6 +155,7 @@ impl Capability {
             Capability::SharedLibpython => |role| role.libpython() == Libpython::Shared,
             Capability::StaticLibpython => |role| role.libpython() == Libpython::Static,
             Capability::InChroot => Role::in_chroot,
+            Capability::CBoundaries => Role::marks_c_boundaries,
         };
         table.iter().filter(|role| has(role)).collect()
     }
@@ -217,7 +225,8 @@ mod tests {
                 "with_asyncio_tasks",
                 "with_frame_cache",
                 "static_libpython",
-                "in_chroot"
+                "in_chroot",
+                "with_c_boundaries"
             ]
         );
     }
@@ -230,28 +239,25 @@ mod tests {
         assert_eq!(names(Capability::FreeThreaded), ["py313t"]);
         assert_eq!(
             names(Capability::SharedLibpython),
-            ["py311", "py312", "py313"]
+            ["py37", "py38", "py39", "py310", "py311", "py312", "py313"]
         );
         assert_eq!(names(Capability::InChroot), ["py314", "py315"]);
         assert_eq!(
             names(Capability::Representative),
-            ["py311-debian", "py313", "py313t", "py315"]
+            ["py37", "py311-debian", "py313", "py313t", "py315"]
         );
-        assert_eq!(
-            names(Capability::OldestAndNewest),
-            ["py311-debian", "py315"]
-        );
+        assert_eq!(names(Capability::OldestAndNewest), ["py37", "py315"]);
         let representatives = |cap: Capability| -> Vec<&str> {
             cap.representatives().iter().map(|role| role.name).collect()
         };
         assert_eq!(
             representatives(Capability::WithGil),
-            ["py311-debian", "py313", "py315"]
+            ["py37", "py311-debian", "py313", "py315"]
         );
         // Without the frame cache, the sid chroot's only role is py314.
         assert_eq!(
             representatives(Capability::NoFrameCache),
-            ["py311-debian", "py313", "py313t", "py314"]
+            ["py37", "py311-debian", "py313", "py313t", "py314"]
         );
     }
 
@@ -330,7 +336,7 @@ mod tests {
             .collect();
         let has = |name| names.contains(&name);
         // The kinds the issue names, today's roles of each.
-        assert!(has("py313"), "a shared libpython");
+        assert!(has("py37"), "frame objects and a shared libpython");
         assert!(
             has("py311-debian"),
             "a static libpython, non-PIE and stripped"
@@ -339,27 +345,14 @@ mod tests {
         assert!(has("py315"), "a sid chroot interpreter and the frame cache");
     }
 
-    /// The roles announced in issue 48 (3.6–3.10, a bullseye 3.9, 3.14t, 3.15t) add one role
-    /// per new frame model and threading, not one per interpreter.
+    /// The roles still to come of issues 47 and 48 (3.6, a bullseye 3.9, 3.14t, 3.15t) add one
+    /// role per new threading of a frame model, not one per interpreter.
     #[test]
     fn the_representative_set_grows_by_frame_model_not_by_interpreter() {
         use crate::{Build, Threading, Version};
         let mut table = ROLES.to_vec();
-        for (name, minor) in [
-            ("py36", 6),
-            ("py37", 7),
-            ("py38", 8),
-            ("py39", 9),
-            ("py310", 10),
-        ] {
-            table.push(Role::new(
-                name,
-                Version::minor(3, minor),
-                Build::Pyenv,
-                Threading::Gil,
-            ));
-        }
         table.extend([
+            Role::new("py36", Version::minor(3, 6), Build::Pyenv, Threading::Gil),
             Role::new(
                 "py39-bullseye",
                 Version::minor(3, 9),
@@ -387,7 +380,7 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["py311-debian", "py313", "py313t", "py315", "py36", "py315t"]
+            ["py37", "py311-debian", "py313", "py313t", "py315", "py315t"]
         );
     }
 }

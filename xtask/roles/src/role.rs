@@ -46,6 +46,15 @@ pub enum Threading {
     FreeThreaded,
 }
 
+/// How an interpreter's `time.sleep` waits ([`Role::time_sleep`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SleepCall {
+    /// the system call a sleeping thread is in, as `dump` names it
+    pub syscall: &'static str,
+    /// a part of the names of the kernel and C library functions it waits in
+    pub function: &'static str,
+}
+
 /// One interpreter of the matrix: a row of [`crate::ROLES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Role {
@@ -111,6 +120,45 @@ impl Role {
     /// Has the asyncio task layout an outside reader can walk (3.14+).
     pub fn asyncio_tasks(&self) -> bool {
         self.version.at_least(3, 14)
+    }
+
+    /// How its `time.sleep` waits: 3.11+ with `clock_nanosleep`, before that with `select`
+    /// (which glibc makes a `pselect6` system call).
+    pub fn time_sleep(&self) -> SleepCall {
+        if self.version.at_least(3, 11) {
+            SleepCall {
+                syscall: "clock_nanosleep",
+                function: "nanosleep",
+            }
+        } else {
+            SleepCall {
+                syscall: "pselect6",
+                function: "select",
+            }
+        }
+    }
+
+    /// Its frame chain marks where Python was re-entered from C (3.11 `is_entry`, 3.12+ entry
+    /// frames), which `<native>` shows; before 3.11 every Python call is a C-level evaluation
+    /// of its own, and nothing tells a call through a C function from a plain one.
+    pub fn marks_c_boundaries(&self) -> bool {
+        self.version.at_least(3, 11)
+    }
+
+    /// Its code objects carry a qualified name (`co_qualname`, 3.11+: `Thread.run`); before
+    /// that a frame names its function alone (`run`).
+    pub fn qualified_names(&self) -> bool {
+        self.version.at_least(3, 11)
+    }
+
+    /// The name a frame of the function called `qualified` has on this interpreter:
+    /// `qualified` itself, or its last part where code objects carry no qualified name.
+    pub fn function_name<'a>(&self, qualified: &'a str) -> &'a str {
+        if self.qualified_names() {
+            qualified
+        } else {
+            qualified.rsplit('.').next().unwrap_or(qualified)
+        }
     }
 
     /// Has the frame cache `last_profiled_frame` (3.15+).

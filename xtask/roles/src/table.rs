@@ -10,6 +10,12 @@ use crate::Version as V;
 /// Every role, in manifest order.
 #[rustfmt::skip]
 pub const ROLES: &[Role] = &[
+    // Frame objects on the heap (before 3.11): the system Pythons of RHEL 8's AppStream
+    // (3.8, 3.9), Debian bullseye (3.9), Ubuntu 20.04 (3.8) and 22.04 (3.10).
+    Role::new("py37", V::patch(3, 7, 16), Pyenv, Gil),
+    Role::new("py38", V::patch(3, 8, 18), Pyenv, Gil),
+    Role::new("py39", V::patch(3, 9, 18), Pyenv, Gil),
+    Role::new("py310", V::patch(3, 10, 13), Pyenv, Gil),
     // Debian bookworm's own 3.11: static libpython, non-PIE, stripped.
     Role::new("py311-debian", V::minor(3, 11), HostApt("python3.11"), Gil),
     Role::new("py311", V::patch(3, 11, 7), Pyenv, Gil),

@@ -140,9 +140,9 @@ const fn check(
     }
 }
 
-/// Every check, in the order they run. One interpreter before the frame cache existed (3.11 or
-/// 3.12, as the test's roles have it) and one with it (3.15) where a test is parameterised, to
-/// keep a guest's run short. The names are the integration tests' own: the plan's unit test
+/// Every check, in the order they run. One interpreter before the frame cache existed (3.7,
+/// whose frame objects the program reads by themselves, or 3.12, as the test's roles have it) and
+/// one with it (3.15) where a test is parameterised, to keep a guest's run short. The names are the integration tests' own: the plan's unit test
 /// below cannot see them, `cargo xtask kernels` fails on a name that runs no test.
 pub const CHECKS: &[Check] = &[
     // Loads the program with every knob (frame bounds, wake-up sizes, early stops), then
@@ -157,8 +157,8 @@ pub const CHECKS: &[Check] = &[
     check(
         Feature::CpuClock,
         Binary::Integration,
-        "ebpf::ebpf_samples_carry_python_thread_names::py_1___py311_debian__",
-        "py311-debian",
+        "ebpf::ebpf_samples_carry_python_thread_names::py_1___py37__",
+        "py37",
     ),
     check(
         Feature::CpuClock,
@@ -169,25 +169,25 @@ pub const CHECKS: &[Check] = &[
     check(
         Feature::OffCpu,
         Binary::Integration,
-        "off_cpu::off_cpu_waits_show_under_their_function_with_their_reason::py_1___py311_debian__",
-        "py311-debian",
+        "off_cpu::off_cpu_waits_show_under_their_function_with_their_reason::py_1___py37__",
+        "py37",
     ),
     check(
         Feature::OffCpu,
         Binary::Integration,
-        "off_cpu::off_cpu_waits_show_under_their_function_with_their_reason::py_4___py315__",
+        "off_cpu::off_cpu_waits_show_under_their_function_with_their_reason::py_5___py315__",
         "py315",
     ),
     check(
         Feature::Native,
         Binary::Integration,
-        "native_stacks::native_frames_sit_between_and_above_the_python_ones::py_3___py312__::mode_1___ebpf__",
+        "native_stacks::native_frames_sit_between_and_above_the_python_ones::py_07___py312__::mode_1___ebpf__",
         "py312",
     ),
     check(
         Feature::Native,
         Binary::Integration,
-        "native_stacks::native_frames_sit_between_and_above_the_python_ones::py_8___py315__::mode_1___ebpf__",
+        "native_stacks::native_frames_sit_between_and_above_the_python_ones::py_12___py315__::mode_1___ebpf__",
         "py315",
     ),
     check(
@@ -237,7 +237,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), CHECKS.len());
-        assert_eq!(CHECKS[3].log_name(3), "03-off-cpu-py311-debian.log");
+        assert_eq!(CHECKS[3].log_name(3), "03-off-cpu-py37.log");
     }
 
     #[test]

@@ -75,3 +75,29 @@ pub(super) const fn frame_model(ip: InstrPointer, line_table: LineTableFormat) -
         is_entry: None,
     }
 }
+
+/// What reading thread names needs in these versions, whose `sys.modules` is at
+/// `imports_modules` in the interpreter state and whose heap types keep their instances' shared
+/// keys at `ht_cached_keys`: dicts with `dk_size` ([`DICT_KEYS_SLOTS`]), ints with a signed
+/// `ob_size`, and instance dicts at `tp_dictoffset` (at 288 in `PyTypeObject` of each).
+pub(super) const fn thread_names(imports_modules: u64, ht_cached_keys: u64) -> ThreadNameOffsets {
+    ThreadNameOffsets {
+        imports_modules,
+        md_dict: 16,
+        dict_object: DictObjectOffsets {
+            ma_keys: 32,
+            ma_values: 40,
+        },
+        dict_keys: DICT_KEYS_SLOTS,
+        dict_values: 0,
+        tp_flags: 168,
+        tp_basicsize: 32,
+        ht_cached_keys,
+        long_object: LongObjectOffsets {
+            lv_tag: 16,
+            ob_digit: 24,
+            format: LongFormat::SignedSize,
+        },
+        managed_dict: ManagedDict::AtDictOffset { tp_dictoffset: 288 },
+    }
+}

@@ -5,7 +5,9 @@
 //! of (byte delta, line delta) pairs. The GIL and the collector's state are the runtime's and
 //! the interpreter's, as in 3.9.
 
-use super::frame_objects::{frame_model, frame_object, thread_state, BYTES, PYOBJECT, UNICODE};
+use super::frame_objects::{
+    frame_model, frame_object, thread_names, thread_state, BYTES, PYOBJECT, UNICODE,
+};
 use crate::offsets::*;
 
 pub(super) const OFFSETS: Offsets = Offsets {
@@ -49,6 +51,6 @@ pub(super) const OFFSETS: Offsets = Offsets {
         holder: 360,
     },
     frame: frame_model(InstrPointer::LastiUnits, LineTableFormat::LineDeltas),
-    thread_names: None,
+    thread_names: Some(thread_names(856, 872)),
     coroutines: None,
 };

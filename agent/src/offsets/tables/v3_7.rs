@@ -4,7 +4,9 @@
 //! 3.7.16 install. 3.7 is the first with `_PyRuntime`; `f_lasti` is a byte offset and lines come
 //! from `co_lnotab`. The GIL and the collector's state are the runtime's.
 
-use super::frame_objects::{frame_model, frame_object, thread_state, BYTES, PYOBJECT, UNICODE};
+use super::frame_objects::{
+    frame_model, frame_object, thread_names, thread_state, BYTES, PYOBJECT, UNICODE,
+};
 use crate::offsets::*;
 
 pub(super) const OFFSETS: Offsets = Offsets {
@@ -48,6 +50,6 @@ pub(super) const OFFSETS: Offsets = Offsets {
         holder: 1272,
     },
     frame: frame_model(InstrPointer::LastiBytes, LineTableFormat::Lnotab),
-    thread_names: None,
+    thread_names: Some(thread_names(40, 856)),
     coroutines: None,
 };

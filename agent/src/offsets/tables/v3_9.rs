@@ -4,7 +4,9 @@
 //! 3.9.18 install. `f_lasti` is a byte offset and lines come from `co_lnotab`. The collector's
 //! state moved into the interpreter in 3.9; the GIL is still the runtime's.
 
-use super::frame_objects::{frame_model, frame_object, thread_state, BYTES, PYOBJECT, UNICODE};
+use super::frame_objects::{
+    frame_model, frame_object, thread_names, thread_state, BYTES, PYOBJECT, UNICODE,
+};
 use crate::offsets::*;
 
 pub(super) const OFFSETS: Offsets = Offsets {
@@ -48,6 +50,6 @@ pub(super) const OFFSETS: Offsets = Offsets {
         holder: 360,
     },
     frame: frame_model(InstrPointer::LastiBytes, LineTableFormat::Lnotab),
-    thread_names: None,
+    thread_names: Some(thread_names(856, 864)),
     coroutines: None,
 };

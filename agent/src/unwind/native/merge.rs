@@ -7,6 +7,9 @@
 //! Python stacks are read at the same tick, so the k-th eval frame from the top runs the k-th
 //! group of Python frames.
 
+use std::ops::Range;
+
+use crate::offsets::Evaluations;
 use crate::symbolize::{Frame, FrameKind};
 
 use super::NativeStack;
@@ -43,14 +46,16 @@ pub struct Merged {
 /// The merged stack (innermost first) of `python` (innermost first, `<native>` between
 /// evaluations) and `stack`; on [`Merge::Mismatch`], `python` unchanged. A cut stack ends with
 /// `root`, the thread's frames below its bottom evaluation as a whole merge found them.
-pub fn merge(python: Vec<Frame>, stack: &NativeStack, root: Option<&[Frame]>) -> Merged {
+pub fn merge(
+    python: Vec<Frame>,
+    stack: &NativeStack,
+    root: Option<&[Frame]>,
+    evaluations: Evaluations,
+) -> Merged {
     let native = &stack.frames;
-    let groups = || {
-        python
-            .split(|f| f.kind == FrameKind::Native)
-            .filter(|g| !g.is_empty())
-    };
-    let ngroups = groups().count();
+    let bounds = evaluation_bounds(&python, evaluations);
+    let groups = || bounds.iter().map(|r| &python[r.clone()]);
+    let ngroups = bounds.len();
     let evals = native.iter().filter(|n| n.eval).count();
     if evals > ngroups || (evals < ngroups && stack.reached_root) {
         return Merged {
@@ -74,7 +79,7 @@ pub fn merge(python: Vec<Frame>, stack: &NativeStack, root: Option<&[Frame]>) ->
         how = Merge::NativeCut;
         if i == 0 && !out.is_empty() {
             out.push(Frame::pseudo(FrameKind::TruncatedNative));
-        } else if i > 0 {
+        } else if i > 0 && evaluations == Evaluations::AtMarkers {
             out.push(Frame::pseudo(FrameKind::Native));
         }
         out.extend(g.iter().cloned());
@@ -95,6 +100,36 @@ pub fn merge(python: Vec<Frame>, stack: &NativeStack, root: Option<&[Frame]>) ->
         how,
         root: found_root,
     }
+}
+
+/// The frames of each evaluation of `python` (innermost first), as index ranges: split at its
+/// `<native>` markers, or one Python frame each, with the pseudo-frames above it (`<GC>`).
+fn evaluation_bounds(python: &[Frame], evaluations: Evaluations) -> Vec<Range<usize>> {
+    let mut bounds = Vec::new();
+    let mut start = 0;
+    for (i, f) in python.iter().enumerate() {
+        match evaluations {
+            Evaluations::AtMarkers if f.kind == FrameKind::Native => {
+                if start < i {
+                    bounds.push(start..i);
+                }
+                start = i + 1;
+            }
+            Evaluations::EachFrame if f.kind == FrameKind::Python => {
+                bounds.push(start..i + 1);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < python.len() {
+        match (evaluations, bounds.last_mut()) {
+            // Pseudo-frames below the last Python frame belong to its evaluation.
+            (Evaluations::EachFrame, Some(last)) => last.end = python.len(),
+            _ => bounds.push(start..python.len()),
+        }
+    }
+    bounds
 }
 
 #[cfg(test)]
@@ -163,7 +198,7 @@ mod tests {
         ];
         let Merged {
             frames: out, how, ..
-        } = merge(python, &stack(&native, true), None);
+        } = merge(python, &stack(&native, true), None, Evaluations::AtMarkers);
         assert_eq!(how, Merge::Whole);
         assert_eq!(
             names(&out),
@@ -190,7 +225,12 @@ mod tests {
             py("main"),
         ];
         let native = [c("deflate", false), c("_PyEval_EvalFrameDefault", true)];
-        let out = merge(python.clone(), &stack(&native, false), None);
+        let out = merge(
+            python.clone(),
+            &stack(&native, false),
+            None,
+            Evaluations::AtMarkers,
+        );
         assert_eq!(out.how, Merge::NativeCut);
         assert_eq!(
             names(&out.frames),
@@ -212,6 +252,7 @@ mod tests {
             vec![py("work")],
             &stack(&[c("deflate", false)], false),
             None,
+            Evaluations::AtMarkers,
         );
         assert_eq!(out.how, Merge::NativeCut);
         assert_eq!(
@@ -220,7 +261,12 @@ mod tests {
         );
         // The same frames, but the unwind reached the root: an evaluation had no eval-loop
         // frame, so the eval loop was not recognised (a stripped interpreter).
-        let out = merge(python.clone(), &stack(&native, true), None);
+        let out = merge(
+            python.clone(),
+            &stack(&native, true),
+            None,
+            Evaluations::AtMarkers,
+        );
         assert_eq!(out.how, Merge::Mismatch);
         assert_eq!(out.frames, python);
     }
@@ -241,6 +287,7 @@ mod tests {
                 true,
             ),
             None,
+            Evaluations::AtMarkers,
         );
         assert_eq!(whole.how, Merge::Whole);
         // Whole, but the unwind stopped short of the thread's first frame: no root to keep.
@@ -251,6 +298,7 @@ mod tests {
                 false,
             ),
             None,
+            Evaluations::AtMarkers,
         );
         assert_eq!((short.how, short.root), (Merge::Whole, None));
         let root = whole.root.expect("the frames below the bottom evaluation");
@@ -259,6 +307,7 @@ mod tests {
             vec![py("work"), py("main")],
             &stack(&[c("big_frame", false)], false),
             Some(&root),
+            Evaluations::AtMarkers,
         );
         assert_eq!(cut.how, Merge::NativeCut);
         assert_eq!(
@@ -301,7 +350,7 @@ mod tests {
         ];
         let Merged {
             frames: out, how, ..
-        } = merge(python, &stack(&native, true), None);
+        } = merge(python, &stack(&native, true), None, Evaluations::AtMarkers);
         assert_eq!(how, Merge::Whole);
         assert_eq!(
             names(&out),
@@ -328,8 +377,43 @@ mod tests {
             c("_PyEval_EvalFrameDefault", true),
             c("_PyEval_EvalFrameDefault", true),
         ];
-        let out = merge(python.clone(), &stack(&native, false), None);
+        let out = merge(
+            python.clone(),
+            &stack(&native, false),
+            None,
+            Evaluations::AtMarkers,
+        );
         assert_eq!(out.how, Merge::Mismatch);
         assert_eq!(out.frames, python);
+    }
+
+    /// Before 3.11 each Python frame has an eval-loop frame of its own, and no `<native>`
+    /// marker: the merge gives each eval frame one Python frame, with a `<GC>` above it.
+    #[test]
+    fn each_frame_is_its_own_evaluation_before_3_11() {
+        let gc = Frame::pseudo(FrameKind::Gc);
+        let python = vec![py("leaf"), gc, py("mid"), py("main")];
+        let native = [
+            c("_PyEval_EvalFrameDefault", true),
+            c("_PyFunction_Vectorcall", false),
+            c("_PyEval_EvalFrameDefault", true),
+            c("builtin_sorted", false),
+            c("_PyEval_EvalFrameDefault", true),
+            c("Py_RunMain", false),
+        ];
+        let out = merge(python, &stack(&native, true), None, Evaluations::EachFrame);
+        assert_eq!(out.how, Merge::Whole);
+        assert_eq!(
+            names(&out.frames),
+            [
+                "leaf",
+                "_PyFunction_Vectorcall",
+                "<GC>",
+                "mid",
+                "builtin_sorted",
+                "main",
+                "Py_RunMain"
+            ]
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! [`NativeUnwinder`] and merged with the sample's Python frames ([`merge`]), and the outcome
 //! counted.
 
+use crate::offsets::Evaluations;
 use std::collections::HashMap;
 
 use common::NativeSection;
@@ -45,20 +46,27 @@ pub struct NativeMix {
 }
 
 impl NativeMixer {
-    /// Replaces `sample`'s frames by the merge of its Python frames and the native frames the
-    /// copy `section` unwinds to.
+    /// Replaces `sample`'s frames by the merge of its Python frames (which divide into
+    /// `evaluations` as its interpreter's do) and the native frames the copy `section` unwinds
+    /// to.
     pub fn merge_into(
         &mut self,
         unwinder: &mut NativeUnwinder,
         section: &NativeSection<'_>,
         sample: &mut ThreadSample,
+        evaluations: Evaluations,
     ) {
         let stack = unwinder.stack(section);
         let counts = &mut self.counts;
         counts.unmapped_frames += u64::from(stack.unmapped_frames);
         let thread = (sample.thread.pid, sample.thread.tid);
         let known = self.roots.get(&thread).map(Vec::as_slice);
-        let Merged { frames, how, root } = merge(std::mem::take(&mut sample.frames), stack, known);
+        let Merged { frames, how, root } = merge(
+            std::mem::take(&mut sample.frames),
+            stack,
+            known,
+            evaluations,
+        );
         sample.frames = frames;
         match how {
             Merge::Whole => counts.merged += 1,

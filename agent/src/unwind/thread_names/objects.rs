@@ -13,8 +13,8 @@ use foldhash::{HashMap, HashMapExt};
 
 use crate::memory::{MemoryError, ProcessMemory, StructBytes};
 use crate::offsets::{
-    LongFormat, LongObjectOffsets, ManagedDict, Offsets, ThreadNameOffsets, DICT_KEYS_GENERAL,
-    DICT_KEYS_SPLIT, TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT,
+    DictKeysHeader, LongFormat, LongObjectOffsets, ManagedDict, Offsets, ThreadNameOffsets,
+    DICT_KEYS_GENERAL, DICT_KEYS_SPLIT, TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT,
 };
 use crate::symbolize::{read_str, ObjectError};
 
@@ -179,33 +179,66 @@ impl<'a, M: ProcessMemory> Reader<'a, M> {
         let k = &self.n.dict_keys;
         let malformed = ObjectError::Malformed { addr: keys };
         let mut buf = [0u8; 64];
-        let len = (k.nentries + 8).max(k.kind + 1).min(64) as usize;
+        let header_end = match k.header {
+            DictKeysHeader::Log2 { kind, .. } => kind + 1,
+            DictKeysHeader::Slots { size } => size + 8,
+        };
+        let len = (k.nentries + 8).max(header_end).min(64) as usize;
         let buf = &mut buf[..len];
         self.mem.read(keys, buf)?;
-        let log2_size = buf.u8_at(k.log2_size);
-        let log2_index_bytes = buf.u8_at(k.log2_index_bytes);
-        let kind = buf.u8_at(k.kind);
         let nentries = buf.u64_at(k.nentries);
-        if log2_size > MAX_DICT_LOG2 || kind > DICT_KEYS_SPLIT || nentries > 1 << log2_size {
-            return Err(malformed);
-        }
-        // 1-byte indices up to 128 slots, 2 bytes up to 2^15, then 4 (`dk_log2_index_bytes`,
-        // `Objects/dictobject.c` `new_keys_object`).
-        let index_width_log2 = match log2_size {
-            0..8 => 0,
-            8..16 => 1,
-            _ => 2,
+        let (slots, index_bytes, general) = match k.header {
+            DictKeysHeader::Log2 {
+                log2_size,
+                log2_index_bytes,
+                kind,
+            } => {
+                let log2_size = buf.u8_at(log2_size);
+                let log2_index_bytes = buf.u8_at(log2_index_bytes);
+                let kind = buf.u8_at(kind);
+                if log2_size > MAX_DICT_LOG2 || kind > DICT_KEYS_SPLIT {
+                    return Err(malformed);
+                }
+                // 1-byte indices up to 128 slots, 2 bytes up to 2^15, then 4
+                // (`dk_log2_index_bytes`, `Objects/dictobject.c` `new_keys_object`).
+                let index_width_log2 = match log2_size {
+                    0..8 => 0,
+                    8..16 => 1,
+                    _ => 2,
+                };
+                if log2_index_bytes != log2_size + index_width_log2 {
+                    return Err(malformed);
+                }
+                (
+                    1u64 << log2_size,
+                    1u64 << log2_index_bytes,
+                    kind == DICT_KEYS_GENERAL,
+                )
+            }
+            DictKeysHeader::Slots { size } => {
+                let slots = buf.u64_at(size);
+                if !slots.is_power_of_two() || slots > 1 << MAX_DICT_LOG2 {
+                    return Err(malformed);
+                }
+                // `DK_IXSIZE`: 1 byte per index up to 0xff slots, 2 up to 0xffff, then 4.
+                let width = match slots {
+                    0..=0xff => 1,
+                    0x100..=0xffff => 2,
+                    _ => 4,
+                };
+                (slots, slots * width, true)
+            }
         };
-        if log2_index_bytes != log2_size + index_width_log2 {
+        if nentries > slots {
             return Err(malformed);
         }
         let entries = offset(keys, k.indices)?;
-        let entries = offset(entries, 1 << log2_index_bytes)?;
+        let entries = offset(entries, index_bytes)?;
         Ok(Table {
             keys,
             nentries,
             entries,
-            general: kind == DICT_KEYS_GENERAL,
+            general,
             values: None,
         })
     }
@@ -346,8 +379,19 @@ impl<'a, M: ProcessMemory> Reader<'a, M> {
             managed_dict: flags & TPFLAGS_MANAGED_DICT != 0,
             inline_values: flags & TPFLAGS_INLINE_VALUES != 0,
             basicsize,
+            dict_at: 0,
             shared: None,
         };
+        if let ManagedDict::AtDictOffset { tp_dictoffset } = n.managed_dict {
+            // Signed: a negative one counts from the end of a variable-size object, which a
+            // `Thread` is not.
+            let at = self.u64_at(ty, tp_dictoffset)? as i64;
+            if at > 0 && (at as u64) < basicsize.max(1 << 12) {
+                info.dict_at = at as u64;
+            }
+            self.types.insert((ty, name), info);
+            return Ok(info);
+        }
         if info.managed_dict {
             // The keys its instances' values go with; a type without them has no values.
             let keys = self.u64_at(ty, n.ht_cached_keys)?;
@@ -369,6 +413,17 @@ impl<'a, M: ProcessMemory> Reader<'a, M> {
     ) -> Result<Option<u64>, ObjectError> {
         let ty = self.u64_at(obj, self.o.pyobject.ob_type)?;
         let info = self.type_info(ty, name)?;
+        if let ManagedDict::AtDictOffset { .. } = self.n.managed_dict {
+            if info.dict_at == 0 {
+                return Ok(None);
+            }
+            let dict = self.u64_at(obj, info.dict_at)?;
+            return if dict == 0 {
+                Ok(None)
+            } else {
+                self.dict_get(dict, name)
+            };
+        }
         if !info.managed_dict {
             return Ok(None);
         }
@@ -386,6 +441,7 @@ impl<'a, M: ProcessMemory> Reader<'a, M> {
                 0 => (None, self.mem.read_u64(before(dict_before)?)?),
                 values => (Some((values, u64::MAX)), 0),
             },
+            ManagedDict::AtDictOffset { .. } => return Ok(None),
             ManagedDict::TaggedDictOrValues { before: at } => {
                 let word = self.mem.read_u64(before(at)?)?;
                 if word & 1 == 1 {
@@ -437,6 +493,8 @@ struct TypeInfo {
     inline_values: bool,
     /// `tp_basicsize`: where inline values start
     basicsize: u64,
+    /// 3.6–3.10: `tp_dictoffset`, where the instance dict pointer is (0: none)
+    dict_at: u64,
     /// the shared keys (`ht_cached_keys`) and the index of the attribute in them
     shared: Option<(Table, Option<u64>)>,
 }

@@ -5,6 +5,7 @@ mod image;
 
 use super::*;
 use crate::memory::FakeMemory;
+use crate::offsets::DictKeysHeader;
 use image::{offsets, Image, BASE};
 use objects::KeyHint;
 
@@ -16,7 +17,7 @@ fn names(read: &PythonThreadNames) -> Vec<(u32, &str)> {
 
 #[test]
 fn reads_names_in_values_and_dicts_of_every_layout() {
-    for minor in [11, 12, 13] {
+    for minor in [7, 10, 11, 12, 13] {
         let mut img = Image::new(offsets(minor));
         let runtime = img.process(
             &[
@@ -116,9 +117,17 @@ fn garbage_keys_objects_are_errors() {
     ] {
         let mut img = Image::new(o);
         let keys = img.alloc(64);
-        img.put(keys + k.log2_size, &[log2_size]);
-        img.put(keys + k.log2_index_bytes, &[log2_index]);
-        img.put(keys + k.kind, &[kind]);
+        let DictKeysHeader::Log2 {
+            log2_size: size_at,
+            log2_index_bytes: index_at,
+            kind: kind_at,
+        } = k.header
+        else {
+            panic!("3.11+ keys say their sizes in log2");
+        };
+        img.put(keys + size_at, &[log2_size]);
+        img.put(keys + index_at, &[log2_index]);
+        img.put(keys + kind_at, &[kind]);
         img.put_u64(keys + k.nentries, nentries);
         let dict = img.dict(keys, 0);
         let n = o.thread_names.expect("names");

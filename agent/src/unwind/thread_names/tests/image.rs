@@ -3,9 +3,9 @@
 
 use crate::memory::FakeMemory;
 use crate::offsets::{
-    builtin_offsets, LongFormat, ManagedDict, Offsets, PythonVersion, ThreadNameOffsets,
-    DICT_KEYS_GENERAL, DICT_KEYS_SPLIT, DICT_KEYS_UNICODE, TPFLAGS_INLINE_VALUES,
-    TPFLAGS_MANAGED_DICT,
+    builtin_offsets, DictKeysHeader, LongFormat, ManagedDict, NativeThreadId, Offsets,
+    PythonVersion, ThreadNameOffsets, DICT_KEYS_GENERAL, DICT_KEYS_SPLIT, DICT_KEYS_UNICODE,
+    TPFLAGS_INLINE_VALUES, TPFLAGS_MANAGED_DICT,
 };
 
 /// Address of the image's first byte.
@@ -92,20 +92,31 @@ impl Image {
         while entries.len() as u64 * 3 > (1u64 << log2) * 2 {
             log2 += 1;
         }
-        let size = if kind == DICT_KEYS_GENERAL {
+        // Before 3.11 every entry is a general one.
+        let general = kind == DICT_KEYS_GENERAL || matches!(k.header, DictKeysHeader::Slots { .. });
+        let size = if general {
             k.general_entry_size
         } else {
             k.unicode_entry_size
         };
         let at = self.alloc(k.indices + (1 << log2) + size * entries.len() as u64);
-        self.put(at + k.log2_size, &[log2]);
-        self.put(at + k.log2_index_bytes, &[log2]);
-        self.put(at + k.kind, &[kind]);
+        match k.header {
+            DictKeysHeader::Log2 {
+                log2_size,
+                log2_index_bytes,
+                kind: kind_at,
+            } => {
+                self.put(at + log2_size, &[log2]);
+                self.put(at + log2_index_bytes, &[log2]);
+                self.put(at + kind_at, &[kind]);
+            }
+            DictKeysHeader::Slots { size } => self.put_u64(at + size, 1 << log2),
+        }
         self.put_u64(at + k.nentries, entries.len() as u64);
         let first = at + k.indices + (1 << log2);
         for (i, &(key, value)) in entries.iter().enumerate() {
             let e = first + size * i as u64;
-            if kind == DICT_KEYS_GENERAL {
+            if general {
                 self.put_u64(e, 0x1234); // hash
                 self.put_u64(e + 8, key);
                 self.put_u64(e + 16, value);
@@ -115,6 +126,12 @@ impl Image {
             }
         }
         at
+    }
+
+    /// The word written at `addr`.
+    fn get_u64(&self, addr: u64) -> u64 {
+        let i = (addr - self.mem.base) as usize;
+        u64::from_le_bytes(self.mem.bytes[i..i + 8].try_into().expect("8 bytes"))
     }
 
     pub(super) fn dict(&mut self, keys: u64, values: u64) -> u64 {
@@ -205,6 +222,19 @@ impl Image {
                 self.put_values(obj + 16, values, !as_dict);
                 self.put_u64(obj - dict_before, dict);
             }
+            ManagedDict::AtDictOffset { tp_dictoffset } => {
+                // A dict of its own at `tp_dictoffset` (its keys split, or not).
+                let dict = if as_dict {
+                    dict
+                } else {
+                    let keys = self.get_u64(ty + n.ht_cached_keys);
+                    let v = self.alloc(8 * values.len() as u64);
+                    self.put_values(v, values, true);
+                    self.dict(keys, v)
+                };
+                self.put_u64(ty + tp_dictoffset, 16);
+                self.put_u64(obj + 16, dict);
+            }
         }
         obj
     }
@@ -218,15 +248,24 @@ impl Image {
         let interp = self.alloc(4096);
         self.put_u64(runtime + o.runtime_state.interpreters_head, interp);
         let mut next = 0;
+        let mut idents = Vec::new();
         for &(pthread, tid, _) in threads {
             let t = self.alloc(512);
             self.put_u64(t + o.thread_state.next, next);
-            self.put_u64(t + o.thread_state.thread_id, pthread);
-            let crate::offsets::NativeThreadId::Field(native) = o.thread_state.native_thread_id
-            else {
-                panic!("the images are of layouts with a native_thread_id field");
+            let ident = match o.thread_state.native_thread_id {
+                NativeThreadId::Field(native) => {
+                    self.put_u64(t + native, u64::from(tid));
+                    pthread
+                }
+                // Before 3.11 the ident is the thread descriptor's address, which holds the tid.
+                NativeThreadId::InPthread { offset } => {
+                    let descriptor = self.alloc(offset + 8);
+                    self.put_u64(descriptor + offset, u64::from(tid));
+                    descriptor
+                }
             };
-            self.put_u64(t + native, u64::from(tid));
+            self.put_u64(t + o.thread_state.thread_id, ident);
+            idents.push(ident);
             next = t;
         }
         self.put_u64(interp + o.interpreter_state.threads_head, next);
@@ -234,7 +273,7 @@ impl Image {
         let thread_type = self.class(&attrs);
         let main_type = self.class(&["_name", "_started"]);
         let mut active = Vec::new();
-        for (i, &(pthread, _, name)) in threads.iter().enumerate() {
+        for (i, (&(_, _, name), &pthread)) in threads.iter().zip(&idents).enumerate() {
             let Some(name) = name else { continue };
             let name = self.str(name);
             let thread = if i == 0 {
@@ -265,6 +304,12 @@ impl Image {
 pub(super) fn offsets(minor: u8) -> Offsets {
     match minor {
         11 | 12 => builtin_offsets(PythonVersion::new(3, minor, 1)).expect("table"),
+        // The C library's tid offset is found per process; any one will do here.
+        7..=10 => {
+            let mut o = builtin_offsets(PythonVersion::new(3, minor, 1)).expect("table");
+            o.thread_state.native_thread_id = NativeThreadId::InPthread { offset: 0x2d0 };
+            o
+        }
         // The 3.13+ way of storing attributes, on the 3.12 table's other numbers.
         _ => {
             let mut o = builtin_offsets(PythonVersion::new(3, 12, 1)).expect("table");
