@@ -111,12 +111,13 @@ static __always_inline __u64 pa_wait_place(const struct pa_proc *p, __u32 tid, _
 	struct pa_frame_window *fw = bpf_map_lookup_elem(&pa_frame_windows, &zero);
 	const __u64 *tsp = pa_find_thread(tid);
 	__u64 h = 0x243f6a8885a308d3ULL, frame = 0;
-	int objects = p->flags & PA_PROC_FRAME_OBJECTS;
-	__u32 len = objects ? PA_FRAME_OBJECT_READ_BYTES : PA_FRAME_READ_BYTES;
 	__u64 *win;
 
-	if (!fw || !tsp || !*tsp || !pa_ptr_off_ok(oe, len) || !pa_ptr_off_ok(oi, len) ||
-	    !pa_ptr_off_ok(op, len))
+	/* Each frame is read as far as a frame object needs, whatever the process (see
+	 * pa_walk_step_portable): one length, one path for the verifier. */
+	if (!fw || !tsp || !*tsp || !pa_ptr_off_ok(oe, PA_FRAME_OBJECT_READ_BYTES) ||
+	    !pa_ptr_off_ok(oi, PA_FRAME_OBJECT_READ_BYTES) ||
+	    !pa_ptr_off_ok(op, PA_FRAME_OBJECT_READ_BYTES))
 		return 0;
 	if (bpf_probe_read_user(&frame, sizeof(frame),
 				(const void *)(*tsp + p->thread_state_current_frame)))
@@ -130,8 +131,7 @@ static __always_inline __u64 pa_wait_place(const struct pa_proc *p, __u32 tid, _
 	win = (__u64 *)fw->bytes;
 	/* The top frame, then its caller (when there is one). */
 	for (int level = 0; level < 2 && frame; level++) {
-		if (bpf_probe_read_user(win, objects ? PA_FRAME_OBJECT_READ_BYTES : PA_FRAME_READ_BYTES,
-					(const void *)frame))
+		if (bpf_probe_read_user(win, PA_FRAME_OBJECT_READ_BYTES, (const void *)frame))
 			return 0;
 		h = pa_place_mix(h, frame);
 		h = pa_place_mix(h, pa_word(win, oe, PA_FRAME_OBJECT_READ_BYTES / 8));

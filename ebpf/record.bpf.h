@@ -126,19 +126,22 @@ struct pa_thread_search {
 PA_LOOP_STEP pa_thread_search_step(__u32 i, void *ctx)
 {
 	struct pa_thread_search *s = ctx;
-	__u64 ts = s->tstate, native = 0, next = 0;
+	__u64 ts = s->tstate, native = 0, next = 0, in_pthread, keep;
+	__u32 tid = 0;
 
 	if (!ts)
 		return 1;
 	if (bpf_probe_read_user(&native, sizeof(native), (const void *)(ts + s->off_native_thread_id)) ||
 	    bpf_probe_read_user(&next, sizeof(next), (const void *)(ts + s->off_next)))
 		return 1;
-	/* 3.6-3.10 keep no tid in the thread state: it is in the C library's thread descriptor. */
-	if (s->pthread_tid && native &&
-	    bpf_probe_read_user(&native, sizeof(__u32), (const void *)(native + s->pthread_tid)))
-		return 1;
-	if (s->pthread_tid)
-		native &= 0xffffffff;
+	/* 3.6-3.10 keep no tid in the thread state: the field is a pthread_t, whose descriptor
+	 * holds it at pthread_tid. Read and chosen without a branch, which the portable build's
+	 * verifier would follow both ways at each step: elsewhere the read is of the tid as an
+	 * address, which fails and leaves `tid` 0, and the field's own value is kept. */
+	bpf_probe_read_user(&tid, sizeof(tid), (const void *)(native + s->pthread_tid));
+	in_pthread = ((__u64)s->pthread_tid + 0xffffffffULL) >> 32;
+	keep = in_pthread - 1;
+	native = (native & keep) | ((__u64)tid & ~keep);
 	if (native == s->want) {
 		s->found = ts;
 		return 1;
@@ -498,8 +501,9 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	w->off_executable = p->interpreter_frame_executable;
 	w->off_instr_ptr = p->interpreter_frame_instr_ptr;
 	w->off_owner = p->interpreter_frame_owner;
-	w->read_len = (flags & PA_PROC_FRAME_OBJECTS) ? PA_FRAME_OBJECT_READ_BYTES :
-							  PA_FRAME_READ_BYTES;
+	/* Without a branch: the verifier would walk the whole program once for each value. */
+	w->read_len = PA_FRAME_READ_BYTES + ((flags / PA_PROC_FRAME_OBJECTS) & 1) *
+						    (PA_FRAME_OBJECT_READ_BYTES - PA_FRAME_READ_BYTES);
 	if (!pa_ts_off_ok(p->thread_state_current_frame, lo) ||
 	    ((flags & PA_PROC_ANCHOR) &&
 	     (!pa_ts_off_ok(p->thread_state_last_profiled_frame, lo) ||

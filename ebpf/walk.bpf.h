@@ -108,10 +108,11 @@ static __always_inline int pa_ptr_off_ok(__u32 off, __u32 window)
 
 static __always_inline int pa_frame_offsets_ok(const struct pa_walk *w)
 {
+	/* read_len is PA_FRAME_READ_BYTES or PA_FRAME_OBJECT_READ_BYTES, set without a branch
+	 * (pa_record_stack): comparing it with each would split the verifier's walk in two. */
 	__u32 len = w->read_len;
 
-	return (len == PA_FRAME_READ_BYTES || len == PA_FRAME_OBJECT_READ_BYTES) &&
-	       pa_ptr_off_ok(w->off_previous, len) && pa_ptr_off_ok(w->off_executable, len) &&
+	return pa_ptr_off_ok(w->off_previous, len) && pa_ptr_off_ok(w->off_executable, len) &&
 	       pa_ptr_off_ok(w->off_instr_ptr, len) && w->off_owner < len;
 }
 
@@ -460,10 +461,12 @@ static __always_inline int pa_walk_step_portable(struct pa_walk *w, struct pa_fr
 	__u64 addr = w->frame, prev, at_anchor, at_end, loops;
 	__u32 oo = w->off_owner;
 
-	if (bpf_probe_read_user(buf, w->read_len == PA_FRAME_OBJECT_READ_BYTES ?
-					     PA_FRAME_OBJECT_READ_BYTES :
-					     PA_FRAME_READ_BYTES,
-				(const void *)addr))
+	/* As much as a frame object needs, for every frame: a read of a length that depends on
+	 * the process would double the states the verifier walks at each of the loop's steps (and
+	 * 5.10's refuses the off-CPU program then). A 3.11+ frame is followed by its own locals,
+	 * so the extra bytes are mapped but for a frame at the very end of its stack chunk, whose
+	 * read fails: a torn sample, never a wrong one. */
+	if (bpf_probe_read_user(buf, PA_FRAME_OBJECT_READ_BYTES, (const void *)addr))
 		return pa_walk_read_failed(w);
 	f->addr = addr;
 	f->executable = words[(w->off_executable >> 3) & 15] & ~w->tag_mask;

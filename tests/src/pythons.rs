@@ -141,6 +141,38 @@ fn manifest() -> &'static [Interpreter] {
     })
 }
 
+/// The executable of a preinstalled pyenv release outside the matrix (`2.7.18`, `python2.7`):
+/// every machine of this kind has 2.7 and 3.6 under `$PYENV_ROOT/versions` (`~/.pyenv`), which
+/// the tests of releases pyagent refuses run.
+pub fn pyenv_executable(version: &str, name: &str) -> std::path::PathBuf {
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+            std::path::Path::new(&home).join(".pyenv")
+        });
+    root.join("versions").join(version).join("bin").join(name)
+}
+
+/// Starts `exe` idling, and returns once it has started its program (it printed `ready`).
+pub fn spawn_idle(exe: &std::path::Path) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = Command::new(exe)
+        .args([
+            "-c",
+            "import sys, time; print('ready'); sys.stdout.flush(); time.sleep(1000)",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line.trim(), "ready", "{} did not start", exe.display());
+    child
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use pyagent_tests::agent::{number_before, pyagent_bin, record, record_collapsed, run_pyagent};
 use pyagent_tests::consumers::{go_pprof, go_pprof_raw};
+use pyagent_tests::pythons::{pyenv_executable, spawn_idle};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::stacks::{line_after, marker_line, script};
 use pyagent_tests::{Interpreter, PythonProcess};
@@ -26,6 +27,31 @@ fn assert_one_line_error(out: &std::process::Output, needle: &str) {
         err.starts_with("pyagent: ") && err.contains(needle),
         "{err}"
     );
+}
+
+/// Issue 47: a CPython release with no layout here (2.7, and 3.6 for now), which every machine
+/// of this kind has under `~/.pyenv/versions`, is named in one line with the supported range,
+/// never "not a CPython process" or "not initialised".
+#[test]
+fn unsupported_releases_are_named_in_one_line() {
+    pyagent_bin();
+    for (version, minor) in [("2.7.18", "2.7"), ("3.6.15", "3.6")] {
+        let exe = pyenv_executable(version, &format!("python{minor}"));
+        let mut target = spawn_idle(&exe);
+        let pid = target.id().to_string();
+        for cmd in ["dump", "record"] {
+            let mut args = vec![cmd, "--pid", &pid];
+            if cmd == "record" {
+                args.extend(["-d", "1", "-o", "/dev/null"]);
+            }
+            assert_one_line_error(
+                &run_pyagent(&args),
+                &format!("CPython {minor} is not supported: pyagent reads CPython 3.7 to 3.15"),
+            );
+        }
+        target.kill().expect("kill");
+        target.wait().expect("reap");
+    }
 }
 
 #[test]

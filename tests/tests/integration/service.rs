@@ -8,6 +8,7 @@ use std::time::Duration;
 use pyagent_tests::agent::{as_nobody, host_wide_lock, pyagent_bin};
 use pyagent_tests::consumers::{go_pprof_raw, promtool_check_metrics};
 use pyagent_tests::http::{free_port, get as http_get};
+use pyagent_tests::pythons::{pyenv_executable, spawn_idle};
 use pyagent_tests::scratch::{fresh_dir, fresh_path};
 use pyagent_tests::wait::wait_for;
 use pyagent_tests::{Interpreter, PythonProcess};
@@ -479,6 +480,52 @@ fn each_unit_capability_removed_is_named() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// Issue 47: a CPython release the agent has no layout for (2.7) is counted by its reason,
+/// `unsupported_version`, and named with the one-line refusal, never left `pending`.
+#[test]
+fn service_counts_unsupported_releases_by_reason() {
+    pyagent_bin();
+    let _serial = host_wide_lock();
+    let svc = Service::start("unsupported", "2s");
+    let mut old = spawn_idle(&pyenv_executable("2.7.18", "python2.7"));
+    let series = format!("pid=\"{}\"", old.id());
+    let metrics = wait_for(
+        "the 2.7 process named and counted as unsupported",
+        Duration::from_secs(30),
+        || {
+            let (_, body) = http_get(svc.port, "/metrics")?;
+            // Named among the newest processes not profiled, and counted, in one scrape.
+            let named = body.lines().any(|l| {
+                l.starts_with("pyagent_process_not_profiled_info{") && l.contains(&series)
+            });
+            let counted = series_value(
+                &body,
+                "pyagent_processes_unsupported{reason=\"unsupported_version\"}",
+            ) >= 1.0;
+            (named && counted).then_some(body)
+        },
+    );
+    promtool_check_metrics(&metrics);
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("pyagent_process_not_profiled_info{") && l.contains(&series))
+        .expect("found above");
+    assert!(
+        line.contains("state=\"unsupported\"") && line.contains("CPython 2.7 is not supported"),
+        "{line}"
+    );
+    assert_eq!(
+        series_value(
+            &metrics,
+            "pyagent_processes_unsupported{reason=\"pre_release\"}"
+        ),
+        0.0
+    );
+    old.kill().expect("kill");
+    old.wait().expect("reap");
+    svc.stop();
 }
 
 /// Issue 17, item 5: a process the agent cannot profile is named in the metrics with why

@@ -91,14 +91,11 @@ impl BpfSampler {
         program
             .load()
             .map_err(|e| program_error("loading the program", e))?;
-        tracing::debug!(
-            took_ms = verifying.elapsed().as_secs_f64() * 1e3,
-            verified_instructions = program
-                .info()
-                .ok()
-                .and_then(|info| info.verified_instruction_count()),
-            build = build.name(),
-            "pa_sample loaded"
+        log_verified(
+            "pa_sample",
+            build.name(),
+            verifying,
+            program.info().ok().as_ref(),
         );
 
         // Statistics must be on before the first run to count it; optional (CAP_SYS_ADMIN).
@@ -229,6 +226,22 @@ fn kernel_btf_present() -> bool {
     std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
 }
 
+/// Says what verifying `program` took: the time since `started`, and how many instructions
+/// the verifier walked (what grows when a change multiplies its paths; 5.10's stops at 1M).
+fn log_verified(
+    program: &str,
+    build: &str,
+    started: std::time::Instant,
+    info: Option<&aya::programs::ProgramInfo>,
+) {
+    tracing::debug!(
+        took_ms = started.elapsed().as_secs_f64() * 1e3,
+        verified_instructions = info.and_then(|i| i.verified_instruction_count()),
+        build,
+        "{program} loaded"
+    );
+}
+
 /// Loads the off-CPU program against the kernel's BTF and attaches it to `sched_switch`.
 pub(super) fn attach_off_cpu(ebpf: &mut Ebpf, attach: bool) -> Result<(), BpfError> {
     const DURING: &str = "loading the off-CPU program (tp_btf/sched_switch)";
@@ -238,9 +251,11 @@ pub(super) fn attach_off_cpu(ebpf: &mut Ebpf, attach: bool) -> Result<(), BpfErr
         .ok_or(BpfError::Missing("program pa_switch"))?
         .try_into()
         .map_err(|e| program_error(DURING, e))?;
+    let verifying = std::time::Instant::now();
     program
         .load("sched_switch", &btf)
         .map_err(|e| program_error(DURING, e))?;
+    log_verified("pa_switch", "", verifying, program.info().ok().as_ref());
     if attach {
         program
             .attach()
