@@ -454,8 +454,17 @@ fn a_running_task_shows_the_plain_functions_it_calls(py: &str) {
             .is_some_and(|l| l == cpu_line || l + 1 == cpu_line),
         "{py}: {task:#}"
     );
-    let out = run_pyagent(&["dump", "--pid", &target.pid().to_string(), "--async"]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    // The workers also wait (`asyncio.sleep`): a dump can catch every task waiting, more often
+    // beside a loaded host, so the text form is asked for until it shows a running one, as the
+    // JSON form was above.
+    let mut text = String::new();
+    for _ in 0..20 {
+        let out = run_pyagent(&["dump", "--pid", &target.pid().to_string(), "--async"]);
+        text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("[running, thread ") {
+            break;
+        }
+    }
     assert!(text.contains("[running, thread "), "{py}: {text}");
 
     let _host = host_wide_lock();
