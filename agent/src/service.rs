@@ -425,7 +425,12 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
         .collect();
     metrics.set_process_states(&states);
     metrics.set_not_profiled(&p.not_profiled(NOT_PROFILED_SHOWN));
-    metrics.set_unsupported(&p.unsupported_counts());
+    let unsupported: Vec<_> = p
+        .unsupported_counts()
+        .into_iter()
+        .map(|(reason, n)| (reason, n as u64))
+        .collect();
+    metrics.set_unsupported(&unsupported);
     let HostStats {
         torn,
         anchor_miss,

@@ -329,20 +329,18 @@ impl Unwinder {
         };
         let key: ThreadKey = (walk.tstate, ns_tid);
         let has_base = self.target.offsets.thread_state.base_frame.is_some();
-        if walk.complete && has_base && !walk.reached_base {
-            self.stats.torn += 1;
-            return Err(ExternalSkip::Incomplete);
-        }
-        // Before 3.15 no base frame is recorded, but every thread's chain ends at the frame
-        // that started its first evaluation. A chain that ends at any other frame was read as
-        // one frame left it: a generator yielding clears its frame's `previous`, and a record
-        // taken then names the generator alone, under none of its callers.
-        if walk.complete
-            && !has_base
-            && !raw
-                .last()
+        // A complete chain ends at the thread's first frame: 3.15's base frame, or before it
+        // the frame that started the thread's first evaluation. One that ends at any other
+        // frame was read as a frame left it: a generator yielding clears its frame's
+        // `previous`, and a record taken then names the generator alone, under none of its
+        // callers.
+        let ends_at_first = if has_base {
+            walk.reached_base
+        } else {
+            raw.last()
                 .is_some_and(|f| super::walk::starts_evaluation(&self.target.offsets, f))
-        {
+        };
+        if walk.complete && !ends_at_first {
             self.stats.torn += 1;
             return Err(ExternalSkip::Incomplete);
         }

@@ -267,16 +267,7 @@ impl AgentMetrics {
 
     /// Sets the number of processes in each state; states left out are set to 0.
     pub fn set_process_states(&self, counts: &[(ProcessState, u64)]) {
-        for state in ProcessState::ALL {
-            let n: u64 = counts
-                .iter()
-                .filter(|(s, _)| *s == state)
-                .map(|(_, n)| n)
-                .sum();
-            self.processes
-                .with_label_values(&[state.label()])
-                .set(saturating_i64(n));
-        }
+        set_each(&self.processes, &ProcessState::ALL, counts, |s| s.label());
     }
 
     /// Sets the bytes each of the agent's caches holds now.
@@ -440,17 +431,10 @@ impl AgentMetrics {
     }
 
     /// Sets the number of unsupported processes for each reason; reasons left out are set to 0.
-    pub fn set_unsupported(&self, counts: &[(UnsupportedReason, usize)]) {
-        for reason in UnsupportedReason::ALL {
-            let n: usize = counts
-                .iter()
-                .filter(|(r, _)| *r == reason)
-                .map(|(_, n)| n)
-                .sum();
-            self.unsupported
-                .with_label_values(&[reason.label()])
-                .set(saturating_i64(n as u64));
-        }
+    pub fn set_unsupported(&self, counts: &[(UnsupportedReason, u64)]) {
+        set_each(&self.unsupported, &UnsupportedReason::ALL, counts, |r| {
+            r.label()
+        });
     }
 
     /// Sets `pyagent_process_not_profiled_info{pid, state, reason} 1` for each of `processes`
@@ -501,4 +485,23 @@ impl Default for AgentMetrics {
 
 fn saturating_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Sets `gauge{label(k)}` to the sum of `counts` for each key `k` of `all` (0 for one left out).
+fn set_each<K: Copy + PartialEq>(
+    gauge: &IntGaugeVec,
+    all: &[K],
+    counts: &[(K, u64)],
+    label: impl Fn(K) -> &'static str,
+) {
+    for &key in all {
+        let n: u64 = counts
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, n)| n)
+            .sum();
+        gauge
+            .with_label_values(&[label(key)])
+            .set(saturating_i64(n));
+    }
 }
