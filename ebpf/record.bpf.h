@@ -303,6 +303,9 @@ static __always_inline __u32 pa_gil_flags(const struct pa_proc *p, __u64 ts)
 					       (const void *)p->gil_holder_addr)) {
 			return 0;
 		}
+		/* -1: not created yet (3.6 creates it with a second thread); no GIL to hold. */
+		if ((__s32)locked < 0)
+			return 0;
 		return PA_SAMPLE_GIL_KNOWN | (locked && holder == ts ? PA_SAMPLE_GIL_HELD : 0);
 	case PA_GIL_THREAD_FLAG:
 		if (bpf_probe_read_user(&locked, sizeof(locked),
@@ -317,11 +320,11 @@ static __always_inline __u32 pa_gil_flags(const struct pa_proc *p, __u64 ts)
  * the GIL's state). */
 static __always_inline int pa_waits_on_gil(const struct pa_proc *p, const struct pa_wait_info *why)
 {
-	__u64 locked_addr = p->gil_locked_addr;
+	__u64 waits_addr = p->gil_waits_addr;
 
-	return (why->flags & PA_SAMPLE_OFF_CPU) && why->wait == PA_WAIT_FUTEX && locked_addr &&
-	       p->gil_holder_addr && why->wait_addr + PA_GIL_BYTES_BEFORE_LOCKED >= locked_addr &&
-	       why->wait_addr < locked_addr + PA_GIL_BYTES_AFTER_LOCKED;
+	return (why->flags & PA_SAMPLE_OFF_CPU) && why->wait == PA_WAIT_FUTEX && waits_addr &&
+	       p->gil_locked_addr && p->gil_holder_addr && why->wait_addr >= waits_addr &&
+	       why->wait_addr < waits_addr + PA_GIL_WAIT_BYTES;
 }
 
 /* For an off-CPU record of thread state `ts` blocked on the GIL's futex while another thread

@@ -137,8 +137,11 @@ struct pa_proc {
 	__u32 thread_state_holds_gil;
 	/* Where each thread's OTEP 4947 context is (only with PA_PROC_TRACE_CONTEXT). */
 	struct pa_otel_ctx otel;
+	/* Where the GIL's futex words (its mutex and conditions) begin: a thread blocked on a
+	 * futex within PA_GIL_WAIT_BYTES from here waits for the GIL (0: not known). */
+	__u64 gil_waits_addr;
 };
-_Static_assert(sizeof(struct pa_proc) == 112, "struct pa_proc layout");
+_Static_assert(sizeof(struct pa_proc) == 120, "struct pa_proc layout");
 
 /* How a process's records learn whether the sampled thread holds the GIL. */
 #define PA_GIL_NONE 0 /* free-threaded (no GIL), or unknown: records carry no GIL bits */
@@ -165,7 +168,7 @@ struct pa_proc_slot {
 	__u32 tgid;
 	__u32 _pad;
 };
-_Static_assert(sizeof(struct pa_proc_slot) == 120, "struct pa_proc_slot layout");
+_Static_assert(sizeof(struct pa_proc_slot) == 128, "struct pa_proc_slot layout");
 
 struct pa_thread_slot {
 	__u64 tstate;
@@ -281,11 +284,11 @@ struct pa_sample_hdr {
 };
 _Static_assert(sizeof(struct pa_sample_hdr) == 128, "struct pa_sample_hdr layout");
 
-/* The bytes around the GIL's `locked` word that hold the whole _gil_runtime_state (interval and
- * last holder before it; switch number, condition and mutex after it): a futex in there is a
- * wait for the GIL. */
-#define PA_GIL_BYTES_BEFORE_LOCKED 32
-#define PA_GIL_BYTES_AFTER_LOCKED 256
+/* How many bytes from pa_proc.gil_waits_addr hold the GIL's futex words: a futex in there is a
+ * wait for the GIL. 3.7+ keep the whole _gil_runtime_state within 32 bytes before its `locked`
+ * word and 256 after it (interval and last holder before; switch number, condition and mutex
+ * after); 3.6's separate statics (the mutexes and conditions) lie within 256 bytes. */
+#define PA_GIL_WAIT_BYTES 288
 
 /* One _PyInterpreterFrame as read from the target; userspace symbolizes it later. */
 struct pa_frame {

@@ -155,6 +155,9 @@ pub struct PaProc {
     pub thread_state_holds_gil: u32,
     /// Where each thread's OTEP 4947 context is (only with [`PROC_TRACE_CONTEXT`]).
     pub otel: PaOtelCtx,
+    /// Where the GIL's futex words (its mutex and conditions) begin: a thread blocked on a futex
+    /// within [`GIL_WAIT_BYTES`] from here waits for the GIL (0: not known).
+    pub gil_waits_addr: u64,
 }
 
 /// Where a thread's `otel_thread_ctx_v1` is, from its thread pointer (glibc's `pthread_t`):
@@ -177,13 +180,15 @@ pub struct PaOtelCtx {
     pub module_id: u32,
 }
 
-/// `PA_GIL_BYTES_BEFORE_LOCKED`: the GIL's whole `_gil_runtime_state` lies within this many
-/// bytes before its `locked` word and [`GIL_BYTES_AFTER_LOCKED`] after it (the interval and
-/// last holder before; the switch number, condition and mutex after, about 200 bytes in every
-/// supported version): a thread blocked on a futex in there waits for the GIL.
+/// `PA_GIL_WAIT_BYTES`: how many bytes from [`PaProc::gil_waits_addr`] hold the GIL's futex
+/// words, so that a thread blocked on a futex in there waits for the GIL. 3.7+ keep the whole
+/// `_gil_runtime_state` within [`GIL_BYTES_BEFORE_LOCKED`] before its `locked` word and the
+/// rest after it (the interval and last holder before; the switch number, condition and mutex
+/// after, about 200 bytes in every supported version); 3.6's separate statics (its mutexes and
+/// conditions) lie within 256 bytes.
+pub const GIL_WAIT_BYTES: u64 = 288;
+/// Where the GIL's state starts before its `locked` word in 3.7+ (see [`GIL_WAIT_BYTES`]).
 pub const GIL_BYTES_BEFORE_LOCKED: u64 = 32;
-/// `PA_GIL_BYTES_AFTER_LOCKED`: see [`GIL_BYTES_BEFORE_LOCKED`].
-pub const GIL_BYTES_AFTER_LOCKED: u64 = 256;
 
 /// `PA_GIL_NONE`: free-threaded (no GIL) or unknown; records carry no GIL bits.
 pub const GIL_NONE: u32 = 0;
@@ -193,7 +198,7 @@ pub const GIL_HOLDER: u32 = 1;
 pub const GIL_THREAD_FLAG: u32 = 2;
 
 const _: () = {
-    assert!(size_of::<PaProc>() == 112);
+    assert!(size_of::<PaProc>() == 120);
     assert!(offset_of!(PaProc, generation) == 0);
     assert!(offset_of!(PaProc, executable_tag_mask) == 8);
     assert!(offset_of!(PaProc, flags) == 16);
@@ -211,6 +216,7 @@ const _: () = {
     assert!(offset_of!(PaProc, gil_model) == 72);
     assert!(offset_of!(PaProc, thread_state_holds_gil) == 76);
     assert!(offset_of!(PaProc, otel) == 80);
+    assert!(offset_of!(PaProc, gil_waits_addr) == 112);
     assert!(size_of::<PaOtelCtx>() == 32);
     assert!(offset_of!(PaOtelCtx, offset_in_block) == 8);
     assert!(offset_of!(PaOtelCtx, dtv_in_pthread) == 16);
@@ -700,10 +706,10 @@ const _: () = {
 };
 
 const _: () = {
-    assert!(size_of::<PaProcSlot>() == 120);
+    assert!(size_of::<PaProcSlot>() == 128);
     assert!(offset_of!(PaProcSlot, proc) == 0);
-    assert!(offset_of!(PaProcSlot, tgid) == 112);
-    assert!(offset_of!(PaProcSlot, _pad) == 116);
+    assert!(offset_of!(PaProcSlot, tgid) == 120);
+    assert!(offset_of!(PaProcSlot, _pad) == 124);
     assert!(size_of::<PaThreadSlot>() == 16);
     assert!(offset_of!(PaThreadSlot, tstate) == 0);
     assert!(offset_of!(PaThreadSlot, tid) == 8);

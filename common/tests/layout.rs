@@ -13,9 +13,9 @@ use std::process::Command;
 use pyagent_common::{
     Counter, PaFrame, PaNativeHdr, PaOffCpuThread, PaOtelCtx, PaProc, PaProcSlot, PaSampleHdr,
     PaThreadList, PaThreadSlot, COUNTERS, COUNTER_COUNT, FRAME_OBJECT_READ_BYTES, FRAME_READ_BYTES,
-    GIL_BYTES_AFTER_LOCKED, GIL_BYTES_BEFORE_LOCKED, GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG,
-    KERNEL_FRAMES, MAX_FRAMES, NATIVE_MAX_BYTES, NATIVE_STACK_BYTES, NOTICE_EXEC, NOTICE_EXIT,
-    NOTICE_FORK, NOTICE_THREAD_EXIT, NOTICE_UNKNOWN_THREAD, OFF_CPU_RECORDED, OTEL_READ_BYTES,
+    GIL_HOLDER, GIL_NONE, GIL_THREAD_FLAG, GIL_WAIT_BYTES, KERNEL_FRAMES, MAX_FRAMES,
+    NATIVE_MAX_BYTES, NATIVE_STACK_BYTES, NOTICE_EXEC, NOTICE_EXIT, NOTICE_FORK,
+    NOTICE_THREAD_EXIT, NOTICE_UNKNOWN_THREAD, OFF_CPU_RECORDED, OTEL_READ_BYTES,
     OTEL_SPAN_ID_OFFSET, OTEL_VALID_OFFSET, PROC_ALL, PROC_ANCHOR, PROC_BASE_FRAME, PROC_CFRAME,
     PROC_FRAME_OBJECTS, PROC_IS_ENTRY, PROC_NATIVE, PROC_SLOTS, PROC_TRACE_CONTEXT,
     RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC, SAMPLE_GIL_HELD,
@@ -58,6 +58,7 @@ fn expectations() -> Vec<(String, u64)> {
             gil_model,
             thread_state_holds_gil,
             otel,
+            gil_waits_addr,
         ]
     );
     push("sizeof(struct pa_otel_ctx)", size_of::<PaOtelCtx>());
@@ -212,11 +213,7 @@ fn expectations() -> Vec<(String, u64)> {
     ] {
         push(c, r as usize);
     }
-    push(
-        "PA_GIL_BYTES_BEFORE_LOCKED",
-        GIL_BYTES_BEFORE_LOCKED as usize,
-    );
-    push("PA_GIL_BYTES_AFTER_LOCKED", GIL_BYTES_AFTER_LOCKED as usize);
+    push("PA_GIL_WAIT_BYTES", GIL_WAIT_BYTES as usize);
     for info in &COUNTERS {
         push(info.c_name, info.counter.index() as usize);
     }

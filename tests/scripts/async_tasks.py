@@ -10,6 +10,9 @@ Prints "ready" once every task has started, then runs until killed.
 import asyncio
 import sys
 
+# `asyncio.run` is 3.7+; before it, the default loop runs the coroutine.
+run = getattr(asyncio, "run", None) or asyncio.get_event_loop().run_until_complete
+
 
 def crunch(n):
     total = 0
@@ -56,4 +59,4 @@ async def main():
 
 if __name__ == "__main__":
     sys.setswitchinterval(0.001)
-    asyncio.run(main(), debug=False)
+    run(main())

@@ -3,6 +3,9 @@ import asyncio
 import sys
 import time
 
+# `asyncio.run` is 3.7+; before it, the default loop runs the coroutine.
+run = getattr(asyncio, "run", None) or asyncio.get_event_loop().run_until_complete
+
 
 def consume():
     print("ready", flush=True)
@@ -35,4 +38,4 @@ async def top():
 if sys.argv[1] == "generator":
     drive()  # @module_gen
 else:
-    asyncio.run(top())  # @module_coro
+    run(top())  # @module_coro

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-child = subprocess.Popen([sys.executable, os.path.join(here, "busy.py"), sys.argv[1]], stdout=subprocess.PIPE, text=True)
+child = subprocess.Popen([sys.executable, os.path.join(here, "busy.py"), sys.argv[1]], stdout=subprocess.PIPE, universal_newlines=True)
 assert child.stdout.readline().strip() == "ready"
 print("ready", child.pid, flush=True)
 child.wait()

@@ -11,7 +11,7 @@
 //! | [`Build::HostApt`] (py311-debian: static libpython, non-PIE) | [`host`] |
 //! | [`Build::Pyenv`] (py311, py312, py313: shared libpython) | preinstalled pyenv, checked by [`host`] |
 //! | [`Build::Source`] (py313-static, py313t: Debian's 3.13.15 source, default and `--disable-gil`) | [`source`] |
-//! | [`Build::SidChroot`] (py314, py315) | [`chroot`], run through chroot(8) |
+//! | [`Build::Chroot`] (py39-debian in bullseye; py314, py315 in sid) | [`chroot`], run through chroot(8) |
 //!
 //! plus the peer profilers for benchmarks in a venv ([`peers`]). Every step checks its
 //! result first and does nothing when it is already there; `--check` only verifies. The
@@ -34,7 +34,7 @@ use std::thread;
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
-use roles::{host_path, Build, Entry, Manifest, Role, ROLES};
+use roles::{host_path, Build, Entry, Manifest, Role, Suite, ROLES};
 
 use cmd::say;
 
@@ -122,8 +122,9 @@ struct Layout {
 }
 
 impl Layout {
-    fn chroot(&self) -> PathBuf {
-        self.dir.join("sid-chroot")
+    /// The tree of `suite`'s chroot.
+    fn chroot(&self, suite: Suite) -> PathBuf {
+        self.dir.join(suite.tree_name())
     }
 
     fn logs(&self) -> PathBuf {
@@ -157,7 +158,10 @@ impl Spec {
                     .join(exe_name),
             ),
             Build::Source => (None, layout.dir.join(role.name).join("bin").join(exe_name)),
-            Build::SidChroot(_) => (Some(layout.chroot()), Path::new("/usr/bin").join(exe_name)),
+            Build::Chroot(suite, _) => (
+                Some(layout.chroot(suite)),
+                Path::new("/usr/bin").join(exe_name),
+            ),
         };
         Spec { role, root, exe }
     }
@@ -344,7 +348,7 @@ mod tests {
                         role.name
                     )
                 }
-                Build::HostApt(_) | Build::SidChroot(_) => {}
+                Build::HostApt(_) | Build::Chroot(..) => {}
             }
         }
     }
@@ -372,6 +376,13 @@ mod tests {
             (
                 Some(PathBuf::from("/cache/sid-chroot")),
                 PathBuf::from("/usr/bin/python3.15")
+            )
+        );
+        assert_eq!(
+            exe("py39-debian"),
+            (
+                Some(PathBuf::from("/cache/bullseye-chroot")),
+                PathBuf::from("/usr/bin/python3.9")
             )
         );
         assert!(exe("py312").1.ends_with("versions/3.12.1/bin/python3.12"));

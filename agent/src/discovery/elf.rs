@@ -1,5 +1,5 @@
-//! What discovery needs from an ELF object: where `_PyRuntime`, `PyCode_Type` and `Py_Version`
-//! are, and the PT_LOAD segments to compute the load bias from the maps.
+//! What discovery needs from an ELF object: where `_PyRuntime` (3.6's statics instead),
+//! `PyCode_Type` and `Py_Version` are, and the PT_LOAD segments to compute the load bias from the maps.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -9,6 +9,7 @@ use std::sync::{Mutex, OnceLock};
 
 pub(super) use super::elf_headers::DefinedSymbol;
 use super::elf_headers::{ElfHeaders, SymbolTable};
+use super::runtime_statics::{self, RuntimeStatics};
 use super::MapsEntry;
 
 /// Reading or parsing an object failed. The cause is part of the message (discovery lists these
@@ -42,6 +43,9 @@ pub struct ElfFacts {
     pub code_type_vaddr: u64,
     /// `Py_Version` (absent in some stripped builds)
     pub py_version_vaddr: Option<u64>,
+    /// 3.6, which has no `_PyRuntime`: its runtime globals, each a static of its own
+    /// (`runtime_vaddr` is then `interp_head`'s)
+    pub statics: Option<RuntimeStatics>,
     /// `ET_DYN` (a shared library or PIE)
     pub is_shared_object: bool,
     /// PT_LOAD segments: (p_offset, p_vaddr)
@@ -232,17 +236,22 @@ pub fn parse_facts(bytes: &[u8]) -> Result<Option<ElfFacts>, goblin::error::Erro
         }
     }
     let find = |name: &str| found.get(name).map(|s| s.value).filter(|&v| v != 0);
-    let Some(runtime_vaddr) = find("_PyRuntime").or_else(|| elf.section_address(".PyRuntime"))
-    else {
-        return Ok(None);
-    };
     let Some(code_type_vaddr) = find("PyCode_Type") else {
         return Ok(None);
     };
+    let (runtime_vaddr, statics) =
+        match find("_PyRuntime").or_else(|| elf.section_address(".PyRuntime")) {
+            Some(at) => (at, None),
+            None => match runtime_statics::find(&elf)? {
+                Some(statics) => (statics.interp_head, Some(statics)),
+                None => return Ok(None),
+            },
+        };
     Ok(Some(ElfFacts {
         runtime_vaddr,
         code_type_vaddr,
         py_version_vaddr: find("Py_Version"),
+        statics,
         is_shared_object: elf.header.e_type == goblin::elf::header::ET_DYN,
         loads: elf.load_segments(),
     }))
@@ -258,6 +267,7 @@ mod tests {
             runtime_vaddr: 0x5000,
             code_type_vaddr: 0x6000,
             py_version_vaddr: None,
+            statics: None,
             is_shared_object: true,
             loads: vec![(0, 0), (0x1234, 0x2234)],
         };

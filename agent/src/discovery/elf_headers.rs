@@ -142,6 +142,18 @@ impl<'a> ElfHeaders<'a> {
         Ok(found)
     }
 
+    /// The `len` bytes the file holds at link-time address `vaddr` (inside one loadable
+    /// segment's file part), such as a function's first instructions.
+    pub fn bytes_at(&self, vaddr: u64, len: usize) -> Option<&'a [u8]> {
+        let segment = self.program_headers.iter().find(|p| {
+            p.p_type == PT_LOAD
+                && vaddr >= p.p_vaddr
+                && vaddr.saturating_add(len as u64) <= p.p_vaddr.saturating_add(p.p_filesz)
+        })?;
+        let start = usize::try_from(segment.p_offset.checked_add(vaddr - segment.p_vaddr)?).ok()?;
+        self.bytes.get(start..start.checked_add(len)?)
+    }
+
     /// A section's bytes, if it has any in the file and they lie inside it.
     fn contents(&self, s: &SectionHeader) -> Option<&'a [u8]> {
         if s.sh_type == SHT_NOBITS {

@@ -19,6 +19,7 @@ pub mod privileges;
 pub mod process_context;
 pub mod process_env;
 mod procfs_util;
+mod runtime_statics;
 pub mod service_name;
 pub mod thread_context;
 
@@ -263,9 +264,15 @@ fn validate_candidate(
         }
         builtin_offsets(version).map_err(|layout| DiscoveryError::Offsets { pid, layout })?
     } else {
-        // 3.7-3.10 export no `Py_Version` either: their layouts are told apart in memory.
+        // 3.6-3.10 export no `Py_Version` either: their layouts are told apart in memory.
         let tids: Vec<u32> = task_ids(pid).iter().map(|t| t.ns_tid).collect();
-        older_versions::offsets_for(mem, path, runtime_addr, &tids).map_err(|e| match e {
+        match &facts.statics {
+            Some(statics) => {
+                older_versions::offsets_for_statics(mem, runtime_addr, statics, bias, &tids)
+            }
+            None => older_versions::offsets_for(mem, path, runtime_addr, &tids),
+        }
+        .map_err(|e| match e {
             older_versions::OlderVersionError::Memory(e) => mem_error(pid, e),
             older_versions::OlderVersionError::Offsets(layout) => {
                 DiscoveryError::Offsets { pid, layout }

@@ -1,5 +1,6 @@
-//! Versions that export no `Py_Version` (3.7–3.10): which layout a runtime has, its exact
-//! version, and where its threads' kernel thread ids are.
+//! Versions that export no `Py_Version` (3.6–3.10): which layout a runtime has, its exact
+//! version, and where its threads' kernel thread ids are (and, for 3.6, its GIL and
+//! collector statics).
 //!
 //! The layout is chosen among the built-in tables of those versions, the minor version the
 //! object's file name says first (`libpython3.9.so.1.0`, `python3.10`), every one otherwise. A
@@ -14,10 +15,11 @@
 
 use std::path::Path;
 
+use super::runtime_statics::RuntimeStatics;
 use crate::memory::{MemoryError, ProcessMemory};
 use crate::offsets::{
-    builtin_offsets, named_release, NamedRelease, NativeThreadId, Offsets, OffsetsError,
-    PythonVersion, UNLABELLED_MINORS,
+    builtin_offsets, named_release, GcBase, GcOffsets, GilLocation, NamedRelease, NativeThreadId,
+    Offsets, OffsetsError, PythonVersion, UNLABELLED_MINORS,
 };
 use crate::symbolize::read_str;
 
@@ -98,6 +100,67 @@ pub(super) fn offsets_for(
         }
     }
     Err(OlderVersionError::NoLayout(why.join("; ")))
+}
+
+/// The layout of the 3.6 runtime whose interpreter list starts at `head` (the address of
+/// `interp_head`), with its exact version, the addresses of its GIL and collector statics
+/// (`statics`, link-time addresses moved by the object's `bias`) and the tid offset of its
+/// threads; `tids` as in [`offsets_for`].
+pub(super) fn offsets_for_statics(
+    mem: &mut impl ProcessMemory,
+    head: u64,
+    statics: &RuntimeStatics,
+    bias: u64,
+    tids: &[u32],
+) -> Result<Offsets, OlderVersionError> {
+    let table = builtin_offsets(PythonVersion::new(3, 6, 0))?;
+    let interp = mem.read_u64(head)?;
+    if interp == 0 {
+        return Err(OlderVersionError::NoLayout("no interpreter yet".into()));
+    }
+    let version = match sys_hexversion(mem, &table, interp) {
+        Ok(Some(version)) if version.minor_version() == (3, 6) => version,
+        Ok(Some(other)) => {
+            return Err(OlderVersionError::NoLayout(format!(
+                "the 3.6 layout reads version {other}"
+            )))
+        }
+        Ok(None) => {
+            return Err(OlderVersionError::NoLayout(
+                "no sys.hexversion through the 3.6 layout".into(),
+            ))
+        }
+        Err(MemoryError::Fault { .. }) => {
+            return Err(OlderVersionError::NoLayout(
+                "the 3.6 layout reads unmapped memory".into(),
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut offsets = builtin_offsets(version)?;
+    let at = |vaddr: Option<u64>| vaddr.map(|v| bias.wrapping_add(v));
+    if let (Some(locked), Some(holder), Some(waits)) = (
+        at(statics.gil_locked),
+        at(statics.gil_last_holder),
+        at(statics.gil_waits),
+    ) {
+        offsets.gil = GilLocation::Statics {
+            locked,
+            holder,
+            waits,
+        };
+    }
+    if let Some(collecting) = at(statics.collecting) {
+        offsets.gc = GcOffsets {
+            base: GcBase::Process,
+            collecting,
+            frame: None,
+        };
+    }
+    offsets.thread_state.native_thread_id = NativeThreadId::InPthread {
+        offset: tid_offset(mem, &offsets, interp, tids)?.unwrap_or(0),
+    };
+    Ok(offsets)
 }
 
 /// `sys.hexversion` of the interpreter at `interp`, read from its `sysdict` (`None`: no such

@@ -3,6 +3,20 @@
 /// Where the interpreter lock's state lives, if anywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GilLocation {
+    /// 3.6: separate statics of the object that holds the interpreter list, at these addresses
+    /// in the process (found by their symbols at discovery).
+    Statics {
+        /// int `gil_locked`
+        locked: u64,
+        /// `gil_last_holder` tstate pointer
+        holder: u64,
+        /// the lowest of the GIL's mutexes and conditions (`gil_mutex`, `gil_cond` and the
+        /// forced-switch pair): where its futex words begin
+        waits: u64,
+    },
+    /// A build whose GIL statics have no names to be found by (a stripped 3.6): held or not is
+    /// not known, and no record says.
+    Unknown,
     /// 3.11: one GIL in the runtime: `ceval.gil.locked` / `last_holder` (runtime offsets).
     Runtime {
         /// int `locked`
@@ -40,11 +54,12 @@ impl GilLocation {
     /// interpreter otherwise; `None` on free-threaded builds.
     pub fn locked_word(self) -> Option<(GilBase, u64)> {
         match self {
+            GilLocation::Statics { locked, .. } => Some((GilBase::Process, locked)),
             GilLocation::Runtime { locked, .. } => Some((GilBase::Runtime, locked)),
             GilLocation::Interpreter { locked, .. } | GilLocation::ThreadFlag { locked, .. } => {
                 Some((GilBase::Interpreter, locked))
             }
-            GilLocation::Disabled { .. } => None,
+            GilLocation::Disabled { .. } | GilLocation::Unknown => None,
         }
     }
 
@@ -52,12 +67,22 @@ impl GilLocation {
     /// who holds the GIL while it is locked, in every build with a GIL.
     pub fn holder_words(self) -> Option<(GilBase, u64, u64)> {
         match self {
+            GilLocation::Statics { locked, holder, .. } => Some((GilBase::Process, locked, holder)),
             GilLocation::Runtime { locked, holder } => Some((GilBase::Runtime, locked, holder)),
             GilLocation::Interpreter { locked, holder }
             | GilLocation::ThreadFlag { locked, holder, .. } => {
                 Some((GilBase::Interpreter, locked, holder))
             }
-            GilLocation::Disabled { .. } => None,
+            GilLocation::Disabled { .. } | GilLocation::Unknown => None,
+        }
+    }
+
+    /// Where the GIL's futex words begin, for a GIL whose `locked` word is at `locked_addr`
+    /// (see [`GIL_WAIT_BYTES`]).
+    pub fn waits_start(self, locked_addr: u64) -> u64 {
+        match self {
+            GilLocation::Statics { waits, .. } => waits,
+            _ => locked_addr.saturating_sub(GIL_BYTES_BEFORE_LOCKED),
         }
     }
 }
@@ -65,12 +90,14 @@ impl GilLocation {
 /// What a GIL offset is relative to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GilBase {
+    /// nothing: the offsets are the process's addresses (3.6's statics)
+    Process,
     /// `_PyRuntime`
     Runtime,
     /// the `PyInterpreterState`
     Interpreter,
 }
 
-/// Where a GIL's state lies around its `locked` word: shared with the BPF program, which tells
-/// GIL waits by it too.
-pub use common::{GIL_BYTES_AFTER_LOCKED, GIL_BYTES_BEFORE_LOCKED};
+/// How far a GIL's futex words reach: shared with the BPF program, which tells GIL waits by them
+/// too.
+pub use common::{GIL_BYTES_BEFORE_LOCKED, GIL_WAIT_BYTES};

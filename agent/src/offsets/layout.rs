@@ -190,6 +190,12 @@ pub enum GcBase {
     Interpreter,
     /// `_PyRuntimeState` at this offset (3.7, 3.8)
     Runtime(u64),
+    /// nothing: [`GcOffsets::collecting`] is the process's address of 3.6's static
+    /// `collecting` (found by its symbol at discovery)
+    Process,
+    /// a build whose collector statics have no names to be found by (a stripped 3.6): no
+    /// collection is seen
+    Unknown,
 }
 
 /// What a frame's instruction field holds.

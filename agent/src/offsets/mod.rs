@@ -27,7 +27,7 @@ pub use asyncio::{
 pub use debug_offsets::{
     debug_offsets_len, parse_debug_offsets, DEBUG_OFFSETS_COOKIE, DEBUG_OFFSETS_PREFIX_LEN,
 };
-pub use gil::{GilBase, GilLocation, GIL_BYTES_AFTER_LOCKED, GIL_BYTES_BEFORE_LOCKED};
+pub use gil::{GilBase, GilLocation, GIL_BYTES_BEFORE_LOCKED, GIL_WAIT_BYTES};
 pub use layout::{
     BytecodeLayout, BytesObjectOffsets, CodeObjectOffsets, Evaluations, FrameModel, GcBase,
     GcOffsets, InstrPointer, InterpreterFrameOffsets, InterpreterStateOffsets, LineTableFormat,
@@ -43,7 +43,7 @@ pub use thread_names::{
 pub use version::PythonVersion;
 
 /// What the one-line refusal of another version says.
-pub const SUPPORTED_RANGE: &str = "pyagent reads CPython 3.7 to 3.15";
+pub const SUPPORTED_RANGE: &str = "pyagent reads CPython 3.6 to 3.15";
 
 /// Where the layout of a runtime comes from, by the version its `Py_Version` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,7 +187,10 @@ impl Offsets {
         match self.gil {
             GilLocation::ThreadFlag { holds_gil, .. } => end = end.max(holds_gil + 4),
             GilLocation::Disabled { thread_state } => end = end.max(thread_state + 4),
-            GilLocation::Runtime { .. } | GilLocation::Interpreter { .. } => {}
+            GilLocation::Runtime { .. }
+            | GilLocation::Interpreter { .. }
+            | GilLocation::Statics { .. }
+            | GilLocation::Unknown => {}
         }
         end as usize
     }

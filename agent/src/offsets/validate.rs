@@ -146,16 +146,20 @@ impl Offsets {
         )?;
         check("bytes_object.ob_size", self.bytes_object.ob_size, 8, 256)?;
         // `collecting` and `frame` are relative to the `gc` member of the interpreter or runtime.
+        // 3.6's statics are addresses, found in the process: nothing to check them against.
         let gc_max = match self.gc.base {
-            GcBase::Interpreter => i.size.saturating_sub(i.gc),
+            GcBase::Interpreter => Some(i.size.saturating_sub(i.gc)),
             GcBase::Runtime(at) => {
                 check("runtime_state.gc", at, 8, r.size)?;
-                r.size.saturating_sub(at)
+                Some(r.size.saturating_sub(at))
             }
+            GcBase::Process | GcBase::Unknown => None,
         };
-        check("gc.collecting", self.gc.collecting, 4, gc_max)?;
-        if let Some(off) = self.gc.frame {
-            check("gc.frame", off, 8, gc_max)?;
+        if let Some(gc_max) = gc_max {
+            check("gc.collecting", self.gc.collecting, 4, gc_max)?;
+            if let Some(off) = self.gc.frame {
+                check("gc.frame", off, 8, gc_max)?;
+            }
         }
         match self.gil {
             GilLocation::Runtime { locked, holder } => {
@@ -198,6 +202,7 @@ impl Offsets {
             GilLocation::Disabled { thread_state } => {
                 check("thread_state.state", thread_state, 4, tmax)?;
             }
+            GilLocation::Statics { .. } | GilLocation::Unknown => {}
         }
         if let Some(n) = &self.thread_names {
             check(

@@ -236,17 +236,17 @@ impl Unwinder {
     /// The addresses of the GIL's state in the interpreter `interp` belongs to (a futex wait in
     /// there is a wait for the GIL); `None` on free-threaded builds.
     pub fn gil_words(&self, interp: &InterpreterInfo) -> Option<std::ops::Range<u64>> {
-        use crate::offsets::{GilBase, GIL_BYTES_AFTER_LOCKED, GIL_BYTES_BEFORE_LOCKED};
-        let (base, off) = self.target.offsets.gil.locked_word()?;
+        use crate::offsets::{GilBase, GIL_WAIT_BYTES};
+        let gil = self.target.offsets.gil;
+        let (base, off) = gil.locked_word()?;
         let locked = match base {
+            GilBase::Process => 0,
             GilBase::Runtime => self.target.runtime_addr,
             GilBase::Interpreter => interp.addr,
         }
         .checked_add(off)?;
-        Some(
-            locked.saturating_sub(GIL_BYTES_BEFORE_LOCKED)
-                ..locked.saturating_add(GIL_BYTES_AFTER_LOCKED),
-        )
+        let start = gil.waits_start(locked);
+        Some(start..start.saturating_add(GIL_WAIT_BYTES))
     }
 
     fn make_sample(&mut self, t: &ThreadInfo, frames: Vec<Frame>, truncated: bool) -> ThreadSample {

@@ -27,8 +27,12 @@ pub struct InterpreterInfo {
     /// before 3.15 (no `gc.frame`): the thread state running the collection, when it can be
     /// told (see [`collecting_thread`]); set once the interpreter's threads are read
     pub gc_thread: Option<u64>,
-    /// tstate holding this interpreter's GIL, if locked (3.11–3.14)
+    /// tstate holding this interpreter's GIL, if locked (3.6–3.14)
     pub gil_holder: Option<u64>,
+    /// whether [`InterpreterInfo::gil_holder`] says who holds the GIL: not on builds whose GIL
+    /// words are not known, nor on 3.6 before a second thread made it create its GIL (until
+    /// then the one thread runs without one)
+    pub gil_known: bool,
 }
 
 /// What one sample needs of a thread state.
@@ -69,22 +73,36 @@ pub fn read_interpreter(
         None => None,
     };
     let gc_state = match o.gc.base {
-        GcBase::Interpreter => addr.wrapping_add(i.gc),
-        GcBase::Runtime(at) => runtime.wrapping_add(at),
+        GcBase::Interpreter => Some(addr.wrapping_add(i.gc)),
+        GcBase::Runtime(at) => Some(runtime.wrapping_add(at)),
+        GcBase::Process => Some(0),
+        GcBase::Unknown => None,
     };
-    let gc_collecting = mem.read_u32(gc_state.wrapping_add(o.gc.collecting))? != 0;
-    let gc_frame = match o.gc.frame {
-        Some(off) => Some(mem.read_u64(gc_state.wrapping_add(off))?).filter(|&f| f != 0),
-        None => None,
+    let gc_collecting = match gc_state {
+        Some(state) => mem.read_u32(state.wrapping_add(o.gc.collecting))? != 0,
+        None => false,
     };
-    let gil_holder = match o.gil {
+    let gc_frame = match (gc_state, o.gc.frame) {
+        (Some(state), Some(off)) => {
+            Some(mem.read_u64(state.wrapping_add(off))?).filter(|&f| f != 0)
+        }
+        _ => None,
+    };
+    let gil = match o.gil {
         GilLocation::Runtime { locked, holder } => {
             read_gil_holder(mem, runtime + locked, runtime + holder)?
         }
         GilLocation::Interpreter { locked, holder } => {
             read_gil_holder(mem, addr + locked, addr + holder)?
         }
-        GilLocation::ThreadFlag { .. } | GilLocation::Disabled { .. } => None,
+        GilLocation::Statics { locked, holder, .. } => read_gil_holder(mem, locked, holder)?,
+        // 3.15's flag is each thread state's own; free-threaded builds have none.
+        GilLocation::ThreadFlag { .. } | GilLocation::Disabled { .. } => Some(None),
+        GilLocation::Unknown => None,
+    };
+    let (gil_known, gil_holder) = match gil {
+        Some(holder) => (true, holder),
+        None => (false, None),
     };
     Ok((
         InterpreterInfo {
@@ -95,6 +113,7 @@ pub fn read_interpreter(
             gc_frame,
             gc_thread: None,
             gil_holder,
+            gil_known,
         },
         next,
     ))
@@ -120,15 +139,19 @@ pub fn collecting_thread(interp: &InterpreterInfo, threads: &[ThreadInfo]) -> Op
     }
 }
 
-/// `last_holder` is only the current holder while `locked` is set.
+/// Who holds the GIL: `last_holder` is only the current holder while `locked` is set. `None`
+/// while the GIL is not created yet (`locked` is -1 then: 3.6 creates it with a second thread).
 fn read_gil_holder(
     mem: &mut impl ProcessMemory,
     locked_addr: u64,
     holder_addr: u64,
-) -> Result<Option<u64>, MemoryError> {
-    let locked = mem.read_u32(locked_addr)? != 0;
+) -> Result<Option<Option<u64>>, MemoryError> {
+    let locked = mem.read_u32(locked_addr)? as i32;
+    if locked < 0 {
+        return Ok(None);
+    }
     let holder = mem.read_u64(holder_addr)?;
-    Ok(locked.then_some(holder).filter(|&h| h != 0))
+    Ok(Some((locked != 0).then_some(holder).filter(|&h| h != 0)))
 }
 
 /// The tid the C library keeps at `offset` of the thread descriptor `pthread` (3.6–3.10, whose
@@ -172,6 +195,7 @@ pub fn read_thread(
     let holds_gil = match o.gil {
         GilLocation::ThreadFlag { holds_gil, .. } => Some(buf.u32_at(holds_gil) != 0),
         GilLocation::Disabled { .. } => None,
+        _ if !interp.gil_known => None,
         _ => Some(interp.gil_holder == Some(addr)),
     };
     let attached = match o.gil {

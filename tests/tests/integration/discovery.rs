@@ -7,7 +7,7 @@ use std::time::Duration;
 use procfs::process::MMapPath;
 use pyagent::discovery::{HostScanner, ProcessState};
 use pyagent::offsets::{debug_offsets_len, parse_debug_offsets, DEBUG_OFFSETS_COOKIE};
-use pyagent_tests::agent::{pyagent_bin, run_pyagent};
+use pyagent_tests::agent::{pyagent_bin, record_collapsed, run_pyagent};
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::stacks::script;
 use pyagent_tests::{Interpreter, PythonProcess};
@@ -55,12 +55,17 @@ fn process_that_execs_into_python_is_found_after_the_exec() {
 }
 
 /// First bytes of the interpreter's own `_PyRuntime` (cookie and offsets table on 3.13+) and its
-/// `sys.hexversion`, read by the interpreter itself through ctypes.
+/// `sys.hexversion`, read by the interpreter itself through ctypes; zeros on 3.6, which has no
+/// `_PyRuntime`.
 fn runtime_head(py: &Interpreter, len: usize) -> (Vec<u8>, u64) {
     let code = format!(
         "import ctypes, sys\n\
-         rt = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, '_PyRuntime'))\n\
-         print(sys.hexversion, ctypes.string_at(rt, {len}).hex())"
+         try:\n    \
+             rt = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, '_PyRuntime'))\n    \
+             head = ctypes.string_at(rt, {len})\n\
+         except ValueError:\n    \
+             head = bytes({len})\n\
+         print(sys.hexversion, head.hex())"
     );
     let out = Command::new(&py.exe)
         .args(["-c", &code])
@@ -171,4 +176,98 @@ fn defect_8_crafted_libpython_is_skipped(py: &str) {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `dump` of `pid`, which must succeed.
+fn dump_of(pid: u32) -> String {
+    let out = run_pyagent(&["dump", "--pid", &pid.to_string()]);
+    assert!(
+        out.status.success(),
+        "dump failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 47: 3.6 keeps no `_PyRuntime`. A build stripped of `.symtab`, as distributions ship it
+/// (RHEL 8's platform-python), is still found through the exported `PyInterpreterState_Head`,
+/// whose first instructions load `interp_head`. Its GIL statics have no names there: its
+/// samples say nothing of the GIL rather than something wrong, by either sampler.
+#[test]
+fn a_stripped_3_6_is_found_through_its_exported_accessor() {
+    pyagent_bin();
+    let py = Interpreter::by_name("py36");
+    let dir = fresh_dir("stripped-py36");
+    let lib_name = "libpython3.6m.so.1.0";
+    let original = py
+        .exe
+        .parent()
+        .and_then(|bin| bin.parent())
+        .expect("pyenv's bin directory")
+        .join("lib")
+        .join(lib_name);
+    let stripped = dir.join(lib_name);
+    std::fs::copy(&original, &stripped).expect("copy libpython");
+    let status = Command::new("strip")
+        .arg("--strip-all")
+        .arg(&stripped)
+        .status()
+        .expect("run strip");
+    assert!(status.success(), "strip failed");
+    let sections = Command::new("readelf")
+        .arg("-S")
+        .arg(&stripped)
+        .output()
+        .expect("run readelf");
+    let sections = String::from_utf8_lossy(&sections.stdout);
+    assert!(
+        !sections.contains(".symtab"),
+        "strip left a .symtab: {sections}"
+    );
+    let dir_str = dir.to_str().expect("utf-8 path");
+    let mut p = PythonProcess::spawn_with_env(
+        py,
+        &script("gil_holder.py"),
+        &[],
+        &[("LD_LIBRARY_PATH", dir_str)],
+    );
+    p.wait_for_line("ready", Duration::from_secs(30));
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", p.pid())).expect("maps");
+    assert!(maps.contains(stripped.to_str().expect("utf-8")), "{maps}");
+    let dump = dump_of(p.pid());
+    assert!(
+        dump.contains("hold_gil_spin") && dump.contains("wanter"),
+        "{dump}"
+    );
+    assert!(
+        !dump.contains("GIL"),
+        "no GIL state without its statics: {dump}"
+    );
+    for mode in ["ebpf", "userspace"] {
+        let file = dir.join(format!("{mode}.txt"));
+        let (stacks, err) =
+            record_collapsed(p.pid(), &["--mode", mode, "-d", "1", "-r", "199"], &file);
+        assert!(stacks.contains("hold_gil_spin"), "{mode}: {stacks}\n{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// 3.6 creates its GIL when a second thread starts (`locked` is -1 until then): a 3.6 with one
+/// thread says nothing of a GIL, and one with threads says who holds it and who waits for it.
+#[test]
+fn a_3_6_gil_is_known_once_a_thread_creates_it() {
+    pyagent_bin();
+    let one = PythonProcess::ready("py36", "busy.py", &["60"]);
+    let dump = dump_of(one.pid());
+    assert!(dump.contains("hot"), "{dump}");
+    assert!(!dump.contains("GIL"), "one thread, no GIL yet: {dump}");
+    let threads = PythonProcess::ready("py36", "gil_holder.py", &[]);
+    pyagent_tests::wait::wait_for(
+        "a dump naming the GIL's holder and a waiter",
+        Duration::from_secs(30),
+        || {
+            let dump = dump_of(threads.pid());
+            (dump.contains("holds the GIL") && dump.contains("waiting: gil")).then_some(())
+        },
+    );
 }

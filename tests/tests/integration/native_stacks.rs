@@ -131,8 +131,11 @@ fn native_frames_sit_between_and_above_the_python_ones(
             // sort_loop → sorted/list.sort (C) → slow_key (Python) → zlib.crc32 (C, libz).
             let s = position(&frames, python("sort_loop")).expect("slow_key under sort_loop");
             if named {
-                let sort = position(&frames, |f| f.starts_with("list_sort"))
-                    .unwrap_or_else(|| panic!("{py}: no list_sort between: {line}"));
+                // `listsort` before 3.7's Argument Clinic renamed it.
+                let sort = position(&frames, |f| {
+                    f.starts_with("list_sort") || f.starts_with("listsort ")
+                })
+                .unwrap_or_else(|| panic!("{py}: no list_sort between: {line}"));
                 assert!(s < sort && sort < k, "{py}: out of order: {line}");
             } else {
                 assert!(

@@ -151,7 +151,20 @@ fn service_cuts_profiles_serves_metrics_and_flushes_on_sigterm() {
         held < series_value(&metrics, "process_resident_memory_bytes"),
         "{metrics}"
     );
-    let before = svc.profiles().len();
+    // SIGTERM right after a cut would find an empty partial interval, with nothing to flush:
+    // the newest profile must be half a second old, so the busy thread has samples since.
+    let before = wait_for(
+        "half a second since the last cut",
+        Duration::from_secs(60),
+        || {
+            let files = svc.profiles();
+            let newest = files
+                .iter()
+                .filter_map(|f| f.metadata().ok()?.modified().ok())
+                .max()?;
+            (newest.elapsed().ok()? >= Duration::from_millis(500)).then_some(files.len())
+        },
+    );
     let dir = svc.dir.clone();
     let stderr = svc.stop();
     // Every profile written is a valid pprof with the target's functions and labels.

@@ -19,18 +19,19 @@ pub enum Capability {
     /// The rule, over the table in its order: first, the first role of each pair of frame
     /// model ([`crate::FrameModel`]: frame objects before 3.11, `_PyCFrame` in 3.11–3.12,
     /// `current_frame` in 3.13–3.14, the frame cache from 3.15) and threading (with a GIL,
-    /// free-threaded); then, for each GIL layout ([`crate::GilLayout`]: the runtime's up to
-    /// 3.11, the interpreter's in 3.12–3.14, the thread flag from 3.15, none) and each build
-    /// kind (static and shared libpython, in the sid chroot and on the host, with `.symtab` and
-    /// stripped) that some role has and none of those does, the first role that has it.
+    /// free-threaded); then, for each GIL layout ([`crate::GilLayout`]: statics in 3.6, the
+    /// runtime's in 3.7–3.11, the interpreter's in 3.12–3.14, the thread flag from 3.15, none)
+    /// and each build kind (static and shared libpython, in a chroot and on the host, with
+    /// `.symtab` and stripped) that some role has and none of those does, the first role that
+    /// has it.
     ///
-    /// Today: `py37` (frame objects, shared), `py311-debian` (`_PyCFrame`, static, stripped),
+    /// Today: `py36` (frame objects, shared), `py311-debian` (`_PyCFrame`, static, stripped),
     /// `py313` (`current_frame`), `py313t` (free-threaded) and `py315` (frame cache, sid
-    /// chroot): 5 of the 12; the second step adds none.
+    /// chroot): 5 of the 14; the second step adds none.
     Representative,
     /// The first role with a GIL of the oldest frame model and of the newest, for a test of
     /// the agent's own behaviour that wants an old and a new interpreter rather than each
-    /// layout. Today: `py37` and `py315`.
+    /// layout. Today: `py36` and `py315`.
     OldestAndNewest,
     /// Has a GIL.
     WithGil,
@@ -48,7 +49,7 @@ pub enum Capability {
     SharedLibpython,
     /// The runtime is in the executable.
     StaticLibpython,
-    /// Runs in the sid chroot.
+    /// Runs in a chroot of its Debian release.
     InChroot,
     /// Its frames mark where Python was re-entered from C (3.11+, `<native>`).
     CBoundaries,
@@ -128,7 +129,7 @@ impl Capability {
                 "Every interpreter whose runtime is in a shared libpython"
             }
             Capability::StaticLibpython => "Every interpreter whose runtime is in the executable",
-            Capability::InChroot => "Every interpreter that runs in the sid chroot",
+            Capability::InChroot => "Every interpreter that runs in a chroot of its Debian release",
             Capability::CBoundaries => {
                 "Every interpreter whose frames mark where Python was re-entered from C (3.11+)"
             }
@@ -208,7 +209,7 @@ mod tests {
         let row = Role::new(
             "py316",
             Version::minor(3, 16),
-            Build::SidChroot("python3.16"),
+            Build::Chroot(crate::Suite::Sid, "python3.16"),
             Threading::Gil,
         );
         let table = [ROLES, &[row]].concat();
@@ -239,25 +240,28 @@ mod tests {
         assert_eq!(names(Capability::FreeThreaded), ["py313t"]);
         assert_eq!(
             names(Capability::SharedLibpython),
-            ["py37", "py38", "py39", "py310", "py311", "py312", "py313"]
+            ["py36", "py37", "py38", "py39", "py310", "py311", "py312", "py313"]
         );
-        assert_eq!(names(Capability::InChroot), ["py314", "py315"]);
+        assert_eq!(
+            names(Capability::InChroot),
+            ["py39-debian", "py314", "py315"]
+        );
         assert_eq!(
             names(Capability::Representative),
-            ["py37", "py311-debian", "py313", "py313t", "py315"]
+            ["py36", "py311-debian", "py313", "py313t", "py315"]
         );
-        assert_eq!(names(Capability::OldestAndNewest), ["py37", "py315"]);
+        assert_eq!(names(Capability::OldestAndNewest), ["py36", "py315"]);
         let representatives = |cap: Capability| -> Vec<&str> {
             cap.representatives().iter().map(|role| role.name).collect()
         };
         assert_eq!(
             representatives(Capability::WithGil),
-            ["py37", "py311-debian", "py313", "py315"]
+            ["py36", "py311-debian", "py313", "py315"]
         );
-        // Without the frame cache, the sid chroot's only role is py314.
+        // Without the frame cache, the first chroot role is bullseye's 3.9.
         assert_eq!(
             representatives(Capability::NoFrameCache),
-            ["py37", "py311-debian", "py313", "py313t", "py314"]
+            ["py36", "py39-debian", "py311-debian", "py313", "py313t"]
         );
     }
 
@@ -336,7 +340,7 @@ mod tests {
             .collect();
         let has = |name| names.contains(&name);
         // The kinds the issue names, today's roles of each.
-        assert!(has("py37"), "frame objects and a shared libpython");
+        assert!(has("py36"), "frame objects and a shared libpython");
         assert!(
             has("py311-debian"),
             "a static libpython, non-PIE and stripped"
@@ -345,20 +349,13 @@ mod tests {
         assert!(has("py315"), "a sid chroot interpreter and the frame cache");
     }
 
-    /// The roles still to come of issues 47 and 48 (3.6, a bullseye 3.9, 3.14t, 3.15t) add one
-    /// role per new threading of a frame model, not one per interpreter.
+    /// The roles still to come of issue 47 (3.14t, 3.15t) add one role per new threading of a
+    /// frame model, not one per interpreter.
     #[test]
     fn the_representative_set_grows_by_frame_model_not_by_interpreter() {
         use crate::{Build, Threading, Version};
         let mut table = ROLES.to_vec();
         table.extend([
-            Role::new("py36", Version::minor(3, 6), Build::Pyenv, Threading::Gil),
-            Role::new(
-                "py39-bullseye",
-                Version::minor(3, 9),
-                Build::HostApt("python3.9"),
-                Threading::Gil,
-            ),
             Role::new(
                 "py314t",
                 Version::minor(3, 14),
@@ -380,7 +377,7 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["py37", "py311-debian", "py313", "py313t", "py315", "py315t"]
+            ["py36", "py311-debian", "py313", "py313t", "py315", "py315t"]
         );
     }
 }

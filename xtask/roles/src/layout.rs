@@ -45,7 +45,10 @@ impl FrameModel {
 /// Where the GIL's state is, by version and threading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum GilLayout {
-    /// Up to 3.11: one GIL for the runtime (`_PyRuntime.ceval.gil`).
+    /// 3.6: statics of their own (`gil_locked`, `gil_last_holder`), created with the second
+    /// thread.
+    Statics,
+    /// 3.7 to 3.11: one GIL for the runtime (`_PyRuntime.ceval.gil`).
     Runtime,
     /// 3.12 to 3.14: each interpreter's own (`interp->ceval.gil`).
     Interpreter,
@@ -58,6 +61,7 @@ pub enum GilLayout {
 impl GilLayout {
     /// Every GIL layout.
     pub const ALL: &[GilLayout] = &[
+        GilLayout::Statics,
         GilLayout::Runtime,
         GilLayout::Interpreter,
         GilLayout::ThreadFlag,
@@ -72,8 +76,10 @@ impl GilLayout {
             GilLayout::ThreadFlag
         } else if version.at_least(3, 12) {
             GilLayout::Interpreter
-        } else {
+        } else if version.at_least(3, 7) {
             GilLayout::Runtime
+        } else {
+            GilLayout::Statics
         }
     }
 }

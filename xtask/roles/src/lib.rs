@@ -22,6 +22,6 @@ pub use manifest::{
     host_path, manifest_path, pythons_dir, Entry, LoadError, Manifest, NotInManifest, Peers,
     DEFAULT_DIR,
 };
-pub use role::{Build, Libpython, Role, SleepCall, Threading};
+pub use role::{Build, Libpython, Role, SleepCall, Suite, Threading};
 pub use table::{role, ROLES};
 pub use version::Version;

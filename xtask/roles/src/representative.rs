@@ -11,7 +11,7 @@ type Kind = (&'static str, fn(&Role) -> bool);
 pub(crate) const BUILD_KINDS: &[Kind] = &[
     ("static libpython", |r| r.libpython() == Libpython::Static),
     ("shared libpython", |r| r.libpython() == Libpython::Shared),
-    ("in the sid chroot", |r| r.in_chroot()),
+    ("in a chroot", |r| r.in_chroot()),
     ("on the host", |r| !r.in_chroot()),
     ("with .symtab", |r| r.has_symtab()),
     ("stripped", |r| !r.has_symtab()),

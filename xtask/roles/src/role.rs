@@ -15,8 +15,36 @@ pub enum Build {
     /// CPython built from Debian's source package by `cargo xtask pythons` (see its
     /// `source` step), `--disable-gil` for a free-threaded role.
     Source,
-    /// A package of Debian sid, installed in the chroot `cargo xtask pythons` makes.
-    SidChroot(&'static str),
+    /// A package of a Debian release other than the host's, installed in that release's
+    /// chroot, which `cargo xtask pythons` makes.
+    Chroot(Suite, &'static str),
+}
+
+/// A Debian release whose own interpreters the matrix runs in a chroot of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Suite {
+    /// Debian 11: its `python3.9` is the system Python of a fleet's older hosts and images.
+    Bullseye,
+    /// Debian unstable: the newest releases, with a newer glibc than the host's.
+    Sid,
+}
+
+impl Suite {
+    /// The release's name in the archive, as debootstrap and apt take it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Suite::Bullseye => "bullseye",
+            Suite::Sid => "sid",
+        }
+    }
+
+    /// The chroot's directory name in the cache directory, such as `sid-chroot`.
+    pub fn tree_name(self) -> &'static str {
+        match self {
+            Suite::Bullseye => "bullseye-chroot",
+            Suite::Sid => "sid-chroot",
+        }
+    }
 }
 
 /// Where an interpreter's `_PyRuntime` lives, which decides where discovery finds it.
@@ -102,13 +130,13 @@ impl Role {
     pub fn libpython(&self) -> Libpython {
         match self.build {
             Build::Pyenv => Libpython::Shared,
-            Build::HostApt(_) | Build::Source | Build::SidChroot(_) => Libpython::Static,
+            Build::HostApt(_) | Build::Source | Build::Chroot(..) => Libpython::Static,
         }
     }
 
-    /// Runs through chroot(8), in the sid tree.
+    /// Runs through chroot(8), in the tree of its Debian release.
     pub fn in_chroot(&self) -> bool {
-        matches!(self.build, Build::SidChroot(_))
+        matches!(self.build, Build::Chroot(..))
     }
 
     /// Keeps `.symtab`, so that its static functions have names; Debian's packages are

@@ -2,20 +2,25 @@
 //! provides and verifies it, the manifest lists it, and every test matrix of a capability it
 //! has (`tests/build.rs`) runs on it.
 
-use crate::Build::{HostApt, Pyenv, SidChroot, Source};
+use crate::Build::{Chroot, HostApt, Pyenv, Source};
 use crate::Role;
+use crate::Suite::{Bullseye, Sid};
 use crate::Threading::{FreeThreaded, Gil};
 use crate::Version as V;
 
 /// Every role, in manifest order.
 #[rustfmt::skip]
 pub const ROLES: &[Role] = &[
-    // Frame objects on the heap (before 3.11): the system Pythons of RHEL 8's AppStream
-    // (3.8, 3.9), Debian bullseye (3.9), Ubuntu 20.04 (3.8) and 22.04 (3.10).
+    // Frame objects on the heap (before 3.11): the system Pythons of RHEL 8 (platform-python
+    // 3.6; 3.8 and 3.9 in AppStream), Debian bullseye (3.9), Ubuntu 20.04 (3.8) and 22.04
+    // (3.10). 3.6 has no `_PyRuntime`.
+    Role::new("py36", V::patch(3, 6, 15), Pyenv, Gil),
     Role::new("py37", V::patch(3, 7, 16), Pyenv, Gil),
     Role::new("py38", V::patch(3, 8, 18), Pyenv, Gil),
     Role::new("py39", V::patch(3, 9, 18), Pyenv, Gil),
     Role::new("py310", V::patch(3, 10, 13), Pyenv, Gil),
+    // Debian bullseye's own 3.9, as a distribution builds it: static libpython, stripped.
+    Role::new("py39-debian", V::minor(3, 9), Chroot(Bullseye, "python3.9"), Gil),
     // Debian bookworm's own 3.11: static libpython, non-PIE, stripped.
     Role::new("py311-debian", V::minor(3, 11), HostApt("python3.11"), Gil),
     Role::new("py311", V::patch(3, 11, 7), Pyenv, Gil),
@@ -24,8 +29,8 @@ pub const ROLES: &[Role] = &[
     // The upstream tarball of Debian's `python3.13 3.13.15-1` source package.
     Role::new("py313-static", V::patch(3, 13, 15), Source, Gil),
     Role::new("py313t", V::patch(3, 13, 15), Source, FreeThreaded),
-    Role::new("py314", V::minor(3, 14), SidChroot("python3.14"), Gil),
-    Role::new("py315", V::minor(3, 15), SidChroot("python3.15"), Gil),
+    Role::new("py314", V::minor(3, 14), Chroot(Sid, "python3.14"), Gil),
+    Role::new("py315", V::minor(3, 15), Chroot(Sid, "python3.15"), Gil),
 ];
 
 /// The role called `name`.
@@ -60,6 +65,9 @@ mod tests {
         assert!(!py("py313").asyncio_tasks() && py("py314").asyncio_tasks());
         assert!(!py("py314").frame_cache() && py("py315").frame_cache());
         assert!(py("py315").in_chroot() && !py("py315").has_symtab());
+        assert!(
+            py("py39-debian").in_chroot() && py("py39-debian").libpython() == Libpython::Static
+        );
         assert!(py("py313-static").has_symtab());
     }
 }

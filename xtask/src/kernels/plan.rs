@@ -157,8 +157,8 @@ pub const CHECKS: &[Check] = &[
     check(
         Feature::CpuClock,
         Binary::Integration,
-        "ebpf::ebpf_samples_carry_python_thread_names::py_1___py37__",
-        "py37",
+        "ebpf::ebpf_samples_carry_python_thread_names::py_1___py36__",
+        "py36",
     ),
     check(
         Feature::CpuClock,
@@ -169,8 +169,8 @@ pub const CHECKS: &[Check] = &[
     check(
         Feature::OffCpu,
         Binary::Integration,
-        "off_cpu::off_cpu_waits_show_under_their_function_with_their_reason::py_1___py37__",
-        "py37",
+        "off_cpu::off_cpu_waits_show_under_their_function_with_their_reason::py_1___py36__",
+        "py36",
     ),
     check(
         Feature::OffCpu,
@@ -181,13 +181,13 @@ pub const CHECKS: &[Check] = &[
     check(
         Feature::Native,
         Binary::Integration,
-        "native_stacks::native_frames_sit_between_and_above_the_python_ones::py_07___py312__::mode_1___ebpf__",
+        "native_stacks::native_frames_sit_between_and_above_the_python_ones::py_09___py312__::mode_1___ebpf__",
         "py312",
     ),
     check(
         Feature::Native,
         Binary::Integration,
-        "native_stacks::native_frames_sit_between_and_above_the_python_ones::py_12___py315__::mode_1___ebpf__",
+        "native_stacks::native_frames_sit_between_and_above_the_python_ones::py_14___py315__::mode_1___ebpf__",
         "py315",
     ),
     check(
@@ -237,7 +237,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), CHECKS.len());
-        assert_eq!(CHECKS[3].log_name(3), "03-off-cpu-py37.log");
+        assert_eq!(CHECKS[3].log_name(3), "03-off-cpu-py36.log");
     }
 
     #[test]

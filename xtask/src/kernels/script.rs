@@ -301,7 +301,7 @@ mod tests {
             checks[0].name
         )));
         assert!(text.contains(&format!(
-            "check 1 /ws/tests /b/deps/integration-2 {} 01-cpu-clock-py37.log\n",
+            "check 1 /ws/tests /b/deps/integration-2 {} 01-cpu-clock-py36.log\n",
             checks[1].name
         )));
         assert!(text.contains("export CARGO=/bin/true\n"));

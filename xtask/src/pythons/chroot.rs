@@ -1,8 +1,10 @@
-//! The [`roles::Build::SidChroot`] roles (`py314`, `py315`): Debian sid's `python3.14` and
-//! `python3.15` packages, which need a newer glibc than the bookworm host has, so they live in a `debootstrap --variant=minbase
-//! sid` tree at `DIR/sid-chroot` and run as `chroot DIR/sid-chroot /usr/bin/python3.X`.
+//! The [`roles::Build::Chroot`] roles: Debian's own interpreters of releases other than the
+//! host's, `py39-debian` (bullseye's `python3.9`) and `py314`, `py315` (sid's `python3.14` and
+//! `python3.15`, which need a newer glibc than the bookworm host has). Each release has a
+//! `debootstrap --variant=minbase` tree at `DIR/<release>-chroot`, and its interpreters run as
+//! `chroot DIR/<release>-chroot /usr/bin/python3.X`.
 //!
-//! /proc: a fresh procfs is mounted at `DIR/sid-chroot/proc` (same PID namespace, so host
+//! /proc: a fresh procfs is mounted at each tree's `proc` (same PID namespace, so host
 //! PIDs) by this step and, idempotently, by the test harness before it starts a chroot
 //! interpreter, since mounts do not survive a reboot. Python starts without /proc, but
 //! `python3.15 -m profiling.sampling` reads `/proc/PID/maps` of its target. The mount is left
@@ -16,41 +18,74 @@ use anyhow::{bail, ensure, Context, Result};
 
 use super::cmd::{self, say, Log};
 use super::mirror::debian_mirror;
-use roles::Build;
+use roles::{Build, Suite};
 
 use super::{Layout, Spec};
 
-const TAG: &str = "sid-chroot";
 /// Written into the tree once debootstrap has finished; a tree without it is started over.
 const STAMP: &str = ".pyagent-debootstrap-done";
 /// apt configuration written into the chroot.
 const APT_CONF: &str = "\
-// Written by `cargo xtask pythons`: the sid mirror reached from the project's machines is a
+// Written by `cargo xtask pythons`: the mirror reached from the project's machines is a
 // snapshot whose Release file may be past its Valid-Until date.
 Acquire::Check-Valid-Until \"false\";
 Acquire::Check-Date \"false\";
 ";
 
-/// Creates the chroot if needed, mounts its /proc, and installs the interpreters missing in it.
+/// Creates each release's chroot that a role needs, mounts its /proc, and installs the
+/// interpreters missing in it.
 pub fn ensure(layout: &Layout, specs: &[Spec]) -> Result<()> {
-    let root = layout.chroot();
-    let log = Log::new(TAG, &layout.logs(), TAG)?;
+    let mut suites: Vec<Suite> = Vec::new();
+    for spec in specs {
+        if let Build::Chroot(suite, _) = spec.role.build {
+            if !suites.contains(&suite) {
+                suites.push(suite);
+            }
+        }
+    }
+    for suite in suites {
+        ensure_suite(layout, suite, specs)
+            .with_context(|| format!("the {} chroot", suite.name()))?;
+    }
+    Ok(())
+}
+
+/// [`ensure`] for the roles of `suite`.
+fn ensure_suite(layout: &Layout, suite: Suite, specs: &[Spec]) -> Result<()> {
+    let tag = suite.tree_name();
+    let root = layout.chroot(suite);
+    let log = Log::new(tag, &layout.logs(), tag)?;
+    let packages = |only_missing: bool| -> Vec<&str> {
+        specs
+            .iter()
+            .filter_map(|spec| match spec.role.build {
+                Build::Chroot(s, package) if s == suite => {
+                    (!only_missing || spec.verify().is_err()).then_some(package)
+                }
+                _ => None,
+            })
+            .collect()
+    };
     if !root.join(STAMP).exists() {
         let mirror = debian_mirror()?;
         if root.exists() {
             say(
-                TAG,
+                tag,
                 format_args!("removing the unfinished chroot {}", root.display()),
             );
             remove_tree(&root)?;
         }
         say(
-            TAG,
-            format_args!("creating a minimal sid tree in {}", root.display()),
+            tag,
+            format_args!(
+                "creating a minimal {} tree in {}",
+                suite.name(),
+                root.display()
+            ),
         );
         log.run(
             Command::new("debootstrap")
-                .args(["--variant=minbase", "sid"])
+                .args(["--variant=minbase", suite.name()])
                 .arg(&root)
                 .arg(mirror),
         )?;
@@ -61,26 +96,16 @@ pub fn ensure(layout: &Layout, specs: &[Spec]) -> Result<()> {
     }
     ensure_proc_mounted(&root)?;
 
-    let missing: Vec<&str> = specs
-        .iter()
-        .filter_map(|spec| match spec.role.build {
-            Build::SidChroot(package) if spec.verify().is_err() => Some(package),
-            _ => None,
-        })
-        .collect();
+    let missing = packages(true);
     if missing.is_empty() {
-        let packages: Vec<&str> = specs
-            .iter()
-            .filter_map(|spec| match spec.role.build {
-                Build::SidChroot(package) => Some(package),
-                _ => None,
-            })
-            .collect();
-        say(TAG, format_args!("installed: {}", packages.join(" ")));
+        say(
+            tag,
+            format_args!("installed: {}", packages(false).join(" ")),
+        );
         return Ok(());
     }
     say(
-        TAG,
+        tag,
         format_args!("installing {} in the chroot", missing.join(" ")),
     );
     let apt_get = || {
@@ -111,7 +136,10 @@ pub fn ensure_proc_mounted(root: &Path) -> Result<()> {
     if mount_points()?.contains(&target) {
         return Ok(());
     }
-    say(TAG, format_args!("mounting proc on {}", target.display()));
+    say(
+        "chroot",
+        format_args!("mounting proc on {}", target.display()),
+    );
     cmd::output(
         Command::new("mount")
             .args(["-t", "proc", "proc"])

@@ -1,9 +1,10 @@
-//! Built-in layouts for CPython versions without `_Py_DebugOffsets` (3.7–3.12).
+//! Built-in layouts for CPython versions without `_Py_DebugOffsets` (3.6–3.12).
 
 mod frame_objects;
 mod v3_10;
 mod v3_11;
 mod v3_12;
+mod v3_6;
 mod v3_7;
 mod v3_8;
 mod v3_9;
@@ -23,7 +24,10 @@ pub enum NamedRelease {
     Unlabelled(u8),
     /// A release whose runtime says its version (`Py_Version`, 3.11+).
     Labelled,
-    /// A release with no layout here (2.x, 3.0–3.6).
+    /// 3.6: no `_PyRuntime`; its interpreter list and GIL are statics of their own, and
+    /// `sys.hexversion` says the exact version.
+    Statics,
+    /// A release with no layout here (2.x, 3.0–3.5).
     Unsupported,
 }
 
@@ -38,7 +42,9 @@ impl NamedRelease {
                     .unwrap_or(0);
                 &UNLABELLED_MINORS[at..=at]
             }
-            NamedRelease::Labelled | NamedRelease::Unsupported => &UNLABELLED_MINORS,
+            NamedRelease::Labelled | NamedRelease::Statics | NamedRelease::Unsupported => {
+                &UNLABELLED_MINORS
+            }
         }
     }
 }
@@ -48,6 +54,7 @@ pub fn named_release(major: u8, minor: u8) -> NamedRelease {
     match (major, minor) {
         (3, m) if UNLABELLED_MINORS.contains(&m) => NamedRelease::Unlabelled(m),
         (3, m) if m > 10 => NamedRelease::Labelled,
+        (3, 6) => NamedRelease::Statics,
         _ => NamedRelease::Unsupported,
     }
 }
@@ -58,6 +65,7 @@ pub fn builtin_offsets(version: PythonVersion) -> Result<Offsets, OffsetsError> 
         return Err(OffsetsError::PreRelease(version));
     }
     let table = match version.minor_version() {
+        (3, 6) => v3_6::OFFSETS,
         (3, 7) => v3_7::OFFSETS,
         (3, 8) => v3_8::OFFSETS,
         (3, 9) => v3_9::OFFSETS,
@@ -77,10 +85,10 @@ mod tests {
 
     #[test]
     fn tables_validate() {
-        for minor in 7..=12 {
+        for minor in 6..=12 {
             builtin_offsets(PythonVersion::new(3, minor, 1)).expect("built-in table is valid");
         }
-        assert!(builtin_offsets(PythonVersion::new(3, 6, 0)).is_err());
+        assert!(builtin_offsets(PythonVersion::new(3, 5, 0)).is_err());
         assert!(builtin_offsets(PythonVersion::new(2, 7, 18)).is_err());
     }
 }

@@ -101,11 +101,13 @@ pub fn set_gil(proc: &mut PaProc, offsets: &Offsets, runtime_addr: u64, interpre
     proc.gil_model = GIL_NONE;
     proc.gil_locked_addr = 0;
     proc.gil_holder_addr = 0;
+    proc.gil_waits_addr = 0;
     proc.thread_state_holds_gil = 0;
     let Some((base, locked, holder)) = offsets.gil.holder_words() else {
         return;
     };
     let base = match base {
+        GilBase::Process => 0,
         GilBase::Runtime => runtime_addr,
         GilBase::Interpreter => interpreter_addr,
     };
@@ -123,6 +125,7 @@ pub fn set_gil(proc: &mut PaProc, offsets: &Offsets, runtime_addr: u64, interpre
     }
     proc.gil_locked_addr = locked;
     proc.gil_holder_addr = holder;
+    proc.gil_waits_addr = offsets.gil.waits_start(locked);
 }
 
 /// Tells the program of `proc` where each thread's OTEP 4947 context is (`layout`, found in the
