@@ -268,7 +268,7 @@ fn validate_candidate(
         let tids: Vec<u32> = task_ids(pid).iter().map(|t| t.ns_tid).collect();
         match &facts.statics {
             Some(statics) => {
-                older_versions::offsets_for_statics(mem, runtime_addr, statics, bias, &tids)
+                older_versions::offsets_for_statics(mem, path, runtime_addr, statics, bias, &tids)
             }
             None => older_versions::offsets_for(mem, path, runtime_addr, &tids),
         }

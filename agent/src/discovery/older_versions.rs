@@ -43,7 +43,7 @@ pub(super) enum OlderVersionError {
     #[error("{0}")]
     Offsets(#[from] OffsetsError),
     /// Nothing read through any table was a live runtime of its version.
-    #[error("no layout of CPython 3.7-3.10 fits it ({0})")]
+    #[error("no layout of CPython 3.6-3.10 fits it ({0})")]
     NoLayout(String),
 }
 
@@ -108,11 +108,17 @@ pub(super) fn offsets_for(
 /// threads; `tids` as in [`offsets_for`].
 pub(super) fn offsets_for_statics(
     mem: &mut impl ProcessMemory,
+    object: &Path,
     head: u64,
     statics: &RuntimeStatics,
     bias: u64,
     tids: &[u32],
 ) -> Result<Offsets, OlderVersionError> {
+    // 2.7 and 3.5 keep the same statics: their file's name tells them apart first.
+    match version_in_name(object) {
+        Some((3, 6)) | None => {}
+        Some((major, minor)) => return Err(OffsetsError::UnsupportedRelease(major, minor).into()),
+    }
     let table = builtin_offsets(PythonVersion::new(3, 6, 0))?;
     let interp = mem.read_u64(head)?;
     if interp == 0 {
@@ -120,11 +126,7 @@ pub(super) fn offsets_for_statics(
     }
     let version = match sys_hexversion(mem, &table, interp) {
         Ok(Some(version)) if version.minor_version() == (3, 6) => version,
-        Ok(Some(other)) => {
-            return Err(OlderVersionError::NoLayout(format!(
-                "the 3.6 layout reads version {other}"
-            )))
-        }
+        Ok(Some(other)) => return Err(OffsetsError::Unsupported(other).into()),
         Ok(None) => {
             return Err(OlderVersionError::NoLayout(
                 "no sys.hexversion through the 3.6 layout".into(),
