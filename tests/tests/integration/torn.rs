@@ -15,7 +15,9 @@ use pyagent_tests::agent::{
 };
 use pyagent_tests::scratch::fresh_dir;
 use pyagent_tests::PythonProcess;
-use rstest::rstest;
+use rstest_reuse::apply;
+
+use crate::representative_with_interpreter_frames;
 
 /// recursive.py running on `py`, past its start.
 fn fast_recursion(py: &str) -> PythonProcess {
@@ -61,10 +63,8 @@ fn shape(depths: &BTreeMap<usize, u64>) -> (f64, f64) {
 
 /// The defect: `record` kept 5–28 of 99 ticks of this target and said "0 failed". Now a torn
 /// read is read again, and at least 95% of the reads give a stack; the rest are counted.
-#[rstest]
-fn torn_reads_of_fast_recursion_keep_95_percent_of_record_ticks(
-    #[values("py311", "py312", "py313", "py313t", "py315")] py: &str,
-) {
+#[apply(representative_with_interpreter_frames)]
+fn torn_reads_of_fast_recursion_keep_95_percent_of_record_ticks(py: &str) {
     let p = fast_recursion(py);
     let dir = fresh_dir(&format!("torn-ticks-{py}"));
     let (text, err) = record(p.pid(), "userspace", "2", "99", &dir.join("user.txt"));
@@ -104,21 +104,15 @@ fn torn_reads_of_fast_recursion_keep_95_percent_of_record_ticks(
 /// samples cut by a moved walk leave unknown, and the depths are never deeper. The defect: a walk was only kept once the thread stayed in its top frame through a
 /// read, so the frames it stays in longest were favoured (py315 debug build: 74% of samples
 /// outside `recurse`, eBPF 7%). A walk with a whole chain is now kept even if the top moved.
-#[rstest]
-fn torn_read_rereads_keep_the_fast_recursion_profile_shape_of_ebpf(
-    #[values("py311", "py312", "py313", "py313t")] py: &str,
-) {
+///
+/// On 3.15, which clears a frame's executable as it returns, the defect was another: a walk
+/// that reached such a frame was rejected and read again, and the deeper the stack the sooner
+/// its top returns, so the re-reads favoured shallow stacks (CI, loaded: 0.81 of samples inside
+/// the recursion against 0.93 in eBPF, 2 samples at depth 20 against 35). A returned frame is
+/// now named by the code object its instruction pointer is in.
+#[apply(representative_with_interpreter_frames)]
+fn torn_read_rereads_keep_the_fast_recursion_profile_shape_of_ebpf(py: &str) {
     profile_shape_matches_ebpf(py);
-}
-
-/// The same on 3.15, which clears a frame's executable as it returns. The defect: a walk that
-/// reached such a frame was rejected and read again, and the deeper the stack the sooner its top
-/// returns, so the re-reads favoured shallow stacks (CI, loaded: 0.81 of samples inside the
-/// recursion against 0.93 in eBPF, 2 samples at depth 20 against 35). A returned frame is now
-/// named by the code object its instruction pointer is in.
-#[test]
-fn torn_read_rereads_keep_the_fast_recursion_profile_shape_of_ebpf_on_3_15() {
-    profile_shape_matches_ebpf("py315");
 }
 
 fn profile_shape_matches_ebpf(py: &str) {
@@ -164,10 +158,8 @@ fn profile_shape_matches_ebpf(py: &str) {
 /// The defect: `dump` printed the process header and no thread in 93–96 of 100 runs. A
 /// one-shot snapshot stops the thread when its stack moves under every re-read, so the main
 /// thread is always there, with its stack.
-#[rstest]
-fn torn_reads_never_hide_the_fast_recursion_thread_from_dump(
-    #[values("py311", "py312", "py313", "py313t", "py315")] py: &str,
-) {
+#[apply(representative_with_interpreter_frames)]
+fn torn_reads_never_hide_the_fast_recursion_thread_from_dump(py: &str) {
     let p = fast_recursion(py);
     let pid = p.pid().to_string();
     for run in 0..20 {

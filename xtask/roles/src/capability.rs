@@ -5,7 +5,7 @@
 //! [`Capability::OldestAndNewest`].
 
 use crate::representative::{oldest_and_newest, representatives};
-use crate::{Libpython, Role, ROLES};
+use crate::{FrameModel, Libpython, Role, ROLES};
 
 /// What a test can require of an interpreter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +53,9 @@ pub enum Capability {
     InChroot,
     /// Its frames mark where Python was re-entered from C (3.11+, `<native>`).
     CBoundaries,
+    /// Its frames are `_PyInterpreterFrame`s in the thread's own data stack (3.11+), which a
+    /// reader from outside can catch half-written: the torn-read tests.
+    InterpreterFrames,
 }
 
 impl Capability {
@@ -71,6 +74,7 @@ impl Capability {
         Capability::StaticLibpython,
         Capability::InChroot,
         Capability::CBoundaries,
+        Capability::InterpreterFrames,
     ];
 
     /// The name of its test template: `#[apply(with_asyncio_tasks)]`. The matrix of every role
@@ -90,6 +94,7 @@ impl Capability {
             Capability::StaticLibpython => "static_libpython",
             Capability::InChroot => "in_chroot",
             Capability::CBoundaries => "with_c_boundaries",
+            Capability::InterpreterFrames => "with_interpreter_frames",
         }
     }
 
@@ -133,6 +138,9 @@ impl Capability {
             Capability::CBoundaries => {
                 "Every interpreter whose frames mark where Python was re-entered from C (3.11+)"
             }
+            Capability::InterpreterFrames => {
+                "Every interpreter whose frames lie in the thread's own data stack (3.11+)"
+            }
         }
     }
 
@@ -157,6 +165,7 @@ impl Capability {
             Capability::StaticLibpython => |role| role.libpython() == Libpython::Static,
             Capability::InChroot => Role::in_chroot,
             Capability::CBoundaries => Role::marks_c_boundaries,
+            Capability::InterpreterFrames => |role| role.frame_model() != FrameModel::FrameObjects,
         };
         table.iter().filter(|role| has(role)).collect()
     }
@@ -227,7 +236,8 @@ mod tests {
                 "with_frame_cache",
                 "static_libpython",
                 "in_chroot",
-                "with_c_boundaries"
+                "with_c_boundaries",
+                "with_interpreter_frames"
             ]
         );
     }
