@@ -20,21 +20,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
-/* struct pt_regs: read here and by the off-CPU program. */
-struct pt_regs {
-	unsigned long bp;
-	unsigned long si;
-	unsigned long di;
-	unsigned long orig_ax;
-	unsigned long ip;
-	unsigned long sp;
-} __attribute__((preserve_access_index));
-
-/* The task's saved FS base is its thread pointer (glibc's pthread_t), where the span reader
- * (record.bpf.h, pa_tls_variable) starts. */
-struct thread_struct {
-	unsigned long fsbase;
-} __attribute__((preserve_access_index));
+/* struct pt_regs, struct thread_struct and what the programs read of them. */
+#include "arch.bpf.h"
 
 struct task_struct {
 	int pid;
@@ -51,17 +38,6 @@ struct task_struct___pre_5_14 {
 	long state;
 } __attribute__((preserve_access_index));
 
-/* The user registers a task saved entering the kernel, what the programs use of them: the
- * portable build's copy (the default build reads bpf_task_pt_regs' typed pointer in place). */
-struct pa_user_regs {
-	__u64 bp;
-	__u64 si;
-	__u64 di;
-	__u64 orig_ax;
-	__u64 ip;
-	__u64 sp;
-};
-
 #ifndef PA_PORTABLE
 
 static __always_inline struct task_struct *pa_current_task(void)
@@ -69,53 +45,33 @@ static __always_inline struct task_struct *pa_current_task(void)
 	return bpf_get_current_task_btf();
 }
 
-static __always_inline __u64 pa_task_fsbase(struct task_struct *task)
+/* The task's thread pointer (arch.bpf.h): 0 for a kernel thread and right after exec. */
+static __always_inline __u64 pa_task_thread_pointer(struct task_struct *task)
 {
-	return task->thread.fsbase;
+	return task->PA_TASK_THREAD_POINTER;
 }
 
 #else /* PA_PORTABLE */
-
-/* x86_64's kernel stack: 16 KiB (THREAD_SIZE_ORDER 2) on kernels built without KASAN, which
- * distributions' kernels are. The user registers sit at its top: TOP_OF_KERNEL_STACK_PADDING
- * is 0 on x86_64. */
-#define PA_THREAD_SIZE 16384
-/* The uapi struct pt_regs of x86_64 (the kernel's has the same layout): 21 words. These are
- * the word indexes read. */
-#define PA_PT_REGS_WORDS 21
-#define PA_PT_BP 4
-#define PA_PT_SI 13
-#define PA_PT_SP 19
 
 static __always_inline struct task_struct *pa_current_task(void)
 {
 	return (struct task_struct *)bpf_get_current_task();
 }
 
-static __always_inline __u64 pa_task_fsbase(struct task_struct *task)
+static __always_inline __u64 pa_task_thread_pointer(struct task_struct *task)
 {
-	return BPF_CORE_READ(task, thread.fsbase);
+	return BPF_CORE_READ(task, PA_TASK_THREAD_POINTER);
 }
 
 /* `task`'s saved user registers; -1 when it has none (a kernel thread). */
 static __always_inline int pa_task_user_regs(struct task_struct *task, struct pa_user_regs *out)
 {
-	/* si, di, orig_ax, ip, cs, flags, sp: one read. */
-	__u64 w[PA_PT_SP - PA_PT_SI + 1];
 	__u8 *top = BPF_CORE_READ(task, stack);
 
 	if (!top)
 		return -1;
-	top += PA_THREAD_SIZE - PA_PT_REGS_WORDS * 8;
-	if (bpf_probe_read_kernel(&out->bp, 8, top + PA_PT_BP * 8) ||
-	    bpf_probe_read_kernel(w, sizeof(w), top + PA_PT_SI * 8))
-		return -1;
-	out->si = w[0];
-	out->di = w[1];
-	out->orig_ax = w[2];
-	out->ip = w[3];
-	out->sp = w[6];
-	return 0;
+	/* task_pt_regs(): the registers sit at the top of the kernel stack (arch.bpf.h). */
+	return pa_read_saved_regs(top + PA_THREAD_SIZE - PA_PT_REGS_BYTES, out);
 }
 
 #endif /* PA_PORTABLE */

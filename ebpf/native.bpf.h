@@ -12,13 +12,6 @@
 #include "maps.bpf.h"
 #include "kernel.bpf.h"
 
-/* A perf_event program's context starts with the interrupted context's registers in the uapi
- * struct pt_regs layout (x86_64: 21 words); these are their word indexes. */
-#define PA_UREG_BP 4
-#define PA_UREG_IP 16
-#define PA_UREG_CS 17
-#define PA_UREG_SP 19
-
 #define PA_PAGE 4096u
 
 /* Where the native section of a record with `frames_end` bytes of header and frames goes, and
@@ -44,25 +37,26 @@ static __always_inline int pa_user_regs(void *ctx, int from, struct pa_native_hd
 	struct pa_user_regs u;
 #endif
 
-	if (from == PA_NATIVE_FROM_TICK && (regs[PA_UREG_CS] & 3)) {
+	/* The registers' places in the context and in struct pt_regs: arch.bpf.h. */
+	if (from == PA_NATIVE_FROM_TICK && pa_ctx_user_mode(regs)) {
 		h->ip = regs[PA_UREG_IP];
 		h->sp = regs[PA_UREG_SP];
-		h->bp = regs[PA_UREG_BP];
+		h->bp = regs[PA_UREG_FP];
 		return 1;
 	}
 #ifndef PA_PORTABLE
 	u = (struct pt_regs *)bpf_task_pt_regs(pa_current_task());
 	if (!u)
 		return -1;
-	h->ip = u->ip;
-	h->sp = u->sp;
-	h->bp = u->bp;
+	h->ip = PA_PT_IP(u);
+	h->sp = PA_PT_SP(u);
+	h->bp = PA_PT_FP(u);
 #else
 	if (pa_task_user_regs(pa_current_task(), &u))
 		return -1;
 	h->ip = u.ip;
 	h->sp = u.sp;
-	h->bp = u.bp;
+	h->bp = u.fp;
 #endif
 	return h->sp ? 0 : -1;
 }

@@ -6,11 +6,12 @@
 #include "record.bpf.h"
 
 /* The kernel fields the off-CPU program reads (struct task_struct, struct pt_regs) are declared
- * in native.bpf.h: their offsets are relocated against the running kernel's BTF at load (CO-RE),
- * so no vmlinux.h is needed. */
+ * in kernel.bpf.h and arch.bpf.h: their offsets are relocated against the running kernel's BTF
+ * at load (CO-RE), so no vmlinux.h is needed. */
 
 /* What `task`, which is blocking, waits in: the system call it is in (the user registers saved
- * at its entry: orig_ax the number, di and si the first two arguments). x86_64 numbers. */
+ * at its entry: its number and first two arguments; the table is the architecture's,
+ * arch.bpf.h). */
 static __always_inline void pa_classify_wait(struct task_struct *task, struct pa_wait_info *why)
 {
 #ifndef PA_PORTABLE
@@ -21,57 +22,16 @@ static __always_inline void pa_classify_wait(struct task_struct *task, struct pa
 	why->wait = PA_WAIT_OTHER;
 	if (!regs)
 		return;
+	why->wait = pa_syscall_wait(PA_PT_SYSCALL(regs), PA_PT_ARG0(regs), PA_PT_ARG1(regs),
+				    &why->wait_addr);
 #else
 	struct pa_user_regs r;
-	struct pa_user_regs *regs = &r;
 
 	why->wait = PA_WAIT_OTHER;
-	if (pa_task_user_regs(task, regs))
+	if (pa_task_user_regs(task, &r))
 		return;
+	why->wait = pa_syscall_wait(r.syscall, r.arg0, r.arg1, &why->wait_addr);
 #endif
-	long nr = regs->orig_ax;
-	switch (nr) {
-	case 35: /* nanosleep */
-	case 230: /* clock_nanosleep */
-	case 34: /* pause */
-		why->wait = PA_WAIT_SLEEP;
-		break;
-	case 23: /* select */
-	case 270: /* pselect6 */
-		why->wait = regs->di == 0 ? PA_WAIT_SLEEP : PA_WAIT_IO; /* nfds */
-		break;
-	case 7: /* poll */
-	case 271: /* ppoll */
-		why->wait = regs->si == 0 ? PA_WAIT_SLEEP : PA_WAIT_IO; /* nfds */
-		break;
-	case 0: /* read */
-	case 1: /* write */
-	case 17: /* pread64 */
-	case 18: /* pwrite64 */
-	case 19: /* readv */
-	case 20: /* writev */
-	case 42: /* connect */
-	case 43: /* accept */
-	case 44: /* sendto */
-	case 45: /* recvfrom */
-	case 46: /* sendmsg */
-	case 47: /* recvmsg */
-	case 208: /* io_getevents */
-	case 232: /* epoll_wait */
-	case 281: /* epoll_pwait */
-	case 288: /* accept4 */
-	case 299: /* recvmmsg */
-	case 307: /* sendmmsg */
-	case 426: /* io_uring_enter */
-	case 441: /* epoll_pwait2 */
-		why->wait = PA_WAIT_IO;
-		break;
-	case 202: /* futex */
-	case 449: /* futex_waitv */
-		why->wait = PA_WAIT_FUTEX;
-		why->wait_addr = regs->di;
-		break;
-	}
 }
 
 /* The off-CPU state of thread `tid` of `tgid`, created (or reset, for a reused tid) if needed;

@@ -42,8 +42,9 @@ const volatile __u32 pa_gil_holder_on = 1;
 /* Benchmarks only: return right after stage PA_STAGE_* (0: run everything). */
 const volatile __u32 pa_stop_after = 0;
 
-/* The kernel fields the programs read (struct task_struct with thread.fsbase for the span,
- * struct pt_regs) are declared in native.bpf.h, relocated against the kernel's BTF at load. */
+/* The kernel fields the programs read (struct task_struct with its thread pointer for the
+ * span, struct pt_regs) are declared in kernel.bpf.h and arch.bpf.h, relocated against the
+ * kernel's BTF at load. */
 
 static __always_inline __u32 pa_min(__u32 a, __u32 b)
 {
@@ -370,20 +371,22 @@ static __always_inline void pa_gil_holder(const struct pa_proc *p, __u64 ts,
 #define PA_MAX_DTV_ENTRIES (1u << 20)
 
 /* The address of the current thread's otel_thread_ctx_v1, found as `o` says (0: the thread has
- * no copy of it yet); -1 when a read failed. The thread pointer is the task's saved FS base,
- * which glibc sets once per thread (clone's CLONE_SETTLS, arch_prctl for the main thread) and
- * which is its pthread_t: exact for the interrupted thread, with no read of its memory. */
+ * no copy of it yet); -1 when a read failed. The thread pointer is the one the task saved
+ * (x86_64: its FS base, which is its pthread_t; aarch64: TPIDR_EL0), which glibc sets once per
+ * thread (clone's CLONE_SETTLS; for the main thread arch_prctl on x86_64): exact for the
+ * interrupted thread, with no read of its memory. */
 static __always_inline long pa_tls_variable(const struct pa_otel_ctx *o)
 {
-	__u64 tp = pa_task_fsbase(pa_current_task()), dtv = 0, entries = 0, block = 0;
+	__u64 tp = pa_task_thread_pointer(pa_current_task()), dtv = 0, entries = 0, block = 0;
 	__u64 size = o->dtv_entry_size;
 
 	if (!tp)
 		return 0;
-	/* x86_64: static TLS lies below the thread pointer. */
+	/* Static TLS below (x86_64) or above (aarch64) the thread pointer: arch.bpf.h. */
 	if (o->static_offset)
-		return tp - o->static_offset + o->offset_in_block;
-	if (bpf_probe_read_user(&dtv, sizeof(dtv), (const void *)(tp + o->dtv_in_pthread)) ||
+		return PA_TLS_STATIC(tp, o->static_offset) + o->offset_in_block;
+	if (bpf_probe_read_user(&dtv, sizeof(dtv),
+				(const void *)PA_TLS_DTV_PTR(tp, o->dtv_in_pthread)) ||
 	    bpf_probe_read_user(&entries, sizeof(entries), (const void *)(dtv - size)))
 		return -1;
 	/* dtv[-1] counts the entries: a thread that never touched a module loaded after it

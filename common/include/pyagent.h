@@ -83,11 +83,12 @@
 #define PA_OTEL_READ_BYTES 25
 
 /*
- * Where a thread's otel_thread_ctx_v1 is, from its thread pointer (task->thread.fsbase: glibc's
- * pthread_t). The offsets come from glibc's own libthread_db descriptors and its link_map
- * (agent/src/discovery/thread_context.rs). static_offset != 0: the publisher's TLS block is in
- * static TLS, at the thread pointer minus this (x86_64). 0: it is reached through the DTV,
- * `*(tp + dtv_in_pthread)`, whose entry module_id (dtv_entry_size bytes each, the entry count at
+ * Where a thread's otel_thread_ctx_v1 is, from its thread pointer (x86_64: task->thread.fsbase,
+ * glibc's pthread_t; aarch64: TPIDR_EL0, ebpf/arch_arm64.bpf.h). The offsets come from glibc's
+ * own libthread_db descriptors and its link_map (agent/src/discovery/thread_context.rs).
+ * static_offset != 0: the publisher's TLS block is in static TLS, at the thread pointer minus
+ * this (x86_64) or plus it (aarch64). 0: it is reached through the DTV, `*(tp + dtv_in_pthread)`
+ * (aarch64: `*tp`), whose entry module_id (dtv_entry_size bytes each, the entry count at
  * dtv[-1]) holds the block pointer at pointer_in_entry. The variable is offset_in_block into the
  * block.
  */
@@ -234,7 +235,8 @@ _Static_assert(sizeof(struct pa_thread_list) == 40, "struct pa_thread_list layou
  * follows the frames. */
 #define PA_SAMPLE_NATIVE (1u << 11)
 
-/* What an off-CPU thread waits in, from the system call it blocked in (x86_64 numbers). */
+/* What an off-CPU thread waits in, from the system call it blocked in (the architecture's
+ * numbers: pa_syscall_wait in ebpf/arch_*.bpf.h). */
 #define PA_WAIT_NONE 0 /* on-CPU records */
 #define PA_WAIT_OTHER 1 /* any other call, or none (a page fault, a signal stop) */
 #define PA_WAIT_IO 2 /* read/write/poll/select/epoll/accept/connect/recv/send... on descriptors */
@@ -341,7 +343,7 @@ _Static_assert(sizeof(struct pa_record) == 128 + 32 * PA_MAX_FRAMES, "struct pa_
 #define PA_KERNEL_FRAMES 32
 
 struct pa_native_hdr {
-	/* User instruction pointer, stack pointer, frame pointer (rbp). */
+	/* User instruction pointer, stack pointer, frame pointer (rbp; aarch64: x29). */
 	__u64 ip;
 	__u64 sp;
 	__u64 bp;

@@ -578,7 +578,7 @@ pub struct PaNativeHdr {
     pub ip: u64,
     /// User stack pointer: the address of the first copied byte.
     pub sp: u64,
-    /// User frame pointer (rbp).
+    /// User frame pointer (rbp; aarch64: x29).
     pub bp: u64,
     /// Kernel return addresses following (innermost first).
     pub kernel_frames: u32,

@@ -7,6 +7,10 @@
 //! - `pyagent_<version>_oci.tar`: an OCI image archive of `localhost/pyagent:<version>` (the name
 //!   `deploy/kubernetes/daemonset.yaml` uses), built by podman from `deploy/Containerfile` on the
 //!   cached bookworm minbase root (`cargo xtask rootfs`): no image registry is needed.
+//!
+//! `--arch arm64` writes `pyagent_<version>_arm64.deb` and its `.ddeb` instead, from the binary
+//! cross-built in a sid root ([`crate::cross`]); its man page comes from that binary's `--help`
+//! run under qemu-user. No arm64 image yet.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -16,12 +20,19 @@ use anyhow::{bail, Context, Result};
 
 use crate::pythons::cmd::{say, Log};
 use crate::pythons::host::ensure_installed;
-use crate::{pythons, rootfs, test};
+use crate::{cross, pythons, rootfs, test};
 
 const TAG: &str = "dist";
 /// help2man writes the man page; podman builds and saves the image (and runs it in the tests,
 /// with runc: crun refuses the hybrid cgroup layout of these machines).
 const DIST_PACKAGES: &[&str] = &["help2man", "podman", "runc", "catatonit"];
+/// What the arm64 package needs besides: debootstrap for the sid root, qemu-user to run the
+/// arm64 binary for help2man, the arm64 binutils cargo-deb strips and splits the binary with.
+const ARM64_PACKAGES: &[&str] = &[
+    "debootstrap",
+    "qemu-user-static",
+    "binutils-aarch64-linux-gnu",
+];
 /// The cargo-deb release the `.deb` is built with, installed with `cargo install` if missing.
 const CARGO_DEB_VERSION: &str = "3.8.0";
 /// The agent's version: the workspace's, which xtask shares.
@@ -37,6 +48,31 @@ const IMAGE_PRUNE: &[&str] = &[
     "var/cache/apt",
     "var/lib/apt/lists",
 ];
+
+/// `cargo xtask dist` options.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The Debian architecture to build for: amd64, the host's (the .deb, its dbgsym and the
+    /// image), or arm64, cross-built (the .deb and its dbgsym).
+    #[arg(long, value_enum, default_value_t = Arch::Amd64)]
+    arch: Arch,
+}
+
+/// An architecture the agent is packaged for, by its Debian name.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Arch {
+    Amd64,
+    Arm64,
+}
+
+impl Arch {
+    fn debian_name(self) -> &'static str {
+        match self {
+            Arch::Amd64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+}
 
 /// The artifacts' paths.
 pub struct Artifacts {
@@ -57,27 +93,34 @@ fn workspace_root() -> PathBuf {
         .to_owned()
 }
 
-/// The artifacts' paths, built or not.
-pub fn artifacts() -> Artifacts {
+/// The artifacts' paths for `arch`, built or not (arm64 has no image).
+pub fn artifacts(arch: Arch) -> Artifacts {
     let dist = dist_dir();
+    let arch = arch.debian_name();
     Artifacts {
-        deb: dist.join(format!("pyagent_{VERSION}_amd64.deb")),
-        dbgsym: dist.join(format!("pyagent-dbgsym_{VERSION}_amd64.ddeb")),
+        deb: dist.join(format!("pyagent_{VERSION}_{arch}.deb")),
+        dbgsym: dist.join(format!("pyagent-dbgsym_{VERSION}_{arch}.ddeb")),
         image: dist.join(format!("pyagent_{VERSION}_oci.tar")),
     }
 }
 
-/// `cargo xtask dist`
-pub fn run() -> Result<()> {
-    let built = build()?;
+/// `cargo xtask dist [--arch ARCH]`
+pub fn run(args: &Args) -> Result<()> {
+    let built = match args.arch {
+        Arch::Amd64 => build()?,
+        Arch::Arm64 => build_arm64()?,
+    };
     for path in [&built.deb, &built.dbgsym, &built.image] {
+        if args.arch == Arch::Arm64 && path == &built.image {
+            continue;
+        }
         let size = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         println!("{} ({:.1} MiB)", path.display(), size as f64 / 1048576.0);
     }
     Ok(())
 }
 
-/// Builds both artifacts.
+/// Builds the amd64 artifacts: the package, its dbgsym and the image.
 pub fn build() -> Result<Artifacts> {
     let logs = pythons::Args::prepare().dir().join("logs");
     test::ensure_build_packages(&logs)?;
@@ -88,35 +131,10 @@ pub fn build() -> Result<Artifacts> {
     let binary = root.join("target/release/pyagent");
     let dist = dist_dir();
     fs::create_dir_all(&dist).with_context(|| format!("cannot create {}", dist.display()))?;
-    let out = artifacts();
+    let out = artifacts(Arch::Amd64);
 
     man_page(&log, &binary, &dist.join("man"))?;
-    ensure_cargo_deb(&log)?;
-    say(TAG, format_args!("building {}", out.deb.display()));
-    let out_deb = out.deb.to_str().context("the dist path is not UTF-8")?;
-    // The release profile keeps line tables (`debug = 1`) for the benches' own profiles; a
-    // fleet pulls the binary onto every node, so the package ships it stripped and the debug
-    // info goes to the dbgsym package, compressed.
-    test::cargo(&[
-        "deb",
-        "-p",
-        "pyagent",
-        "--no-build",
-        "--quiet",
-        "--dbgsym",
-        "--compress-debug-symbols=zlib",
-        "--output",
-        out_deb,
-    ])?;
-    // cargo-deb names it after the `.deb`; Debian's name says which package it is.
-    let written = out.deb.with_extension("ddeb");
-    fs::rename(&written, &out.dbgsym).with_context(|| {
-        format!(
-            "cargo deb --dbgsym wrote no {} to move to {}",
-            written.display(),
-            out.dbgsym.display()
-        )
-    })?;
+    package(&log, &out, None)?;
 
     // The image gets the same stripped binary.
     let stripped = dist.join("pyagent");
@@ -128,6 +146,80 @@ pub fn build() -> Result<Artifacts> {
     )?;
     image(&log, &stripped, &dist, &out.image)?;
     Ok(out)
+}
+
+/// Builds the arm64 package and its dbgsym from the agent cross-built in the sid root.
+fn build_arm64() -> Result<Artifacts> {
+    let logs = pythons::Args::prepare().dir().join("logs");
+    ensure_installed(&logs, TAG, DIST_PACKAGES)?;
+    ensure_installed(&logs, TAG, ARM64_PACKAGES)?;
+    let log = Log::new(TAG, &logs, "dist-arm64")?;
+    let root = workspace_root();
+    let binary = cross::build_agent(&root)?;
+    let dist = dist_dir();
+    fs::create_dir_all(&dist).with_context(|| format!("cannot create {}", dist.display()))?;
+    let out = artifacts(Arch::Arm64);
+
+    // help2man runs the program it documents: the arm64 binary, through qemu-user with the
+    // root's arm64 C library. The same text as amd64's: the flags do not depend on the arch.
+    let runner = dist.join("man/arm64/pyagent");
+    let sysroot = cross::sysroot();
+    write_runner(&runner, &binary, &sysroot)?;
+    man_page(&log, &runner, &dist.join("man"))?;
+    package(&log, &out, Some(&root))?;
+    Ok(out)
+}
+
+/// An executable script at `path` that runs the arm64 `binary` under qemu-user over `sysroot`.
+fn write_runner(path: &Path, binary: &Path, sysroot: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = path.parent().context("the runner has a directory")?;
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let script = format!(
+        "#!/bin/sh\nexec qemu-aarch64-static -L '{}' '{}' \"$@\"\n",
+        sysroot.display(),
+        binary.display()
+    );
+    fs::write(path, script).with_context(|| format!("cannot write {}", path.display()))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("cannot make {} executable", path.display()))
+}
+
+/// The `.deb` and its dbgsym of the binary cargo built, for the host or, with `cross_workspace`,
+/// for [`cross::TARGET`] in the cross root.
+fn package(log: &Log, out: &Artifacts, cross_workspace: Option<&Path>) -> Result<()> {
+    ensure_cargo_deb(log)?;
+    say(TAG, format_args!("building {}", out.deb.display()));
+    let out_deb = out.deb.to_str().context("the dist path is not UTF-8")?;
+    // The release profile keeps line tables (`debug = 1`) for the benches' own profiles; a
+    // fleet pulls the binary onto every node, so the package ships it stripped and the debug
+    // info goes to the dbgsym package, compressed.
+    let args = [
+        "--no-build",
+        "--quiet",
+        "--dbgsym",
+        "--compress-debug-symbols=zlib",
+        "--output",
+        out_deb,
+    ];
+    match cross_workspace {
+        None => {
+            let mut all = vec!["deb", "-p", "pyagent"];
+            all.extend(args);
+            test::cargo(&all)?;
+        }
+        Some(workspace) => cross::cargo_deb(workspace, &args)?,
+    }
+    // cargo-deb names it after the `.deb`; Debian's name says which package it is.
+    let written = out.deb.with_extension("ddeb");
+    fs::rename(&written, &out.dbgsym).with_context(|| {
+        format!(
+            "cargo deb --dbgsym wrote no {} to move to {}",
+            written.display(),
+            out.dbgsym.display()
+        )
+    })
 }
 
 /// `man/pyagent.1.gz` from the binary's `--help` and its subcommands' `--help`.

@@ -3,6 +3,7 @@
 
 mod agent;
 mod bench;
+mod cross;
 mod dist;
 mod docs;
 mod fuzz;
@@ -42,8 +43,9 @@ enum Task {
     },
     /// Benchmarks that print tables.
     Bench(bench::BenchArgs),
-    /// Build the release artifacts into target/dist/: the .deb and the OCI image archive.
-    Dist,
+    /// Build the release artifacts into target/dist/: the .deb and the OCI image archive
+    /// (`--arch arm64`: the arm64 .deb, cross-built).
+    Dist(dist::Args),
     /// Make (once) and print the cached tarball of a minimal bookworm root file system.
     Rootfs,
     /// Run each libFuzzer target of agent/fuzz for a bounded time (installs cargo-fuzz) and
@@ -64,7 +66,7 @@ fn main() -> ExitCode {
         Task::Agent { args } => agent::run(&args),
         Task::Bench(args) => bench::run(&args),
         Task::Rootfs => rootfs::run(),
-        Task::Dist => dist::run(),
+        Task::Dist(args) => dist::run(&args),
         Task::Fuzz(args) => fuzz::run(&args),
         Task::Kernels(args) => kernels::run(&args),
         Task::Docs(args) => docs::run(&args),

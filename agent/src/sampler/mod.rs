@@ -20,5 +20,6 @@ pub mod off_cpu;
 pub mod perf_event;
 pub mod run_state;
 pub mod slots;
+pub mod syscalls;
 pub mod tick;
 pub mod userspace;

@@ -45,16 +45,35 @@ pub struct UserRegs {
     pub bp: u64,
 }
 
+impl UserRegs {
+    /// The registers the native unwinder starts from, out of ptrace's register set.
+    #[cfg(target_arch = "x86_64")]
+    fn from_ptrace(r: &libc::user_regs_struct) -> Self {
+        Self {
+            ip: r.rip,
+            sp: r.rsp,
+            bp: r.rbp,
+        }
+    }
+
+    /// The registers the native unwinder starts from, out of ptrace's `NT_PRSTATUS` set: x29 is
+    /// the frame pointer (AAPCS64).
+    #[cfg(target_arch = "aarch64")]
+    fn from_ptrace(r: &libc::user_regs_struct) -> Self {
+        Self {
+            ip: r.pc,
+            sp: r.sp,
+            bp: r.regs[29],
+        }
+    }
+}
+
 /// Reads the registers of stopped thread `tid` and copies its stack from `sp` up into `buf`
 /// (cleared first), at most [`common::NATIVE_STACK_BYTES`].
 pub fn copy_stopped_thread(tid: u32, buf: &mut Vec<u8>) -> Result<UserRegs, CopyError> {
     let pid = Pid::from_raw(tid as i32);
     let r = ptrace::getregs(pid).map_err(|errno| CopyError::Registers { tid, errno })?;
-    let regs = UserRegs {
-        ip: r.rip,
-        sp: r.rsp,
-        bp: r.rbp,
-    };
+    let regs = UserRegs::from_ptrace(&r);
     let want = u64::from(common::NATIVE_STACK_BYTES);
     buf.clear();
     buf.resize(want as usize, 0);

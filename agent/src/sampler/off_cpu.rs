@@ -4,6 +4,8 @@
 use crate::aggregate::WaitReason;
 use crate::unwind::GilState;
 
+pub use super::syscalls::{syscall_name, syscall_wait_class};
+
 /// The wait reason of an off-CPU record: a futex inside the GIL's state is a GIL wait.
 pub fn wait_reason(class: u32, wait_addr: u64, gil: Option<std::ops::Range<u64>>) -> WaitReason {
     match class {
@@ -78,61 +80,12 @@ pub(crate) fn parse_syscall(text: &str) -> Option<BlockedIn> {
     })
 }
 
-/// The name of x86_64 system call `nr`, for the ones [`syscall_wait_class`] knows.
-pub fn syscall_name(nr: i64) -> Option<&'static str> {
-    Some(match nr {
-        0 => "read",
-        1 => "write",
-        7 => "poll",
-        17 => "pread64",
-        18 => "pwrite64",
-        19 => "readv",
-        20 => "writev",
-        23 => "select",
-        34 => "pause",
-        35 => "nanosleep",
-        42 => "connect",
-        43 => "accept",
-        44 => "sendto",
-        45 => "recvfrom",
-        46 => "sendmsg",
-        47 => "recvmsg",
-        202 => "futex",
-        208 => "io_getevents",
-        230 => "clock_nanosleep",
-        232 => "epoll_wait",
-        270 => "pselect6",
-        271 => "ppoll",
-        281 => "epoll_pwait",
-        288 => "accept4",
-        299 => "recvmmsg",
-        307 => "sendmmsg",
-        426 => "io_uring_enter",
-        441 => "epoll_pwait2",
-        449 => "futex_waitv",
-        _ => return None,
-    })
-}
-
-/// The `common::WAIT_*` class of x86_64 system call `nr` with first arguments `a0`, `a1`, and
-/// the futex word for futex waits. The same table as `pa_classify_wait` in
-/// `ebpf/offcpu.bpf.c`: change both.
-pub fn syscall_wait_class(nr: i64, a0: u64, a1: u64) -> (u32, u64) {
-    match nr {
-        35 | 230 | 34 => (common::WAIT_SLEEP, 0),
-        23 | 270 if a0 == 0 => (common::WAIT_SLEEP, 0),
-        7 | 271 if a1 == 0 => (common::WAIT_SLEEP, 0),
-        0 | 1 | 7 | 17 | 18 | 19 | 20 | 23 | 42 | 43 | 44 | 45 | 46 | 47 | 208 | 232 | 270
-        | 271 | 281 | 288 | 299 | 307 | 426 | 441 => (common::WAIT_IO, 0),
-        202 | 449 => (common::WAIT_FUTEX, a0),
-        _ => (common::WAIT_OTHER, 0),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    // x86_64 numbers; syscalls.rs tests aarch64's table.
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn proc_syscall_lines_classify_like_the_bpf_program() {
         let futex = parse_syscall("202 0x7f0012345678 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f00\n");

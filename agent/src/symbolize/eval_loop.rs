@@ -13,6 +13,7 @@
 use std::ops::Range;
 
 use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
+#[cfg(target_arch = "x86_64")]
 use iced_x86::{Decoder, DecoderOptions, Instruction, OpKind};
 
 use super::native::Section;
@@ -69,20 +70,31 @@ fn jump_targets(text: &Section, range: Range<u64>) -> Vec<u64> {
     let Some(code) = text.bytes.get(start..end) else {
         return Vec::new();
     };
-    let mut decoder = Decoder::with_ip(64, code, range.start, DecoderOptions::NONE);
+    let mut out = direct_jumps(code, range.start);
+    out.retain(|target| !range.contains(target));
+    out
+}
+
+/// The targets of the direct jumps, conditional or not, in `code` at address `start`.
+#[cfg(target_arch = "x86_64")]
+fn direct_jumps(code: &[u8], start: u64) -> Vec<u64> {
+    let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
     let mut ins = Instruction::default();
     let mut out = Vec::new();
     while decoder.can_decode() {
         decoder.decode_out(&mut ins);
         let jump = ins.is_jmp_short_or_near() || ins.is_jcc_short_or_near();
         if jump && ins.op0_kind() == OpKind::NearBranch64 {
-            let target = ins.near_branch_target();
-            if !range.contains(&target) {
-                out.push(target);
-            }
+            out.push(ins.near_branch_target());
         }
     }
     out
+}
+
+/// The targets of the direct branches, conditional or not, in `code` at address `start`.
+#[cfg(target_arch = "aarch64")]
+fn direct_jumps(code: &[u8], start: u64) -> Vec<u64> {
+    super::aarch64::branch_targets(code, start)
 }
 
 /// The address range of the FDE covering `svma`: the function (or the part of one the compiler

@@ -6,6 +6,8 @@
 //! interpreter's `code_object_generation` where it exists (3.14+); before 3.14 each entry is
 //! re-validated once per sample against a fingerprint of the code object's header.
 
+#[cfg(any(target_arch = "aarch64", test))]
+mod aarch64;
 mod bytecode;
 mod eval_loop;
 mod frame;

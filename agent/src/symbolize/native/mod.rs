@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use goblin::elf::{program_header::PT_LOAD, section_header::SHT_NOBITS, Elf};
+#[cfg(target_arch = "x86_64")]
 use iced_x86::{Decoder, DecoderOptions};
 
 use super::eval_loop::{eval_ranges, fde_range, is_eval_symbol, UnwindTables};
@@ -403,10 +404,21 @@ impl ElfObject {
 }
 
 /// Longest near call: `call [r12+disp32]`, REX prefix and SIB byte, 8 bytes (`call rax` is 2).
+#[cfg(target_arch = "x86_64")]
 const MAX_CALL_LEN: usize = 8;
+/// A64 instructions are one word each.
+#[cfg(target_arch = "aarch64")]
+const MAX_CALL_LEN: usize = super::aarch64::INSTRUCTION_LEN;
+
+/// Whether the code `before` (the bytes right before address `at`) ends with a call.
+#[cfg(target_arch = "aarch64")]
+fn ends_with_call(before: &[u8], _at: u64) -> bool {
+    super::aarch64::ends_with_call(before)
+}
 
 /// Whether the code `before` (the bytes right before address `at`) ends with a near call
 /// instruction, direct or indirect: the bytes before a return address.
+#[cfg(target_arch = "x86_64")]
 fn ends_with_call(before: &[u8], at: u64) -> bool {
     (2..=before.len().min(MAX_CALL_LEN)).any(|len| {
         let code = &before[before.len() - len..];
@@ -576,6 +588,8 @@ mod tests {
         assert_eq!(demangle("_Zgarbage"), "_Zgarbage");
     }
 
+    // x86_64 code; symbolize/aarch64.rs tests aarch64's.
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn a_return_address_follows_a_call_of_any_form() {
         let at = 0x1000;

@@ -8,6 +8,7 @@
 //! process's objects ([`modules`]; parsed objects are shared by all processes) and one named
 //! frame per address, bounded.
 
+mod arch;
 pub mod merge;
 mod mix;
 mod modules;
@@ -18,13 +19,13 @@ use std::sync::Arc;
 
 use common::NativeSection;
 use foldhash::{HashMap, HashMapExt};
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::Unwinder as _;
 
 use crate::symbolize::kernel::KernelSymbols;
 use crate::symbolize::native::{demangle, DebugDirs, ObjectName};
 use crate::symbolize::{CodeName, Frame, FrameKind};
 
+use arch::Cache;
 use modules::Modules;
 
 /// Native frames unwound per sample at most.
@@ -75,7 +76,7 @@ pub struct NativeStats {
 /// Unwinds and names the native stacks of one process.
 pub struct NativeUnwinder {
     modules: Modules,
-    cache: CacheX86_64,
+    cache: Cache,
     named: HashMap<u64, NativeFrame>,
     /// lookup address → an unwind entry covers it (addresses of mapped objects only)
     cfi: HashMap<u64, bool>,
@@ -105,7 +106,7 @@ impl NativeUnwinder {
         use std::mem::size_of;
         let named = self.named.capacity() * size_of::<(u64, NativeFrame)>();
         let cfi = self.cfi.capacity() * size_of::<(u64, bool)>();
-        (named + cfi + size_of::<CacheX86_64>() + self.addrs.capacity() * size_of::<u64>()) as u64
+        (named + cfi + size_of::<Cache>() + self.addrs.capacity() * size_of::<u64>()) as u64
     }
 
     /// An unwinder for process `pid` (its maps are read at the first capture), which looks
@@ -113,7 +114,7 @@ impl NativeUnwinder {
     pub fn new(pid: u32, debug_dirs: DebugDirs) -> NativeUnwinder {
         NativeUnwinder {
             modules: Modules::new(pid, debug_dirs),
-            cache: CacheX86_64::new(),
+            cache: Cache::new(),
             named: HashMap::new(),
             cfi: HashMap::new(),
             known_generation: 0,
@@ -182,7 +183,7 @@ impl NativeUnwinder {
             let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
             Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
         };
-        let regs = UnwindRegsX86_64::new(ip, sp, n.hdr.bp);
+        let regs = arch::start_regs(ip, sp, n.hdr.bp);
         let mut it = self
             .modules
             .unwinder

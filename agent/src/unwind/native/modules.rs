@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use framehop::x86_64::UnwinderX86_64;
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 
+use super::arch::Unwinder;
 use crate::discovery::{load_bias, open_mapped_file, read_maps, MapsEntry};
 use crate::symbolize::native::{
     DebugDirs, DebugSearch, ElfObject, ObjectCache, ObjectName, SectionBytes,
@@ -42,7 +42,7 @@ pub(super) struct Modules {
     pid: u32,
     /// where stripped objects' debug files are looked for
     debug_dirs: DebugDirs,
-    pub unwinder: UnwinderX86_64<SectionBytes>,
+    pub unwinder: Unwinder<SectionBytes>,
     /// by start address
     mapped: Vec<Mapped>,
     loaded_at: Option<Instant>,
@@ -66,7 +66,7 @@ impl Modules {
         Modules {
             pid,
             debug_dirs,
-            unwinder: UnwinderX86_64::new(),
+            unwinder: Unwinder::new(),
             mapped: Vec::new(),
             loaded_at: None,
             unreadable: 0,
@@ -123,7 +123,7 @@ impl Modules {
         let exe_inode = std::fs::metadata(format!("/proc/{}/exe", self.pid))
             .ok()
             .map(|m| std::os::unix::fs::MetadataExt::ino(&m));
-        let mut unwinder = UnwinderX86_64::new();
+        let mut unwinder = Unwinder::new();
         let mut mapped = Vec::new();
         let mut unreadable = 0;
         for (path, entries) in by_path {
