@@ -78,25 +78,14 @@ pub(super) fn offsets_for(
     for &minor in minors {
         let table = builtin_offsets(PythonVersion::new(3, minor, 0))?;
         let head = runtime.wrapping_add(table.runtime_state.interpreters_head);
-        let interp = mem.read_u64(head)?;
-        if interp == 0 {
-            why.push(format!("no interpreter through the 3.{minor} layout"));
-            continue;
-        }
-        match sys_hexversion(mem, &table, interp) {
-            Ok(Some(version)) if version.minor_version() == (3, minor) => {
+        match read_through(mem, &table, head)? {
+            Ok((version, interp)) if version.minor_version() == (3, minor) => {
                 let mut offsets = builtin_offsets(version)?;
-                offsets.thread_state.native_thread_id = NativeThreadId::InPthread {
-                    offset: tid_offset(mem, &offsets, interp, tids)?.unwrap_or(0),
-                };
+                set_tid_offset(mem, &mut offsets, interp, tids)?;
                 return Ok(offsets);
             }
-            Ok(Some(other)) => why.push(format!("the 3.{minor} layout reads version {other}")),
-            Ok(None) => why.push(format!("no sys.hexversion through the 3.{minor} layout")),
-            Err(MemoryError::Fault { .. }) => {
-                why.push(format!("the 3.{minor} layout reads unmapped memory"))
-            }
-            Err(e) => return Err(e.into()),
+            Ok((other, _)) => why.push(format!("the 3.{minor} layout reads version {other}")),
+            Err(reason) => why.push(reason),
         }
     }
     Err(OlderVersionError::NoLayout(why.join("; ")))
@@ -120,24 +109,10 @@ pub(super) fn offsets_for_statics(
         Some((major, minor)) => return Err(OffsetsError::UnsupportedRelease(major, minor).into()),
     }
     let table = builtin_offsets(PythonVersion::new(3, 6, 0))?;
-    let interp = mem.read_u64(head)?;
-    if interp == 0 {
-        return Err(OlderVersionError::NoLayout("no interpreter yet".into()));
-    }
-    let version = match sys_hexversion(mem, &table, interp) {
-        Ok(Some(version)) if version.minor_version() == (3, 6) => version,
-        Ok(Some(other)) => return Err(OffsetsError::Unsupported(other).into()),
-        Ok(None) => {
-            return Err(OlderVersionError::NoLayout(
-                "no sys.hexversion through the 3.6 layout".into(),
-            ))
-        }
-        Err(MemoryError::Fault { .. }) => {
-            return Err(OlderVersionError::NoLayout(
-                "the 3.6 layout reads unmapped memory".into(),
-            ))
-        }
-        Err(e) => return Err(e.into()),
+    let (version, interp) = match read_through(mem, &table, head)? {
+        Ok((version, interp)) if version.minor_version() == (3, 6) => (version, interp),
+        Ok((other, _)) => return Err(OffsetsError::Unsupported(other).into()),
+        Err(reason) => return Err(OlderVersionError::NoLayout(reason)),
     };
     let mut offsets = builtin_offsets(version)?;
     let at = |vaddr: Option<u64>| vaddr.map(|v| bias.wrapping_add(v));
@@ -159,10 +134,44 @@ pub(super) fn offsets_for_statics(
             frame: None,
         };
     }
-    offsets.thread_state.native_thread_id = NativeThreadId::InPthread {
-        offset: tid_offset(mem, &offsets, interp, tids)?.unwrap_or(0),
-    };
+    set_tid_offset(mem, &mut offsets, interp, tids)?;
     Ok(offsets)
+}
+
+/// The version `sys.hexversion` says, and the first interpreter, read through `table` from the
+/// interpreter list head at `head`; `Err(reason)` when that layout reads no such thing.
+fn read_through(
+    mem: &mut impl ProcessMemory,
+    table: &Offsets,
+    head: u64,
+) -> Result<Result<(PythonVersion, u64), String>, MemoryError> {
+    let minor = table.version.minor;
+    let interp = mem.read_u64(head)?;
+    if interp == 0 {
+        return Ok(Err(format!("no interpreter through the 3.{minor} layout")));
+    }
+    Ok(match sys_hexversion(mem, table, interp) {
+        Ok(Some(version)) => Ok((version, interp)),
+        Ok(None) => Err(format!("no sys.hexversion through the 3.{minor} layout")),
+        Err(MemoryError::Fault { .. }) => {
+            Err(format!("the 3.{minor} layout reads unmapped memory"))
+        }
+        Err(e) => return Err(e),
+    })
+}
+
+/// Where the kernel tid is in the thread descriptors of the interpreter at `interp`'s threads
+/// (0, read as no thread, until one has a descriptor).
+fn set_tid_offset(
+    mem: &mut impl ProcessMemory,
+    offsets: &mut Offsets,
+    interp: u64,
+    tids: &[u32],
+) -> Result<(), MemoryError> {
+    offsets.thread_state.native_thread_id = NativeThreadId::InPthread {
+        offset: tid_offset(mem, offsets, interp, tids)?.unwrap_or(0),
+    };
+    Ok(())
 }
 
 /// `sys.hexversion` of the interpreter at `interp`, read from its `sysdict` (`None`: no such
