@@ -83,18 +83,20 @@ fn dump_native_shows_the_c_functions_under_python(py: &str) {
             .any(|l| l.ends_with(']') && !l.ends_with(&format!("[{LIB}]"))),
         "{py}: no interpreter frames below burn:\n{last}"
     );
-    let json: Value = serde_json::from_str(&dump(p.pid(), &["--native", "--json"])).unwrap();
-    let frames = json["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|t| t["frames"].as_array().unwrap());
-    assert!(
-        frames
-            .filter(|f| f["kind"] == "native_code")
-            .any(|f| f["object"] == LIB && f["function"] == "fixture_entry"),
-        "{py}: no fixture_entry frame in the JSON dump"
-    );
+    // One dump is one instant, and between two calls of `burn` the thread runs Python only:
+    // the JSON form is asked for until an instant inside the library comes.
+    wait_for("fixture_entry in the JSON dump", PATIENCE, || {
+        let json: Value = serde_json::from_str(&dump(p.pid(), &["--native", "--json"])).unwrap();
+        json["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|t| t["frames"].as_array().unwrap())
+            .any(|f| {
+                f["kind"] == "native_code" && f["object"] == LIB && f["function"] == "fixture_entry"
+            })
+            .then_some(())
+    });
 }
 
 /// gil_holder.py: `hold_gil_spin` holds the GIL in a Python loop while three `wanter` threads
