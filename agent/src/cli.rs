@@ -18,7 +18,7 @@ use pyagent::config::values::{
 use pyagent::config::CpuBudget;
 use pyagent::export::Format;
 
-/// pyagent: a sampling profiler for CPython 3.11–3.15.
+/// pyagent: a sampling profiler for CPython 3.6–3.15.
 ///
 /// `pyagent --all-python` profiles every CPython process on the host (eBPF, or the userspace
 /// sampler where eBPF is unavailable); `dump`, `record` and `top` work on one process, `spans`

@@ -248,7 +248,9 @@ impl AsyncioDebugOffsets {
 
 /// Task stacks were asked for a version that has no layout for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("asyncio task stacks need CPython 3.14 or later (process runs {0})")]
+#[error(
+    "asyncio task stacks need CPython 3.14 or later (process runs {0}): drop --async for its thread stacks"
+)]
 pub struct AsyncioUnsupported(pub PythonVersion);
 
 #[cfg(test)]

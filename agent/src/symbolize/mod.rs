@@ -10,6 +10,7 @@
 mod aarch64;
 mod bytecode;
 mod eval_loop;
+mod file_path;
 mod frame;
 pub mod kernel;
 mod linetable;
@@ -211,7 +212,7 @@ impl Symbolizer {
         let info = Arc::new(CodeInfo {
             name: Arc::new(CodeName::from_parts(
                 read_str(mem, o, header.u64_at(c.qualname))?.into(),
-                read_str(mem, o, header.u64_at(c.filename))?.into(),
+                file_path::tidy(read_str(mem, o, header.u64_at(c.filename))?).into(),
                 first_line,
                 None,
             )),

@@ -2,10 +2,11 @@
 //! was built with, `record --async` against CPython's own sampler (`profiling.sampling
 //! --async-aware`, 3.15), task churn, and the one-line refusal before 3.14.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-use pyagent_tests::agent::{host_wide_lock, record_collapsed, run_pyagent};
+use pyagent_tests::agent::{host_wide_lock, record, record_collapsed, run_pyagent};
+use pyagent_tests::consumers::go_pprof_raw;
 use pyagent_tests::scratch::fresh_path;
 use pyagent_tests::stacks::marker_line;
 use pyagent_tests::{Interpreter, PythonProcess};
@@ -109,7 +110,7 @@ fn dump_async_names_every_task_its_coroutine_stack_and_its_awaiter(py: &str) {
     assert!(text.contains("        └── (T) consumer ["), "{text}");
 }
 
-/// Shares of samples per task path (`Task-1/producer`, …) of collapsed stacks whose task
+/// Shares of samples per task path (`main/producer`, …) of collapsed stacks whose task
 /// frames are found by `task_of`; samples outside any task count under "".
 fn task_shares(collapsed: &str, task_of: impl Fn(&str) -> Option<String>) -> BTreeMap<String, f64> {
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
@@ -138,12 +139,16 @@ fn pyagent_task(frame: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Tachyon's `<task>:NAME:0` frames.
+/// Tachyon's `<task>:NAME:0` frames, with the root task of the scripts, `Task-1`, as pyagent
+/// shows it: a task asyncio named is shown by its coroutine, `main`.
 fn tachyon_task(frame: &str) -> Option<String> {
     frame
         .strip_prefix("<task>:")
         .and_then(|f| f.rsplit_once(':'))
-        .map(|(name, _)| name.to_string())
+        .map(|(name, _)| match name {
+            "Task-1" => "main".to_string(),
+            name => name.to_string(),
+        })
 }
 
 /// CPython's sampler on `pid` for 3 s, `--async-aware --collapsed` and `extra`, from inside the
@@ -171,9 +176,10 @@ fn tachyon_collapsed(py: &Interpreter, pid: u32, extra: &[&str]) -> String {
     text
 }
 
-/// The producer's share of samples, attributed to `Task-1/producer`, matches CPython's own
+/// The producer's share of samples, attributed to `main/producer`, matches CPython's own
 /// sampler within sampling error, and the stacks have its shape: the task's frames above
-/// `<task producer>`, `main` (the root task's await) above `<task Task-1>`.
+/// `<task producer>`, `main` (the root task's await) above `<task main>`: the root task,
+/// `Task-1` to asyncio, shown by its coroutine, with its name in the `task_name` label.
 #[rstest]
 fn record_async_attributes_samples_as_cpython_s_sampler_does(
     #[values("userspace", "ebpf")] mode: &str,
@@ -188,20 +194,20 @@ fn record_async_attributes_samples_as_cpython_s_sampler_does(
             ..
         },
     ) = compare_with_tachyon(&["--mode", mode], &[]);
-    let producer = |s: &BTreeMap<String, f64>| s.get("Task-1/producer").copied().unwrap_or(0.0);
+    let producer = |s: &BTreeMap<String, f64>| s.get("main/producer").copied().unwrap_or(0.0);
     assert!(
         (producer(&ours_shares) - producer(&theirs_shares)).abs() <= 0.1,
         "{mode}: ours {ours_shares:?}, CPython's {theirs_shares:?}\n{summary}"
     );
     assert!(producer(&ours_shares) >= 0.7, "{mode}: {ours_shares:?}");
     let shaped = ours.lines().any(|l| {
-        l.contains(";<task Task-1>;main (")
+        l.contains(";<task main>;main (")
             && l.contains(";<task producer>;produce (")
             && l.contains(";crunch (")
     });
     assert!(
         shaped,
-        "{mode}: no Task-1 → main → producer → produce → crunch stack:\n{ours}"
+        "{mode}: no main → main → producer → produce → crunch stack:\n{ours}"
     );
     assert!(summary.contains(" samples in asyncio tasks"), "{summary}");
 }
@@ -237,16 +243,17 @@ fn compare_with_tachyon(ours: &[&str], theirs: &[&str]) -> (PythonProcess, Compa
 }
 
 /// `pyagent ARGS` fails with exit status 1 and one line saying `why`.
-fn assert_refused(args: &[&str], why: &str) {
+fn assert_refused(args: &[&str], why: &str) -> String {
     let out = run_pyagent(args);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
     assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     assert!(err.contains(why), "{args:?}: {err}");
+    err
 }
 
 /// The most frequent stack under each task path, as `function:line` frames from the first task
-/// marker down (`Task-1;main:47;sleeper;nap:30;sleep:725`): the shape both samplers agree on,
+/// marker down (`main;main:47;sleeper;nap:30;sleep:725`): the shape both samplers agree on,
 /// whatever each prints of files and threads.
 fn top_task_stacks(
     collapsed: &str,
@@ -315,7 +322,7 @@ fn record_async_mode_all_samples_waiting_tasks_as_cpython_s_sampler_does() {
         theirs_shares,
     } = c;
     for task in ["producer", "sleeper", "consumer"] {
-        let path = format!("Task-1/{task}");
+        let path = format!("main/{task}");
         let share = |s: &BTreeMap<String, f64>| s.get(&path).copied().unwrap_or(0.0);
         assert!(
             (share(&ours_shares) - share(&theirs_shares)).abs() <= 0.1,
@@ -325,7 +332,7 @@ fn record_async_mode_all_samples_waiting_tasks_as_cpython_s_sampler_does() {
     let ours_top = top_task_stacks(&ours, pyagent_frame, pyagent_task);
     let theirs_top = top_task_stacks(&theirs, tachyon_frame, tachyon_task);
     for task in ["sleeper", "consumer"] {
-        let path = format!("Task-1/{task}");
+        let path = format!("main/{task}");
         assert_eq!(
             ours_top.get(&path),
             theirs_top.get(&path),
@@ -387,11 +394,11 @@ fn task_churn_never_shows_a_chain_that_did_not_exist(
                         .filter(|f| f.starts_with("child ("))
                         .count()
                         == 1;
-                only == "Task-1" || (mode == "all" && unstarted_child)
+                only == "main" || (mode == "all" && unstarted_child)
             }
-            [root, parent] => root == "Task-1" && parent == "parent",
+            [root, parent] => root == "main" && parent == "parent",
             [root, parent, child] => {
-                root == "Task-1" && parent == "parent" && child.starts_with("child-")
+                root == "main" && parent == "parent" && child.starts_with("child-")
             }
             _ => false,
         };
@@ -499,7 +506,8 @@ fn a_running_task_shows_the_plain_functions_it_calls(py: &str) {
     );
 }
 
-/// Before 3.14 there is no task layout to read: one line, exit status 1, from every command.
+/// Before 3.14 there is no task layout to read: one line, exit status 1, from every command,
+/// which says what to do instead.
 #[apply(without_asyncio_tasks)]
 fn before_3_14_async_is_refused_in_one_line(py: &str) {
     let target = PythonProcess::ready(py, "async_tasks.py", &[]);
@@ -513,6 +521,36 @@ fn before_3_14_async_is_refused_in_one_line(py: &str) {
         [&record[..], &["--mode", "ebpf"]].concat(),
         vec!["top", "--pid", &pid, "--async", "--iterations", "1"],
     ] {
-        assert_refused(&args, "asyncio task stacks need CPython 3.14 or later");
+        let err = assert_refused(&args, "asyncio task stacks need CPython 3.14 or later");
+        assert!(err.contains("drop --async for its thread stacks"), "{err}");
     }
+}
+
+/// One task per request, named by asyncio (`Task-N`), all running `handle`: the stacks show
+/// them as one task, `<task handle>`, one tower in a flame graph, not one tower per request,
+/// and the `task_name` label still tells the requests apart.
+#[apply(with_asyncio_tasks)]
+fn tasks_asyncio_named_are_shown_by_their_coroutine(
+    py: &str,
+    #[values("userspace", "ebpf")] mode: &str,
+) {
+    let target = PythonProcess::ready(py, "async_requests.py", &[]);
+    let file = fresh_path("async-requests.pb.gz");
+    let summary = record(target.pid(), &["--async", "-d", "2", "--mode", mode], &file);
+    let raw = go_pprof_raw(&file);
+    assert!(
+        raw.contains("<task handle>"),
+        "{py} {mode}: {summary}\n{raw}"
+    );
+    assert!(!raw.contains("<task Task-"), "{py} {mode}: {raw}");
+    let requests: BTreeSet<&str> = raw
+        .split("task_name:[")
+        .skip(1)
+        .filter_map(|rest| rest.split_once(']').map(|(name, _)| name))
+        .filter(|name| name.starts_with("Task-"))
+        .collect();
+    assert!(
+        requests.len() >= 5,
+        "{py} {mode}: the requests' labels: {requests:?}\n{summary}"
+    );
 }

@@ -139,8 +139,19 @@ impl From<&Frame> for TaskFrame {
 /// `task_name` label.
 #[derive(Debug, Clone)]
 struct TaskName {
+    /// what the task's frame says: the name the program gave it, or for a task asyncio named
+    /// (`Task-N`) the qualified name of its coroutine, so that the thousand tasks of one
+    /// request handler make one tower of a flame graph, not a thousand
+    shown: Arc<str>,
     marker: Arc<CodeName>,
+    /// the name itself, every task its own (the `task_name` label)
     label: Arc<str>,
+}
+
+/// Whether `name` is one asyncio gave an unnamed task: `Task-` and its counter.
+fn named_by_asyncio(name: &str) -> bool {
+    name.strip_prefix("Task-")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// A task as `dump --async` reads it, at one instant.
@@ -465,15 +476,22 @@ impl Unwinder {
     /// The `<task NAME>` code name and label of a chain's task: made once per (task, name
     /// object) while the name read is the one made for (a freed task's block and its name's
     /// are handed to the next task made, whose name is another).
-    fn task_name_of(&mut self, link: &Link) -> TaskName {
+    /// `coroutine` is the qualified name of the task's coroutine, which a task asyncio named is
+    /// shown by (and the task's coroutine is the same for its whole life).
+    fn task_name_of(&mut self, link: &Link, coroutine: Option<&str>) -> TaskName {
         let key = (link.task.addr, link.task.name);
         if let Some(name) = self.asyncio.names.get(&key) {
             if *name.label == *link.name {
                 return name.clone();
             }
         }
+        let shown: Arc<str> = match coroutine {
+            Some(coroutine) if named_by_asyncio(&link.name) => Arc::from(coroutine),
+            _ => Arc::from(link.name.as_str()),
+        };
         let name = TaskName {
-            marker: task_code_name(&link.name),
+            marker: task_code_name(&shown),
+            shown,
             label: Arc::from(link.name.as_str()),
         };
         if self.asyncio.names.len() >= MAX_NAMES {
@@ -655,7 +673,8 @@ impl Unwinder {
         frames: &mut Vec<CachedFrame>,
     ) -> Result<Arc<str>, ObjectError> {
         // Symbolize everything above before touching `frames`: a failure leaves them whole.
-        let (label, above) = self.chain_frames(chain)?;
+        let running = frames[k].frame.clone();
+        let (label, above) = self.chain_frames(chain, Some(&running))?;
         let loop_frames = frames.split_off(k + 1);
         frames.extend(
             above
@@ -670,15 +689,27 @@ impl Unwinder {
     /// task), its `<task NAME>`, then each awaiting task's coroutine frames and marker, up to
     /// the root task. And the first task's name (its `task_name` label). A task awaited by
     /// several says how many (`<task NAME (2 parents)>`), as CPython's sampler does.
-    fn chain_frames(&mut self, chain: &[Link]) -> Result<(Arc<str>, Vec<Frame>), ObjectError> {
+    /// `running` is the coroutine frame of a running first task, whose frames are its thread's.
+    fn chain_frames(
+        &mut self,
+        chain: &[Link],
+        running: Option<&Frame>,
+    ) -> Result<(Arc<str>, Vec<Frame>), ObjectError> {
         let mut out = Vec::new();
         let mut label = None;
-        for link in chain {
-            out.extend(self.symbolize_raw(link.frames.iter())?);
-            let name = self.task_name_of(link);
+        for (i, link) in chain.iter().enumerate() {
+            let own = self.symbolize_raw(link.frames.iter())?;
+            // Innermost first: the last of a task's frames is its coroutine's own.
+            let coroutine = match (own.last(), running) {
+                (Some(frame), _) => Some(frame.code.function.clone()),
+                (None, Some(frame)) if i == 0 => Some(frame.code.function.clone()),
+                (None, _) => None,
+            };
+            out.extend(own);
+            let name = self.task_name_of(link, coroutine.as_deref());
             let marker = match link.awaiters {
                 0 | 1 => name.marker,
-                n => task_code_name(&format!("{} ({n} parents)", name.label)),
+                n => task_code_name(&format!("{} ({n} parents)", name.shown)),
             };
             out.push(Frame::task(marker));
             label.get_or_insert(name.label);

@@ -111,7 +111,7 @@ impl Unwinder {
         if chain[0].frames.is_empty() {
             return Ok(None);
         }
-        let (label, frames) = self.chain_frames(&chain)?;
+        let (label, frames) = self.chain_frames(&chain, None)?;
         Ok(Some((frames, label)))
     }
 
