@@ -242,7 +242,7 @@ pub(crate) fn all_python(args: &HostArgs) -> Result<()> {
         );
     }
     if args.off_cpu {
-        if let Some(line) = crate::summary::off_cpu_line(&profiler) {
+        if let Some(line) = crate::summary::off_cpu_line(&profiler, None, true) {
             eprintln!("{line}");
         }
     }

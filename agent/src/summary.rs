@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use pyagent::aggregate::ProfileWindow;
+use pyagent::aggregate::{ProfileWindow, WaitReason};
 use pyagent::profiler::HostProfiler;
 use pyagent::sampler::tick::TickSource;
 use pyagent::sampler::userspace::SamplerStats;
@@ -82,7 +82,8 @@ pub fn record_lines(
         lines.push(async_line(&u, mode));
     }
     if shown.off_cpu {
-        lines.extend(off_cpu_line(profiler));
+        let waits = window.off_cpu_by_wait();
+        lines.extend(off_cpu_line(profiler, Some(&waits), shown.verbose));
     }
     if shown.native {
         lines.push(native_line(profiler));
@@ -223,10 +224,16 @@ fn ebpf_counts(profiler: &HostProfiler, u: &UnwindStats) -> String {
 
 /// `pyagent: N samples in asyncio tasks, ...`.
 fn async_line(u: &UnwindStats, mode: AsyncModeArg) -> String {
-    let mut line = format!(
-        "pyagent: {} samples in asyncio tasks, {} not attributed to a task",
-        u.task_samples, u.task_unattributed
-    );
+    let mut line = format!("pyagent: {} samples in asyncio tasks", u.task_samples);
+    if u.task_unattributed > 0 {
+        // Said as what happened to them: a bare count read as a failure of the samples
+        // outside any task (the loop's own), which are not counted here at all.
+        line += &format!(
+            ", {} more ran in a task that ended or changed before it was read (kept without \
+             their task)",
+            u.task_unattributed
+        );
+    }
     if mode == AsyncModeArg::All {
         line += &format!(", {} samples of waiting tasks", u.task_waiting_samples);
     }
@@ -239,24 +246,53 @@ fn async_line(u: &UnwindStats, mode: AsyncModeArg) -> String {
     line
 }
 
-/// `pyagent: off-CPU: ...`: waits recorded, context switches seen and their mean cost (none
-/// without the BPF sampler, which alone sees threads block).
-pub fn off_cpu_line(profiler: &HostProfiler) -> Option<String> {
+/// `pyagent: off-CPU: ...`: the time of the waits `waits` holds (each reason's nanoseconds, a
+/// recording's window; `None` where there are many), and how many waits the program saw:
+/// those it walked, and those at a stack walked before, timed without a walk. `details` adds
+/// the waits under way at attach and the context switches' cost. None without the BPF
+/// sampler, which alone sees threads block.
+pub fn off_cpu_line(
+    profiler: &HostProfiler,
+    waits: Option<&[(WaitReason, u64)]>,
+    details: bool,
+) -> Option<String> {
     let bpf = profiler.bpf()?;
     let counter = |c| bpf.counter(c).unwrap_or(0);
-    let switch_cost = bpf
-        .off_cpu_run_stats()
-        .filter(|(_, runs)| *runs > 0)
-        .map_or("unknown".to_string(), |(ns, runs)| {
-            format!("{:.0} ns", ns as f64 / runs as f64)
-        });
-    Some(format!(
-        "pyagent: off-CPU: {} waits recorded, {} more already under way at attach, {} repeats timed only, {} context switches seen at {switch_cost} each",
-        counter(common::Counter::OffCpuWalks),
-        profiler.stats().blocked_at_attach,
-        counter(common::Counter::OffCpuCarried),
-        counter(common::Counter::Switches)
-    ))
+    let walked = counter(common::Counter::OffCpuWalks);
+    let repeated = counter(common::Counter::OffCpuCarried);
+    let mut line = "pyagent: off-CPU: ".to_string();
+    if let Some(waits) = waits {
+        let seconds = |ns: u64| ns as f64 / 1e9;
+        let total: u64 = waits.iter().map(|(_, ns)| ns).sum();
+        let parts: Vec<String> = waits
+            .iter()
+            .filter(|(_, ns)| *ns > 0)
+            .map(|(wait, ns)| format!("{} {:.3} s", wait.label(), seconds(*ns)))
+            .collect();
+        line += &format!("{:.3} s of waits in the profile", seconds(total));
+        if !parts.is_empty() {
+            line += &format!(" ({})", parts.join(", "));
+        }
+        line += ", from ";
+    }
+    line += &format!(
+        "{} waits ({repeated} of them at a stack walked before, timed without a walk)",
+        walked + repeated
+    );
+    if details {
+        let switch_cost = bpf
+            .off_cpu_run_stats()
+            .filter(|(_, runs)| *runs > 0)
+            .map_or("unknown".to_string(), |(ns, runs)| {
+                format!("{:.0} ns", ns as f64 / runs as f64)
+            });
+        line += &format!(
+            "; {} more already under way at attach, {} context switches seen at {switch_cost} each",
+            profiler.stats().blocked_at_attach,
+            counter(common::Counter::Switches)
+        );
+    }
+    Some(line)
 }
 
 /// `pyagent: native stacks: ...`: how the native stacks merged with the Python ones.

@@ -306,8 +306,8 @@ fn off_cpu_sleep_time_matches_the_recording() {
 #[test]
 fn repeated_short_waits_are_timed_without_walking_each() {
     let (share, what, err) = sleep_share(&["tick"], "tick", "ticker");
-    let walked = number_before(&err, " waits recorded");
-    let repeats = number_before(&err, " repeats timed only");
+    let repeats = number_before(&err, " of them at a stack walked before");
+    let walked = number_before(&err, " waits (") - repeats;
     assert!(repeats > 4 * walked, "most ticks are repeats: {what}");
     // The ticker runs for microseconds between sleeps; the rest of its time is sleep.
     assert!((share - 1.0).abs() <= 0.05, "{what}");
@@ -349,8 +349,8 @@ fn repeats_from_another_caller_are_walked() {
     assert!((long - 2.0 / 3.0).abs() <= 0.05, "{what}");
     // The sleeper's 50 ms naps: walked once, then timed (its first nap may be walked twice,
     // within the minimum gap of the attach).
-    let walked = number_before(&err, " waits recorded");
-    let repeats = number_before(&err, " repeats timed only");
+    let repeats = number_before(&err, " of them at a stack walked before");
+    let walked = number_before(&err, " waits (") - repeats;
     assert!(repeats >= 60, "the sleeper's naps repeat: {what}");
     assert!(walked <= 2 * 4 * 6 + 10, "{walked} walked: {what}");
 }
