@@ -367,6 +367,28 @@ static __always_inline void pa_gil_holder(const struct pa_proc *p, __u64 ts,
 	h->gil_holder_code = code & ~p->executable_tag_mask;
 }
 
+/* The coroutine frame of the asyncio task thread state `ts` of `p` runs (3.14+, once the
+ * agent told where its running-task pointer is), into `h`: PA_SAMPLE_TASK when there is one,
+ * with PA_SAMPLE_TASK_AWAITED when something awaits the task. Three reads of 8 bytes, only for
+ * processes with task-aware stacks. The agent reads the task's chain later, at the drain; a
+ * task that ended by then (a server's request lives a few ms) is still known to have run,
+ * which of the record's frames is its coroutine's, and whether it was a root task. */
+static __always_inline __u32 pa_running_task(const struct pa_proc *p, __u64 ts,
+					     struct pa_sample_hdr *h)
+{
+	__u32 off = p->thread_state_running_task;
+	__u64 task = 0, coro = 0, awaited = 0;
+
+	if (!off || bpf_probe_read_user(&task, sizeof(task), (const void *)(ts + off)) || !task ||
+	    bpf_probe_read_user(&coro, sizeof(coro), (const void *)(task + p->task_coro)) || !coro ||
+	    bpf_probe_read_user(&awaited, sizeof(awaited),
+				(const void *)(task + p->task_awaited_by)))
+		return 0;
+	/* The low two bits may be a tag, as in any object pointer the agent reads. */
+	h->task_frame = (coro & ~3ull) + p->coroutine_iframe;
+	return PA_SAMPLE_TASK | ((awaited & ~3ull) ? PA_SAMPLE_TASK_AWAITED : 0);
+}
+
 /* Most DTV entries believed: a torn or foreign DTV reads as "no context", not a huge index. */
 #define PA_MAX_DTV_ENTRIES (1u << 20)
 
@@ -571,6 +593,7 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 	h->flags = 0;
 	h->gil_holder = 0;
 	h->gil_holder_code = 0;
+	h->task_frame = 0;
 	__builtin_memset(h->trace_id, 0, sizeof(h->trace_id));
 	__builtin_memset(h->span_id, 0, sizeof(h->span_id));
 	if (flags & PA_PROC_ANCHOR) {
@@ -589,7 +612,7 @@ static __always_inline int pa_record_stack(const struct pa_proc *p, __u32 tgid, 
 		PA_ABANDON();
 		return 0;
 	}
-	w->flags = why->flags | pa_gil_flags(p, ts) | h->flags;
+	w->flags = why->flags | pa_gil_flags(p, ts) | pa_running_task(p, ts, h) | h->flags;
 	pa_gil_holder(p, ts, why, h);
 	w->frame = cur;
 	w->anchor = h->anchor_frame;

@@ -522,6 +522,7 @@ fn update_metrics(p: &HostProfiler, metrics: &AgentMetrics, deltas: &mut Deltas<
     for (result, total) in [
         ("attributed", u.task_samples),
         ("unattributed", u.task_unattributed),
+        ("ended", u.task_ended),
         ("waiting", u.task_waiting_samples),
     ] {
         let d = deltas.delta(Total::TaskSamples(result), total);

@@ -224,7 +224,17 @@ fn ebpf_counts(profiler: &HostProfiler, u: &UnwindStats) -> String {
 
 /// `pyagent: N samples in asyncio tasks, ...`.
 fn async_line(u: &UnwindStats, mode: AsyncModeArg) -> String {
-    let mut line = format!("pyagent: {} samples in asyncio tasks", u.task_samples);
+    let mut line = format!(
+        "pyagent: {} samples in asyncio tasks",
+        u.task_samples + u.task_ended
+    );
+    if u.task_ended > 0 {
+        line += &format!(
+            " ({} of a task that ended before it was read: under its coroutine's name, without \
+             its awaiters)",
+            u.task_ended
+        );
+    }
     if u.task_unattributed > 0 {
         // Said as what happened to them: a bare count read as a failure of the samples
         // outside any task (the loop's own), which are not counted here at all.

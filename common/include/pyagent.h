@@ -141,8 +141,19 @@ struct pa_proc {
 	/* Where the GIL's futex words (its mutex and conditions) begin: a thread blocked on a
 	 * futex within PA_GIL_WAIT_BYTES from here waits for the GIL (0: not known). */
 	__u64 gil_waits_addr;
+	/* Where the coroutine frame of the asyncio task a thread runs is (3.14+, with task-aware
+	 * stacks, once the program has imported asyncio; 0: not read): the thread state's
+	 * running task at _PyThreadStateImpl + thread_state_running_task (the _asyncio module's
+	 * .AsyncioDebug table), its coroutine at task + task_coro, and the coroutine's frame,
+	 * which lives inside it, at coroutine + coroutine_iframe (_Py_DebugOffsets). Records copy
+	 * that frame's address (PA_SAMPLE_TASK), and whether the task's awaited-by pointer at
+	 * task + task_awaited_by is set (PA_SAMPLE_TASK_AWAITED). */
+	__u32 thread_state_running_task;
+	__u32 task_coro;
+	__u32 coroutine_iframe;
+	__u32 task_awaited_by;
 };
-_Static_assert(sizeof(struct pa_proc) == 120, "struct pa_proc layout");
+_Static_assert(sizeof(struct pa_proc) == 136, "struct pa_proc layout");
 
 /* How a process's records learn whether the sampled thread holds the GIL. */
 #define PA_GIL_NONE 0 /* free-threaded (no GIL), or unknown: records carry no GIL bits */
@@ -169,7 +180,7 @@ struct pa_proc_slot {
 	__u32 tgid;
 	__u32 _pad;
 };
-_Static_assert(sizeof(struct pa_proc_slot) == 128, "struct pa_proc_slot layout");
+_Static_assert(sizeof(struct pa_proc_slot) == 144, "struct pa_proc_slot layout");
 
 struct pa_thread_slot {
 	__u64 tstate;
@@ -234,6 +245,11 @@ _Static_assert(sizeof(struct pa_thread_list) == 40, "struct pa_thread_list layou
 /* A native section (struct pa_native_hdr, kernel_frames x __u64, stack_bytes of user stack)
  * follows the frames. */
 #define PA_SAMPLE_NATIVE (1u << 11)
+/* The thread was running an asyncio task at the tick: `task_frame` is its coroutine's frame
+ * (processes with pa_proc.thread_state_running_task). */
+#define PA_SAMPLE_TASK (1u << 12)
+/* With PA_SAMPLE_TASK: something awaited the task at the tick (it is not a root task). */
+#define PA_SAMPLE_TASK_AWAITED (1u << 13)
 
 /* What an off-CPU thread waits in, from the system call it blocked in (the architecture's
  * numbers: pa_syscall_wait in ebpf/arch_*.bpf.h). */
@@ -283,8 +299,12 @@ struct pa_sample_hdr {
 	 * switch (0 when that read failed). Zeros otherwise. */
 	__u64 gil_holder;
 	__u64 gil_holder_code;
+	/* PA_SAMPLE_TASK: the frame of the coroutine of the asyncio task the thread ran, read at
+	 * the tick (0 otherwise): which of the record's frames begins the task's own, even when the
+	 * task has ended before the agent reads the record. */
+	__u64 task_frame;
 };
-_Static_assert(sizeof(struct pa_sample_hdr) == 128, "struct pa_sample_hdr layout");
+_Static_assert(sizeof(struct pa_sample_hdr) == 136, "struct pa_sample_hdr layout");
 
 /* How many bytes from pa_proc.gil_waits_addr hold the GIL's futex words: a futex in there is a
  * wait for the GIL. 3.7+ keep the whole _gil_runtime_state within 32 bytes before its `locked`
@@ -321,7 +341,7 @@ struct pa_short_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_SHORT_FRAMES];
 };
-#define PA_SHORT_RECORD_BYTES (128 + 32 * PA_SHORT_FRAMES)
+#define PA_SHORT_RECORD_BYTES (136 + 32 * PA_SHORT_FRAMES)
 _Static_assert(sizeof(struct pa_short_record) == PA_SHORT_RECORD_BYTES, "struct pa_short_record layout");
 
 /* The largest record: header plus PA_MAX_FRAMES frames. */
@@ -329,7 +349,7 @@ struct pa_record {
 	struct pa_sample_hdr hdr;
 	struct pa_frame frames[PA_MAX_FRAMES];
 };
-_Static_assert(sizeof(struct pa_record) == 128 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
+_Static_assert(sizeof(struct pa_record) == 136 + 32 * PA_MAX_FRAMES, "struct pa_record layout");
 
 /* ---- Native section of a PA_SAMPLE_NATIVE record ------------------------------------------ */
 /*

@@ -103,6 +103,11 @@ pub const SAMPLE_SPAN: u32 = 1 << 10;
 /// `PA_SAMPLE_NATIVE`: a native section ([`PaNativeHdr`], kernel frames, user stack) follows the
 /// frames.
 pub const SAMPLE_NATIVE: u32 = 1 << 11;
+/// `PA_SAMPLE_TASK`: the thread was running an asyncio task at the tick;
+/// [`PaSampleHdr::task_frame`] is its coroutine's frame.
+pub const SAMPLE_TASK: u32 = 1 << 12;
+/// `PA_SAMPLE_TASK_AWAITED`: with [`SAMPLE_TASK`], something awaited the task at the tick.
+pub const SAMPLE_TASK_AWAITED: u32 = 1 << 13;
 
 /// `PA_WAIT_NONE`: an on-CPU record.
 pub const WAIT_NONE: u32 = 0;
@@ -158,6 +163,17 @@ pub struct PaProc {
     /// Where the GIL's futex words (its mutex and conditions) begin: a thread blocked on a futex
     /// within [`GIL_WAIT_BYTES`] from here waits for the GIL (0: not known).
     pub gil_waits_addr: u64,
+    /// `_PyThreadStateImpl.asyncio_running_task` (3.14+, once the program imported asyncio, with
+    /// task-aware stacks; 0: not read): with [`PaProc::task_coro`] and
+    /// [`PaProc::coroutine_iframe`], where records find the running task's coroutine frame
+    /// ([`SAMPLE_TASK`]).
+    pub thread_state_running_task: u32,
+    /// The task's coroutine pointer (`.AsyncioDebug`'s `task_coro`).
+    pub task_coro: u32,
+    /// The coroutine's embedded frame (`_Py_DebugOffsets`' `gi_iframe`).
+    pub coroutine_iframe: u32,
+    /// The task's awaited-by pointer (`.AsyncioDebug`'s `task_awaited_by`).
+    pub task_awaited_by: u32,
 }
 
 /// Where a thread's `otel_thread_ctx_v1` is, from its thread pointer (glibc's `pthread_t`):
@@ -198,7 +214,7 @@ pub const GIL_HOLDER: u32 = 1;
 pub const GIL_THREAD_FLAG: u32 = 2;
 
 const _: () = {
-    assert!(size_of::<PaProc>() == 120);
+    assert!(size_of::<PaProc>() == 136);
     assert!(offset_of!(PaProc, generation) == 0);
     assert!(offset_of!(PaProc, executable_tag_mask) == 8);
     assert!(offset_of!(PaProc, flags) == 16);
@@ -217,6 +233,10 @@ const _: () = {
     assert!(offset_of!(PaProc, thread_state_holds_gil) == 76);
     assert!(offset_of!(PaProc, otel) == 80);
     assert!(offset_of!(PaProc, gil_waits_addr) == 112);
+    assert!(offset_of!(PaProc, thread_state_running_task) == 120);
+    assert!(offset_of!(PaProc, task_coro) == 124);
+    assert!(offset_of!(PaProc, coroutine_iframe) == 128);
+    assert!(offset_of!(PaProc, task_awaited_by) == 132);
     assert!(size_of::<PaOtelCtx>() == 32);
     assert!(offset_of!(PaOtelCtx, offset_in_block) == 8);
     assert!(offset_of!(PaOtelCtx, dtv_in_pthread) == 16);
@@ -416,6 +436,9 @@ pub struct PaSampleHdr {
     /// With [`PaSampleHdr::gil_holder`]: the code object (tag bits cleared) the holder's
     /// current frame ran at the switch (0 when that read failed).
     pub gil_holder_code: u64,
+    /// [`SAMPLE_TASK`]: the frame of the coroutine of the asyncio task the thread ran, read at
+    /// the tick (0 otherwise).
+    pub task_frame: u64,
 }
 
 /// `PA_OFF_CPU_RECORDED`: the thread's current wait was recorded; its wake-up will be.
@@ -464,7 +487,7 @@ const _: () = {
 };
 
 const _: () = {
-    assert!(size_of::<PaSampleHdr>() == 128);
+    assert!(size_of::<PaSampleHdr>() == 136);
     assert!(offset_of!(PaSampleHdr, pid) == 0);
     assert!(offset_of!(PaSampleHdr, tid) == 4);
     assert!(offset_of!(PaSampleHdr, tstate) == 8);
@@ -483,6 +506,7 @@ const _: () = {
     assert!(offset_of!(PaSampleHdr, span_id) == 104);
     assert!(offset_of!(PaSampleHdr, gil_holder) == 112);
     assert!(offset_of!(PaSampleHdr, gil_holder_code) == 120);
+    assert!(offset_of!(PaSampleHdr, task_frame) == 128);
 };
 
 impl PaSampleHdr {
@@ -527,6 +551,12 @@ impl PaSampleHdr {
     /// object its current frame ran (0: that read failed), read at the switch.
     pub fn gil_holder(&self) -> Option<(u64, u64)> {
         (self.gil_holder != 0).then_some((self.gil_holder, self.gil_holder_code))
+    }
+    /// The frame of the coroutine of the asyncio task the thread ran at the tick
+    /// ([`SAMPLE_TASK`]), and whether something awaited the task ([`SAMPLE_TASK_AWAITED`]).
+    pub fn task_frame(&self) -> Option<(u64, bool)> {
+        (self.flags & SAMPLE_TASK != 0 && self.task_frame != 0)
+            .then_some((self.task_frame, self.flags & SAMPLE_TASK_AWAITED != 0))
     }
     /// The trace and span the thread was in ([`SAMPLE_SPAN`]), where the process publishes
     /// them.
@@ -706,10 +736,10 @@ const _: () = {
 };
 
 const _: () = {
-    assert!(size_of::<PaProcSlot>() == 128);
+    assert!(size_of::<PaProcSlot>() == 144);
     assert!(offset_of!(PaProcSlot, proc) == 0);
-    assert!(offset_of!(PaProcSlot, tgid) == 120);
-    assert!(offset_of!(PaProcSlot, _pad) == 124);
+    assert!(offset_of!(PaProcSlot, tgid) == 136);
+    assert!(offset_of!(PaProcSlot, _pad) == 140);
     assert!(size_of::<PaThreadSlot>() == 16);
     assert!(offset_of!(PaThreadSlot, tstate) == 0);
     assert!(offset_of!(PaThreadSlot, tid) == 8);

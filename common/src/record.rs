@@ -145,6 +145,7 @@ impl<'a> SampleRecord<'a> {
             span_id: bytes_at(head, offset_of!(PaSampleHdr, span_id)),
             gil_holder: u64_at(head, offset_of!(PaSampleHdr, gil_holder)),
             gil_holder_code: u64_at(head, offset_of!(PaSampleHdr, gil_holder_code)),
+            task_frame: u64_at(head, offset_of!(PaSampleHdr, task_frame)),
         };
         if hdr.nframes > MAX_FRAMES {
             return Err(RecordError::TooManyFrames {
@@ -291,7 +292,7 @@ mod tests {
         }
         v.extend_from_slice(&hdr.trace_id);
         v.extend_from_slice(&hdr.span_id);
-        for x in [hdr.gil_holder, hdr.gil_holder_code] {
+        for x in [hdr.gil_holder, hdr.gil_holder_code, hdr.task_frame] {
             v.extend_from_slice(&x.to_ne_bytes());
         }
         for f in frames {
@@ -341,6 +342,7 @@ mod tests {
             span_id: *b"\xb7\xad\x6b\x71\x69\x20\x33\x31",
             gil_holder: 0x7f00_0000_2000,
             gil_holder_code: 0x7f00_0000_3000,
+            task_frame: 0x7f00_0000_4000,
         };
         let bytes = record(&hdr, &fr);
         let rec = SampleRecord::parse(&bytes).expect("valid record");

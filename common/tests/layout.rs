@@ -20,10 +20,11 @@ use pyagent_common::{
     PROC_FRAME_OBJECTS, PROC_IS_ENTRY, PROC_NATIVE, PROC_SLOTS, PROC_TRACE_CONTEXT,
     RECORD_MAX_BYTES, SAMPLE_ANCHOR_HIT, SAMPLE_COMPLETE, SAMPLE_CYCLIC, SAMPLE_GIL_HELD,
     SAMPLE_GIL_KNOWN, SAMPLE_NATIVE, SAMPLE_OFF_CPU, SAMPLE_REACHED_BASE, SAMPLE_READ_FAILED,
-    SAMPLE_SPAN, SAMPLE_TRUNCATED, SAMPLE_WAKE, SHORT_FRAMES, SHORT_RECORD_BYTES, SLOT_SHARED,
-    STAGE_COUNTED, STAGE_ENTERED, STAGE_LAST, STAGE_PROCESS, STAGE_RESERVED, STAGE_SHORT_WALK,
-    STAGE_SPAN, STAGE_THREAD, STAGE_THREAD_STATE, THREAD_SEARCH_MAX, THREAD_SLOTS,
-    TSTATE_READ_BYTES, WAIT_FUTEX, WAIT_IO, WAIT_NONE, WAIT_OTHER, WAIT_SLEEP,
+    SAMPLE_SPAN, SAMPLE_TASK, SAMPLE_TASK_AWAITED, SAMPLE_TRUNCATED, SAMPLE_WAKE, SHORT_FRAMES,
+    SHORT_RECORD_BYTES, SLOT_SHARED, STAGE_COUNTED, STAGE_ENTERED, STAGE_LAST, STAGE_PROCESS,
+    STAGE_RESERVED, STAGE_SHORT_WALK, STAGE_SPAN, STAGE_THREAD, STAGE_THREAD_STATE,
+    THREAD_SEARCH_MAX, THREAD_SLOTS, TSTATE_READ_BYTES, WAIT_FUTEX, WAIT_IO, WAIT_NONE, WAIT_OTHER,
+    WAIT_SLEEP,
 };
 
 /// (C expression, value in Rust). The probe prints each C expression's value.
@@ -59,6 +60,10 @@ fn expectations() -> Vec<(String, u64)> {
             thread_state_holds_gil,
             otel,
             gil_waits_addr,
+            thread_state_running_task,
+            task_coro,
+            coroutine_iframe,
+            task_awaited_by,
         ]
     );
     push("sizeof(struct pa_otel_ctx)", size_of::<PaOtelCtx>());
@@ -97,6 +102,7 @@ fn expectations() -> Vec<(String, u64)> {
             span_id,
             gil_holder,
             gil_holder_code,
+            task_frame,
         ]
     );
     push(
@@ -183,6 +189,8 @@ fn expectations() -> Vec<(String, u64)> {
         ("PA_OTEL_VALID_OFFSET", OTEL_VALID_OFFSET),
         ("PA_OTEL_READ_BYTES", OTEL_READ_BYTES),
         ("PA_SAMPLE_NATIVE", SAMPLE_NATIVE),
+        ("PA_SAMPLE_TASK", SAMPLE_TASK),
+        ("PA_SAMPLE_TASK_AWAITED", SAMPLE_TASK_AWAITED),
         ("PA_NATIVE_STACK_BYTES", NATIVE_STACK_BYTES),
         ("PA_KERNEL_FRAMES", KERNEL_FRAMES),
         ("PA_SAMPLE_COMPLETE", SAMPLE_COMPLETE),

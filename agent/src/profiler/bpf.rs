@@ -691,10 +691,16 @@ fn set_thread_list(
     if p.trace_context {
         set_trace_context(&mut config, p.unwinder.thread_context_layout().as_ref());
     }
+    if let Some(offsets) = p.unwinder.task_frame_offsets() {
+        config.thread_state_running_task = offsets.running_task;
+        config.task_coro = offsets.task_coro;
+        config.coroutine_iframe = offsets.coroutine_iframe;
+        config.task_awaited_by = offsets.task_awaited_by;
+    }
     if config != p.proc_config {
         match sampler.track_process(pid, &config) {
             Ok(()) => p.proc_config = config,
-            Err(e) => tracing::debug!(pid, "cannot set where the GIL and spans are: {e}"),
+            Err(e) => tracing::debug!(pid, "cannot set where the GIL, spans and tasks are: {e}"),
         }
     }
 }

@@ -135,6 +135,7 @@ impl DecodedRecord {
                 cyclic: h.is_cyclic(),
                 anchor_hit: h.anchor_hit(),
                 anchor: (h.anchor_frame, h.anchor_seq),
+                task_frame: h.task_frame(),
                 gil: h.holds_gil().map(GilState::from_held),
                 trace: h
                     .trace_context()

@@ -31,7 +31,7 @@ pub mod walk;
 
 use std::sync::Arc;
 
-pub use asyncio::{AsyncTask, AsyncioError, TaskFrame};
+pub use asyncio::{AsyncTask, AsyncioError, TaskFrame, TaskFrameOffsets};
 pub use decode::{DecodedRecord, RecordKind};
 pub use error::{LostThread, ThreadOutcome, UnwindError};
 pub use frame_cache::{CachedFrame, FrameCache, ThreadKey};

@@ -116,6 +116,9 @@ pub struct UnwindStats {
     /// (the task's frame was not on the walked stack, or the task could not be read); kept as
     /// the thread's plain stack
     pub task_unattributed: u64,
+    /// task-aware stacks (eBPF): samples of a task that ended before its record was read,
+    /// marked by its coroutine (`<task COROUTINE>`), without its awaiters or its name
+    pub task_ended: u64,
     /// `--async-mode all`: samples of waiting tasks
     pub task_waiting_samples: u64,
     /// task-aware stacks: task objects, task lists, names or coroutine chains that made no
@@ -150,6 +153,7 @@ impl std::ops::AddAssign for UnwindStats {
             uncached_walks,
             task_samples,
             task_unattributed,
+            task_ended,
             task_waiting_samples,
             task_read_errors,
         } = o;
@@ -175,6 +179,7 @@ impl std::ops::AddAssign for UnwindStats {
         self.uncached_walks += uncached_walks;
         self.task_samples += task_samples;
         self.task_unattributed += task_unattributed;
+        self.task_ended += task_ended;
         self.task_waiting_samples += task_waiting_samples;
         self.task_read_errors += task_read_errors;
     }

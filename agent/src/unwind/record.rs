@@ -177,6 +177,10 @@ pub struct ExternalWalk {
     pub anchor_hit: bool,
     /// anchor and sequence read at the start of the walk
     pub anchor: (u64, u64),
+    /// the coroutine frame of the asyncio task the thread ran, and whether something awaited
+    /// the task, read by the walker at the same instant (3.14+, with task-aware stacks, once
+    /// the program has imported asyncio)
+    pub task_frame: Option<(u64, bool)>,
     /// the thread and the GIL when the walk was taken (`None`: no GIL, or not read)
     pub gil: Option<super::GilState>,
     /// the span the thread was in, read by the walker at the same instant (OTEP 4947; `None`:
@@ -414,7 +418,7 @@ impl Unwinder {
         }
         let mut task = None;
         if with_addresses {
-            task = self.attribute_record(walk.tstate, raw, &mut resolved);
+            task = self.attribute_record(walk.tstate, walk.task_frame, raw, &mut resolved);
             frames = resolved.into_iter().map(|c| c.frame).collect();
         }
         if reusable {

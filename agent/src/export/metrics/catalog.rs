@@ -70,7 +70,7 @@ impl AgentMetrics {
             task_samples: counter_vec(
                 &registry,
                 "pyagent_task_samples_total",
-                "asyncio task-aware samples (async = true), by result: attributed to the task the thread ran; unattributed (the thread ran a task that could not be placed, its plain stack kept); waiting (userspace --async-mode all: samples of waiting tasks).",
+                "asyncio task-aware samples (async = true), by result: attributed to the task the thread ran; unattributed (the thread ran a task that could not be placed, its plain stack kept); ended (eBPF: the task ended before its record was read, marked by its coroutine alone); waiting (userspace --async-mode all: samples of waiting tasks).",
                 &["result"],
             ),
             native_objects: counter_vec(

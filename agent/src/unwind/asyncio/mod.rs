@@ -135,6 +135,20 @@ impl From<&Frame> for TaskFrame {
     }
 }
 
+/// Where the thread state holds its running task, the task its coroutine and its awaiters,
+/// and the coroutine its frame: what the BPF program reads at each tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskFrameOffsets {
+    /// `_PyThreadStateImpl.asyncio_running_task`
+    pub running_task: u32,
+    /// `TaskObj.task_coro`
+    pub task_coro: u32,
+    /// `PyGenObject.gi_iframe`
+    pub coroutine_iframe: u32,
+    /// `TaskObj.task_awaited_by`
+    pub task_awaited_by: u32,
+}
+
 /// A task's name, read once per (task, name object): its `<task NAME>` frame and its
 /// `task_name` label.
 #[derive(Debug, Clone)]
@@ -576,31 +590,68 @@ impl Unwinder {
         }
     }
 
-    /// [`Unwinder::attribute_task`] for a record walked by the BPF program, whose running task
-    /// was not read at the tick: the innermost of its frames that is a live task's coroutine
-    /// frame names the task (indexed when the batch began, so a record is attributed to the
-    /// task it ran however long it waited in the ring). A record of a thread whose event loop
-    /// was running, holding a coroutine frame of no indexed task (a task that ended before the
-    /// drain, or one created after the batch began), keeps its plain stack and is counted
-    /// `unattributed`.
+    /// Where the program finds the coroutine frame of the task a thread runs, and whether the
+    /// task is awaited (the [`common::PaProc`] fields). Known once the program has imported
+    /// asyncio, with task-aware stacks only; looked for no more often than the table is.
+    pub fn task_frame_offsets(&mut self) -> Option<TaskFrameOffsets> {
+        if !self.options.async_tasks {
+            return None;
+        }
+        let table = self.asyncio_table(false).ok()?;
+        let l = self.layouts(table)?;
+        Some(TaskFrameOffsets {
+            running_task: u32::try_from(l.a.thread_running_task).ok()?,
+            task_coro: u32::try_from(l.a.task_coro).ok()?,
+            coroutine_iframe: u32::try_from(l.c.gi_iframe).ok()?,
+            task_awaited_by: u32::try_from(l.a.task_awaited_by).ok()?,
+        })
+    }
+
+    /// [`Unwinder::attribute_task`] for a record walked by the BPF program. `task_frame` is the
+    /// coroutine frame of the task the thread ran, as the program read it at the tick (once it
+    /// was told where): that frame of the record begins the task's own. Without it, the
+    /// innermost of the record's frames that is a live task's coroutine frame names the task,
+    /// on a thread whose event loop was running when the batch began. The task is then the
+    /// one indexed when the batch began (so a record is attributed to the task it ran however
+    /// long it waited in the ring), its chain read now. A task that ended before the drain (a
+    /// server's request lives a few ms, a drain comes every 100 ms) has no chain left: when the
+    /// program saw it was a root task (nothing awaited it), its marker is its coroutine's
+    /// name, `<task COROUTINE>`, as a task asyncio named is shown, without its own name
+    /// (counted `task_ended`). An awaited one's awaiters are not known, and a marker alone
+    /// would show it as a root: such a record keeps its plain stack and is counted
+    /// `unattributed`, as one is without `task_frame`.
     pub(in crate::unwind) fn attribute_record(
         &mut self,
         tstate: u64,
+        task_frame: Option<(u64, bool)>,
         raw: &[RawFrame],
         frames: &mut Vec<CachedFrame>,
     ) -> Option<Arc<str>> {
-        if !self.asyncio.loop_threads.contains(&tstate) {
+        if task_frame.is_none() && !self.asyncio.loop_threads.contains(&tstate) {
             return None;
         }
-        let found = frames
-            .iter()
-            .enumerate()
-            .find_map(|(k, f)| self.asyncio.task_frames.get(&f.addr).map(|&t| (k, t)));
+        // The frame of a root task that may have ended (an awaited one's chain must be read).
+        let root_frame = task_frame.and_then(|(addr, awaited)| (!awaited).then_some(addr));
+        let task_frame = task_frame.map(|(addr, _)| addr);
+        let found = match task_frame {
+            Some(addr) => frames
+                .iter()
+                .position(|f| f.addr == addr)
+                .and_then(|k| self.asyncio.task_frames.get(&addr).map(|&t| (k, t))),
+            None => frames
+                .iter()
+                .enumerate()
+                .find_map(|(k, f)| self.asyncio.task_frames.get(&f.addr).map(|&t| (k, t))),
+        };
         let same_code = |(k, (_, _, code)): &(usize, (u64, bool, u64))| {
             let addr = frames[*k].addr;
             raw.iter().any(|f| f.addr == addr && f.code == *code)
         };
         let Some((k, (task_addr, awaited, _))) = found.filter(same_code) else {
+            if root_frame.is_some_and(|addr| mark_ended_task(frames, addr)) {
+                self.stats.task_ended += 1;
+                return None;
+            }
             let generator = self.target.offsets.frame.generator_owner;
             if raw.iter().any(|f| f.owner == generator) {
                 self.stats.task_unattributed += 1;
@@ -630,6 +681,10 @@ impl Unwinder {
             Ok(name) => {
                 self.stats.task_samples += 1;
                 Some(name)
+            }
+            Err(_) if root_frame.is_some_and(|addr| mark_ended_task(frames, addr)) => {
+                self.stats.task_ended += 1;
+                None
             }
             Err(_) => {
                 self.stats.task_unattributed += 1;
@@ -717,4 +772,22 @@ impl Unwinder {
         let label = label.ok_or(ObjectError::Malformed { addr: 0 })?;
         Ok((label, out))
     }
+}
+
+/// Puts `<task COROUTINE>` under the frame at `task_frame` (innermost first: right after it),
+/// the coroutine frame of a root task that ran at the tick and has ended since; false when the
+/// record does not hold that frame (the task had not entered its coroutine yet).
+fn mark_ended_task(frames: &mut Vec<CachedFrame>, task_frame: u64) -> bool {
+    let Some(k) = frames.iter().position(|f| f.addr == task_frame) else {
+        return false;
+    };
+    let marker = Frame::task(task_code_name(&frames[k].frame.code.function));
+    frames.insert(
+        k + 1,
+        CachedFrame {
+            addr: 0,
+            frame: marker,
+        },
+    );
+    true
 }
