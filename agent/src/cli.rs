@@ -236,6 +236,12 @@ pub struct DumpArgs {
     /// Print the snapshot as one JSON object (threads, states, frames) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Every greenlet of the process (gevent, eventlet), found in the garbage collector's
+    /// lists: the running ones, whose frames are their thread's stack, and the parked ones with
+    /// the frames they wait in, which no thread's stack shows (CPython 3.11+, builds with a
+    /// GIL, greenlet 3.x).
+    #[arg(long, conflicts_with = "async_tasks")]
+    pub greenlets: bool,
     #[command(flatten)]
     pub frames: FrameArgs,
 }

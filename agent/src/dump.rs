@@ -24,8 +24,8 @@ use crate::symbolize::native::DebugDirs;
 use crate::symbolize::{Frame, FrameKind};
 use crate::unwind::native::{NativeMixer, NativeUnwinder};
 use crate::unwind::{
-    AsyncTask, AsyncioError, GilState, LostThread, StackLoss, ThreadOutcome, ThreadSample,
-    UnwindError, UnwindOptions, Unwinder,
+    AsyncTask, AsyncioError, GilState, Greenlet, GreenletError, GreenletState, LostThread,
+    StackLoss, ThreadOutcome, ThreadSample, UnwindError, UnwindOptions, Unwinder,
 };
 use common::NativeSection;
 
@@ -41,6 +41,9 @@ pub enum DumpError {
     /// Its asyncio tasks could not be read (`dump --async`).
     #[error(transparent)]
     Asyncio(#[from] AsyncioError),
+    /// Its greenlets could not be read (`dump --greenlets`).
+    #[error(transparent)]
+    Greenlets(#[from] GreenletError),
     /// The text could not be written.
     #[error("writing the dump: {0}")]
     Write(#[from] io::Error),
@@ -348,6 +351,68 @@ pub fn snapshot_tasks(pid: u32, options: UnwindOptions) -> Result<TasksDump, Dum
         python_version,
         tasks,
     })
+}
+
+/// The greenlets of one process (`dump --greenlets`).
+#[derive(Debug, Clone, Serialize)]
+pub struct GreenletsDump {
+    /// Host PID.
+    pub pid: u32,
+    /// CPython version.
+    pub python_version: String,
+    /// Every greenlet, in the garbage collector's list order.
+    pub greenlets: Vec<Greenlet>,
+}
+
+/// Reads every greenlet of process `pid`, the parked ones with their frames.
+pub fn snapshot_greenlets(pid: u32, options: UnwindOptions) -> Result<GreenletsDump, DumpError> {
+    let target = locate_runtime(pid)?;
+    let python_version = target.version().to_string();
+    let mut unwinder = Unwinder::new(target, options);
+    let greenlets = unwinder.greenlets()?;
+    Ok(GreenletsDump {
+        pid,
+        python_version,
+        greenlets,
+    })
+}
+
+/// Writes the greenlets: a count by state, then each greenlet with its state and, for a
+/// parked one, its frames innermost first, as `dump` prints a thread's.
+pub fn write_greenlets(dump: &GreenletsDump, out: &mut dyn Write) -> io::Result<()> {
+    let count = |s| dump.greenlets.iter().filter(|g| g.state == s).count();
+    writeln!(
+        out,
+        "Process {} (CPython {}): {} greenlets ({} running, {} parked, {} not started, {} dead)",
+        dump.pid,
+        dump.python_version,
+        dump.greenlets.len(),
+        count(GreenletState::Running),
+        count(GreenletState::Parked),
+        count(GreenletState::NotStarted),
+        count(GreenletState::Dead),
+    )?;
+    for g in &dump.greenlets {
+        let state = match g.state {
+            GreenletState::Running => "running: its frames are its thread's stack",
+            GreenletState::Parked => "parked",
+            GreenletState::NotStarted => "not started",
+            GreenletState::Dead => "dead",
+        };
+        let main = if g.main {
+            ", a thread's main greenlet"
+        } else {
+            ""
+        };
+        writeln!(out, "\nGreenlet {:#x} {} ({state}{main})", g.id, g.kind)?;
+        for f in &g.frames {
+            match f.line {
+                Some(line) => writeln!(out, "    {} ({}:{line})", f.function, f.file)?,
+                None => writeln!(out, "    {} ({})", f.function, f.file)?,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes the tasks as a tree, in the style of `python -m asyncio pstree`: each root task (one

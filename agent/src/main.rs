@@ -60,6 +60,9 @@ fn dump(args: &DumpArgs) -> Result<()> {
     if args.frames.async_tasks {
         return dump_tasks(args);
     }
+    if args.greenlets {
+        return dump_greenlets(args);
+    }
     // `--native`: the process is stopped around the read, and its native frames merged in.
     let debug_dirs = args.frames.native.then(DebugDirs::default);
     let snapshot =
@@ -83,6 +86,19 @@ fn dump_tasks(args: &DumpArgs) -> Result<()> {
         writeln!(out)?;
     } else {
         pyagent::dump::write_task_tree(&tasks, &mut out)?;
+    }
+    Ok(())
+}
+
+/// `dump --greenlets`: every greenlet of the process, the parked ones with their frames.
+fn dump_greenlets(args: &DumpArgs) -> Result<()> {
+    let greenlets = pyagent::dump::snapshot_greenlets(args.pid, unwind_options(&args.frames))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &greenlets).context("writing the dump")?;
+        writeln!(out)?;
+    } else {
+        pyagent::dump::write_greenlets(&greenlets, &mut out)?;
     }
     Ok(())
 }

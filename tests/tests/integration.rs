@@ -38,6 +38,8 @@ mod export;
 mod frame_cache;
 #[path = "integration/gc_marker.rs"]
 mod gc_marker;
+#[path = "integration/greenlets.rs"]
+mod greenlets;
 #[path = "integration/native_stacks.rs"]
 mod native_stacks;
 #[path = "integration/never_mix.rs"]

@@ -172,6 +172,31 @@ pub(super) fn section_address(
     entries: &[MapsEntry],
     name: &str,
 ) -> Result<Option<u64>, ElfError> {
+    mapped_address(pid, path, entries, |elf| Ok(elf.section_address(name)))
+}
+
+/// The address in process `pid` of the exported (dynamic) symbol `name` of the object mapped
+/// at `path`, moved by its load bias. `Ok(None)` when the object does not define it or no maps
+/// line matches one of its segments.
+pub(super) fn dynamic_symbol_address(
+    pid: u32,
+    path: &Path,
+    entries: &[MapsEntry],
+    name: &'static str,
+) -> Result<Option<u64>, ElfError> {
+    mapped_address(pid, path, entries, |elf| {
+        let found = elf.defined(SymbolTable::Dynamic, &[name])?;
+        Ok(found.get(name).map(|s| s.value).filter(|&v| v != 0))
+    })
+}
+
+/// The link-time address `find` gives in the object mapped at `path`, moved by its load bias.
+fn mapped_address(
+    pid: u32,
+    path: &Path,
+    entries: &[MapsEntry],
+    find: impl FnOnce(&ElfHeaders) -> Result<Option<u64>, goblin::error::Error>,
+) -> Result<Option<u64>, ElfError> {
     let (opened, file) = open_mapped_file(pid, path, entries)?;
     // SAFETY: as in `load_facts`: read-only, private, and a parse of garbage fails cleanly.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|error| ElfError::Io {
@@ -183,7 +208,7 @@ pub(super) fn section_address(
         error,
     };
     let elf = ElfHeaders::parse(&map).map_err(parse)?;
-    let Some(vaddr) = elf.section_address(name) else {
+    let Some(vaddr) = find(&elf).map_err(parse)? else {
         return Ok(None);
     };
     Ok(load_bias(&elf.load_segments(), entries).map(|bias| bias.wrapping_add(vaddr)))

@@ -12,6 +12,7 @@ pub mod cgroup_cpu;
 pub mod container;
 mod elf;
 mod elf_headers;
+pub mod greenlet_type;
 pub mod host;
 pub mod look_again;
 mod older_versions;

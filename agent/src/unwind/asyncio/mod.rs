@@ -456,7 +456,7 @@ impl Unwinder {
     }
 
     /// Symbolizes coroutine frames, in the order given.
-    fn symbolize_raw<'a>(
+    pub(in crate::unwind) fn symbolize_raw<'a>(
         &mut self,
         raw: impl Iterator<Item = &'a RawFrame>,
     ) -> Result<Vec<Frame>, ObjectError> {
