@@ -283,10 +283,11 @@ pub fn off_cpu_line(
         if !parts.is_empty() {
             line += &format!(" ({})", parts.join(", "));
         }
-        line += ", from ";
+        line += "; ";
     }
     line += &format!(
-        "{} waits ({repeated} of them at a stack walked before, timed without a walk)",
+        "{} waits off CPU seen ({repeated} of them at a stack walked before, timed without a \
+         walk)",
         walked + repeated
     );
     if details {

@@ -307,7 +307,7 @@ fn off_cpu_sleep_time_matches_the_recording() {
 fn repeated_short_waits_are_timed_without_walking_each() {
     let (share, what, err) = sleep_share(&["tick"], "tick", "ticker");
     let repeats = number_before(&err, " of them at a stack walked before");
-    let walked = number_before(&err, " waits (") - repeats;
+    let walked = number_before(&err, " waits off CPU seen (") - repeats;
     assert!(repeats > 4 * walked, "most ticks are repeats: {what}");
     // The ticker runs for microseconds between sleeps; the rest of its time is sleep.
     assert!((share - 1.0).abs() <= 0.05, "{what}");
@@ -350,7 +350,7 @@ fn repeats_from_another_caller_are_walked() {
     // The sleeper's 50 ms naps: walked once, then timed (its first nap may be walked twice,
     // within the minimum gap of the attach).
     let repeats = number_before(&err, " of them at a stack walked before");
-    let walked = number_before(&err, " waits (") - repeats;
+    let walked = number_before(&err, " waits off CPU seen (") - repeats;
     assert!(repeats >= 60, "the sleeper's naps repeat: {what}");
     assert!(walked <= 2 * 4 * 6 + 10, "{walked} walked: {what}");
 }

@@ -630,8 +630,13 @@ impl Unwinder {
         if task_frame.is_none() && !self.asyncio.loop_threads.contains(&tstate) {
             return None;
         }
-        // The frame of a root task that may have ended (an awaited one's chain must be read).
-        let root_frame = task_frame.and_then(|(addr, awaited)| (!awaited).then_some(addr));
+        // The frame of a root task that may have ended (an awaited one's chain must be read),
+        // walked at the tick: one in the part spliced from the frame cache (3.15) was not,
+        // and its code cannot be checked against the record's.
+        let root_frame = task_frame
+            .and_then(|(addr, awaited)| (!awaited).then_some(addr))
+            .filter(|addr| raw.iter().any(|f| f.addr == *addr));
+        let awaited_at_tick = task_frame.is_some_and(|(_, awaited)| awaited);
         let task_frame = task_frame.map(|(addr, _)| addr);
         let found = match task_frame {
             Some(addr) => frames
@@ -672,7 +677,7 @@ impl Unwinder {
                 // A task awaited when the batch began and not now has finished since (its
                 // awaiters let go of it): its chain is gone, and one read now would be a chain
                 // that never was.
-                if awaited && task.awaited_by == 0 {
+                if (awaited || awaited_at_tick) && task.awaited_by == 0 {
                     return Err(ObjectError::Malformed { addr: task_addr });
                 }
                 self.stack_chain(&chain, k, frames)

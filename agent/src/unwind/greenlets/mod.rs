@@ -148,22 +148,29 @@ impl Unwinder {
     ) -> Result<Vec<(u64, u64)>, GreenletError> {
         let heads = gc_lists::list_heads(&mut self.mem, gc)?;
         let mut types = std::collections::HashMap::new();
-        let mut objects = Vec::new();
-        for head in heads {
-            gc_lists::walk_list(&mut self.mem, head, |addr, ty| objects.push((addr, ty)))?;
-        }
         let mut greenlets = Vec::new();
-        for (addr, ty) in objects {
-            let is = match types.get(&ty) {
-                Some(&is) => is,
-                None => {
-                    let is = self.derives_from(ty, greenlet_type);
-                    types.insert(ty, is);
-                    is
+        let mut seen = std::collections::HashSet::new();
+        // List by list, kept only once filtered by type: one list's objects at a time in
+        // memory, not the process's every object.
+        for &head in &heads {
+            let mut objects = Vec::new();
+            gc_lists::walk_list(&mut self.mem, head, &heads, |addr, ty| {
+                objects.push((addr, ty))
+            })?;
+            for (addr, ty) in objects {
+                let is = match types.get(&ty) {
+                    Some(&is) => is,
+                    None => {
+                        let is = self.derives_from(ty, greenlet_type);
+                        types.insert(ty, is);
+                        is
+                    }
+                };
+                // An object that moved to the next generation between two lists' walks is
+                // met twice.
+                if is && seen.insert(addr) {
+                    greenlets.push((addr, ty));
                 }
-            };
-            if is {
-                greenlets.push((addr, ty));
             }
         }
         Ok(greenlets)
@@ -186,7 +193,10 @@ impl Unwinder {
     /// The greenlet at `addr` of type `ty`; `None` for one whose state does not point back to
     /// it (being made or freed as it was read).
     fn read_greenlet(&mut self, addr: u64, ty: u64) -> Result<Option<Greenlet>, GreenletError> {
-        let pimpl = self.mem.read_u64(addr + PIMPL)?;
+        // Freed since the lists were walked, its memory perhaps unmapped: not a greenlet now.
+        let Ok(pimpl) = self.mem.read_u64(addr + PIMPL) else {
+            return Ok(None);
+        };
         if pimpl == 0 || !pimpl.is_multiple_of(8) {
             return Ok(None);
         }
@@ -227,12 +237,17 @@ impl Unwinder {
         let mut raw = Vec::new();
         while frame != 0 && raw.len() < MAX_FRAMES {
             let f = read_frame(&mut self.mem, &o, frame)?;
-            // An entry frame is where a C-level evaluation began: the greenlet's frames end.
+            // Where a C-level evaluation began the greenlet's frames end: before 3.12's entry
+            // frame (not a Python one), or with 3.11's first frame (`is_entry`).
             if o.frame.entry_owner == Some(f.owner) {
                 break;
             }
             frame = f.previous;
+            let first = f.is_entry;
             raw.push(f);
+            if first {
+                break;
+            }
         }
         Ok(self
             .symbolize_raw(raw.iter())?
